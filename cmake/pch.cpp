@@ -1,0 +1,1 @@
+// Anchor for the precompiled <torch/torch.h> shared by all txl targets.

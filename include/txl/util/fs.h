@@ -1,0 +1,39 @@
+#pragma once
+// File helpers. Every result txl writes goes through write_atomic: the bytes land in a
+// temporary file beside the target, are flushed to disk, then renamed over it, so a crash,
+// Ctrl-C or a full disk never leaves a half-written file where a good one was.
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <string_view>
+
+namespace txl::fs {
+
+namespace stdfs = std::filesystem;
+
+// Whole file as bytes; throws txl::Error naming the path when missing or unreadable.
+std::string read_file(const stdfs::path& path);
+
+// Writes `data` to `path` atomically (temp file + fsync + rename). Throws txl::Error naming the
+// path and the OS reason (e.g. "No space left on device"); the previous file stays intact.
+void write_atomic(const stdfs::path& path, std::string_view data);
+
+// Same, with the content produced by a writer callback into a binary stream.
+void write_atomic(const stdfs::path& path, const std::function<void(std::ostream&)>& writer);
+
+// Creates the directory and its parents; throws txl::Error naming it on failure.
+void ensure_dir(const stdfs::path& dir);
+
+// 64-bit FNV-1a, for fingerprints of corpora, tokenizers and configs.
+std::uint64_t fnv1a(std::string_view data, std::uint64_t seed = 1469598103934665603ull);
+
+// Fingerprint of a file's bytes (reads it in chunks).
+std::uint64_t fingerprint_file(const stdfs::path& path);
+
+// Hex string of a 64-bit value, 16 characters.
+std::string hex64(std::uint64_t value);
+
+}  // namespace txl::fs

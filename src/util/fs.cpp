@@ -1,0 +1,108 @@
+#include "txl/util/fs.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "txl/util/error.h"
+
+namespace txl::fs {
+
+std::string read_file(const stdfs::path& path) {
+  std::error_code ec;
+  TXL_CHECK(stdfs::exists(path, ec), "file not found: ", path.string());
+  TXL_CHECK(!stdfs::is_directory(path, ec), "expected a file, found a directory: ", path.string());
+  std::ifstream in(path, std::ios::binary);
+  TXL_CHECK(in.good(), "cannot open ", path.string(), ": ", std::strerror(errno));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  TXL_CHECK(!in.bad(), "error reading ", path.string(), ": ", std::strerror(errno));
+  return buffer.str();
+}
+
+namespace {
+
+// Writes all bytes to fd, retrying short writes; returns errno on failure, 0 on success.
+int write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void write_atomic(const stdfs::path& path, std::string_view data) {
+  if (path.has_parent_path()) ensure_dir(path.parent_path());
+  stdfs::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TXL_CHECK(fd >= 0, "cannot create ", tmp.string(), ": ", std::strerror(errno));
+  int err = write_all(fd, data.data(), data.size());
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    TXL_FAIL("cannot write ", path.string(), ": ", std::strerror(err),
+             " (the previous version, if any, is intact)");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
+    TXL_FAIL("cannot rename ", tmp.string(), " to ", path.string(), ": ", std::strerror(err));
+  }
+}
+
+void write_atomic(const stdfs::path& path, const std::function<void(std::ostream&)>& writer) {
+  std::ostringstream out(std::ios::binary);
+  writer(out);
+  TXL_CHECK(out.good(), "cannot serialise ", path.string());
+  write_atomic(path, out.str());
+}
+
+void ensure_dir(const stdfs::path& dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  stdfs::create_directories(dir, ec);
+  TXL_CHECK(!ec, "cannot create directory ", dir.string(), ": ", ec.message());
+}
+
+std::uint64_t fnv1a(std::string_view data, std::uint64_t seed) {
+  std::uint64_t h = seed;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::uint64_t fingerprint_file(const stdfs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  TXL_CHECK(in.good(), "cannot open ", path.string(), ": ", std::strerror(errno));
+  std::uint64_t h = 1469598103934665603ull;
+  std::string chunk(1 << 20, '\0');
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    h = fnv1a(std::string_view(chunk.data(), static_cast<size_t>(in.gcount())), h);
+  }
+  return h;
+}
+
+std::string hex64(std::uint64_t value) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(value));
+  return buf;
+}
+
+}  // namespace txl::fs

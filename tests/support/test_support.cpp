@@ -1,0 +1,90 @@
+#include "support/test_support.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace txl::test {
+
+namespace {
+
+std::string index_string(int64_t flat, at::IntArrayRef sizes) {
+  std::vector<int64_t> idx(sizes.size());
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    idx[d] = flat % sizes[d];
+    flat /= sizes[d];
+  }
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < idx.size(); ++i) out << (i ? ", " : "") << idx[i];
+  out << "]";
+  return out.str();
+}
+
+}  // namespace
+
+::testing::AssertionResult tensor_near(const torch::Tensor& actual, const torch::Tensor& expected,
+                                       double atol, double rtol) {
+  if (actual.sizes() != expected.sizes()) {
+    return ::testing::AssertionFailure()
+           << "shape " << actual.sizes() << " != expected " << expected.sizes();
+  }
+  auto a = actual.detach().to(torch::kCPU, torch::kDouble).contiguous().view(-1);
+  auto e = expected.detach().to(torch::kCPU, torch::kDouble).contiguous().view(-1);
+  auto a_acc = a.accessor<double, 1>();
+  auto e_acc = e.accessor<double, 1>();
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double x = a_acc[i], y = e_acc[i];
+    bool both_nan = std::isnan(x) && std::isnan(y);
+    bool both_inf = std::isinf(x) && std::isinf(y) && (x > 0) == (y > 0);
+    if (both_nan || both_inf) continue;
+    if (!(std::abs(x - y) <= atol + rtol * std::abs(y))) {
+      double max_diff = (a - e).abs().nan_to_num(0, 0, 0).max().item<double>();
+      return ::testing::AssertionFailure()
+             << "first mismatch at " << index_string(i, actual.sizes()) << ": " << x
+             << " vs expected " << y << " (atol " << atol << ", rtol " << rtol
+             << "; max |diff| " << max_diff << ")";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult tensor_equal(const torch::Tensor& actual, const torch::Tensor& expected) {
+  return tensor_near(actual, expected, 0.0, 0.0);
+}
+
+TempDir::TempDir() {
+  static std::atomic<int> counter{0};
+  std::random_device rd;
+  path_ = std::filesystem::temp_directory_path() /
+          ("txl_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
+           std::to_string(rd()));
+  std::filesystem::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void write_text(const std::filesystem::path& path, const std::string& content) {
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+}
+
+std::filesystem::path source_dir() {
+  const char* dir = std::getenv("TXL_SOURCE_DIR");
+  return dir ? std::filesystem::path(dir) : std::filesystem::current_path();
+}
+
+std::filesystem::path bin_dir() {
+  const char* dir = std::getenv("TXL_BIN_DIR");
+  return dir ? std::filesystem::path(dir) : std::filesystem::current_path() / "bin";
+}
+
+}  // namespace txl::test

@@ -1,0 +1,56 @@
+#pragma once
+// Test helpers shared by every txl test binary.
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+
+namespace txl::test {
+
+// Passes when `actual` and `expected` have the same shape and |a - e| <= atol + rtol * |e|
+// everywhere; otherwise the message names the shapes or the first mismatching index and values.
+::testing::AssertionResult tensor_near(const torch::Tensor& actual, const torch::Tensor& expected,
+                                       double atol = 1e-5, double rtol = 1e-5);
+
+// Exact equality (shape, dtype-independent values), with the first mismatch on failure.
+::testing::AssertionResult tensor_equal(const torch::Tensor& actual, const torch::Tensor& expected);
+
+// A fresh empty directory under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Writes `content` to `path` (creating parent directories).
+void write_text(const std::filesystem::path& path, const std::string& content);
+
+// The repository root (from TXL_SOURCE_DIR, set by ctest) and build/bin (TXL_BIN_DIR).
+std::filesystem::path source_dir();
+std::filesystem::path bin_dir();
+
+}  // namespace txl::test
+
+// Expects `statement` to throw an exception (any std::exception or c10::Error) whose what()
+// contains `substring`.
+#define TXL_EXPECT_THROW_WITH(statement, substring)                                     \
+  do {                                                                                  \
+    bool txl_thrown_ = false;                                                           \
+    try {                                                                               \
+      statement;                                                                        \
+    } catch (const std::exception& txl_e_) {                                            \
+      txl_thrown_ = true;                                                               \
+      EXPECT_NE(std::string(txl_e_.what()).find(substring), std::string::npos)         \
+          << "message was: " << txl_e_.what();                                          \
+    }                                                                                   \
+    EXPECT_TRUE(txl_thrown_) << "expected an exception containing \"" << (substring) << "\""; \
+  } while (0)
