@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# txl setup, used by tools/run.sh and tools/test.sh. Idempotent: installs the Debian packages
+# that are missing (apt-get; sudo when not root), then configures and builds Release into
+# build/. Off Debian (or with TXL_SKIP_APT=1, e.g. inside the conda environment of
+# environment.yml) it skips the packages and only builds.
+#
+# Environment:
+#   TXL_SKIP_APT=1        do not install packages
+#   TXL_BUILD_DIR=dir     build folder (default: build)
+#   CMAKE_PREFIX_PATH     e.g. an official LibTorch 2.x: /opt/libtorch
+#   TXL_JOBS=n            parallel compile jobs (default: number of cores)
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+build_dir="${TXL_BUILD_DIR:-build}"
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# Debian packages txl needs. libopenblas0-pthread matters: libtorch-dev's default reference
+# BLAS makes matrix products about 15x slower. bible-kjv is the default corpus.
+packages=(
+  g++ cmake ninja-build pkg-config ccache
+  libtorch-dev libopenblas0-pthread
+  libsentencepiece-dev libyaml-cpp-dev libfmt-dev libgtest-dev libcli11-dev nlohmann-json3-dev
+  bible-kjv python3-matplotlib
+)
+
+install_packages() {
+  if [ "${TXL_SKIP_APT:-0}" = "1" ]; then
+    say "TXL_SKIP_APT=1: not installing packages"
+    return
+  fi
+  if ! command -v dpkg-query >/dev/null 2>&1; then
+    say "not a Debian system: skipping packages (see README, 'Other systems')"
+    return
+  fi
+  local missing=()
+  for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    say "all ${#packages[@]} Debian packages present"
+    return
+  fi
+  say "installing ${#missing[@]} missing packages: ${missing[*]}"
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    else
+      echo "error: not root and no sudo; install these packages, then rerun: ${missing[*]}" >&2
+      exit 1
+    fi
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: apt-get not available; install these packages, then rerun: ${missing[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -q || {
+    echo "error: apt-get update failed; install these packages, then rerun: ${missing[*]}" >&2
+    exit 1
+  }
+  # apt prints one line per package it fetches and sets up, so progress stays visible.
+  "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" || {
+    echo "error: apt-get install failed; install these packages, then rerun: ${missing[*]}" >&2
+    exit 1
+  }
+}
+
+check_blas() {
+  command -v update-alternatives >/dev/null 2>&1 || return 0
+  local blas
+  blas=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | awk '/^Value:/ {print $2}')
+  if [ -n "$blas" ]; then
+    case "$blas" in
+      *openblas*) say "BLAS: $blas" ;;
+      *) say "warning: BLAS is $blas (slow); install libopenblas0-pthread for ~15x faster matrix products" ;;
+    esac
+  fi
+}
+
+configure_and_build() {
+  local generator=()
+  command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
+  local launcher=()
+  command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+    say "configuring $build_dir (Release)"
+    cmake -S . -B "$build_dir" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release
+  else
+    cmake -S . -B "$build_dir" >/dev/null
+  fi
+  local jobs="${TXL_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+  say "building with $jobs jobs (the first build takes several minutes: LibTorch headers are large)"
+  cmake --build "$build_dir" -j "$jobs"
+  say "programs: $(ls "$build_dir"/bin | grep '^txl-' | tr '\n' ' ')"
+}
+
+install_packages
+check_blas
+configure_and_build

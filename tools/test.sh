@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs every test (ctest). Extra arguments go to ctest,
+# e.g. `tools/test.sh -L fast` for the quick inner loop.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+"$root/tools/setup.sh"
+cd "$root/${TXL_BUILD_DIR:-build}"
+jobs="${TXL_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+echo "[test] running the test suite with $jobs parallel jobs"
+ctest --output-on-failure -j "$jobs" "$@"
