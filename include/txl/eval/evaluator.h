@@ -1,0 +1,62 @@
+#pragma once
+// Perplexity evaluation (MODEL.md section 7): memory mode (Transformer-XL: segments in order,
+// each with memory M, optional unscored warm-up), segments (each segment on its own, no
+// memory) and sliding (each token predicted from the L tokens before it, stride s).
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "txl/config/config.h"
+#include "txl/models/transformer_lm.h"
+
+namespace txl::eval {
+
+// The resolved evaluation settings: EvalConfig with every "inherit" value filled from the model.
+struct EvalOptions {
+  std::string mode = "memory";  // memory | segments | sliding
+  int tgt_len = 128;            // segment length Q (memory, segments)
+  int mem_len = 128;            // memory length M (memory mode)
+  int clamp_len = -1;           // -1 = no clamp
+  bool same_length = false;     // every query sees the same number of keys
+  int window = 128;             // sliding: window L
+  int stride = 1;               // sliding: scored tokens per window
+  int warmup = 0;               // memory: unscored tokens before each stream's start
+  int batch_size = 16;          // streams (memory, segments) or windows (sliding) per batch
+  std::int64_t max_tokens = 0;  // score only the first max_tokens targets (0 = all)
+};
+
+// Fills an EvalOptions from the experiment's eval section, inheriting from the model section.
+EvalOptions resolve_eval_options(const config::ExperimentConfig& config);
+
+struct EvalResult {
+  std::string split;              // "valid", "test" or a file name
+  std::string mode;               // memory | segments | sliding
+  int tgt_len = 0;                // Q used
+  int mem_len = 0;                // M used (0 for segments and sliding)
+  int window = 0;                 // sliding window L (0 otherwise)
+  int stride = 0;                 // sliding stride (0 otherwise)
+  double loss = 0.0;              // mean negative log-likelihood per scored token, nats
+  double ppl = 0.0;               // exp(loss)
+  double bits_per_token = 0.0;    // loss / ln 2
+  double bits_per_byte = 0.0;     // total bits / UTF-8 bytes of the original text
+  double bits_per_char = 0.0;     // total bits / characters (byte and char corpora; else 0)
+  std::int64_t tokens = 0;        // scored tokens
+  double seconds = 0.0;           // wall time
+  double tokens_per_s = 0.0;      // scored tokens per second
+};
+
+// Evaluates `model` on token ids (int64 [N]); the model is put in eval mode and no gradient is
+// recorded. n_bytes / n_chars are the original text's sizes for bits per byte / character
+// (0 = not reported). When `token_losses` is not null it receives the per-token losses in
+// text order (float [tokens]).
+EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
+                    const EvalOptions& options, std::int64_t n_bytes = 0,
+                    std::int64_t n_chars = 0, torch::Tensor* token_losses = nullptr);
+
+// One JSON object per result, with the fields above.
+std::string to_json(const EvalResult& result);
+
+}  // namespace txl::eval
