@@ -29,6 +29,9 @@ struct TrainState {
   std::vector<torch::Tensor> memory; // per batch chunk: layer tensors then key mask
   torch::Tensor rng_state;           // torch's CPU generator state (dropout)
   double elapsed_seconds = 0.0;      // training wall time before this invocation
+  std::int64_t last_eval_step = -1;  // step of the latest validation (-1 = none)
+  double interval_loss = 0.0;        // summed loss since the last progress record
+  std::int64_t interval_tokens = 0;  // scored tokens since the last progress record
 };
 
 // Writes model (+ optimizer and state when given) to `path` atomically.
