@@ -10,7 +10,7 @@
 
 #include "txl/data/dataset.h"
 #include "txl/eval/evaluator.h"
-#include "txl/train/checkpoint.h"
+#include "txl/models/checkpoint.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -55,7 +55,7 @@ void run(const EvalRequest& request, std::ostream& out) {
                           ? request.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(threads);
-  auto loaded = train::load_model(request.checkpoint);
+  auto loaded = models::load_model(request.checkpoint);
   auto config = loaded.config;
   auto& e = config.eval;
   if (request.mode) e.mode = *request.mode;

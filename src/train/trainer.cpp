@@ -14,7 +14,7 @@
 #include "txl/data/stream.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/transformer_lm.h"
-#include "txl/train/checkpoint.h"
+#include "txl/models/checkpoint.h"
 #include "txl/train/schedule.h"
 #include "txl/util/autocast.h"
 #include "txl/util/error.h"
@@ -167,10 +167,10 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
             " must divide train.batch_size = ", t.batch_size);
   const std::int64_t chunk_rows = t.batch_size / t.batch_chunk;
 
-  TrainState state;
+  models::TrainState state;
   std::vector<models::Memory> memory(static_cast<size_t>(t.batch_chunk));
   if (options.resume && stdfs::exists(last_path)) {
-    state = load_train_state(last_path, model, *optimizer);
+    state = models::load_train_state(last_path, model, *optimizer);
     stream.restore(data::StreamState::from_string(state.stream_state));
     memory = unflatten_memory(state.memory, memory.size());
     if (state.rng_state.defined()) torch::globalContext().defaultGenerator(torch::kCPU).set_state(state.rng_state);
@@ -197,7 +197,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
     state.stream_state = stream.state().to_string();
     state.memory = flatten_memory(memory);
     state.rng_state = torch::globalContext().defaultGenerator(torch::kCPU).get_state();
-    save_checkpoint(path, config, vocab, model, optimizer.get(), &state);
+    models::save_checkpoint(path, config, vocab, model, optimizer.get(), &state);
   };
 
   TrainSummary summary;

@@ -13,7 +13,7 @@
 #include "txl/config/config.h"
 #include "txl/models/transformer_lm.h"
 
-namespace txl::train {
+namespace txl::models {
 
 inline constexpr std::int64_t kCheckpointVersion = 1;
 
@@ -36,13 +36,13 @@ struct TrainState {
 
 // Writes model (+ optimizer and state when given) to `path` atomically.
 void save_checkpoint(const std::filesystem::path& path, const config::ExperimentConfig& config,
-                     std::int64_t vocab_size, models::TransformerLM& model,
+                     std::int64_t vocab_size, TransformerLM& model,
                      torch::optim::Optimizer* optimizer, const TrainState* state);
 
 struct LoadedModel {
   config::ExperimentConfig config;  // the experiment the model was trained with
   std::int64_t vocab_size = 0;
-  models::TransformerLM model{nullptr};
+  TransformerLM model{nullptr};
 };
 
 // Rebuilds the model from the checkpoint alone. Throws txl::Error naming the file when it is
@@ -50,7 +50,7 @@ struct LoadedModel {
 LoadedModel load_model(const std::filesystem::path& path);
 
 // Restores optimizer and training state into existing objects (for --resume).
-TrainState load_train_state(const std::filesystem::path& path, models::TransformerLM& model,
+TrainState load_train_state(const std::filesystem::path& path, TransformerLM& model,
                             torch::optim::Optimizer& optimizer);
 
-}  // namespace txl::train
+}  // namespace txl::models

@@ -1,4 +1,4 @@
-#include "txl/train/checkpoint.h"
+#include "txl/models/checkpoint.h"
 
 #include <sstream>
 
@@ -6,7 +6,7 @@
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 
-namespace txl::train {
+namespace txl::models {
 
 namespace {
 
@@ -56,7 +56,7 @@ void open_checkpoint(InputArchive& archive, const std::filesystem::path& path) {
 }  // namespace
 
 void save_checkpoint(const std::filesystem::path& path, const config::ExperimentConfig& config,
-                     std::int64_t vocab_size, models::TransformerLM& model,
+                     std::int64_t vocab_size, TransformerLM& model,
                      torch::optim::Optimizer* optimizer, const TrainState* state) {
   OutputArchive archive;
   archive.write("txl_magic", c10::IValue(std::string("txl-checkpoint")));
@@ -100,14 +100,14 @@ LoadedModel load_model(const std::filesystem::path& path) {
   loaded.config = config::parse_experiment_string(read_string(archive, "config"),
                                                   path.string() + " (stored config)");
   loaded.vocab_size = read_int(archive, "vocab_size");
-  loaded.model = models::TransformerLM(loaded.config.model, loaded.vocab_size);
+  loaded.model = TransformerLM(loaded.config.model, loaded.vocab_size);
   InputArchive model_archive;
   archive.read("model", model_archive);
   loaded.model->load(model_archive);
   return loaded;
 }
 
-TrainState load_train_state(const std::filesystem::path& path, models::TransformerLM& model,
+TrainState load_train_state(const std::filesystem::path& path, TransformerLM& model,
                             torch::optim::Optimizer& optimizer) {
   InputArchive archive;
   open_checkpoint(archive, path);
@@ -144,4 +144,4 @@ TrainState load_train_state(const std::filesystem::path& path, models::Transform
   return state;
 }
 
-}  // namespace txl::train
+}  // namespace txl::models
