@@ -474,6 +474,9 @@ TEST(AdaptiveLogSoftmax, AcceptsLeadingDimensions) {
   ASSERT_EQ(nll.sizes(), (std::vector<std::int64_t>{2, 5}));
   EXPECT_TRUE(txl::test::tensor_equal(nll.view(-1), crit->nll(hidden.view({10, 12}), target.view(-1))));
   EXPECT_EQ(crit->log_prob(hidden).sizes(), (std::vector<std::int64_t>{2, 5, 30}));
+  // Empty batches pass through with empty results.
+  EXPECT_EQ(crit->nll(torch::randn({0, 12}), torch::zeros({0}, torch::kLong)).sizes(), (std::vector<std::int64_t>{0}));
+  EXPECT_EQ(emb(torch::zeros({2, 0}, torch::kLong)).sizes(), (std::vector<std::int64_t>{2, 0, 12}));
 }
 
 TEST(AdaptiveLogSoftmax, BadInputsAndOptionsGiveTheMessage) {
