@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "txl/config/config.h"
 #include "txl/data/batch.h"
 
 namespace txl::data {
@@ -233,5 +234,16 @@ class SlidingStream {
   std::uint64_t fingerprint_ = 0;
   std::int64_t epoch_ = 0, index_ = 0;
 };
+
+// ------------------------------------------------------------------------ from the config
+
+// Stream options from a resolved experiment (eval.tgt_len 0 -> model.tgt_len, eval.window 0 ->
+// the evaluation tgt_len), with the tokenizer's pad id.
+TrainStreamOptions train_stream_options(const config::ExperimentConfig& experiment,
+                                        std::int64_t pad_id);
+EvalStreamOptions eval_stream_options(const config::ExperimentConfig& experiment,
+                                      std::int64_t pad_id);
+SlidingStreamOptions sliding_stream_options(const config::ExperimentConfig& experiment,
+                                            std::int64_t pad_id);
 
 }  // namespace txl::data
