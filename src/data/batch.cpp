@@ -26,9 +26,9 @@ PaddedBatch pad_sequences(const std::vector<std::vector<std::int64_t>>& seqs, st
   std::int64_t width = 0;
   for (const auto& s : seqs) width = std::max(width, static_cast<std::int64_t>(s.size()));
 
-  auto ids = torch::full({rows, width}, pad_id, torch::kInt64);     // [B, T]
-  auto mask = torch::zeros({rows, width}, torch::kBool);            // [B, T]
-  auto lengths = torch::empty({rows}, torch::kInt64);               // [B]
+  auto ids = torch::full({rows, width}, pad_id, torch::kInt64);  // [B, T]
+  auto mask = torch::zeros({rows, width}, torch::kBool);         // [B, T]
+  auto lengths = torch::empty({rows}, torch::kInt64);            // [B]
   auto* ids_data = ids.data_ptr<std::int64_t>();
   auto* mask_data = mask.data_ptr<bool>();
   auto* len_data = lengths.data_ptr<std::int64_t>();

@@ -40,7 +40,7 @@ class Rng {
     return static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(n));
   }
   double normal(double mean, double stddev) {  // Box-Muller
-    const double u1 = 1.0 - uniform();          // (0, 1], so the log is finite
+    const double u1 = 1.0 - uniform();         // (0, 1], so the log is finite
     const double u2 = uniform();
     return mean + stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * kPi * u2);
   }
@@ -59,9 +59,12 @@ Rng epoch_rng(std::uint64_t seed, std::int64_t epoch, std::uint64_t salt) {
 
 const char* kind_name(StreamKind kind) {
   switch (kind) {
-    case StreamKind::kTrain: return "train";
-    case StreamKind::kEval: return "eval";
-    case StreamKind::kSliding: return "sliding";
+    case StreamKind::kTrain:
+      return "train";
+    case StreamKind::kEval:
+      return "eval";
+    case StreamKind::kSliding:
+      return "sliding";
   }
   return "?";
 }
@@ -101,17 +104,18 @@ struct Layout {
 
 Batch gather(const torch::Tensor& ids, const Layout& layout, std::int64_t pad_id,
              std::int64_t index) {
-  auto col = torch::arange(layout.width, torch::kInt64).unsqueeze(0);               // [1, T]
-  auto input_mask = col.ge(layout.lo.unsqueeze(1)).logical_and(col.lt(layout.hi.unsqueeze(1)));  // [B, T]
+  auto col = torch::arange(layout.width, torch::kInt64).unsqueeze(0);  // [1, T]
+  auto input_mask =
+      col.ge(layout.lo.unsqueeze(1)).logical_and(col.lt(layout.hi.unsqueeze(1)));  // [B, T]
   auto target_mask = col.ge(layout.score_lo.unsqueeze(1))
                          .logical_and(col.lt(layout.score_hi.unsqueeze(1)))
-                         .logical_and(input_mask);                                  // [B, T]
-  auto pos = layout.first.unsqueeze(1) + col;                                       // [B, T]
+                         .logical_and(input_mask);  // [B, T]
+  auto pos = layout.first.unsqueeze(1) + col;       // [B, T]
   torch::Tensor input_index, target_index;
   if (layout.period > 0) {
-    auto local = pos.remainder(layout.period);                                      // [B, T]
-    input_index = layout.base.unsqueeze(1) + local;                                 // [B, T]
-    target_index = layout.base.unsqueeze(1) + (local + 1).remainder(layout.period); // [B, T]
+    auto local = pos.remainder(layout.period);                                       // [B, T]
+    input_index = layout.base.unsqueeze(1) + local;                                  // [B, T]
+    target_index = layout.base.unsqueeze(1) + (local + 1).remainder(layout.period);  // [B, T]
     // The rolled stream's seam: its last token is followed by its first, not by real text.
     target_mask = target_mask.logical_and(local.ne(layout.period - 1));
   } else {
@@ -120,7 +124,7 @@ Batch gather(const torch::Tensor& ids, const Layout& layout, std::int64_t pad_id
   }
   auto take = [&](const torch::Tensor& index_bt, const torch::Tensor& mask) {
     auto hidden = mask.logical_not();
-    auto safe = index_bt.masked_fill(hidden, 0);                                    // [B, T]
+    auto safe = index_bt.masked_fill(hidden, 0);  // [B, T]
     return ids.index_select(0, safe.reshape(-1)).view(index_bt.sizes()).masked_fill(hidden, pad_id);
   };
   Batch batch;
@@ -183,10 +187,14 @@ StreamState StreamState::from_string(const std::string& text) {
     try {
       size_t used = 0;
       if (key == "kind") {
-        if (value == "train") state.kind = StreamKind::kTrain;
-        else if (value == "eval") state.kind = StreamKind::kEval;
-        else if (value == "sliding") state.kind = StreamKind::kSliding;
-        else TXL_FAIL("stream state: kind = ", value, " (allowed: train, eval, sliding)");
+        if (value == "train")
+          state.kind = StreamKind::kTrain;
+        else if (value == "eval")
+          state.kind = StreamKind::kEval;
+        else if (value == "sliding")
+          state.kind = StreamKind::kSliding;
+        else
+          TXL_FAIL("stream state: kind = ", value, " (allowed: train, eval, sliding)");
         used = value.size();
         seen[0] = true;
       } else if (key == "fingerprint") {
@@ -217,18 +225,18 @@ StreamState StreamState::from_string(const std::string& text) {
 }
 
 torch::Tensor StreamState::to_tensor() const {
-  return torch::tensor({kStateVersion, static_cast<std::int64_t>(kind),
-                        static_cast<std::int64_t>(fingerprint), static_cast<std::int64_t>(seed),
-                        epoch, index},
-                       torch::kInt64);
+  return torch::tensor(
+      {kStateVersion, static_cast<std::int64_t>(kind), static_cast<std::int64_t>(fingerprint),
+       static_cast<std::int64_t>(seed), epoch, index},
+      torch::kInt64);
 }
 
 StreamState StreamState::from_tensor(const torch::Tensor& flat) {
-  TXL_CHECK(flat.defined() && flat.dim() == 1 && flat.size(0) == 6 &&
-                flat.scalar_type() == torch::kInt64,
-            "stream state tensor must be int64 [6], got ",
-            flat.defined() ? c10::toString(flat.scalar_type()) : "undefined", " of shape ",
-            flat.defined() ? flat.sizes() : at::IntArrayRef{});
+  TXL_CHECK(
+      flat.defined() && flat.dim() == 1 && flat.size(0) == 6 && flat.scalar_type() == torch::kInt64,
+      "stream state tensor must be int64 [6], got ",
+      flat.defined() ? c10::toString(flat.scalar_type()) : "undefined", " of shape ",
+      flat.defined() ? flat.sizes() : at::IntArrayRef{});
   auto v = flat.to(torch::kCPU).contiguous();
   const auto* p = v.data_ptr<std::int64_t>();
   TXL_CHECK(p[0] == kStateVersion, "stream state tensor has version ", p[0], ", this build reads ",
@@ -301,8 +309,10 @@ TrainStream::TrainStream(torch::Tensor ids, TrainStreamOptions options, torch::T
     std::int64_t targets = 0;
     for (std::int64_t d = 0; d < n_docs; ++d) {
       const std::int64_t begin = s[d], end = d + 1 < n_docs ? s[d + 1] : n;
-      TXL_CHECK(end > begin && end <= n, "TrainStream: doc_starts must be strictly increasing "
-                "offsets below N = ", n, "; entry ", d, " = ", begin, " is followed by ", end);
+      TXL_CHECK(end > begin && end <= n,
+                "TrainStream: doc_starts must be strictly increasing "
+                "offsets below N = ",
+                n, "; entry ", d, " = ", begin, " is followed by ", end);
       if (end - begin < 2) continue;  // no target inside the document
       doc_begin_.push_back(begin);
       doc_end_.push_back(end);
@@ -312,7 +322,8 @@ TrainStream::TrainStream(torch::Tensor ids, TrainStreamOptions options, torch::T
     TXL_CHECK(kept >= b, "train.batch_size = ", b,
               " is larger than the data allows in document mode (N = ", n, " tokens, ", kept,
               " documents of at least 2 tokens): every stream needs a document; use "
-              "train.batch_size <= ", kept);
+              "train.batch_size <= ",
+              kept);
     geometry << " docs=" << n_docs << " first_doc_ends=" << doc_end_.front()
              << " last_doc_begins=" << doc_begin_.back();
     fingerprint_ = geometry_fingerprint(geometry.str());
@@ -339,7 +350,8 @@ TrainStream::Plan TrainStream::make_plan(std::int64_t epoch) const {
       const std::int64_t lo = std::min(kVarLenMin, q), hi = q + kVarLenMaxExtra;
       for (std::int64_t p = 0; p < targets;) {
         const double bptt = rng.uniform() < kVarLenHalfProbability ? q / 2.0 : double(q);
-        const auto drawn = static_cast<std::int64_t>(rng.normal(bptt, kVarLenStd));  // trunc, as int()
+        const auto drawn =
+            static_cast<std::int64_t>(rng.normal(bptt, kVarLenStd));  // trunc, as int()
         const std::int64_t len = std::min(std::clamp(drawn, lo, hi), targets - p);
         plan.pos.push_back(p);
         plan.len.push_back(len);
@@ -369,7 +381,8 @@ TrainStream::Plan TrainStream::make_plan(std::int64_t epoch) const {
   using Slot = std::pair<std::int64_t, std::int64_t>;  // (segments so far, stream)
   std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> shortest;
   for (std::int64_t r = 0; r < b; ++r) shortest.push({0, r});
-  std::vector<std::int64_t> doc_stream(static_cast<size_t>(n_docs)), doc_slot(static_cast<size_t>(n_docs));
+  std::vector<std::int64_t> doc_stream(static_cast<size_t>(n_docs)),
+      doc_slot(static_cast<size_t>(n_docs));
   for (std::int64_t k = 0; k < n_docs; ++k) {
     const auto d = static_cast<size_t>((first_doc + k) % n_docs);
     const auto [at, row] = shortest.top();
@@ -411,8 +424,8 @@ Batch TrainStream::build(std::int64_t i) const {
     const std::int64_t p = plan_.pos[static_cast<size_t>(i)], q = plan_.len[static_cast<size_t>(i)];
     const std::int64_t e = std::min(options_.ext_len, p);  // context inside the stream
     Layout layout;
-    layout.first = plan_.shift + (p - e);                                            // [B]
-    layout.base = torch::arange(b, torch::kInt64) * length_;                         // [B]
+    layout.first = plan_.shift + (p - e);                     // [B]
+    layout.base = torch::arange(b, torch::kInt64) * length_;  // [B]
     layout.lo = torch::zeros({b}, torch::kInt64);
     layout.hi = torch::full({b}, e + q, torch::kInt64);
     layout.score_lo = torch::full({b}, e, torch::kInt64);
@@ -428,7 +441,8 @@ Batch TrainStream::build(std::int64_t i) const {
   };
   auto reset = plan_.resets[i].clone();  // [B]
   if (epoch_start) reset.fill_(true);
-  return gather(ids_, segment_layout(row(plan_.starts), row(plan_.lengths), row(plan_.context), reset),
+  return gather(ids_,
+                segment_layout(row(plan_.starts), row(plan_.lengths), row(plan_.context), reset),
                 options_.pad_id, i);
 }
 
@@ -447,7 +461,8 @@ StreamState TrainStream::state() const {
 
 void TrainStream::restore(const StreamState& state) {
   // Kind, fingerprint and epoch first (the batch count of the epoch needs its plan).
-  check_restorable(state, StreamKind::kTrain, fingerprint_, std::numeric_limits<std::int64_t>::max());
+  check_restorable(state, StreamKind::kTrain, fingerprint_,
+                   std::numeric_limits<std::int64_t>::max());
   TrainStreamOptions adopted = options_;
   adopted.seed = state.seed;
   std::swap(options_, adopted);
@@ -507,9 +522,9 @@ Batch EvalStream::batch(std::int64_t i) const {
     const std::int64_t offset = i == 0 ? 0 : first_width + (i - 1) * q;
     Layout layout;
     layout.width = i == 0 ? first_width : q;
-    auto begin = to_tensor(begin_);                                                  // [B]
-    auto available = begin.clamp_max(options_.warmup);                               // [B] w_b
-    layout.first = begin - warmup_max_ + offset;                                     // [B]
+    auto begin = to_tensor(begin_);                     // [B]
+    auto available = begin.clamp_max(options_.warmup);  // [B] w_b
+    layout.first = begin - warmup_max_ + offset;        // [B]
     layout.lo = (begin - available - layout.first).clamp(0, layout.width);
     layout.hi = torch::full({b}, layout.width, torch::kInt64);
     layout.score_lo = torch::zeros({b}, torch::kInt64);
@@ -578,9 +593,9 @@ Batch SlidingStream::batch(std::int64_t i) const {
   const std::int64_t n = ids_.size(0), l = options_.window, s = options_.stride;
   const std::int64_t k0 = i * options_.batch_size;
   const std::int64_t rows = std::min(options_.batch_size, n_windows_ - k0);
-  auto k = torch::arange(k0, k0 + rows, torch::kInt64);                               // [B]
-  auto end = (k * s + l).clamp_max(n - 1);                                             // [B]
-  auto previous_end = ((k - 1) * s + l).clamp_max(n - 1).masked_fill(k.eq(0), 0);      // [B]
+  auto k = torch::arange(k0, k0 + rows, torch::kInt64);                            // [B]
+  auto end = (k * s + l).clamp_max(n - 1);                                         // [B]
+  auto previous_end = ((k - 1) * s + l).clamp_max(n - 1).masked_fill(k.eq(0), 0);  // [B]
   Layout layout;
   layout.width = width_;
   layout.first = end - width_;

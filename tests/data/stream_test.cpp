@@ -19,7 +19,9 @@ using txl::test::tensor_equal;
 constexpr int P = -1;  // pad id; the corpora below are arange(N), so ids are >= 0
 
 torch::Tensor corpus(std::int64_t n) { return torch::arange(n, torch::kInt64); }
-torch::Tensor longs(std::vector<std::int64_t> values) { return torch::tensor(values, torch::kInt64); }
+torch::Tensor longs(std::vector<std::int64_t> values) {
+  return torch::tensor(values, torch::kInt64);
+}
 
 TrainStreamOptions train_options(std::int64_t b, std::int64_t q, std::int64_t e = 0) {
   TrainStreamOptions o;
@@ -30,7 +32,8 @@ TrainStreamOptions train_options(std::int64_t b, std::int64_t q, std::int64_t e 
   return o;
 }
 
-EvalStreamOptions eval_options(std::int64_t b, std::int64_t q, std::int64_t e = 0, std::int64_t w = 0) {
+EvalStreamOptions eval_options(std::int64_t b, std::int64_t q, std::int64_t e = 0,
+                               std::int64_t w = 0) {
   EvalStreamOptions o;
   o.batch_size = b;
   o.tgt_len = q;
@@ -174,8 +177,8 @@ TEST(TrainStream, ExtLenPrependsUnscoredContextFromTheSameStream) {
   count_scored(b0, counts);
   count_scored(b1, counts);
   for (int64_t i = 2; i < stream.batches_in_epoch(); ++i) count_scored(stream.next(), counts);
-  EXPECT_TRUE(tensor_equal(counts, torch::tensor({0, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-                                                  0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0})));
+  EXPECT_TRUE(tensor_equal(
+      counts, torch::tensor({0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0})));
 }
 
 // The segment lengths of the stream's next epoch (from its first batch to its last).
@@ -337,7 +340,8 @@ TEST(TrainStream, DocumentModeContextAndRollStayInsideDocuments) {
         // reset exactly where the row's segment starts its document (or the epoch starts).
         auto scored = batch.tokens[r].masked_select(batch.target_mask[r]);
         const bool starts_doc = scored.numel() > 0 && scored[0].item<int64_t>() == starts[doc];
-        EXPECT_EQ(batch.reset[r].item<bool>(), starts_doc || i == 0) << "batch " << i << " row " << r;
+        EXPECT_EQ(batch.reset[r].item<bool>(), starts_doc || i == 0)
+            << "batch " << i << " row " << r;
         // Context is the up to 4 tokens right before the segment.
         if (scored.numel() > 0) {
           const int64_t context = real.numel() - scored.numel();
@@ -358,7 +362,8 @@ TEST(TrainStream, ResumedMidEpochEqualsUninterrupted) {
   };
   std::vector<int64_t> starts = {0};
   for (int64_t d = 1; d < 30; ++d) starts.push_back(starts.back() + 2 + (d * 13) % 17);
-  for (const auto& c : {Case{false, false, false}, Case{true, true, false}, Case{false, true, true}}) {
+  for (const auto& c :
+       {Case{false, false, false}, Case{true, true, false}, Case{false, true, true}}) {
     const int64_t n = c.documents ? starts.back() + 5 : 2003;
     auto options = train_options(3, 8, 2);
     options.var_len = c.var_len;
@@ -382,8 +387,8 @@ TEST(TrainStream, ResumedMidEpochEqualsUninterrupted) {
       resumed.restore(StreamState::from_string(saved.to_string()));
       EXPECT_EQ(resumed.state(), saved);
       for (int64_t i = cut; i < total; ++i) {
-        SCOPED_TRACE("case var_len=" + std::to_string(c.var_len) + " roll=" +
-                     std::to_string(c.roll) + " docs=" + std::to_string(c.documents) +
+        SCOPED_TRACE("case var_len=" + std::to_string(c.var_len) +
+                     " roll=" + std::to_string(c.roll) + " docs=" + std::to_string(c.documents) +
                      " cut=" + std::to_string(cut) + " batch=" + std::to_string(i));
         expect_same_batch(resumed.next(), expected[static_cast<size_t>(i)]);
       }
@@ -428,17 +433,20 @@ TEST(TrainStream, RestoreRefusesForeignStates) {
 }
 
 TEST(StreamState, TextAndTensorRoundTripAndBadInput) {
-  StreamState state{txl::data::StreamKind::kSliding, 0xfedcba9876543210ull, 18446744073709551615ull, 7, 42};
+  StreamState state{txl::data::StreamKind::kSliding, 0xfedcba9876543210ull, 18446744073709551615ull,
+                    7, 42};
   EXPECT_EQ(StreamState::from_string(state.to_string()), state);
   EXPECT_EQ(StreamState::from_tensor(state.to_tensor()), state);
   EXPECT_EQ(state.to_string(),
             "txl-stream-v1 kind=sliding fingerprint=fedcba9876543210 seed=18446744073709551615 "
             "epoch=7 index=42");
   TXL_EXPECT_THROW_WITH(StreamState::from_string("hello"), "txl-stream-v1");
-  TXL_EXPECT_THROW_WITH(StreamState::from_string("txl-stream-v1 kind=train fingerprint=00 seed=1 epoch=x index=0"),
-                        "bad value in \"epoch=x\"");
-  TXL_EXPECT_THROW_WITH(StreamState::from_string("txl-stream-v1 kind=train fingerprint=00 seed=1 epoch=0"),
-                        "\"index\" is missing");
+  TXL_EXPECT_THROW_WITH(
+      StreamState::from_string("txl-stream-v1 kind=train fingerprint=00 seed=1 epoch=x index=0"),
+      "bad value in \"epoch=x\"");
+  TXL_EXPECT_THROW_WITH(
+      StreamState::from_string("txl-stream-v1 kind=train fingerprint=00 seed=1 epoch=0"),
+      "\"index\" is missing");
   TXL_EXPECT_THROW_WITH(StreamState::from_tensor(torch::zeros({3}, torch::kInt64)), "int64 [6]");
 }
 
@@ -467,9 +475,11 @@ TEST(EvalStream, ScoresEveryTargetExactlyOnce) {
   struct Case {
     int64_t n, b, q, e;
   };
-  for (const auto& c : {Case{12, 3, 2, 0}, Case{101, 4, 7, 0}, Case{100, 7, 5, 3}, Case{50, 1, 64, 0},
-                        Case{2, 1, 3, 0}, Case{1000, 16, 9, 4}, Case{37, 36, 2, 1}}) {
-    SCOPED_TRACE("N=" + std::to_string(c.n) + " B=" + std::to_string(c.b) + " Q=" + std::to_string(c.q));
+  for (const auto& c :
+       {Case{12, 3, 2, 0}, Case{101, 4, 7, 0}, Case{100, 7, 5, 3}, Case{50, 1, 64, 0},
+        Case{2, 1, 3, 0}, Case{1000, 16, 9, 4}, Case{37, 36, 2, 1}}) {
+    SCOPED_TRACE("N=" + std::to_string(c.n) + " B=" + std::to_string(c.b) +
+                 " Q=" + std::to_string(c.q));
     EvalStream stream(corpus(c.n), eval_options(c.b, c.q, c.e));
     auto counts = torch::zeros({c.n}, torch::kInt64);
     int64_t scored = 0, batches = 0;
@@ -524,13 +534,16 @@ TEST(EvalStream, WarmUpBatchesAreUnscoredAndComeFromThePrecedingText) {
     EXPECT_EQ(batch.n_scored, 0);
     EXPECT_FALSE(batch.target_mask.any().item<bool>());
   }
-  EXPECT_TRUE(tensor_equal(w0.tokens, torch::tensor({{P, P, P}, {P, 0, 1}, {4, 5, 6}, {9, 10, 11}})));
-  EXPECT_TRUE(tensor_equal(w1.tokens, torch::tensor({{P, P, P}, {2, 3, 4}, {7, 8, 9}, {12, 13, 14}})));
+  EXPECT_TRUE(
+      tensor_equal(w0.tokens, torch::tensor({{P, P, P}, {P, 0, 1}, {4, 5, 6}, {9, 10, 11}})));
+  EXPECT_TRUE(
+      tensor_equal(w1.tokens, torch::tensor({{P, P, P}, {2, 3, 4}, {7, 8, 9}, {12, 13, 14}})));
   EXPECT_TRUE(tensor_equal(w0.reset, torch::tensor({1, 1, 1, 1})));
   EXPECT_TRUE(tensor_equal(w1.reset, torch::tensor({0, 0, 0, 0})));
   // The first scored segment follows the warm-up text directly; only stream 0, which had no
   // text before it, starts fresh.
-  EXPECT_TRUE(tensor_equal(s0.tokens, torch::tensor({{0, 1, 2}, {5, 6, 7}, {10, 11, 12}, {15, 16, 17}})));
+  EXPECT_TRUE(
+      tensor_equal(s0.tokens, torch::tensor({{0, 1, 2}, {5, 6, 7}, {10, 11, 12}, {15, 16, 17}})));
   EXPECT_TRUE(tensor_equal(s0.reset, torch::tensor({1, 0, 0, 0})));
   EXPECT_EQ(s0.index, 2);
   // Scoring is unchanged by the warm-up: every target once.
@@ -566,8 +579,9 @@ TEST(EvalStream, ResumedMidPassEqualsUninterrupted) {
 }
 
 TEST(EvalStream, ErrorsNameTheKey) {
-  TXL_EXPECT_THROW_WITH(EvalStream(corpus(50), eval_options(64, 4)),
-                        "eval.batch_size = 64 is larger than the data allows (N = 50 tokens, 49 targets)");
+  TXL_EXPECT_THROW_WITH(
+      EvalStream(corpus(50), eval_options(64, 4)),
+      "eval.batch_size = 64 is larger than the data allows (N = 50 tokens, 49 targets)");
   TXL_EXPECT_THROW_WITH(EvalStream(corpus(50), eval_options(2, 0)), "eval.tgt_len = 0");
   TXL_EXPECT_THROW_WITH(EvalStream(corpus(50), eval_options(2, 4, 0, -3)), "eval.warmup = -3");
   TXL_EXPECT_THROW_WITH(EvalStream(corpus(50), eval_options(2, 4, -1)), "model.ext_len = -1");
@@ -599,9 +613,10 @@ TEST(SlidingStream, EveryTargetOnceWithItsFullWindow) {
   struct Case {
     int64_t n, l, s, b;
   };
-  for (const auto& c : {Case{10, 4, 2, 2}, Case{50, 8, 1, 16}, Case{101, 10, 3, 4}, Case{101, 10, 10, 3},
-                        Case{7, 20, 1, 2}, Case{64, 5, 4, 100}}) {
-    SCOPED_TRACE("N=" + std::to_string(c.n) + " L=" + std::to_string(c.l) + " s=" + std::to_string(c.s));
+  for (const auto& c : {Case{10, 4, 2, 2}, Case{50, 8, 1, 16}, Case{101, 10, 3, 4},
+                        Case{101, 10, 10, 3}, Case{7, 20, 1, 2}, Case{64, 5, 4, 100}}) {
+    SCOPED_TRACE("N=" + std::to_string(c.n) + " L=" + std::to_string(c.l) +
+                 " s=" + std::to_string(c.s));
     SlidingStream stream(corpus(c.n), sliding_options(c.b, c.l, c.s));
     auto counts = torch::zeros({c.n}, torch::kInt64);
     int64_t scored = 0;

@@ -113,8 +113,8 @@ class TrainStream {
   Batch next();
 
   std::int64_t epoch() const { return epoch_; }
-  std::int64_t index() const { return index_; }         // the next batch's index in the epoch
-  std::int64_t batches_in_epoch() const;                // of the current epoch (varies with var_len)
+  std::int64_t index() const { return index_; }  // the next batch's index in the epoch
+  std::int64_t batches_in_epoch() const;         // of the current epoch (varies with var_len)
   std::int64_t stream_length() const { return length_; }  // L tokens per stream (plain text)
   bool document_mode() const { return !doc_begin_.empty(); }
   const TrainStreamOptions& options() const { return options_; }
