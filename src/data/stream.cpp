@@ -159,6 +159,100 @@ Layout segment_layout(const std::vector<std::int64_t>& starts, const std::vector
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// Checks doc_starts and keeps the documents that have a target.
+detail::Documents parse_documents(const torch::Tensor& doc_starts, std::int64_t n,
+                                  const char* who) {
+  TXL_CHECK(doc_starts.dim() == 1 && doc_starts.scalar_type() == torch::kInt64, who,
+            ": doc_starts must be a 1-D int64 tensor, got ", doc_starts.scalar_type(), " of shape ",
+            doc_starts.sizes());
+  auto starts = doc_starts.to(torch::kCPU).contiguous();
+  const auto* s = starts.data_ptr<std::int64_t>();
+  detail::Documents docs;
+  docs.given = starts.size(0);
+  TXL_CHECK(docs.given >= 1 && s[0] == 0, who,
+            ": doc_starts must begin with 0 (the first document starts the corpus)");
+  for (std::int64_t d = 0; d < docs.given; ++d) {
+    const std::int64_t begin = s[d], end = d + 1 < docs.given ? s[d + 1] : n;
+    TXL_CHECK(end > begin && end <= n, who,
+              ": doc_starts must be strictly increasing offsets below N = ", n, "; entry ", d,
+              " = ", begin, " is followed by ", end);
+    if (end - begin < 2) continue;  // no target inside the document
+    docs.begin.push_back(begin);
+    docs.end.push_back(end);
+    docs.targets += end - begin - 1;
+  }
+  return docs;
+}
+
+// Deals the documents, starting from document `first_doc` and wrapping around, each to the
+// stream that is shortest so far (ties: the lowest stream index), in segments of q targets with
+// up to e tokens of context from inside the document.
+detail::DocumentLayout deal_documents(const detail::Documents& docs, std::int64_t b, std::int64_t q,
+                                      std::int64_t e, std::int64_t first_doc) {
+  const auto n_docs = static_cast<std::int64_t>(docs.begin.size());
+  using Slot = std::pair<std::int64_t, std::int64_t>;  // (segments so far, stream)
+  std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> shortest;
+  for (std::int64_t r = 0; r < b; ++r) shortest.push({0, r});
+  std::vector<std::int64_t> doc_stream(static_cast<size_t>(n_docs)),
+      doc_slot(static_cast<size_t>(n_docs));
+  detail::DocumentLayout layout;
+  for (std::int64_t k = 0; k < n_docs; ++k) {
+    const auto d = static_cast<size_t>((first_doc + k) % n_docs);
+    const auto [at, row] = shortest.top();
+    shortest.pop();
+    doc_stream[d] = row;
+    doc_slot[d] = at;
+    const std::int64_t segments = ceil_div(docs.end[d] - docs.begin[d] - 1, q);
+    shortest.push({at + segments, row});
+    layout.n_batches = std::max(layout.n_batches, at + segments);
+  }
+  layout.starts = torch::zeros({layout.n_batches, b}, torch::kInt64);
+  layout.lengths = torch::zeros({layout.n_batches, b}, torch::kInt64);
+  layout.context = torch::zeros({layout.n_batches, b}, torch::kInt64);
+  layout.resets = torch::zeros({layout.n_batches, b}, torch::kBool);
+  auto* starts = layout.starts.data_ptr<std::int64_t>();
+  auto* lengths = layout.lengths.data_ptr<std::int64_t>();
+  auto* context = layout.context.data_ptr<std::int64_t>();
+  auto* resets = layout.resets.data_ptr<bool>();
+  // One pass over segments (about N / Q of them), not over tokens.
+  for (size_t d = 0; d < static_cast<size_t>(n_docs); ++d) {
+    const std::int64_t targets = docs.end[d] - docs.begin[d] - 1;
+    for (std::int64_t k = 0; k * q < targets; ++k) {
+      const std::int64_t cell = (doc_slot[d] + k) * b + doc_stream[d];
+      starts[cell] = docs.begin[d] + k * q;
+      lengths[cell] = std::min(q, targets - k * q);
+      context[cell] = std::min(e, k * q);
+      resets[cell] = k == 0;
+    }
+  }
+  return layout;
+}
+
+void log_document_layout(const detail::Documents& docs, const detail::DocumentLayout& layout,
+                         std::int64_t b, std::int64_t q, const char* what) {
+  const std::int64_t slots = layout.n_batches * b * q;
+  log::info("data",
+            "{} document mode: {} documents in {} streams, {} batches of {} tokens; padding "
+            "overhead {:.1f}% ({} of {} target slots)",
+            what, docs.begin.size(), b, layout.n_batches, q, 100.0 * (slots - docs.targets) / slots,
+            slots - docs.targets, slots);
+}
+
+// Batch i of a document layout; every row of batch 0 is reset.
+Batch document_batch(const torch::Tensor& ids, const detail::DocumentLayout& layout, std::int64_t i,
+                     std::int64_t pad_id) {
+  const std::int64_t b = layout.starts.size(1);
+  auto row = [&](const torch::Tensor& table) {
+    auto r = table[i].contiguous();
+    return std::vector<std::int64_t>(r.data_ptr<std::int64_t>(), r.data_ptr<std::int64_t>() + b);
+  };
+  auto reset = layout.resets[i].clone();  // [B]
+  if (i == 0) reset.fill_(true);
+  return gather(ids,
+                segment_layout(row(layout.starts), row(layout.lengths), row(layout.context), reset),
+                pad_id, i);
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------ StreamState
@@ -298,42 +392,19 @@ TrainStream::TrainStream(torch::Tensor ids, TrainStreamOptions options, torch::T
     TXL_CHECK(!options_.var_len,
               "train.var_len = true is not supported with data.document_mode = true (documents "
               "are laid out in fixed segments of model.tgt_len); set one of them to false");
-    TXL_CHECK(doc_starts.dim() == 1 && doc_starts.scalar_type() == torch::kInt64,
-              "TrainStream: doc_starts must be a 1-D int64 tensor, got ", doc_starts.scalar_type(),
-              " of shape ", doc_starts.sizes());
-    auto starts = doc_starts.to(torch::kCPU).contiguous();
-    const auto* s = starts.data_ptr<std::int64_t>();
-    const std::int64_t n_docs = starts.size(0);
-    TXL_CHECK(n_docs >= 1 && s[0] == 0,
-              "TrainStream: doc_starts must begin with 0 (the first document starts the corpus)");
-    std::int64_t targets = 0;
-    for (std::int64_t d = 0; d < n_docs; ++d) {
-      const std::int64_t begin = s[d], end = d + 1 < n_docs ? s[d + 1] : n;
-      TXL_CHECK(end > begin && end <= n,
-                "TrainStream: doc_starts must be strictly increasing "
-                "offsets below N = ",
-                n, "; entry ", d, " = ", begin, " is followed by ", end);
-      if (end - begin < 2) continue;  // no target inside the document
-      doc_begin_.push_back(begin);
-      doc_end_.push_back(end);
-      targets += end - begin - 1;
-    }
-    const auto kept = static_cast<std::int64_t>(doc_begin_.size());
+    docs_ = parse_documents(doc_starts, n, "TrainStream");
+    const auto kept = static_cast<std::int64_t>(docs_.begin.size());
     TXL_CHECK(kept >= b, "train.batch_size = ", b,
               " is larger than the data allows in document mode (N = ", n, " tokens, ", kept,
               " documents of at least 2 tokens): every stream needs a document; use "
               "train.batch_size <= ",
               kept);
-    geometry << " docs=" << n_docs << " first_doc_ends=" << doc_end_.front()
-             << " last_doc_begins=" << doc_begin_.back();
+    geometry << " docs=" << docs_.given << " kept=" << kept
+             << " first_doc_ends=" << docs_.end.front()
+             << " last_doc_begins=" << docs_.begin.back();
     fingerprint_ = geometry_fingerprint(geometry.str());
     plan_ = make_plan(0);
-    const std::int64_t slots = plan_.n_batches * b * q;
-    log::info("data",
-              "document mode: {} documents in {} streams, {} batches of {} tokens per epoch; "
-              "padding overhead {:.1f}% ({} of {} target slots)",
-              kept, b, plan_.n_batches, q, 100.0 * (slots - targets) / slots, slots - targets,
-              slots);
+    log_document_layout(docs_, plan_.layout, b, q, "train");
     return;
   }
   fingerprint_ = geometry_fingerprint(geometry.str());
@@ -343,7 +414,7 @@ TrainStream::TrainStream(torch::Tensor ids, TrainStreamOptions options, torch::T
 TrainStream::Plan TrainStream::make_plan(std::int64_t epoch) const {
   const std::int64_t b = options_.batch_size, q = options_.tgt_len;
   Plan plan;
-  if (doc_begin_.empty()) {
+  if (docs_.begin.empty()) {
     const std::int64_t targets = length_ - 1;  // per stream
     if (options_.var_len) {
       Rng rng = epoch_rng(options_.seed, epoch, kVarLenSalt);
@@ -374,44 +445,11 @@ TrainStream::Plan TrainStream::make_plan(std::int64_t epoch) const {
   }
 
   // Document mode. The order of documents this epoch: rotated to a random first one with roll.
-  const auto n_docs = static_cast<std::int64_t>(doc_begin_.size());
+  const auto n_docs = static_cast<std::int64_t>(docs_.begin.size());
   std::int64_t first_doc = 0;
   if (options_.roll) first_doc = epoch_rng(options_.seed, epoch, kRollSalt).below(n_docs);
-  // Deal each document to the stream that is shortest so far (ties: lowest stream index).
-  using Slot = std::pair<std::int64_t, std::int64_t>;  // (segments so far, stream)
-  std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> shortest;
-  for (std::int64_t r = 0; r < b; ++r) shortest.push({0, r});
-  std::vector<std::int64_t> doc_stream(static_cast<size_t>(n_docs)),
-      doc_slot(static_cast<size_t>(n_docs));
-  for (std::int64_t k = 0; k < n_docs; ++k) {
-    const auto d = static_cast<size_t>((first_doc + k) % n_docs);
-    const auto [at, row] = shortest.top();
-    shortest.pop();
-    doc_stream[d] = row;
-    doc_slot[d] = at;
-    const std::int64_t segments = ceil_div(doc_end_[d] - doc_begin_[d] - 1, q);
-    shortest.push({at + segments, row});
-    plan.n_batches = std::max(plan.n_batches, at + segments);
-  }
-  plan.starts = torch::zeros({plan.n_batches, b}, torch::kInt64);
-  plan.lengths = torch::zeros({plan.n_batches, b}, torch::kInt64);
-  plan.context = torch::zeros({plan.n_batches, b}, torch::kInt64);
-  plan.resets = torch::zeros({plan.n_batches, b}, torch::kBool);
-  auto* starts = plan.starts.data_ptr<std::int64_t>();
-  auto* lengths = plan.lengths.data_ptr<std::int64_t>();
-  auto* context = plan.context.data_ptr<std::int64_t>();
-  auto* resets = plan.resets.data_ptr<bool>();
-  // One pass over segments (about N / Q of them), not over tokens.
-  for (size_t d = 0; d < static_cast<size_t>(n_docs); ++d) {
-    const std::int64_t targets = doc_end_[d] - doc_begin_[d] - 1;
-    for (std::int64_t k = 0; k * q < targets; ++k) {
-      const std::int64_t cell = (doc_slot[d] + k) * b + doc_stream[d];
-      starts[cell] = doc_begin_[d] + k * q;
-      lengths[cell] = std::min(q, targets - k * q);
-      context[cell] = std::min(options_.ext_len, k * q);
-      resets[cell] = k == 0;
-    }
-  }
+  plan.layout = deal_documents(docs_, b, q, options_.ext_len, first_doc);
+  plan.n_batches = plan.layout.n_batches;
   return plan;
 }
 
@@ -420,7 +458,7 @@ std::int64_t TrainStream::batches_in_epoch() const { return plan_.n_batches; }
 Batch TrainStream::build(std::int64_t i) const {
   const std::int64_t b = options_.batch_size;
   const bool epoch_start = i == 0;
-  if (doc_begin_.empty()) {
+  if (docs_.begin.empty()) {
     const std::int64_t p = plan_.pos[static_cast<size_t>(i)], q = plan_.len[static_cast<size_t>(i)];
     const std::int64_t e = std::min(options_.ext_len, p);  // context inside the stream
     Layout layout;
@@ -435,15 +473,7 @@ Batch TrainStream::build(std::int64_t i) const {
     layout.period = length_;
     return gather(ids_, layout, options_.pad_id, i);
   }
-  auto row = [&](const torch::Tensor& table) {
-    auto r = table[i].contiguous();
-    return std::vector<std::int64_t>(r.data_ptr<std::int64_t>(), r.data_ptr<std::int64_t>() + b);
-  };
-  auto reset = plan_.resets[i].clone();  // [B]
-  if (epoch_start) reset.fill_(true);
-  return gather(ids_,
-                segment_layout(row(plan_.starts), row(plan_.lengths), row(plan_.context), reset),
-                options_.pad_id, i);
+  return document_batch(ids_, plan_.layout, i, options_.pad_id);
 }
 
 Batch TrainStream::next() {
@@ -481,7 +511,7 @@ void TrainStream::restore(const StreamState& state) {
 
 // ------------------------------------------------------------------------------- EvalStream
 
-EvalStream::EvalStream(torch::Tensor ids, EvalStreamOptions options)
+EvalStream::EvalStream(torch::Tensor ids, EvalStreamOptions options, torch::Tensor doc_starts)
     : ids_(checked_ids(ids, "EvalStream")), options_(options) {
   const std::int64_t n = ids_.size(0);
   const std::int64_t b = options_.batch_size, q = options_.tgt_len;
@@ -492,6 +522,27 @@ EvalStream::EvalStream(torch::Tensor ids, EvalStreamOptions options)
             " must be >= 0 (0 = no warm-up)");
   TXL_CHECK(n >= 2, "EvalStream: the split has N = ", n,
             " tokens; at least 2 are needed for one target");
+  std::ostringstream geometry;
+  geometry << "eval N=" << n << " B=" << b << " Q=" << q << " E=" << options_.ext_len
+           << " W=" << options_.warmup;
+  if (doc_starts.defined()) {
+    TXL_CHECK(options_.warmup == 0, "eval.warmup = ", options_.warmup,
+              " is not supported with data.document_mode = true (the text before a document "
+              "belongs to another document); set eval.warmup = 0");
+    docs_ = parse_documents(doc_starts, n, "EvalStream");
+    const auto kept = static_cast<std::int64_t>(docs_.begin.size());
+    TXL_CHECK(kept >= b, "eval.batch_size = ", b,
+              " is larger than the data allows in document mode (N = ", n, " tokens, ", kept,
+              " documents of at least 2 tokens); use eval.batch_size <= ", kept);
+    layout_ = deal_documents(docs_, b, q, options_.ext_len, 0);
+    scored_batches_ = layout_.n_batches;
+    geometry << " docs=" << docs_.given << " kept=" << kept
+             << " first_doc_ends=" << docs_.end.front()
+             << " last_doc_begins=" << docs_.begin.back();
+    fingerprint_ = geometry_fingerprint(geometry.str());
+    log_document_layout(docs_, layout_, b, q, "eval");
+    return;
+  }
   const std::int64_t targets = n - 1;
   TXL_CHECK(b <= targets, "eval.batch_size = ", b, " is larger than the data allows (N = ", n,
             " tokens, ", targets, " targets): use eval.batch_size <= ", targets);
@@ -505,15 +556,13 @@ EvalStream::EvalStream(torch::Tensor ids, EvalStreamOptions options)
   warmup_max_ = std::min(options_.warmup, begin_.back());
   warmup_batches_ = ceil_div(warmup_max_, q);
   scored_batches_ = ceil_div(end_[0] - begin_[0], q);
-  std::ostringstream geometry;
-  geometry << "eval N=" << n << " B=" << b << " Q=" << q << " E=" << options_.ext_len
-           << " W=" << options_.warmup;
   fingerprint_ = geometry_fingerprint(geometry.str());
 }
 
 Batch EvalStream::batch(std::int64_t i) const {
   TXL_CHECK(i >= 0 && i < size(), "EvalStream: batch ", i, " is outside the pass's ", size(),
             " batches");
+  if (document_mode()) return document_batch(ids_, layout_, i, options_.pad_id);
   const std::int64_t b = options_.batch_size, q = options_.tgt_len;
   if (i < warmup_batches_) {
     // Warm-up text [begin_b - w_b, begin_b) laid out right-aligned over the leading batches;
@@ -545,6 +594,10 @@ Batch EvalStream::batch(std::int64_t i) const {
     reset_data[r] = j == 0 && (warmup_batches_ == 0 || std::min(options_.warmup, begin_[r]) == 0);
   }
   return gather(ids_, segment_layout(starts, n, context, reset), options_.pad_id, i);
+}
+
+std::int64_t EvalStream::n_targets() const {
+  return document_mode() ? docs_.targets : ids_.size(0) - 1;
 }
 
 std::optional<Batch> EvalStream::next() {

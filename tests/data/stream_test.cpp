@@ -564,6 +564,33 @@ TEST(EvalStream, WarmUpWiderThanASegment) {
   EXPECT_TRUE(joined[0].eq(P).all().item<bool>());
 }
 
+TEST(EvalStream, DocumentModeMatchesTheTrainingLayoutAndScoresEveryDocumentTarget) {
+  std::vector<int64_t> starts = {0};
+  for (int64_t d = 1; d < 40; ++d) starts.push_back(starts.back() + 1 + (d * 29) % 19);
+  const int64_t n = starts.back() + 7;
+  EvalStream stream(corpus(n), eval_options(4, 5, 2), longs(starts));
+  ASSERT_TRUE(stream.document_mode());
+  TrainStream train(corpus(n), train_options(4, 5, 2), longs(starts));
+  ASSERT_EQ(stream.size(), train.batches_in_epoch());
+  auto counts = torch::zeros({n}, torch::kInt64);
+  int64_t scored = 0;
+  while (auto batch = stream.next()) {
+    expect_well_formed(*batch);
+    expect_same_batch(*batch, train.next());  // the same rules as training, without roll
+    count_scored(*batch, counts);
+    scored += batch->n_scored;
+  }
+  auto expected = torch::ones({n}, torch::kInt64);
+  for (int64_t s : starts) expected[s] = 0;
+  EXPECT_TRUE(tensor_equal(counts, expected));
+  EXPECT_EQ(scored, stream.n_targets());
+  EXPECT_EQ(scored, n - static_cast<int64_t>(starts.size()));
+  TXL_EXPECT_THROW_WITH(EvalStream(corpus(n), eval_options(4, 5, 0, 8), longs(starts)),
+                        "eval.warmup = 8 is not supported with data.document_mode");
+  TXL_EXPECT_THROW_WITH(EvalStream(corpus(30), eval_options(5, 4), doc_starts()),
+                        "use eval.batch_size <= 4");
+}
+
 TEST(EvalStream, ResumedMidPassEqualsUninterrupted) {
   EvalStream reference(corpus(300), eval_options(4, 7, 2, 10));
   std::vector<Batch> expected;

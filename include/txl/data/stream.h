@@ -81,6 +81,22 @@ inline constexpr double kVarLenStd = 5.0;
 inline constexpr std::int64_t kVarLenMin = 5;
 inline constexpr std::int64_t kVarLenMaxExtra = 20;
 
+namespace detail {
+// Documents with at least one target (2 or more tokens), as [begin, end) token offsets.
+struct Documents {
+  std::vector<std::int64_t> begin, end;
+  std::int64_t given = 0;    // entries of doc_starts
+  std::int64_t targets = 0;  // sum over kept documents of (length - 1)
+};
+// Documents dealt to streams (see TrainStream): per batch and row, the global index of the
+// segment's first input, its real length (0 once the stream has run out), the ext context
+// available inside the document, and whether the segment starts its document.
+struct DocumentLayout {
+  torch::Tensor starts, lengths, context, resets;  // [n_batches, B]
+  std::int64_t n_batches = 0;
+};
+}  // namespace detail
+
 class TrainStream {
  public:
   // ids: int64 [N] token ids. doc_starts (document mode): int64 [n_docs], strictly increasing
@@ -116,7 +132,7 @@ class TrainStream {
   std::int64_t index() const { return index_; }  // the next batch's index in the epoch
   std::int64_t batches_in_epoch() const;         // of the current epoch (varies with var_len)
   std::int64_t stream_length() const { return length_; }  // L tokens per stream (plain text)
-  bool document_mode() const { return !doc_begin_.empty(); }
+  bool document_mode() const { return !docs_.begin.empty(); }
   const TrainStreamOptions& options() const { return options_; }
 
   StreamState state() const;
@@ -128,10 +144,8 @@ class TrainStream {
   struct Plan {
     // Plain text: segment start p_i and length q_i per batch, rotation per stream.
     std::vector<std::int64_t> pos, len;
-    torch::Tensor shift;  // int64 [B]
-    // Document mode: per batch and row, the first input's global index, the real length (0 for
-    // a finished stream), the ext context available inside the document, the document start.
-    torch::Tensor starts, lengths, context, resets;  // [n_batches, B]
+    torch::Tensor shift;            // int64 [B]
+    detail::DocumentLayout layout;  // document mode
     std::int64_t n_batches = 0;
   };
   Plan make_plan(std::int64_t epoch) const;
@@ -139,8 +153,8 @@ class TrainStream {
 
   torch::Tensor ids_;  // int64 [N], contiguous, CPU
   TrainStreamOptions options_;
-  std::int64_t length_ = 0;                        // L (plain text)
-  std::vector<std::int64_t> doc_begin_, doc_end_;  // kept documents (>= 2 tokens), [begin, end)
+  std::int64_t length_ = 0;  // L (plain text)
+  detail::Documents docs_;   // document mode
   std::uint64_t fingerprint_ = 0;
   std::int64_t epoch_ = 0;
   std::int64_t index_ = 0;
@@ -169,11 +183,18 @@ class EvalStream {
   // into the first scored segment, the first warm-up batch is the narrow one, rows with less
   // text are left-padded). ext_len context may reach into the text before a stream's start
   // (it is real preceding text).
-  EvalStream(torch::Tensor ids, EvalStreamOptions options);
+  //
+  // Document mode (doc_starts as for TrainStream): documents are dealt to streams and laid out
+  // exactly as TrainStream lays them out (shortest stream first, each document from a segment
+  // boundary, reset where a row starts a document, no roll); every target inside a document is
+  // scored once, so a pass scores N - (number of documents) targets. No warm-up (the text
+  // before a document belongs to another one).
+  EvalStream(torch::Tensor ids, EvalStreamOptions options, torch::Tensor doc_starts = {});
 
   std::int64_t size() const { return warmup_batches_ + scored_batches_; }  // batches per pass
   std::int64_t warmup_batches() const { return warmup_batches_; }
-  std::int64_t n_targets() const { return ids_.size(0) - 1; }
+  std::int64_t n_targets() const;  // scored per pass: N - 1 (document mode: within documents)
+  bool document_mode() const { return !docs_.begin.empty(); }
   std::int64_t stream_start(std::int64_t b) const { return begin_[static_cast<size_t>(b)]; }
   std::int64_t stream_end(std::int64_t b) const { return end_[static_cast<size_t>(b)]; }
 
@@ -190,6 +211,8 @@ class EvalStream {
   torch::Tensor ids_;
   EvalStreamOptions options_;
   std::vector<std::int64_t> begin_, end_;  // stream b's inputs are ids[begin_b, end_b)
+  detail::Documents docs_;                 // document mode
+  detail::DocumentLayout layout_;          // document mode
   std::int64_t warmup_max_ = 0;            // max over streams of the warm-up tokens available
   std::int64_t warmup_batches_ = 0, scored_batches_ = 0;
   std::uint64_t fingerprint_ = 0;
