@@ -121,6 +121,8 @@ class TrainStream {
   // Q / 2 tokens per document on average, plus the rows of streams that finish before the
   // longest one (at most one document's length each, thanks to the shortest-first dealing).
   // With short documents (n << Q) most of a batch is padding: pick Q near the typical length.
+  // A row whose stream has run out is all padding (input_mask false everywhere), which the
+  // model must take without NaN (MODEL.md section 1).
   // var_len is not supported in document mode (the layout needs fixed segment lengths).
   TrainStream(torch::Tensor ids, TrainStreamOptions options, torch::Tensor doc_starts = {});
 
@@ -176,8 +178,8 @@ class EvalStream {
   // The N - 1 targets (inputs ids[0, N - 1), targets ids[1, N)) are split into B contiguous
   // streams whose lengths differ by at most one (the first (N - 1) mod B streams take one more:
   // unlike "the last stream shorter", no stream is ever left nearly empty). Scored batch i holds
-  // segment i of every stream; the tails are padded and masked. Sum of n_scored over a pass is
-  // exactly N - 1.
+  // segment i of every stream; the tails are padded and masked (in the last batch a row may be
+  // all padding). Sum of n_scored over a pass is exactly N - 1.
   // Warm-up: stream b's first memory is primed from the min(W, start_b) tokens right before its
   // start, in extra leading batches (unscored; the text is right-aligned so that it runs straight
   // into the first scored segment, the first warm-up batch is the narrow one, rows with less
