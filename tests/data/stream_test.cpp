@@ -477,7 +477,8 @@ TEST(EvalStream, ScoresEveryTargetExactlyOnce) {
   };
   for (const auto& c :
        {Case{12, 3, 2, 0}, Case{101, 4, 7, 0}, Case{100, 7, 5, 3}, Case{50, 1, 64, 0},
-        Case{2, 1, 3, 0}, Case{1000, 16, 9, 4}, Case{37, 36, 2, 1}}) {
+        Case{2, 1, 3, 0}, Case{1000, 16, 9, 4}, Case{37, 36, 2, 1},
+        Case{15, 3, 2, 0} /* last batch: row 2 all padding */}) {
     SCOPED_TRACE("N=" + std::to_string(c.n) + " B=" + std::to_string(c.b) +
                  " Q=" + std::to_string(c.q));
     EvalStream stream(corpus(c.n), eval_options(c.b, c.q, c.e));
