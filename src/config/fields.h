@@ -14,9 +14,9 @@
 namespace txl::config::detail {
 
 // Where a field's value lives in one particular ExperimentConfig.
-using Target = std::variant<std::string*, bool*, int*, std::int64_t*, std::uint64_t*, double*,
-                            std::vector<std::string>*, std::vector<std::int64_t>*,
-                            std::vector<int>*>;
+using Target =
+    std::variant<std::string*, bool*, int*, std::int64_t*, std::uint64_t*, double*,
+                 std::vector<std::string>*, std::vector<std::int64_t>*, std::vector<int>*>;
 
 struct Field {
   std::string key;                   // dotted, e.g. "data.tokenizer.vocab_size"

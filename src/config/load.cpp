@@ -36,8 +36,8 @@ constexpr std::size_t kMaxReportedErrors = 20;
 
 // Where a layer comes from: a file (positions are line:column inside it) or one --set override.
 struct Source {
-  std::string name;          // "experiments/x.yaml" or "--set model.n_layer=2"
-  bool has_positions = true; // false for --set: the override text itself is the location
+  std::string name;           // "experiments/x.yaml" or "--set model.n_layer=2"
+  bool has_positions = true;  // false for --set: the override text itself is the location
 };
 
 std::string where(const Source& source, const YAML::Mark& mark) {
@@ -93,21 +93,11 @@ bool parse_bool(const std::string& text, bool* out) {
   return false;
 }
 
+// Finite decimal numbers only: no setting means anything with .inf or .nan, and a NaN would slip
+// through range checks unnoticed.
 bool parse_double(const std::string& text, double* out) {
   const std::string t = lower(text);
-  if (t == ".inf" || t == "+.inf") {
-    *out = std::numeric_limits<double>::infinity();
-    return true;
-  }
-  if (t == "-.inf") {
-    *out = -std::numeric_limits<double>::infinity();
-    return true;
-  }
-  if (t == ".nan") {
-    *out = std::numeric_limits<double>::quiet_NaN();
-    return true;
-  }
-  // strtod alone would also take "inf", "nan" and hex floats: keep to decimal numbers.
+  // strtod alone would also take "inf", "nan" and hex floats.
   if (t.empty() || t.find_first_not_of("0123456789+-.e") != std::string::npos) return false;
   if (t.find_first_of("0123456789") == std::string::npos) return false;
   char* end = nullptr;
@@ -128,7 +118,8 @@ bool parse_integer(const std::string& text, T* out) {
     errno = 0;
     if constexpr (std::is_signed_v<T>) {
       const long long v = std::strtoll(text.c_str(), nullptr, 10);
-      if (errno == ERANGE || v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
+      if (errno == ERANGE || v < std::numeric_limits<T>::min() ||
+          v > std::numeric_limits<T>::max()) {
         return false;
       }
       *out = static_cast<T>(v);
@@ -141,7 +132,7 @@ bool parse_integer(const std::string& text, T* out) {
     return true;
   }
   double d = 0;
-  if (!parse_double(text, &d) || !std::isfinite(d) || std::floor(d) != d) return false;
+  if (!parse_double(text, &d) || std::floor(d) != d) return false;
   // 2^63 and above do not fit a signed 64-bit integer; doubles that large are not exact anyway.
   if (d < static_cast<double>(std::numeric_limits<T>::min()) ||
       d >= std::ldexp(1.0, std::numeric_limits<T>::digits)) {
@@ -164,15 +155,16 @@ std::string expected_integer(const YAML::Node& value) {
   return "expected an integer";
 }
 
-// A text the dump must quote: YAML (1.1 or 1.2) would otherwise read it as something else.
+// A text the dump must quote: some YAML reader (1.1 or 1.2, yaml-cpp or PyYAML) could otherwise
+// take it for a null, a boolean or a number. Any text opening like a number is quoted.
 bool needs_quotes(const std::string& text) {
   if (text.empty()) return true;
-  const std::string t = lower(text);
-  static const std::set<std::string> kSpecial = {"~", "null", "y", "n", "yes", "no", "on",
-                                                 "off", "true", "false"};
-  if (kSpecial.count(t)) return true;
-  double d = 0;
-  return parse_double(text, &d) || t.find_first_of(" #:'\"") != std::string::npos;
+  static const std::set<std::string> kSpecial = {"~",  "null", "y",   "n",    "yes",
+                                                 "no", "on",   "off", "true", "false"};
+  if (kSpecial.count(lower(text))) return true;
+  const char first = text[0];
+  return std::isdigit(static_cast<unsigned char>(first)) || first == '+' || first == '-' ||
+         first == '.' || text.find_first_of(" #:'\"") != std::string::npos;
 }
 
 // ------------------------------------------------------------------------------ the loader
@@ -188,7 +180,8 @@ struct State {
 // its own state.
 class Loader {
  public:
-  explicit Loader(State state = {}) : state_(std::move(state)), fields_(detail::fields_of(state_.config)) {
+  explicit Loader(State state = {})
+      : state_(std::move(state)), fields_(detail::fields_of(state_.config)) {
     for (std::size_t i = 0; i < fields_.size(); ++i) index_[fields_[i].key] = i;
   }
   Loader(const Loader&) = delete;
@@ -209,8 +202,9 @@ class Loader {
                       const std::set<std::string>& reserved) {
     if (!root.IsDefined() || root.IsNull()) return;  // an empty file keeps every default
     if (!root.IsMap()) {
-      error(where(source, root.Mark()),
-            "expected a mapping of sections (run, data, model, train, eval), got " + describe(root));
+      error(
+          where(source, root.Mark()),
+          "expected a mapping of sections (run, data, model, train, eval), got " + describe(root));
       return;
     }
     reserved_ = reserved;
@@ -223,15 +217,16 @@ class Loader {
     for (auto it = map.begin(); it != map.end(); ++it) {
       const YAML::Node key_node = it->first;  // a copy: the iterator hands out a temporary
       if (!key_node.IsScalar()) {
-        error(where(source, key_node.Mark()), "keys must be plain names, got " + describe(key_node));
+        error(where(source, key_node.Mark()),
+              "keys must be plain names, got " + describe(key_node));
         continue;
       }
       const std::string key = key_node.Scalar();
       auto [first, inserted] = seen.emplace(key, key_node.Mark());
       if (!inserted) {
-        error(where(source, key_node.Mark()),
-              "duplicate key '" + join(prefix, key) + "' (first at " +
-                  where(source, first->second) + ")");
+        error(where(source, key_node.Mark()), "duplicate key '" + join(prefix, key) +
+                                                  "' (first at " + where(source, first->second) +
+                                                  ")");
         continue;
       }
       if (prefix.empty() && reserved_.count(key)) continue;
@@ -329,7 +324,8 @@ class Loader {
     // A key put in the wrong section (or none): the same name exists elsewhere.
     const std::string last = key.substr(key.rfind('.') + 1);
     for (const Field& field : fields_) {
-      if (field.key.size() > last.size() && field.key.compare(field.key.size() - last.size(), last.size(), last) == 0 &&
+      if (field.key.size() > last.size() &&
+          field.key.compare(field.key.size() - last.size(), last.size(), last) == 0 &&
           field.key[field.key.size() - last.size() - 1] == '.') {
         return message + "; did you mean '" + field.key + "'?";
       }
@@ -369,15 +365,15 @@ class Loader {
     if (!allow_repeats_) {
       auto [first, inserted] = layer_.emplace(field.key, location);
       if (!inserted) {
-        error(where(source, key_mark), "'" + field.key + "' is set twice (first at " +
-                                           first->second + ")");
+        error(where(source, key_mark),
+              "'" + field.key + "' is set twice (first at " + first->second + ")");
         return;
       }
     } else {
       layer_[field.key] = location;
     }
-    std::string problem = std::visit(
-        [&](auto* member) { return assign(member, field, value); }, field.target);
+    std::string problem =
+        std::visit([&](auto* member) { return assign(member, field, value); }, field.target);
     if (!problem.empty()) {
       error(location, field.key + ": " + problem);
       return;
@@ -409,7 +405,7 @@ class Loader {
 
   template <typename T>
   std::enable_if_t<std::is_integral_v<T>, std::string> assign(T* member, const Field&,
-                                                                const YAML::Node& value) {
+                                                              const YAML::Node& value) {
     if (value.IsScalar() && value.Tag() != "!" && parse_integer(value.Scalar(), member)) return "";
     return expected_integer<T>(value) + ", got " + describe(value);
   }
@@ -485,8 +481,8 @@ void apply_experiment_node(Loader& loader, const YAML::Node& root, const std::st
 
 // Reads the experiment file at `path` (its base chain first) into `loader`. `included_from` is
 // where the `base:` naming it sits ("" for the file the user named).
-void apply_experiment_file(Loader& loader, const stdfs::path& path, const std::string& included_from,
-                           Chain& chain) {
+void apply_experiment_file(Loader& loader, const stdfs::path& path,
+                           const std::string& included_from, Chain& chain) {
   const std::string name = path.string();
   std::error_code ec;
   const stdfs::path resolved = stdfs::weakly_canonical(stdfs::absolute(path), ec);
@@ -563,7 +559,8 @@ std::string ablation_string(Loader& loader, const YAML::Node& root, const std::s
 
 // ------------------------------------------------------------------------------ public API
 
-ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
+ExperimentConfig load_experiment(const std::string& path,
+                                 const std::vector<std::string>& overrides) {
   Loader loader;
   loader.config().source = path;
   Chain chain;
@@ -576,10 +573,11 @@ ExperimentConfig parse_experiment_string(const std::string& yaml, const std::str
                                          const std::vector<std::string>& overrides) {
   Loader loader;
   loader.config().source = origin;
+  const std::string name = origin.empty() ? "<string>" : origin;
   Chain chain;
-  chain.names.push_back(origin);
-  apply_experiment_node(loader, parse_yaml(yaml, origin), origin,
-                        stdfs::path(origin).parent_path(), chain);
+  chain.names.push_back(name);
+  apply_experiment_node(loader, parse_yaml(yaml, name), name, stdfs::path(origin).parent_path(),
+                        chain);
   apply_overrides(loader, overrides);
   return finish(loader);
 }
@@ -626,8 +624,9 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
   if (!variants || variants.IsNull() || (variants.IsMap() && variants.size() == 0)) {
     base.error(path, "variants: missing or empty; list at least one, e.g. variants: {xl: {}}");
   } else if (!variants.IsMap()) {
-    base.error(where(source, variants.Mark()),
-               "variants: expected a mapping of variant name -> overrides, got " + describe(variants));
+    base.error(
+        where(source, variants.Mark()),
+        "variants: expected a mapping of variant name -> overrides, got " + describe(variants));
   }
   base.throw_if_errors();
 
@@ -638,9 +637,10 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
       resolved.apply_override(text);
       for (const char* key : {"run.name", "run.output_dir"}) {
         if (resolved.layer_keys().count(key)) {
-          resolved.error("--set " + text, std::string(key) +
-                                              ": an ablation names its variants itself "
-                                              "(<ablation>/<variant>); set it per variant in the file");
+          resolved.error("--set " + text,
+                         std::string(key) +
+                             ": an ablation names its variants itself "
+                             "(<ablation>/<variant>); set it per variant in the file");
         }
       }
     }
@@ -648,8 +648,8 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
     ablation.base = resolved.state().config;
   }
 
-  const std::string root_dir = ablation.output_dir.empty() ? "runs/" + ablation.name
-                                                           : ablation.output_dir;
+  const std::string root_dir =
+      ablation.output_dir.empty() ? "runs/" + ablation.name : ablation.output_dir;
   std::vector<std::string> errors;
   std::set<std::string> names;
   for (auto it = variants.begin(); it != variants.end(); ++it) {
@@ -702,7 +702,8 @@ std::string dump_experiment(const ExperimentConfig& config) {
     // Split "data.tokenizer.vocab_size" into sections [data, tokenizer] and the name.
     std::vector<std::string> parts;
     std::size_t start = 0;
-    for (std::size_t dot; (dot = field.key.find('.', start)) != std::string::npos; start = dot + 1) {
+    for (std::size_t dot; (dot = field.key.find('.', start)) != std::string::npos;
+         start = dot + 1) {
       parts.push_back(field.key.substr(start, dot - start));
     }
     const std::string name = field.key.substr(start);

@@ -109,8 +109,8 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
     k.rule(m.cutoffs[i] > 0, key, "entries must be > 0, got " + text(m.cutoffs[i]));
     if (i > 0) {
       k.rule(m.cutoffs[i] > m.cutoffs[i - 1], key,
-             "must increase strictly (vocabulary split points), got " +
-                 text(m.cutoffs[i - 1]) + " then " + text(m.cutoffs[i]));
+             "must increase strictly (vocabulary split points), got " + text(m.cutoffs[i - 1]) +
+                 " then " + text(m.cutoffs[i]));
     }
   }
   k.at_least("model.div_val", m.div_val, 1);
@@ -123,7 +123,8 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
            "attn_type " + m.attn_type + " uses absolute positions and needs mem_len 0, got " +
                text(m.mem_len) + " (or set model.allow_abs_with_memory: true)");
     k.rule(c.eval.mem_len <= 0, "eval.mem_len",
-           "attn_type " + m.attn_type + " uses absolute positions and needs eval.mem_len 0 or -1, got " +
+           "attn_type " + m.attn_type +
+               " uses absolute positions and needs eval.mem_len 0 or -1, got " +
                text(c.eval.mem_len) + " (or set model.allow_abs_with_memory: true)");
   }
   if (m.attn_type == "vanilla_learned") {

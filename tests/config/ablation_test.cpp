@@ -35,7 +35,9 @@ class LoadAblation : public ::testing::Test {
                "model: {n_layer: 3, d_model: 64, n_head: 2, mem_len: 32}\n"
                "train: {max_steps: 500, lr: 0.001}\n");
   }
-  std::string write(const std::string& text) { return write_yaml(dir_, "ablations/abl.yaml", text); }
+  std::string write(const std::string& text) {
+    return write_yaml(dir_, "ablations/abl.yaml", text);
+  }
   TempDir dir_;
 };
 
@@ -61,12 +63,14 @@ TEST_F(LoadAblation, VariantsKeepFileOrderAndApplyTheirOverrides) {
   EXPECT_EQ(a.base.train.max_steps, 100);
 
   const ExperimentConfig& zeta = variant(a, "zeta");
-  EXPECT_TRUE(same_settings(zeta, [&] {
-    ExperimentConfig expected = a.base;
-    expected.run.name = "mem/zeta";
-    expected.run.output_dir = "runs/mem/zeta";
-    return expected;
-  }())) << ::testing::PrintToString(diff_experiments(a.base, zeta));
+  EXPECT_TRUE(same_settings(zeta,
+                            [&] {
+                              ExperimentConfig expected = a.base;
+                              expected.run.name = "mem/zeta";
+                              expected.run.output_dir = "runs/mem/zeta";
+                              return expected;
+                            }()))
+      << ::testing::PrintToString(diff_experiments(a.base, zeta));
 
   const ExperimentConfig& vanilla = variant(a, "vanilla");
   EXPECT_EQ(vanilla.model.attn_type, "vanilla");
@@ -101,8 +105,9 @@ TEST_F(LoadAblation, SetOverridesEveryVariantLast) {
   }
   TXL_EXPECT_THROW_WITH(load_ablation(path, {"run.name=x"}),
                         "--set run.name=x: run.name: an ablation names its variants itself");
-  TXL_EXPECT_THROW_WITH(load_ablation(path, {"model.n_leyer=2"}),
-                        "--set model.n_leyer=2: unknown key 'model.n_leyer'; did you mean 'model.n_layer'?");
+  TXL_EXPECT_THROW_WITH(
+      load_ablation(path, {"model.n_leyer=2"}),
+      "--set model.n_leyer=2: unknown key 'model.n_leyer'; did you mean 'model.n_layer'?");
 }
 
 TEST_F(LoadAblation, InlineBaseMapping) {
@@ -135,16 +140,22 @@ TEST_F(LoadAblation, ErrorsInVariantsHavePositions) {
   } catch (const Error& e) {
     message = e.what();
   }
-  EXPECT_NE(message.find(path + ":5:10: unknown key 'model.n_layers'; did you mean 'model.n_layer'?"),
-            std::string::npos) << message;
-  EXPECT_NE(message.find(path + ":7:13: unknown key 'model.atn_type'; did you mean 'model.attn_type'?"),
-            std::string::npos) << message;
+  EXPECT_NE(
+      message.find(path + ":5:10: unknown key 'model.n_layers'; did you mean 'model.n_layer'?"),
+      std::string::npos)
+      << message;
+  EXPECT_NE(
+      message.find(path + ":7:13: unknown key 'model.atn_type'; did you mean 'model.attn_type'?"),
+      std::string::npos)
+      << message;
   // mem_len 32 came from the base file: the error points there and names the variant.
   EXPECT_NE(message.find("experiments/base.yaml:2:54: variant 'vanilla': model.mem_len: attn_type "
                          "vanilla uses absolute positions"),
-            std::string::npos) << message;
+            std::string::npos)
+      << message;
   EXPECT_NE(message.find(path + ":9:28: variant 'shallow': model.n_layer: must be >= 1, got 0"),
-            std::string::npos) << message;
+            std::string::npos)
+      << message;
 }
 
 TEST_F(LoadAblation, FileLevelErrors) {

@@ -102,7 +102,8 @@ eval:
 )";
 
 // Writes `content` to dir/name and returns the path as a string.
-inline std::string write_yaml(const TempDir& dir, const std::string& name, const std::string& content) {
+inline std::string write_yaml(const TempDir& dir, const std::string& name,
+                              const std::string& content) {
   write_text(dir / name, content);
   return (dir / name).string();
 }

@@ -23,7 +23,8 @@ ExperimentConfig round_trip(const ExperimentConfig& config) {
 TEST(DumpExperiment, DefaultRoundTrips) {
   const ExperimentConfig defaults;
   ExperimentConfig back = round_trip(defaults);
-  EXPECT_TRUE(same_settings(back, defaults)) << ::testing::PrintToString(diff_experiments(defaults, back));
+  EXPECT_TRUE(same_settings(back, defaults))
+      << ::testing::PrintToString(diff_experiments(defaults, back));
 }
 
 TEST(DumpExperiment, NonDefaultConfigRoundTripsExactly) {
@@ -45,7 +46,8 @@ TEST(DumpExperiment, NonDefaultConfigRoundTripsExactly) {
   const std::string text = dump_experiment(config);
   ExperimentConfig back = parse_experiment_string(text, "dump.yaml");
   EXPECT_TRUE(same_settings(back, config))
-      << ::testing::PrintToString(diff_experiments(config, back)) << "\n" << text;
+      << ::testing::PrintToString(diff_experiments(config, back)) << "\n"
+      << text;
   // same_settings compares canonical text; check a few values bit for bit too.
   EXPECT_EQ(back.train.lr, config.train.lr);
   EXPECT_EQ(back.model.dropout, config.model.dropout);
@@ -63,7 +65,8 @@ TEST(DumpExperiment, WritesEveryKeyInStructOrderAsNestedYaml) {
   for (const std::string& key : experiment_keys()) {
     // Nested: "data.tokenizer.vocab_size" is written as "    vocab_size: " under "  tokenizer:".
     const std::size_t depth = static_cast<std::size_t>(std::count(key.begin(), key.end(), '.'));
-    const std::string line = "\n" + std::string(2 * depth, ' ') + key.substr(key.rfind('.') + 1) + ":";
+    const std::string line =
+        "\n" + std::string(2 * depth, ' ') + key.substr(key.rfind('.') + 1) + ":";
     const std::size_t found = text.find(line, position);
     ASSERT_NE(found, std::string::npos) << "key " << key << " missing or out of order in\n" << text;
     position = found + 1;
@@ -91,8 +94,8 @@ TEST(DumpExperiment, EveryKeyReachesItsOwnFieldAndTheFingerprint) {
     const std::string& line = lines[i];
     ASSERT_EQ(line.rfind(keys[i] + ": ", 0), 0u) << line;
     const std::string default_text = line.substr(line.find(" -> ") + 4);
-    ExperimentConfig one = parse_experiment_string(kEveryField, "every.yaml",
-                                                   {keys[i] + "=" + default_text});
+    ExperimentConfig one =
+        parse_experiment_string(kEveryField, "every.yaml", {keys[i] + "=" + default_text});
     EXPECT_EQ(diff_experiments(every, one), std::vector<std::string>{line}) << keys[i];
     EXPECT_NE(fingerprint(one), every_fingerprint) << keys[i];
   }
