@@ -321,19 +321,25 @@ class Loader {
     if (key == "variants") {
       return message + " (it belongs in an ablation file: load that with txl-ablate)";
     }
-    // A key put in the wrong section (or none): the same name exists elsewhere.
-    const std::string last = key.substr(key.rfind('.') + 1);
+    // A key put in the wrong section (or none): the same name exists elsewhere. Of several
+    // (run.seed, data.synthetic.seed) the one closest to what was written.
+    const std::string last = "." + key.substr(key.rfind('.') + 1);
+    std::string moved;
     for (const Field& field : fields_) {
       if (field.key.size() > last.size() &&
           field.key.compare(field.key.size() - last.size(), last.size(), last) == 0 &&
-          field.key[field.key.size() - last.size() - 1] == '.') {
-        return message + "; did you mean '" + field.key + "'?";
+          (moved.empty() ||
+           detail::edit_distance(key, field.key) < detail::edit_distance(key, moved))) {
+        moved = field.key;
       }
     }
+    if (!moved.empty()) return message + "; did you mean '" + moved + "'?";
     std::vector<std::string> candidates;
     for (const Field& field : fields_) candidates.push_back(field.key);
     for (const std::string& section : detail::section_keys()) candidates.push_back(section);
-    for (const std::string& reserved : reserved_) candidates.push_back(reserved);
+    for (const std::string& reserved : reserved_) {
+      if (reserved != key) candidates.push_back(reserved);  // e.g. `--set base=...`
+    }
     const std::string suggestion = detail::closest(key, candidates);
     if (!suggestion.empty()) return message + "; did you mean '" + suggestion + "'?";
     // No plausible typo: list what the enclosing section accepts.

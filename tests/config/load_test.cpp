@@ -231,6 +231,8 @@ TEST(LoadExperiment, KeyInTheWrongSectionPointsToTheRightOne) {
   EXPECT_EQ(load_error("train:\n  n_layer: 2\n"),
             "x.yaml:2:3: unknown key 'train.n_layer'; did you mean 'model.n_layer'?");
   EXPECT_EQ(load_error("lr: 0.1\n"), "x.yaml:1:1: unknown key 'lr'; did you mean 'train.lr'?");
+  EXPECT_EQ(load_error("data:\n  tokenizer: {seed: 3}\n"),
+            "x.yaml:2:15: unknown key 'data.tokenizer.seed'; did you mean 'data.synthetic.seed'?");
 }
 
 TEST(LoadExperiment, UnknownKeyWithoutCloseMatchListsTheSection) {
