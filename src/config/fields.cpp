@@ -224,7 +224,14 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
       best_distance = distance;
     }
   }
-  return best;
+  if (!best.empty() || word.size() < 2) return best;
+  // An abbreviation: "cos" for "cosine", "model.attn" for "model.attn_type".
+  for (const std::string& candidate : candidates) {
+    if (candidate.size() > word.size() && candidate.compare(0, word.size(), word) == 0) {
+      return candidate;
+    }
+  }
+  return "";
 }
 
 }  // namespace txl::config::detail

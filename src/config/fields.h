@@ -44,7 +44,8 @@ std::string join_choices(const std::vector<std::string>& choices);
 // Optimal-string-alignment edit distance (insertions, deletions, substitutions, transpositions).
 std::size_t edit_distance(const std::string& a, const std::string& b);
 
-// The candidate closest to `word` if it is close enough to be a plausible typo, else "".
+// The candidate closest to `word` if it is close enough to be a plausible typo, else the first
+// candidate that `word` abbreviates (at least 2 characters), else "".
 std::string closest(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace txl::config::detail

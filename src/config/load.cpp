@@ -238,6 +238,7 @@ class Loader {
   // One `key.path=value` override; the value is YAML (`[2000, 6000]`, `true`, `kjv`).
   void apply_override(const std::string& text) {
     const Source source{"--set " + text, false};
+    reserved_.clear();  // base: and friends belong to files, not to --set
     const std::size_t equals = text.find('=');
     std::string key = equals == std::string::npos ? "" : trim(text.substr(0, equals));
     if (key.empty()) {

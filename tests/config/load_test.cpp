@@ -242,6 +242,16 @@ TEST(LoadExperiment, UnknownKeyWithoutCloseMatchListsTheSection) {
             std::string::npos)
       << message;
   EXPECT_NE(load_error("variants: {}\n").find("ablation file"), std::string::npos);
+  // Abbreviations point to the full name.
+  EXPECT_EQ(load_error("model: {attn: xl}\n"),
+            "x.yaml:1:9: unknown key 'model.attn'; did you mean 'model.attn_type'?");
+  EXPECT_EQ(load_error("train: {schedule: cos}\n"),
+            "x.yaml:1:19: train.schedule: 'cos' is not one of cosine | inv_sqrt | constant | "
+            "plateau; did you mean 'cosine'?");
+  // base: is a file key, not something --set can change.
+  EXPECT_EQ(load_error("", {"base=other.yaml"}),
+            "--set base=other.yaml: unknown key 'base'; valid keys at the top: run, data, model, "
+            "train, eval");
 }
 
 TEST(LoadExperiment, WrongTypesNameKeyPositionAndValue) {
