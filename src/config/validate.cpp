@@ -79,6 +79,8 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
 
   const DataConfig& data = c.data;
   k.rule(!data.cache_dir.empty(), "data.cache_dir", "must not be empty (e.g. data/cache)");
+  k.rule(data.corpus != "text" || !data.path.empty(), "data.path",
+         "corpus 'text' needs the path of a text file or of a folder with train/valid/test files");
   const TokenizerConfig& tok = data.tokenizer;
   k.positive("data.tokenizer.vocab_size", tok.vocab_size);
   k.open_closed("data.tokenizer.character_coverage", tok.character_coverage, 0.0, 1.0);
@@ -128,10 +130,20 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
                text(c.eval.mem_len) + " (or set model.allow_abs_with_memory: true)");
   }
   if (m.attn_type == "vanilla_learned") {
+    // A learned table has no row for a position beyond it: training and evaluation windows must
+    // both fit.
     const long long needed = static_cast<long long>(m.tgt_len) + m.mem_len + m.ext_len;
     k.rule(needed <= m.max_positions, "model.max_positions",
            "vanilla_learned needs tgt_len + mem_len + ext_len = " + text(needed) +
                " positions, got " + text(m.max_positions));
+    const EvalConfig& e = c.eval;
+    const long long eval_tgt = e.tgt_len > 0 ? e.tgt_len : m.tgt_len;
+    const long long eval_mem = e.mem_len >= 0 ? e.mem_len : m.mem_len;
+    const long long eval_needed = e.mode == "sliding" ? (e.window > 0 ? e.window : eval_tgt)
+                                                      : eval_tgt + eval_mem + m.ext_len;
+    k.rule(eval_needed <= m.max_positions, e.mode == "sliding" ? "eval.window" : "eval.tgt_len",
+           "vanilla_learned has " + text(m.max_positions) +
+               " positions (model.max_positions) but evaluation needs " + text(eval_needed));
   }
 
   const TrainConfig& t = c.train;

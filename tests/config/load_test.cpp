@@ -342,6 +342,11 @@ TEST(LoadExperiment, OutOfRangeValuesAreRejectedWhereTheyWereSet) {
       {"model: {attn_type: vanilla_learned, mem_len: 0, tgt_len: 512, max_positions: 256}\n",
        "model.max_positions: vanilla_learned needs tgt_len + mem_len + ext_len = 512 positions, "
        "got 256"},
+      {"model: {attn_type: vanilla_learned, mem_len: 0, max_positions: 256}\n"
+       "eval: {mode: sliding, window: 300, stride: 1}\n",
+       "x.yaml:2:31: eval.window: vanilla_learned has 256 positions (model.max_positions) but "
+       "evaluation needs 300"},
+      {"data: {corpus: text}\n", "data.path: corpus 'text' needs the path"},
   };
   for (const Case& c : cases) {
     const std::string message = load_error(c.yaml);
