@@ -1,0 +1,625 @@
+#include "txl/data/tokenizer.h"
+
+#include <fcntl.h>
+#include <sentencepiece_processor.h>
+#include <sentencepiece_trainer.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "txl/data/corpus.h"
+#include "txl/util/error.h"
+#include "txl/util/fs.h"
+#include "txl/util/log.h"
+
+namespace txl::data {
+
+namespace stdfs = std::filesystem;
+
+namespace {
+
+constexpr int kMetaFormat = 1;
+constexpr const char* kMetaFile = "tokenizer.meta";      // kind + fingerprint (Tokenizer::save)
+constexpr const char* kSourceFile = "tokenizer.source";  // options + training text (cache key)
+
+using Meta = std::unordered_map<std::string, std::string>;
+
+std::string format_meta(const std::vector<std::pair<std::string, std::string>>& entries) {
+  std::string out;
+  for (const auto& [key, value] : entries) out += key + "=" + value + "\n";
+  return out;
+}
+
+Meta parse_meta(const std::string& text) {
+  Meta meta;
+  for (const auto& line : split_lines(text)) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) meta[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return meta;
+}
+
+void save_meta(const stdfs::path& dir, const std::string& kind, const std::string& fingerprint) {
+  fs::write_atomic(dir / kMetaFile, format_meta({{"kind", kind},
+                                                 {"format", std::to_string(kMetaFormat)},
+                                                 {"fingerprint", fingerprint}}));
+}
+
+// Decodes ids as lines: eos ends a line, pad is skipped, each run between eos is decoded by
+// `decode_run`.
+template <typename DecodeRun>
+std::string decode_lines(const std::vector<std::int64_t>& ids, std::int64_t eos, std::int64_t pad,
+                         DecodeRun decode_run) {
+  std::string out;
+  std::vector<std::int64_t> run;
+  for (std::int64_t id : ids) {
+    if (id == pad) continue;
+    if (id == eos) {
+      out += decode_run(run);
+      out += '\n';
+      run.clear();
+    } else {
+      run.push_back(id);
+    }
+  }
+  out += decode_run(run);
+  return out;
+}
+
+// ------------------------------------------------------------------ sentencepiece
+
+// Keeps sentencepiece's training chatter off the terminal: while alive, file descriptor 2 goes
+// into a pipe; a thread reads it, keeps the last lines for error messages and forwards a
+// progress line (milestones, and at most one line every 2 s) under [data].
+class StderrCapture {
+ public:
+  StderrCapture() {
+    std::fflush(stderr);
+    std::cerr.flush();
+    int fds[2];
+    if (::pipe(fds) != 0) return;  // cannot capture: training output stays visible
+    saved_ = ::dup(2);
+    if (saved_ < 0 || ::dup2(fds[1], 2) < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      if (saved_ >= 0) ::close(saved_);
+      saved_ = -1;
+      return;
+    }
+    ::close(fds[1]);
+    read_fd_ = fds[0];
+    reader_ = std::thread([this] { pump(); });
+  }
+
+  ~StderrCapture() { stop(); }
+
+  // Restores stderr and returns the last captured lines.
+  std::string stop() {
+    if (saved_ >= 0) {
+      std::cerr.flush();
+      std::fflush(stderr);
+      ::dup2(saved_, 2);  // closes the pipe's last write end: the reader sees EOF
+      ::close(saved_);
+      saved_ = -1;
+      reader_.join();
+      ::close(read_fd_);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string out;
+    for (const auto& line : tail_) out += line + "\n";
+    return out;
+  }
+
+ private:
+  void pump() {
+    std::string pending;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = ::read(read_fd_, buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR)) {
+      if (n <= 0) continue;
+      pending.append(buffer, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        line(pending.substr(0, nl));
+        pending.erase(0, nl + 1);
+      }
+    }
+    if (!pending.empty()) line(pending);
+  }
+
+  void line(const std::string& text) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tail_.push_back(text);
+      if (tail_.size() > 20) tail_.pop_front();
+    }
+    // "trainer_interface.cc(409) LOG(INFO) Loaded all 27991 sentences" -> the message.
+    size_t tag = text.find(") LOG(");
+    if (tag == std::string::npos) return;
+    size_t close = text.find(") ", tag + 6);
+    std::string message = close == std::string::npos ? text : text.substr(close + 2);
+    bool milestone = message.rfind("Loaded all", 0) == 0 || message.rfind("Alphabet size", 0) == 0 ||
+                     message.rfind("Initialized", 0) == 0 || message.rfind("Saving", 0) == 0 ||
+                     text.find("LOG(WARNING)") != std::string::npos ||
+                     text.find("LOG(ERROR)") != std::string::npos;
+    auto now = std::chrono::steady_clock::now();
+    if (!milestone && now - last_ < std::chrono::seconds(2)) return;
+    last_ = now;
+    std::string out = "[data] sentencepiece: " + message + "\n";
+    if (saved_fd() >= 0) (void)!::write(saved_fd(), out.data(), out.size());
+  }
+
+  int saved_fd() const { return saved_; }
+
+  int saved_ = -1;
+  int read_fd_ = -1;
+  std::thread reader_;
+  std::mutex mutex_;
+  std::deque<std::string> tail_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// Feeds sentencepiece the training lines, at most `limit` of them at an even stride so the
+// sample is deterministic and spread over the whole split.
+class LinesIterator : public sentencepiece::SentenceIterator {
+ public:
+  LinesIterator(const std::vector<std::string>& lines, std::int64_t limit) : lines_(lines) {
+    const auto n = static_cast<std::int64_t>(lines.size());
+    stride_ = (limit > 0 && n > limit) ? static_cast<double>(n) / static_cast<double>(limit) : 1.0;
+    count_ = (limit > 0 && n > limit) ? limit : n;
+    skip_empty();
+  }
+  bool done() const override { return k_ >= count_; }
+  void Next() override {
+    ++k_;
+    skip_empty();
+  }
+  const std::string& value() const override { return lines_[index()]; }
+  sentencepiece::util::Status status() const override { return {}; }
+  std::int64_t count() const { return count_; }
+
+ private:
+  size_t index() const { return static_cast<size_t>(static_cast<double>(k_) * stride_); }
+  void skip_empty() {
+    while (k_ < count_ && lines_[index()].find_first_not_of(" \t") == std::string::npos) ++k_;
+  }
+  const std::vector<std::string>& lines_;
+  double stride_ = 1.0;
+  std::int64_t count_ = 0, k_ = 0;
+};
+
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  // Takes a serialized ModelProto (the bytes of a .model file).
+  explicit SentencePieceTokenizer(std::string serialized, const std::string& origin)
+      : serialized_(std::move(serialized)) {
+    auto status = sp_.LoadFromSerializedProto(serialized_);
+    TXL_CHECK(status.ok(), "cannot load sentencepiece model ", origin, ": ", status.ToString());
+    TXL_CHECK(sp_.pad_id() == 0 && sp_.unk_id() == 1 && sp_.eos_id() == 2, "sentencepiece model ",
+              origin, " has ids pad ", sp_.pad_id(), ", unk ", sp_.unk_id(), ", eos ", sp_.eos_id(),
+              "; txl needs pad 0, unk 1, eos 2 (train it with --pad_id=0 --unk_id=1 --eos_id=2 ",
+              "--bos_id=-1, or leave data.tokenizer.model_path empty to let txl train one)");
+    fingerprint_ = fs::hex64(fs::fnv1a(serialized_));
+  }
+
+  std::string kind() const override { return "sentencepiece"; }
+
+  std::vector<std::int64_t> encode(std::string_view text) const override {
+    auto bad = find_invalid_utf8(text);
+    TXL_CHECK(!bad.has_value(), "invalid UTF-8 at byte ", bad.value_or(0),
+              " of the text to encode; sentencepiece needs UTF-8 (use tokenizer type byte for ",
+              "arbitrary bytes)");
+    std::vector<int> ids;
+    auto status = sp_.Encode(text, &ids);
+    TXL_CHECK(status.ok(), "sentencepiece encode failed: ", status.ToString());
+    return std::vector<std::int64_t>(ids.begin(), ids.end());
+  }
+
+  std::string decode(const std::vector<std::int64_t>& ids) const override {
+    return decode_lines(ids, eos_id(), pad_id(), [this](const std::vector<std::int64_t>& run) {
+      std::vector<int> ints;
+      ints.reserve(run.size());
+      for (auto id : run) {
+        TXL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " outside the vocabulary [0, ",
+                  vocab_size(), ")");
+        ints.push_back(static_cast<int>(id));
+      }
+      std::string text;
+      auto status = sp_.Decode(ints, &text);
+      TXL_CHECK(status.ok(), "sentencepiece decode failed: ", status.ToString());
+      return text;
+    });
+  }
+
+  std::int64_t vocab_size() const override { return sp_.GetPieceSize(); }
+  std::int64_t pad_id() const override { return 0; }
+  std::int64_t unk_id() const override { return 1; }
+  std::int64_t eos_id() const override { return 2; }
+  std::string piece(std::int64_t id) const override {
+    TXL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " outside the vocabulary");
+    return sp_.IdToPiece(static_cast<int>(id));
+  }
+  std::string fingerprint() const override { return fingerprint_; }
+  void save(const stdfs::path& dir) const override {
+    fs::ensure_dir(dir);
+    fs::write_atomic(dir / "tokenizer.model", serialized_);
+    save_meta(dir, kind(), fingerprint_);
+  }
+
+ private:
+  std::string serialized_;
+  sentencepiece::SentencePieceProcessor sp_;
+  std::string fingerprint_;
+};
+
+// -------------------------------------------------------------------------- byte
+
+class ByteTokenizer : public Tokenizer {
+ public:
+  static constexpr std::int64_t kPad = 256, kEos = 257;
+  std::string kind() const override { return "byte"; }
+  std::vector<std::int64_t> encode(std::string_view text) const override {
+    std::vector<std::int64_t> ids(text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+    return ids;
+  }
+  std::string decode(const std::vector<std::int64_t>& ids) const override {
+    return decode_lines(ids, kEos, kPad, [](const std::vector<std::int64_t>& run) {
+      std::string text(run.size(), '\0');
+      for (size_t i = 0; i < run.size(); ++i) {
+        TXL_CHECK(run[i] >= 0 && run[i] < 256, "token id ", run[i], " is not a byte id");
+        text[i] = static_cast<char>(run[i]);
+      }
+      return text;
+    });
+  }
+  std::int64_t vocab_size() const override { return 258; }
+  std::int64_t pad_id() const override { return kPad; }
+  std::int64_t eos_id() const override { return kEos; }
+  std::int64_t unk_id() const override { return -1; }
+  std::string piece(std::int64_t id) const override {
+    if (id == kPad) return "<pad>";
+    if (id == kEos) return "<eos>";
+    TXL_CHECK(id >= 0 && id < 256, "token id ", id, " outside the vocabulary");
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", static_cast<unsigned>(id));
+    return buf;
+  }
+  std::string fingerprint() const override { return fs::hex64(fs::fnv1a("txl-byte-tokenizer-v1")); }
+  void save(const stdfs::path& dir) const override {
+    fs::ensure_dir(dir);
+    save_meta(dir, kind(), fingerprint());
+  }
+};
+
+// -------------------------------------------------------------------------- word
+
+constexpr const char* kPadWord = "<pad>";
+constexpr const char* kUnkWord = "<unk>";
+constexpr const char* kEosWord = "<eos>";
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+
+template <typename F>
+void for_each_word(std::string_view text, F f) {
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && is_space(text[i])) ++i;
+    size_t start = i;
+    while (i < text.size() && !is_space(text[i])) ++i;
+    if (i > start) f(text.substr(start, i - start));
+  }
+}
+
+class WordTokenizer : public Tokenizer {
+ public:
+  // words[0..2] must be <pad>, <unk>, <eos>; counts parallel to words (0 for specials).
+  WordTokenizer(std::vector<std::string> words, std::vector<std::int64_t> counts)
+      : words_(std::move(words)), counts_(std::move(counts)) {
+    TXL_CHECK(words_.size() >= 3 && words_[0] == kPadWord && words_[1] == kUnkWord &&
+                  words_[2] == kEosWord,
+              "word vocabulary must start with <pad>, <unk>, <eos>");
+    index_.reserve(words_.size() * 2);
+    std::uint64_t h = fs::fnv1a("txl-word-tokenizer-v1");
+    for (size_t i = 0; i < words_.size(); ++i) {
+      bool inserted = index_.emplace(words_[i], static_cast<std::int64_t>(i)).second;
+      TXL_CHECK(inserted, "word vocabulary lists '", words_[i], "' twice");
+      h = fs::fnv1a(words_[i] + '\n', h);
+    }
+    fingerprint_ = fs::hex64(h);
+  }
+
+  std::string kind() const override { return "word"; }
+  std::vector<std::int64_t> encode(std::string_view text) const override {
+    std::vector<std::int64_t> ids;
+    for_each_word(text, [&](std::string_view w) {
+      // Unknown words, and the special words typed as text ("<unk>" in PTB and WikiText), are
+      // <unk>: "<pad>" or "<eos>" in the text must not act as control tokens.
+      auto it = index_.find(std::string(w));
+      ids.push_back(it == index_.end() || it->second < 3 ? 1 : it->second);
+    });
+    return ids;
+  }
+  std::string decode(const std::vector<std::int64_t>& ids) const override {
+    return decode_lines(ids, 2, 0, [this](const std::vector<std::int64_t>& run) {
+      std::string text;
+      for (auto id : run) {
+        TXL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " outside the vocabulary [0, ",
+                  vocab_size(), ")");
+        if (!text.empty()) text += ' ';
+        text += words_[static_cast<size_t>(id)];
+      }
+      return text;
+    });
+  }
+  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(words_.size()); }
+  std::int64_t pad_id() const override { return 0; }
+  std::int64_t unk_id() const override { return 1; }
+  std::int64_t eos_id() const override { return 2; }
+  std::string piece(std::int64_t id) const override {
+    TXL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " outside the vocabulary");
+    return words_[static_cast<size_t>(id)];
+  }
+  std::string fingerprint() const override { return fingerprint_; }
+  void save(const stdfs::path& dir) const override {
+    fs::ensure_dir(dir);
+    std::string text;
+    for (size_t i = 0; i < words_.size(); ++i)
+      text += words_[i] + "\t" + std::to_string(counts_[i]) + "\n";
+    fs::write_atomic(dir / "tokenizer.vocab", text);
+    save_meta(dir, kind(), fingerprint_);
+  }
+
+  static std::shared_ptr<Tokenizer> load(const stdfs::path& file) {
+    std::string text = fs::read_file(file);
+    std::vector<std::string> words;
+    std::vector<std::int64_t> counts;
+    size_t line_no = 0;
+    for (const auto& line : split_lines(text)) {
+      ++line_no;
+      size_t tab = line.find('\t');
+      TXL_CHECK(tab != std::string::npos && tab > 0, file.string(), ":", line_no,
+                ": expected \"word<TAB>count\"");
+      words.push_back(line.substr(0, tab));
+      counts.push_back(std::stoll(line.substr(tab + 1)));
+    }
+    return std::make_shared<WordTokenizer>(std::move(words), std::move(counts));
+  }
+
+ private:
+  std::vector<std::string> words_;
+  std::vector<std::int64_t> counts_;
+  std::unordered_map<std::string, std::int64_t> index_;
+  std::string fingerprint_;
+};
+
+std::string hex_of(std::uint64_t v) { return fs::hex64(v); }
+
+}  // namespace
+
+// ----------------------------------------------------------------------- building
+
+std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cfg,
+                                               const std::vector<std::string>& train_lines) {
+  (void)tokenizer_options_key(cfg);  // validates model_type
+  TXL_CHECK(cfg.vocab_size >= 4, "data.tokenizer.vocab_size must be at least 4, got ",
+            cfg.vocab_size);
+  TXL_CHECK(cfg.character_coverage > 0.0 && cfg.character_coverage <= 1.0,
+            "data.tokenizer.character_coverage must be in (0, 1], got ", cfg.character_coverage);
+  for (size_t i = 0; i < train_lines.size(); ++i) {
+    auto bad = find_invalid_utf8(train_lines[i]);
+    TXL_CHECK(!bad.has_value(), "invalid UTF-8 in the training text, line ", i + 1, " byte ",
+              bad.value_or(0) + 1, ": sentencepiece needs UTF-8 text (convert the corpus, e.g. ",
+              "with iconv, or use data.tokenizer.type byte)");
+  }
+  LinesIterator lines(train_lines, cfg.max_sentences);
+  TXL_CHECK(lines.count() > 0, "cannot train a sentencepiece tokenizer: the train split has no text");
+
+  std::string user_symbols;
+  for (const auto& s : cfg.user_symbols) user_symbols += (user_symbols.empty() ? "" : ",") + s;
+  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  // Identity normalization and kept whitespace: decode(encode(text)) == text, and bits per
+  // byte refer to the text as it is.
+  std::unordered_map<std::string, std::string> args = {
+      {"model_type", cfg.model_type},
+      {"vocab_size", std::to_string(cfg.vocab_size)},
+      {"character_coverage", std::to_string(cfg.character_coverage)},
+      {"pad_id", "0"},
+      {"unk_id", "1"},
+      {"eos_id", "2"},
+      {"bos_id", "-1"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"max_sentence_length", "65536"},
+      {"input_sentence_size", "0"},
+      {"num_threads", std::to_string(threads)},
+      {"hard_vocab_limit", "true"}};
+  if (!user_symbols.empty()) args["user_defined_symbols"] = user_symbols;
+
+  log::info("data", "training a sentencepiece {} tokenizer, vocab {}, on {} of {} train lines",
+            cfg.model_type, cfg.vocab_size, lines.count(), train_lines.size());
+  auto start = std::chrono::steady_clock::now();
+  std::string serialized;
+  sentencepiece::util::Status status;
+  std::string chatter;
+  {
+    StderrCapture capture;
+    status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &serialized);
+    chatter = capture.stop();
+  }
+  if (!status.ok()) {
+    std::string message = status.ToString();
+    if (message.find("Vocabulary size") != std::string::npos)
+      TXL_FAIL("data.tokenizer.vocab_size ", cfg.vocab_size, " does not fit this corpus: ",
+               message, "; choose a vocab_size the training text supports");
+    TXL_FAIL("sentencepiece training failed: ", message, "\nlast sentencepiece output:\n", chatter);
+  }
+  double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto tok = std::make_shared<SentencePieceTokenizer>(std::move(serialized), "(just trained)");
+  log::info("data", "trained sentencepiece tokenizer in {:.1f} s: vocab {}", seconds,
+            tok->vocab_size());
+  return tok;
+}
+
+std::shared_ptr<Tokenizer> load_sentencepiece(const stdfs::path& model_path) {
+  std::error_code ec;
+  TXL_CHECK(stdfs::is_regular_file(model_path, ec), "sentencepiece model not found: ",
+            model_path.string(), " (check data.tokenizer.model_path)");
+  return std::make_shared<SentencePieceTokenizer>(fs::read_file(model_path), model_path.string());
+}
+
+std::shared_ptr<Tokenizer> make_byte_tokenizer() { return std::make_shared<ByteTokenizer>(); }
+
+std::shared_ptr<Tokenizer> build_word_tokenizer(const std::vector<std::string>& train_lines,
+                                                int min_count) {
+  std::unordered_map<std::string, std::int64_t> counts;
+  for (const auto& line : train_lines)
+    for_each_word(line, [&](std::string_view w) { ++counts[std::string(w)]; });
+  std::vector<std::pair<std::string, std::int64_t>> sorted;
+  sorted.reserve(counts.size());
+  std::int64_t unk_count = 0, dropped = 0;
+  for (auto& [word, count] : counts) {
+    if (word == kUnkWord || word == kPadWord || word == kEosWord) {
+      unk_count += count;
+    } else if (count < min_count) {
+      unk_count += count;
+      ++dropped;
+    } else {
+      sorted.emplace_back(word, count);
+    }
+  }
+  // Descending frequency, ties in byte order: the same text always gives the same ids.
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  std::vector<std::string> words = {kPadWord, kUnkWord, kEosWord};
+  std::vector<std::int64_t> word_counts = {0, unk_count, static_cast<std::int64_t>(train_lines.size())};
+  for (auto& [word, count] : sorted) {
+    words.push_back(std::move(word));
+    word_counts.push_back(count);
+  }
+  log::info("data", "word vocabulary: {} words{}", words.size(),
+            dropped ? fmt::format(" ({} rarer than min_count {} map to <unk>)", dropped, min_count)
+                    : std::string());
+  return std::make_shared<WordTokenizer>(std::move(words), std::move(word_counts));
+}
+
+std::shared_ptr<Tokenizer> load_tokenizer(const stdfs::path& dir) {
+  std::error_code ec;
+  TXL_CHECK(stdfs::is_regular_file(dir / kMetaFile, ec), "no tokenizer in ", dir.string(),
+            " (", kMetaFile, " missing)");
+  Meta meta = parse_meta(fs::read_file(dir / kMetaFile));
+  TXL_CHECK(meta["format"] == std::to_string(kMetaFormat), dir.string(), "/", kMetaFile,
+            " has format '", meta["format"], "', expected ", kMetaFormat);
+  const std::string& kind = meta["kind"];
+  std::shared_ptr<Tokenizer> tok;
+  if (kind == "sentencepiece") {
+    tok = std::make_shared<SentencePieceTokenizer>(fs::read_file(dir / "tokenizer.model"),
+                                                   (dir / "tokenizer.model").string());
+  } else if (kind == "byte") {
+    tok = make_byte_tokenizer();
+  } else if (kind == "word") {
+    tok = WordTokenizer::load(dir / "tokenizer.vocab");
+  } else {
+    TXL_FAIL(dir.string(), "/", kMetaFile, " names an unknown tokenizer kind '", kind, "'");
+  }
+  TXL_CHECK(tok->fingerprint() == meta["fingerprint"], "tokenizer in ", dir.string(),
+            " is damaged: its fingerprint ", tok->fingerprint(), " differs from the recorded ",
+            meta["fingerprint"]);
+  return tok;
+}
+
+std::string tokenizer_options_key(const config::TokenizerConfig& cfg) {
+  if (cfg.type == "byte") return "byte";
+  if (cfg.type == "word") return "word:min_count=" + std::to_string(cfg.min_count);
+  TXL_CHECK(cfg.type == "sentencepiece", "unknown data.tokenizer.type '", cfg.type,
+            "': expected sentencepiece, byte or word");
+  if (!cfg.model_path.empty()) {
+    std::error_code ec;
+    TXL_CHECK(stdfs::is_regular_file(cfg.model_path, ec), "data.tokenizer.model_path: file not ",
+              "found: ", cfg.model_path);
+    return "sentencepiece:model=" + hex_of(fs::fingerprint_file(cfg.model_path));
+  }
+  const auto& mt = cfg.model_type;
+  TXL_CHECK(mt == "unigram" || mt == "bpe" || mt == "char" || mt == "word",
+            "unknown data.tokenizer.model_type '", mt, "': expected unigram, bpe, char or word");
+  std::string key = "sentencepiece:model_type=" + mt + ",vocab_size=" +
+                    std::to_string(cfg.vocab_size) + ",character_coverage=" +
+                    std::to_string(cfg.character_coverage) + ",max_sentences=" +
+                    std::to_string(cfg.max_sentences) + ",user_symbols=";
+  for (const auto& s : cfg.user_symbols) key += s + "\x1f";
+  return key;
+}
+
+std::uint64_t fingerprint_lines(const std::vector<std::string>& lines) {
+  std::uint64_t h = fs::fnv1a("lines");
+  for (const auto& line : lines) {
+    h = fs::fnv1a(line, h);
+    h = fs::fnv1a("\n", h);
+  }
+  return h;
+}
+
+std::shared_ptr<Tokenizer> make_tokenizer(
+    const config::TokenizerConfig& cfg,
+    const std::function<const std::vector<std::string>&()>& train_lines,
+    std::uint64_t train_fingerprint, const stdfs::path& dir, bool* reused) {
+  const std::string options = tokenizer_options_key(cfg);
+  // A tokenizer loaded from model_path or the byte tokenizer does not depend on the text.
+  const bool text_free = cfg.type == "byte" || (cfg.type == "sentencepiece" && !cfg.model_path.empty());
+  const std::string trained_on = text_free ? "-" : hex_of(train_fingerprint);
+  if (reused) *reused = false;
+  std::error_code ec;
+  if (!dir.empty() && stdfs::is_regular_file(dir / kSourceFile, ec)) {
+    Meta source = parse_meta(fs::read_file(dir / kSourceFile));
+    if (source["options"] == options && source["trained_on"] == trained_on) {
+      try {
+        auto tok = load_tokenizer(dir);
+        if (reused) *reused = true;
+        log::info("data", "tokenizer: reusing {} ({}, vocab {})", dir.string(), tok->kind(),
+                  tok->vocab_size());
+        return tok;
+      } catch (const Error& e) {
+        log::info("data", "tokenizer cache unusable, rebuilding: {}", e.what());
+      }
+    } else {
+      log::info("data", "tokenizer in {} is stale ({} changed), rebuilding", dir.string(),
+                source["options"] != options ? "options" : "training text");
+    }
+  }
+  std::shared_ptr<Tokenizer> tok;
+  if (cfg.type == "byte") {
+    tok = make_byte_tokenizer();
+  } else if (cfg.type == "word") {
+    tok = build_word_tokenizer(train_lines(), cfg.min_count);
+  } else if (!cfg.model_path.empty()) {
+    tok = load_sentencepiece(cfg.model_path);
+  } else {
+    tok = train_sentencepiece(cfg, train_lines());
+  }
+  if (!dir.empty()) {
+    tok->save(dir);
+    // Written last: a crash before this line leaves no claim that the files are complete.
+    fs::write_atomic(dir / kSourceFile, format_meta({{"options", options}, {"trained_on", trained_on}}));
+  }
+  return tok;
+}
+
+std::shared_ptr<Tokenizer> make_tokenizer(const config::TokenizerConfig& cfg,
+                                          const std::vector<std::string>& train_lines,
+                                          const stdfs::path& dir) {
+  return make_tokenizer(
+      cfg, [&]() -> const std::vector<std::string>& { return train_lines; },
+      fingerprint_lines(train_lines), dir);
+}
+
+}  // namespace txl::data
