@@ -1,20 +1,22 @@
 #include "txl/data/tokenizer.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
-#include <sentencepiece_processor.h>
-#include <sentencepiece_trainer.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <iostream>
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 
+#include "spm_shim.h"
 #include "txl/data/corpus.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
@@ -167,60 +169,116 @@ class StderrCapture {
   std::chrono::steady_clock::time_point last_{};
 };
 
-// Feeds sentencepiece the training lines, at most `limit` of them at an even stride so the
-// sample is deterministic and spread over the whole split.
-class LinesIterator : public sentencepiece::SentenceIterator {
- public:
-  LinesIterator(const std::vector<std::string>& lines, std::int64_t limit) : lines_(lines) {
-    const auto n = static_cast<std::int64_t>(lines.size());
-    stride_ = (limit > 0 && n > limit) ? static_cast<double>(n) / static_cast<double>(limit) : 1.0;
-    count_ = (limit > 0 && n > limit) ? limit : n;
-    skip_empty();
-  }
-  bool done() const override { return k_ >= count_; }
-  void Next() override {
-    ++k_;
-    skip_empty();
-  }
-  const std::string& value() const override { return lines_[index()]; }
-  sentencepiece::util::Status status() const override { return {}; }
-  std::int64_t count() const { return count_; }
-
- private:
-  size_t index() const { return static_cast<size_t>(static_cast<double>(k_) * stride_); }
-  void skip_empty() {
-    while (k_ < count_ && lines_[index()].find_first_not_of(" \t") == std::string::npos) ++k_;
-  }
-  const std::vector<std::string>& lines_;
-  double stride_ = 1.0;
-  std::int64_t count_ = 0, k_ = 0;
+// The sentencepiece shim (spm_shim.h), loaded once per process.
+struct SpmLibrary {
+  decltype(&txl_spm_train) train;
+  decltype(&txl_spm_load) load;
+  decltype(&txl_spm_free) free;
+  decltype(&txl_spm_encode) encode;
+  decltype(&txl_spm_decode) decode;
+  decltype(&txl_spm_piece_size) piece_size;
+  decltype(&txl_spm_special_id) special_id;
+  decltype(&txl_spm_id_to_piece) id_to_piece;
 };
+
+// Where libtxl_spm.so may be: $TXL_SPM_LIBRARY, the build tree, beside the executable, ../lib.
+std::vector<std::string> spm_library_candidates() {
+  std::vector<std::string> out;
+  if (const char* env = std::getenv("TXL_SPM_LIBRARY")) out.emplace_back(env);
+#ifdef TXL_SPM_BUILD_PATH
+  out.emplace_back(TXL_SPM_BUILD_PATH);
+#endif
+  std::error_code ec;
+  auto exe = stdfs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    out.push_back((exe.parent_path() / "libtxl_spm.so").string());
+    out.push_back((exe.parent_path().parent_path() / "lib" / "libtxl_spm.so").string());
+  }
+  return out;
+}
+
+const SpmLibrary& spm() {
+  static const SpmLibrary lib = [] {
+    std::string tried;
+    for (const auto& path : spm_library_candidates()) {
+      std::error_code ec;
+      if (!stdfs::is_regular_file(path, ec)) {
+        tried += "\n  " + path + " (not found)";
+        continue;
+      }
+      // A fresh link-map namespace: sentencepiece, its embedded protobuf and its own libstdc++
+      // never meet libtorch's protobuf (spm_shim.h).
+      void* handle = ::dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!handle) {
+        tried += "\n  " + path + " (" + ::dlerror() + ")";
+        continue;
+      }
+      SpmLibrary l{};
+      auto sym = [&](auto* fn, const char* name) {
+        void* p = ::dlsym(handle, name);
+        TXL_CHECK(p != nullptr, path, " lacks ", name, ": rebuild txl");
+        *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(p);
+      };
+      sym(&l.train, "txl_spm_train");
+      sym(&l.load, "txl_spm_load");
+      sym(&l.free, "txl_spm_free");
+      sym(&l.encode, "txl_spm_encode");
+      sym(&l.decode, "txl_spm_decode");
+      sym(&l.piece_size, "txl_spm_piece_size");
+      sym(&l.special_id, "txl_spm_special_id");
+      sym(&l.id_to_piece, "txl_spm_id_to_piece");
+      return l;
+    }
+    TXL_FAIL("cannot load the sentencepiece shim libtxl_spm.so (built with txl); tried:", tried,
+             "\nset TXL_SPM_LIBRARY to its path");
+  }();
+  return lib;
+}
+
+void append_bytes(void* ctx, const char* data, std::size_t size) {
+  static_cast<std::string*>(ctx)->append(data, size);
+}
 
 class SentencePieceTokenizer : public Tokenizer {
  public:
   // Takes a serialized ModelProto (the bytes of a .model file).
-  explicit SentencePieceTokenizer(std::string serialized, const std::string& origin)
+  SentencePieceTokenizer(std::string serialized, const std::string& origin)
       : serialized_(std::move(serialized)) {
-    auto status = sp_.LoadFromSerializedProto(serialized_);
-    TXL_CHECK(status.ok(), "cannot load sentencepiece model ", origin, ": ", status.ToString());
-    TXL_CHECK(sp_.pad_id() == 0 && sp_.unk_id() == 1 && sp_.eos_id() == 2, "sentencepiece model ",
-              origin, " has ids pad ", sp_.pad_id(), ", unk ", sp_.unk_id(), ", eos ", sp_.eos_id(),
-              "; txl needs pad 0, unk 1, eos 2 (train it with --pad_id=0 --unk_id=1 --eos_id=2 ",
-              "--bos_id=-1, or leave data.tokenizer.model_path empty to let txl train one)");
+    std::string error;
+    void* handle = nullptr;
+    TXL_CHECK(spm().load(serialized_.data(), serialized_.size(), &handle, append_bytes, &error) == 0,
+              "cannot load sentencepiece model ", origin, ": ", error);
+    handle_ = handle;
+    const int pad = spm().special_id(handle_, 0), unk = spm().special_id(handle_, 1),
+              eos = spm().special_id(handle_, 2);
+    TXL_CHECK(pad == 0 && unk == 1 && eos == 2, "sentencepiece model ", origin, " has ids pad ",
+              pad, ", unk ", unk, ", eos ", eos, "; txl needs pad 0, unk 1, eos 2 (train it with ",
+              "--pad_id=0 --unk_id=1 --eos_id=2 --bos_id=-1, or leave data.tokenizer.model_path ",
+              "empty to let txl train one)");
+    vocab_size_ = spm().piece_size(handle_);
     fingerprint_ = fs::hex64(fs::fnv1a(serialized_));
   }
+  ~SentencePieceTokenizer() override {
+    if (handle_) spm().free(handle_);
+  }
+  SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
+  SentencePieceTokenizer& operator=(const SentencePieceTokenizer&) = delete;
 
   std::string kind() const override { return "sentencepiece"; }
 
   std::vector<std::int64_t> encode(std::string_view text) const override {
     auto bad = find_invalid_utf8(text);
-    TXL_CHECK(!bad.has_value(), "invalid UTF-8 at byte ", bad.value_or(0),
+    TXL_CHECK(!bad.has_value(), "invalid UTF-8 at byte ", bad.value_or(0) + 1,
               " of the text to encode; sentencepiece needs UTF-8 (use tokenizer type byte for ",
               "arbitrary bytes)");
-    std::vector<int> ids;
-    auto status = sp_.Encode(text, &ids);
-    TXL_CHECK(status.ok(), "sentencepiece encode failed: ", status.ToString());
-    return std::vector<std::int64_t>(ids.begin(), ids.end());
+    std::vector<std::int64_t> ids;
+    std::string error;
+    auto sink = [](void* ctx, const int* data, std::size_t n) {
+      static_cast<std::vector<std::int64_t>*>(ctx)->assign(data, data + n);
+    };
+    TXL_CHECK(spm().encode(handle_, text.data(), text.size(), sink, &ids, append_bytes, &error) == 0,
+              "sentencepiece encode failed: ", error);
+    return ids;
   }
 
   std::string decode(const std::vector<std::int64_t>& ids) const override {
@@ -228,24 +286,27 @@ class SentencePieceTokenizer : public Tokenizer {
       std::vector<int> ints;
       ints.reserve(run.size());
       for (auto id : run) {
-        TXL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " outside the vocabulary [0, ",
-                  vocab_size(), ")");
+        TXL_CHECK(id >= 0 && id < vocab_size_, "token id ", id, " outside the vocabulary [0, ",
+                  vocab_size_, ")");
         ints.push_back(static_cast<int>(id));
       }
-      std::string text;
-      auto status = sp_.Decode(ints, &text);
-      TXL_CHECK(status.ok(), "sentencepiece decode failed: ", status.ToString());
+      std::string text, error;
+      TXL_CHECK(spm().decode(handle_, ints.data(), ints.size(), append_bytes, &text, append_bytes,
+                             &error) == 0,
+                "sentencepiece decode failed: ", error);
       return text;
     });
   }
 
-  std::int64_t vocab_size() const override { return sp_.GetPieceSize(); }
+  std::int64_t vocab_size() const override { return vocab_size_; }
   std::int64_t pad_id() const override { return 0; }
   std::int64_t unk_id() const override { return 1; }
   std::int64_t eos_id() const override { return 2; }
   std::string piece(std::int64_t id) const override {
-    TXL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " outside the vocabulary");
-    return sp_.IdToPiece(static_cast<int>(id));
+    TXL_CHECK(id >= 0 && id < vocab_size_, "token id ", id, " outside the vocabulary");
+    std::string out;
+    spm().id_to_piece(handle_, static_cast<int>(id), append_bytes, &out);
+    return out;
   }
   std::string fingerprint() const override { return fingerprint_; }
   void save(const stdfs::path& dir) const override {
@@ -256,7 +317,8 @@ class SentencePieceTokenizer : public Tokenizer {
 
  private:
   std::string serialized_;
-  sentencepiece::SentencePieceProcessor sp_;
+  void* handle_ = nullptr;
+  std::int64_t vocab_size_ = 0;
   std::string fingerprint_;
 };
 
@@ -420,15 +482,26 @@ std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cf
               bad.value_or(0) + 1, ": sentencepiece needs UTF-8 text (convert the corpus, e.g. ",
               "with iconv, or use data.tokenizer.type byte)");
   }
-  LinesIterator lines(train_lines, cfg.max_sentences);
-  TXL_CHECK(lines.count() > 0, "cannot train a sentencepiece tokenizer: the train split has no text");
+  // At most max_sentences non-blank lines, at an even stride over the whole split, so the
+  // sample is deterministic and spread over all of it.
+  std::vector<const std::string*> sample;
+  for (const auto& line : train_lines)
+    if (line.find_first_not_of(" \t") != std::string::npos) sample.push_back(&line);
+  const auto n_text = static_cast<std::int64_t>(sample.size());
+  if (cfg.max_sentences > 0 && n_text > cfg.max_sentences) {
+    std::vector<const std::string*> strided;
+    for (std::int64_t k = 0; k < cfg.max_sentences; ++k)
+      strided.push_back(sample[static_cast<size_t>(k * n_text / cfg.max_sentences)]);
+    sample.swap(strided);
+  }
+  TXL_CHECK(!sample.empty(), "cannot train a sentencepiece tokenizer: the train split has no text");
 
   std::string user_symbols;
   for (const auto& s : cfg.user_symbols) user_symbols += (user_symbols.empty() ? "" : ",") + s;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   // Identity normalization and kept whitespace: decode(encode(text)) == text, and bits per
   // byte refer to the text as it is.
-  std::unordered_map<std::string, std::string> args = {
+  std::vector<std::pair<std::string, std::string>> args = {
       {"model_type", cfg.model_type},
       {"vocab_size", std::to_string(cfg.vocab_size)},
       {"character_coverage", std::to_string(cfg.character_coverage)},
@@ -442,25 +515,32 @@ std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cf
       {"input_sentence_size", "0"},
       {"num_threads", std::to_string(threads)},
       {"hard_vocab_limit", "true"}};
-  if (!user_symbols.empty()) args["user_defined_symbols"] = user_symbols;
+  if (!user_symbols.empty()) args.emplace_back("user_defined_symbols", user_symbols);
+  std::vector<const char*> keys, values;
+  for (const auto& [k, v] : args) keys.push_back(k.c_str()), values.push_back(v.c_str());
 
   log::info("data", "training a sentencepiece {} tokenizer, vocab {}, on {} of {} train lines",
-            cfg.model_type, cfg.vocab_size, lines.count(), train_lines.size());
+            cfg.model_type, cfg.vocab_size, sample.size(), train_lines.size());
+  const SpmLibrary& lib = spm();
   auto start = std::chrono::steady_clock::now();
-  std::string serialized;
-  sentencepiece::util::Status status;
-  std::string chatter;
+  std::string serialized, error, chatter;
+  auto line_at = [](void* ctx, std::size_t i, std::size_t* size) -> const char* {
+    const std::string* line = (*static_cast<std::vector<const std::string*>*>(ctx))[i];
+    *size = line->size();
+    return line->data();
+  };
+  int rc;
   {
     StderrCapture capture;
-    status = sentencepiece::SentencePieceTrainer::Train(args, &lines, &serialized);
+    rc = lib.train(keys.data(), values.data(), keys.size(), line_at, &sample, sample.size(),
+                   append_bytes, &serialized, append_bytes, &error);
     chatter = capture.stop();
   }
-  if (!status.ok()) {
-    std::string message = status.ToString();
-    if (message.find("Vocabulary size") != std::string::npos)
+  if (rc != 0) {
+    if (error.find("Vocabulary size") != std::string::npos)
       TXL_FAIL("data.tokenizer.vocab_size ", cfg.vocab_size, " does not fit this corpus: ",
-               message, "; choose a vocab_size the training text supports");
-    TXL_FAIL("sentencepiece training failed: ", message, "\nlast sentencepiece output:\n", chatter);
+               error, "; choose a vocab_size the training text supports");
+    TXL_FAIL("sentencepiece training failed: ", error, "\nlast sentencepiece output:\n", chatter);
   }
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
