@@ -255,8 +255,12 @@ std::optional<EncodedSplit> read_encoded_split(const stdfs::path& path,
     std::copy(buffer.begin(), buffer.end(), dst);
   }
   if (!in) return fail("read error");
-  if (n_docs == 0 || split.doc_starts[0].item<std::int64_t>() != 0)
-    return fail("damaged (document starts do not begin at 0)");
+  // Document starts: 0 first, strictly increasing, inside the ids.
+  const auto* starts = split.doc_starts.data_ptr<std::int64_t>();
+  bool starts_ok = n_docs > 0 && starts[0] == 0;
+  for (std::uint64_t d = 1; starts_ok && d < n_docs; ++d)
+    starts_ok = starts[d] > starts[d - 1] && starts[d] < static_cast<std::int64_t>(n);
+  if (!starts_ok) return fail("damaged (document starts out of order or range)");
   return split;
 }
 

@@ -8,6 +8,7 @@
 
 #include <exception>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -47,6 +48,8 @@ class CallbackIterator : public sentencepiece::SentenceIterator {
 }  // namespace
 
 extern "C" {
+
+__attribute__((visibility("default"))) void txl_spm_init() { std::thread([] {}).join(); }
 
 __attribute__((visibility("default"))) int txl_spm_train(
     const char* const* keys, const char* const* values, std::size_t n_args,

@@ -22,6 +22,12 @@ typedef void (*txl_spm_ids_sink)(void* ctx, const int* ids, std::size_t n);
 // Returns line `i` of the training text (pointer and length stay valid during training).
 typedef const char* (*txl_spm_line_source)(void* ctx, std::size_t i, std::size_t* size);
 
+// Called once right after loading. Starts and joins one thread inside the namespace: glibc and
+// libstdc++ skip locking (malloc arenas, shared_ptr counts) while a libc copy has never created a
+// thread itself, and this namespace's copy would otherwise not know that txl calls it from
+// several threads (encode_split).
+void txl_spm_init();
+
 // Each function returns 0 on success; on failure, non-zero after passing the message to `error`.
 int txl_spm_train(const char* const* keys, const char* const* values, std::size_t n_args,
                   txl_spm_line_source lines, void* lines_ctx, std::size_t n_lines,

@@ -108,11 +108,11 @@ class StderrCapture {
     if (saved_ >= 0) {
       std::cerr.flush();
       std::fflush(stderr);
-      ::dup2(saved_, 2);  // closes the pipe's last write end: the reader sees EOF
+      ::dup2(saved_, 2);  // closes the pipe's last write end: the reader drains it, sees EOF
+      reader_.join();     // the reader writes to saved_ until here
+      ::close(read_fd_);
       ::close(saved_);
       saved_ = -1;
-      reader_.join();
-      ::close(read_fd_);
     }
     std::lock_guard<std::mutex> lock(mutex_);
     std::string out;
@@ -148,10 +148,14 @@ class StderrCapture {
     if (tag == std::string::npos) return;
     size_t close = text.find(") ", tag + 6);
     std::string message = close == std::string::npos ? text : text.substr(close + 2);
-    bool milestone = message.rfind("Loaded all", 0) == 0 || message.rfind("Alphabet size", 0) == 0 ||
-                     message.rfind("Initialized", 0) == 0 || message.rfind("Saving", 0) == 0 ||
-                     text.find("LOG(WARNING)") != std::string::npos ||
+    // Milestones of unigram / bpe training: sentences loaded, alphabet, seed pieces, the
+    // vocabulary size after each EM pruning round, saving. Other lines at most every 2 s.
+    static const char* const kMilestones[] = {"Loaded all", "Alphabet size", "Making suffix",
+                                              "Initialized", "EM sub_iter=1", "Saving model"};
+    bool milestone = text.find("LOG(WARNING)") != std::string::npos ||
                      text.find("LOG(ERROR)") != std::string::npos;
+    for (const char* m : kMilestones) milestone = milestone || message.rfind(m, 0) == 0;
+    if (message.rfind("Starts training", 0) == 0 || message.rfind("Adding meta", 0) == 0) return;
     auto now = std::chrono::steady_clock::now();
     if (!milestone && now - last_ < std::chrono::seconds(2)) return;
     last_ = now;
@@ -227,6 +231,9 @@ const SpmLibrary& spm() {
       sym(&l.piece_size, "txl_spm_piece_size");
       sym(&l.special_id, "txl_spm_special_id");
       sym(&l.id_to_piece, "txl_spm_id_to_piece");
+      decltype(&txl_spm_init) init = nullptr;
+      sym(&init, "txl_spm_init");
+      init();
       return l;
     }
     TXL_FAIL("cannot load the sentencepiece shim libtxl_spm.so (built with txl); tried:", tried,
