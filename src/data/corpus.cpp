@@ -159,8 +159,8 @@ std::uint64_t fingerprint_files(const std::string& corpus, const std::vector<std
   std::uint64_t h = fs::fnv1a(corpus);
   for (const auto& file : files) {
     std::error_code ec;
-    TXL_CHECK(stdfs::is_regular_file(file, ec), "corpus '", corpus, "': file not found: ",
-              file.string(), " (see ", kReadme, " for how to obtain it)");
+    TXL_CHECK(stdfs::is_regular_file(file, ec), "corpus '", corpus,
+              "': file not found: ", file.string(), " (see ", kReadme, " for how to obtain it)");
     std::uint64_t f = fs::fingerprint_file(file);
     h = fs::fnv1a(std::string_view(reinterpret_cast<const char*>(&f), sizeof f), h);
   }
@@ -374,14 +374,17 @@ class ByteFileReader : public CorpusReader {
     std::string bytes = read_corpus_file(name_, file_);
     ByteSplit cut = byte_corpus_split(static_cast<std::int64_t>(bytes.size()));
     if (!cut.standard)
-      log::info("data", "{}: {} has {} bytes, under the standard 100,000,000; splitting 90/5/5 "
-                "by fraction", name_, file_.string(), cut.size);
+      log::info("data",
+                "{}: {} has {} bytes, under the standard 100,000,000; splitting 90/5/5 "
+                "by fraction",
+                name_, file_.string(), cut.size);
     CorpusText corpus;
     corpus.name = name_;
     std::int64_t bounds[4] = {0, cut.train_end, cut.valid_end, cut.size};
     CorpusSplit* splits[3] = {&corpus.train, &corpus.valid, &corpus.test};
     for (int s = 0; s < 3; ++s) {
-      std::string_view part(bytes.data() + bounds[s], static_cast<size_t>(bounds[s + 1] - bounds[s]));
+      std::string_view part(bytes.data() + bounds[s],
+                            static_cast<size_t>(bounds[s + 1] - bounds[s]));
       CorpusSplit& split = *splits[s];
       split.n_bytes = static_cast<std::int64_t>(part.size());
       split.n_chars = count_utf8_chars(part);
@@ -414,8 +417,8 @@ class SyntheticReader : public CorpusReader {
   explicit SyntheticReader(const config::SyntheticConfig& cfg) : cfg_(cfg) {}
   std::string name() const override { return "synthetic"; }
   std::string source_key() const override {
-    return "synthetic:seed=" + std::to_string(cfg_.seed) + ",documents=" +
-           std::to_string(cfg_.documents) + ",keys=" + std::to_string(cfg_.keys) +
+    return "synthetic:seed=" + std::to_string(cfg_.seed) +
+           ",documents=" + std::to_string(cfg_.documents) + ",keys=" + std::to_string(cfg_.keys) +
            ",gap=" + std::to_string(cfg_.gap) + ",alphabet=" + std::to_string(cfg_.alphabet);
   }
   std::uint64_t fingerprint() const override {

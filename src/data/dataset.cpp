@@ -132,8 +132,8 @@ EncodedSplit encode_split(const CorpusSplit& split, const Tokenizer& tokenizer, 
 
   std::vector<std::int64_t> starts;
   for (std::int64_t line : split.doc_starts) {
-    TXL_CHECK(line >= 0 && line <= static_cast<std::int64_t>(n_lines), "document start line ",
-              line, " outside the split's ", n_lines, " lines");
+    TXL_CHECK(line >= 0 && line <= static_cast<std::int64_t>(n_lines), "document start line ", line,
+              " outside the split's ", n_lines, " lines");
     std::int64_t offset = line_offset[static_cast<size_t>(line)];
     // An empty document (no tokens) does not start anywhere new.
     if (offset < chunk_start[n_chunks] && (starts.empty() || offset > starts.back()))

@@ -49,7 +49,9 @@ class CallbackIterator : public sentencepiece::SentenceIterator {
 
 extern "C" {
 
-__attribute__((visibility("default"))) void txl_spm_init() { std::thread([] {}).join(); }
+__attribute__((visibility("default"))) void txl_spm_init() {
+  std::thread([] {}).join();
+}
 
 __attribute__((visibility("default"))) int txl_spm_train(
     const char* const* keys, const char* const* values, std::size_t n_args,
@@ -142,11 +144,16 @@ __attribute__((visibility("default"))) int txl_spm_piece_size(const void* handle
 __attribute__((visibility("default"))) int txl_spm_special_id(const void* handle, int which) {
   auto* sp = static_cast<const sentencepiece::SentencePieceProcessor*>(handle);
   switch (which) {
-    case 0: return sp->pad_id();
-    case 1: return sp->unk_id();
-    case 2: return sp->eos_id();
-    case 3: return sp->bos_id();
-    default: return -1;
+    case 0:
+      return sp->pad_id();
+    case 1:
+      return sp->unk_id();
+    case 2:
+      return sp->eos_id();
+    case 3:
+      return sp->bos_id();
+    default:
+      return -1;
   }
 }
 

@@ -32,7 +32,8 @@ class Rng {
   }
   // Fisher-Yates.
   void shuffle(std::vector<int>* v) {
-    for (int i = static_cast<int>(v->size()) - 1; i > 0; --i) std::swap((*v)[i], (*v)[below(i + 1)]);
+    for (int i = static_cast<int>(v->size()) - 1; i > 0; --i)
+      std::swap((*v)[i], (*v)[below(i + 1)]);
   }
 
  private:

@@ -150,7 +150,7 @@ class StderrCapture {
     std::string message = close == std::string::npos ? text : text.substr(close + 2);
     // Milestones of unigram / bpe training: sentences loaded, alphabet, seed pieces, the
     // vocabulary size after each EM pruning round, saving. Other lines at most every 2 s.
-    static const char* const kMilestones[] = {"Loaded all", "Alphabet size", "Making suffix",
+    static const char* const kMilestones[] = {"Loaded all",  "Alphabet size", "Making suffix",
                                               "Initialized", "EM sub_iter=1", "Saving model"};
     bool milestone = text.find("LOG(WARNING)") != std::string::npos ||
                      text.find("LOG(ERROR)") != std::string::npos;
@@ -253,8 +253,9 @@ class SentencePieceTokenizer : public Tokenizer {
       : serialized_(std::move(serialized)) {
     std::string error;
     void* handle = nullptr;
-    TXL_CHECK(spm().load(serialized_.data(), serialized_.size(), &handle, append_bytes, &error) == 0,
-              "cannot load sentencepiece model ", origin, ": ", error);
+    TXL_CHECK(
+        spm().load(serialized_.data(), serialized_.size(), &handle, append_bytes, &error) == 0,
+        "cannot load sentencepiece model ", origin, ": ", error);
     handle_ = handle;
     const int pad = spm().special_id(handle_, 0), unk = spm().special_id(handle_, 1),
               eos = spm().special_id(handle_, 2);
@@ -283,8 +284,9 @@ class SentencePieceTokenizer : public Tokenizer {
     auto sink = [](void* ctx, const int* data, std::size_t n) {
       static_cast<std::vector<std::int64_t>*>(ctx)->assign(data, data + n);
     };
-    TXL_CHECK(spm().encode(handle_, text.data(), text.size(), sink, &ids, append_bytes, &error) == 0,
-              "sentencepiece encode failed: ", error);
+    TXL_CHECK(
+        spm().encode(handle_, text.data(), text.size(), sink, &ids, append_bytes, &error) == 0,
+        "sentencepiece encode failed: ", error);
     return ids;
   }
 
@@ -545,12 +547,11 @@ std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cf
   }
   if (rc != 0) {
     if (error.find("Vocabulary size") != std::string::npos)
-      TXL_FAIL("data.tokenizer.vocab_size ", cfg.vocab_size, " does not fit this corpus: ",
-               error, "; choose a vocab_size the training text supports");
+      TXL_FAIL("data.tokenizer.vocab_size ", cfg.vocab_size, " does not fit this corpus: ", error,
+               "; choose a vocab_size the training text supports");
     TXL_FAIL("sentencepiece training failed: ", error, "\nlast sentencepiece output:\n", chatter);
   }
-  double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   auto tok = std::make_shared<SentencePieceTokenizer>(std::move(serialized), "(just trained)");
   log::info("data", "trained sentencepiece tokenizer in {:.1f} s: vocab {}", seconds,
             tok->vocab_size());
@@ -559,8 +560,9 @@ std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cf
 
 std::shared_ptr<Tokenizer> load_sentencepiece(const stdfs::path& model_path) {
   std::error_code ec;
-  TXL_CHECK(stdfs::is_regular_file(model_path, ec), "sentencepiece model not found: ",
-            model_path.string(), " (check data.tokenizer.model_path)");
+  TXL_CHECK(stdfs::is_regular_file(model_path, ec),
+            "sentencepiece model not found: ", model_path.string(),
+            " (check data.tokenizer.model_path)");
   return std::make_shared<SentencePieceTokenizer>(fs::read_file(model_path), model_path.string());
 }
 
@@ -589,7 +591,8 @@ std::shared_ptr<Tokenizer> build_word_tokenizer(const std::vector<std::string>& 
     return a.second != b.second ? a.second > b.second : a.first < b.first;
   });
   std::vector<std::string> words = {kPadWord, kUnkWord, kEosWord};
-  std::vector<std::int64_t> word_counts = {0, unk_count, static_cast<std::int64_t>(train_lines.size())};
+  std::vector<std::int64_t> word_counts = {0, unk_count,
+                                           static_cast<std::int64_t>(train_lines.size())};
   for (auto& [word, count] : sorted) {
     words.push_back(std::move(word));
     word_counts.push_back(count);
@@ -602,8 +605,8 @@ std::shared_ptr<Tokenizer> build_word_tokenizer(const std::vector<std::string>& 
 
 std::shared_ptr<Tokenizer> load_tokenizer(const stdfs::path& dir) {
   std::error_code ec;
-  TXL_CHECK(stdfs::is_regular_file(dir / kMetaFile, ec), "no tokenizer in ", dir.string(),
-            " (", kMetaFile, " missing)");
+  TXL_CHECK(stdfs::is_regular_file(dir / kMetaFile, ec), "no tokenizer in ", dir.string(), " (",
+            kMetaFile, " missing)");
   Meta meta = parse_meta(fs::read_file(dir / kMetaFile));
   TXL_CHECK(meta["format"] == std::to_string(kMetaFormat), dir.string(), "/", kMetaFile,
             " has format '", meta["format"], "', expected ", kMetaFormat);
@@ -639,10 +642,10 @@ std::string tokenizer_options_key(const config::TokenizerConfig& cfg) {
   const auto& mt = cfg.model_type;
   TXL_CHECK(mt == "unigram" || mt == "bpe" || mt == "char" || mt == "word",
             "unknown data.tokenizer.model_type '", mt, "': expected unigram, bpe, char or word");
-  std::string key = "sentencepiece:model_type=" + mt + ",vocab_size=" +
-                    std::to_string(cfg.vocab_size) + ",character_coverage=" +
-                    std::to_string(cfg.character_coverage) + ",max_sentences=" +
-                    std::to_string(cfg.max_sentences) + ",user_symbols=";
+  std::string key = "sentencepiece:model_type=" + mt +
+                    ",vocab_size=" + std::to_string(cfg.vocab_size) +
+                    ",character_coverage=" + std::to_string(cfg.character_coverage) +
+                    ",max_sentences=" + std::to_string(cfg.max_sentences) + ",user_symbols=";
   for (const auto& s : cfg.user_symbols) key += s + "\x1f";
   return key;
 }
@@ -662,7 +665,8 @@ std::shared_ptr<Tokenizer> make_tokenizer(
     std::uint64_t train_fingerprint, const stdfs::path& dir, bool* reused) {
   const std::string options = tokenizer_options_key(cfg);
   // A tokenizer loaded from model_path or the byte tokenizer does not depend on the text.
-  const bool text_free = cfg.type == "byte" || (cfg.type == "sentencepiece" && !cfg.model_path.empty());
+  const bool text_free =
+      cfg.type == "byte" || (cfg.type == "sentencepiece" && !cfg.model_path.empty());
   const std::string trained_on = text_free ? "-" : hex_of(train_fingerprint);
   if (reused) *reused = false;
   std::error_code ec;
@@ -696,7 +700,8 @@ std::shared_ptr<Tokenizer> make_tokenizer(
   if (!dir.empty()) {
     tok->save(dir);
     // Written last: a crash before this line leaves no claim that the files are complete.
-    fs::write_atomic(dir / kSourceFile, format_meta({{"options", options}, {"trained_on", trained_on}}));
+    fs::write_atomic(dir / kSourceFile,
+                     format_meta({{"options", options}, {"trained_on", trained_on}}));
   }
   return tok;
 }

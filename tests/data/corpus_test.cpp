@@ -31,7 +31,8 @@ std::int64_t text_bytes(const CorpusSplit& s) {
 // ------------------------------------------------------------------------------ helpers
 
 TEST(Corpus, ParseVerseLineStripsReference) {
-  auto v = txl::data::parse_verse_line("Ge1:1 In the beginning God created the heaven and the earth.");
+  auto v =
+      txl::data::parse_verse_line("Ge1:1 In the beginning God created the heaven and the earth.");
   ASSERT_TRUE(v.has_value());
   EXPECT_EQ(v->book, "Ge");
   EXPECT_EQ(v->chapter, 1);
@@ -63,10 +64,13 @@ TEST(Corpus, SplitLinesAndCounts) {
   EXPECT_TRUE(txl::data::split_lines("").empty());
   EXPECT_EQ(txl::data::count_utf8_chars("h\xC3\xA9llo \xE2\x82\xAC"), 7);  // "héllo €"
   EXPECT_FALSE(txl::data::find_invalid_utf8("h\xC3\xA9llo \xF0\x9F\x98\x80").has_value());
-  EXPECT_EQ(txl::data::find_invalid_utf8("ab\xC3").value(), 2u);        // truncated sequence
-  EXPECT_EQ(txl::data::find_invalid_utf8("a\xFF" "b").value(), 1u);     // never valid byte
-  EXPECT_EQ(txl::data::find_invalid_utf8("\xC0\xAF").value(), 0u);      // overlong '/'
-  EXPECT_EQ(txl::data::find_invalid_utf8("x\xED\xA0\x80").value(), 1u); // surrogate
+  EXPECT_EQ(txl::data::find_invalid_utf8("ab\xC3").value(), 2u);  // truncated sequence
+  EXPECT_EQ(txl::data::find_invalid_utf8("a\xFF"
+                                         "b")
+                .value(),
+            1u);                                                         // never valid byte
+  EXPECT_EQ(txl::data::find_invalid_utf8("\xC0\xAF").value(), 0u);       // overlong '/'
+  EXPECT_EQ(txl::data::find_invalid_utf8("x\xED\xA0\x80").value(), 1u);  // surrogate
 }
 
 TEST(Corpus, ByteSplitFollowsTransformerXlPreprocessing) {
@@ -99,7 +103,8 @@ TEST(Corpus, KjvFromBibleProgram) {
   ASSERT_GE(c.train.doc_starts.size(), 2u);
   EXPECT_EQ(c.train.doc_starts[0], 0);
   EXPECT_EQ(c.train.doc_starts[1], 31);
-  EXPECT_EQ(c.train.lines[31], "Thus the heavens and the earth were finished, and all the host of them.");
+  EXPECT_EQ(c.train.lines[31],
+            "Thus the heavens and the earth were finished, and all the host of them.");
   // 1,189 chapters; valid and test each start a document at their first verse as well.
   auto starts = c.train.doc_starts.size() + c.valid.doc_starts.size() + c.test.doc_starts.size();
   EXPECT_GE(starts, 1189u);
@@ -120,8 +125,10 @@ TEST(Corpus, KjvFromFileInBibleFormat) {
   TempDir dir;
   std::string text;
   // 20 verses: chapter 1 has 8, chapter 2 has 12.
-  for (int v = 1; v <= 8; ++v) text += "Ge1:" + std::to_string(v) + " one " + std::to_string(v) + "\n";
-  for (int v = 1; v <= 12; ++v) text += "Ge2:" + std::to_string(v) + " two " + std::to_string(v) + "\n";
+  for (int v = 1; v <= 8; ++v)
+    text += "Ge1:" + std::to_string(v) + " one " + std::to_string(v) + "\n";
+  for (int v = 1; v <= 12; ++v)
+    text += "Ge2:" + std::to_string(v) + " two " + std::to_string(v) + "\n";
   write_text(dir / "kjv.txt", text);
   CorpusText c = make_corpus_reader(data_config("kjv", (dir / "kjv.txt").string()))->read();
   ASSERT_EQ(c.train.lines.size(), 18u);
@@ -186,8 +193,8 @@ TEST(Corpus, PtbOneDocumentPerSplit) {
   write_text(dir / "ptb.valid.txt", " consumers may want \n");
   write_text(dir / "ptb.test.txt", " no it was n't black monday \n");
   CorpusText c = make_corpus_reader(data_config("ptb", dir.path().string()))->read();
-  EXPECT_EQ(c.train.lines, (std::vector<std::string>{" aer banknote berlitz ",
-                                                      " pierre <unk> N years old "}));
+  EXPECT_EQ(c.train.lines,
+            (std::vector<std::string>{" aer banknote berlitz ", " pierre <unk> N years old "}));
   EXPECT_EQ(c.train.doc_starts, (std::vector<std::int64_t>{0}));
   EXPECT_EQ(c.train.n_bytes, 50);
   EXPECT_EQ(c.test.lines.size(), 1u);
@@ -200,7 +207,7 @@ TEST(Corpus, TextFolderBlankLinesSeparateDocuments) {
   write_text(dir / "test.txt", "t1\n\nt2");  // no final newline
   CorpusText c = make_corpus_reader(data_config("text", dir.path().string()))->read();
   EXPECT_EQ(c.train.lines, (std::vector<std::string>{"doc one line one", "doc one line two",
-                                                      "doc two", "doc three"}));
+                                                     "doc two", "doc three"}));
   EXPECT_EQ(c.train.doc_starts, (std::vector<std::int64_t>{0, 2, 3}));
   EXPECT_EQ(c.test.lines, (std::vector<std::string>{"t1", "t2"}));
   EXPECT_EQ(c.test.doc_starts, (std::vector<std::int64_t>{0, 1}));
@@ -227,8 +234,7 @@ TEST(Corpus, Enwik8SmallFileSplitsByFraction) {
     EXPECT_EQ(c.train.n_bytes + c.valid.n_bytes + c.test.n_bytes, n);
     // Joining the lines back gives the split's bytes exactly.
     std::string train;
-    for (size_t i = 0; i < c.train.lines.size(); ++i)
-      train += (i ? "\n" : "") + c.train.lines[i];
+    for (size_t i = 0; i < c.train.lines.size(); ++i) train += (i ? "\n" : "") + c.train.lines[i];
     EXPECT_EQ(train, text.substr(0, static_cast<size_t>(n * 90 / 100)));
     // Every "<page>" line starts a document.
     ASSERT_GT(c.train.doc_starts.size(), 5u);
@@ -260,8 +266,8 @@ TEST(Corpus, MissingEmptyAndUnknownAreClearErrors) {
                         (dir / "ptb.train.txt").string());
   TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config("wikitext", dir.path().string()))->read(),
                         "data/README.md");
-  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config("enwik8", dir.path().string()))->fingerprint(),
-                        "enwik8");
+  TXL_EXPECT_THROW_WITH(
+      make_corpus_reader(data_config("enwik8", dir.path().string()))->fingerprint(), "enwik8");
   // Empty file.
   write_text(dir / "train.txt", "");
   write_text(dir / "valid.txt", "v\n");

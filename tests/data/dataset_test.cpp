@@ -83,8 +83,7 @@ TEST(Dataset, EncodeSplitMatchesSequentialEncoding) {
   // Without eos: fewer tokens, document starts still on the first token of their line.
   EncodedSplit no_eos = txl::data::encode_split(split, *tok, /*add_eos=*/false);
   EXPECT_EQ(no_eos.ids.numel(), enc.ids.numel() - 1000);
-  EXPECT_EQ(no_eos.doc_starts[1].item<std::int64_t>(),
-            enc.doc_starts[1].item<std::int64_t>() - 7);
+  EXPECT_EQ(no_eos.doc_starts[1].item<std::int64_t>(), enc.doc_starts[1].item<std::int64_t>() - 7);
 }
 
 TEST(Dataset, EncodeErrorNamesTheLine) {
@@ -153,13 +152,15 @@ TEST(Dataset, CacheFileRoundTripBothDtypes) {
   EXPECT_FALSE(txl::data::read_encoded_split(dir / "i32.bin", 0xabd, &why).has_value());
   EXPECT_NE(why.find("stale"), std::string::npos) << why;
   // An id the vocabulary cannot hold is refused at write time.
-  TXL_EXPECT_THROW_WITH(txl::data::write_encoded_split(dir / "x.bin", split, 1000, 1), "outside the vocabulary");
+  TXL_EXPECT_THROW_WITH(txl::data::write_encoded_split(dir / "x.bin", split, 1000, 1),
+                        "outside the vocabulary");
 }
 
 // --------------------------------------------------------------------- load_dataset cache
 
 std::vector<std::int64_t> as_vector(const torch::Tensor& t) {
-  return std::vector<std::int64_t>(t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + t.numel());
+  return std::vector<std::int64_t>(t.data_ptr<std::int64_t>(),
+                                   t.data_ptr<std::int64_t>() + t.numel());
 }
 
 TEST(Dataset, SecondLoadReusesTheCache) {
@@ -304,7 +305,9 @@ TEST(Dataset, KjvWithSentencePieceAndBadInputs) {
   const std::int64_t n = 40;
   auto head = std::vector<std::int64_t>(ds.train.ids.data_ptr<std::int64_t>(),
                                         ds.train.ids.data_ptr<std::int64_t>() + n);
-  EXPECT_EQ(ds.tokenizer->decode(head).rfind("In the beginning God created the heaven and the earth.\n", 0), 0u);
+  EXPECT_EQ(ds.tokenizer->decode(head).rfind(
+                "In the beginning God created the heaven and the earth.\n", 0),
+            0u);
   EXPECT_EQ(ds.train.doc_starts.numel() + ds.valid.doc_starts.numel() + ds.test.doc_starts.numel(),
             1189 + 2);  // chapters, plus valid and test starting mid-chapter
 }

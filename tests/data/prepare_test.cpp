@@ -27,8 +27,9 @@ Result run(const std::string& args) {
 
 TEST(PrepareTool, BuildsThenHitsTheCache) {
   txl::test::TempDir dir;
-  const std::string args = "--corpus synthetic --tokenizer word --documents 20 --gap 40 --cache-dir " +
-                           (dir / "cache").string();
+  const std::string args =
+      "--corpus synthetic --tokenizer word --documents 20 --gap 40 --cache-dir " +
+      (dir / "cache").string();
   Result first = run(args);
   ASSERT_EQ(first.status, 0) << first.output;
   EXPECT_NE(first.output.find("tokenizer   word"), std::string::npos) << first.output;
@@ -47,7 +48,8 @@ TEST(PrepareTool, ErrorsExitOne) {
   EXPECT_NE(bad.output.find("error: unknown data.corpus 'nope'"), std::string::npos) << bad.output;
   Result missing = run("--corpus ptb --path /nonexistent/ptb --cache-dir /tmp/unused");
   EXPECT_EQ(missing.status, 1);
-  EXPECT_NE(missing.output.find("/nonexistent/ptb/ptb.train.txt"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("/nonexistent/ptb/ptb.train.txt"), std::string::npos)
+      << missing.output;
 }
 
 }  // namespace

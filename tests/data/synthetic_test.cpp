@@ -105,9 +105,11 @@ TEST(Synthetic, OneWordOneTokenAndDocumentsMarked) {
     for (auto id : ids) EXPECT_NE(id, tok->unk_id()) << line;
   }
   // A document is statement + ceil(gap / 32) noise lines + queries.
-  const size_t per_doc = 2 + (cfg.gap + txl::data::kNoiseWordsPerLine - 1) / txl::data::kNoiseWordsPerLine;
+  const size_t per_doc =
+      2 + (cfg.gap + txl::data::kNoiseWordsPerLine - 1) / txl::data::kNoiseWordsPerLine;
   ASSERT_EQ(corpus.train.doc_starts.size(), 50u);
-  for (size_t d = 0; d < 50; ++d) EXPECT_EQ(corpus.train.doc_starts[d], static_cast<std::int64_t>(d * per_doc));
+  for (size_t d = 0; d < 50; ++d)
+    EXPECT_EQ(corpus.train.doc_starts[d], static_cast<std::int64_t>(d * per_doc));
   EXPECT_EQ(corpus.train.lines.size(), 50 * per_doc);
   std::int64_t bytes = 0;
   for (const auto& l : corpus.train.lines) bytes += static_cast<std::int64_t>(l.size()) + 1;

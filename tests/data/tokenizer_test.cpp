@@ -13,7 +13,8 @@ using txl::config::TokenizerConfig;
 using txl::data::Tokenizer;
 using txl::test::TempDir;
 
-std::vector<std::int64_t> encode_lines(const Tokenizer& tok, const std::vector<std::string>& lines) {
+std::vector<std::int64_t> encode_lines(const Tokenizer& tok,
+                                       const std::vector<std::string>& lines) {
   std::vector<std::int64_t> ids;
   for (const auto& line : lines) {
     auto part = tok.encode(line);
@@ -77,7 +78,8 @@ TEST_P(SentencePiece, TrainRoundTripSaveLoad) {
     EXPECT_EQ(tok->decode(tok->encode("  And  God said ")), "  And  God said ");
     // A character the training text lacks is unknown.
     auto with_unknown = tok->encode("God #");
-    EXPECT_NE(std::find(with_unknown.begin(), with_unknown.end(), tok->unk_id()), with_unknown.end());
+    EXPECT_NE(std::find(with_unknown.begin(), with_unknown.end(), tok->unk_id()),
+              with_unknown.end());
   } else {
     // Frequent words round-trip; a rare name is one <unk>.
     EXPECT_EQ(tok->decode(tok->encode("And God said unto the")), "And God said unto the");
@@ -115,8 +117,10 @@ TEST(SentencePieceErrors, VocabTooLargeInvalidUtf8BadOptions) {
                         "invalid UTF-8 in the training text, line 3");
   TXL_EXPECT_THROW_WITH(txl::data::train_sentencepiece(sp_config("wordpiece", 200), lines),
                         "unknown data.tokenizer.model_type 'wordpiece'");
-  TXL_EXPECT_THROW_WITH(txl::data::load_sentencepiece("/nonexistent/m.model"), "/nonexistent/m.model");
-  TXL_EXPECT_THROW_WITH(txl::data::load_tokenizer("/nonexistent/tok"), "no tokenizer in /nonexistent/tok");
+  TXL_EXPECT_THROW_WITH(txl::data::load_sentencepiece("/nonexistent/m.model"),
+                        "/nonexistent/m.model");
+  TXL_EXPECT_THROW_WITH(txl::data::load_tokenizer("/nonexistent/tok"),
+                        "no tokenizer in /nonexistent/tok");
 }
 
 // ----------------------------------------------------------------------------- byte
@@ -152,7 +156,8 @@ TEST(WordTokenizer, FrequencyOrderTiesAndUnknown) {
   auto tok = txl::data::build_word_tokenizer(train, 0);
   EXPECT_EQ(tok->vocab_size(), 3 + 5);
   std::vector<std::string> expected = {"<pad>", "<unk>", "<eos>", "a", "b", "c", "y", "z"};
-  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(tok->piece(static_cast<std::int64_t>(i)), expected[i]);
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_EQ(tok->piece(static_cast<std::int64_t>(i)), expected[i]);
   EXPECT_EQ(tok->encode("a b c y z"), (std::vector<std::int64_t>{3, 4, 5, 6, 7}));
   // Unseen words and the literal special words are <unk>.
   EXPECT_EQ(tok->encode("a never <unk> <eos> <pad>"), (std::vector<std::int64_t>{3, 1, 1, 1, 1}));
@@ -191,7 +196,8 @@ TEST(WordTokenizer, DamagedVocabularyIsDetected) {
   auto tok = txl::data::build_word_tokenizer({"a b c"}, 0);
   TempDir dir;
   tok->save(dir.path());
-  txl::fs::write_atomic(dir / "tokenizer.vocab", "<pad>\t0\n<unk>\t0\n<eos>\t1\nb\t1\na\t1\nc\t1\n");
+  txl::fs::write_atomic(dir / "tokenizer.vocab",
+                        "<pad>\t0\n<unk>\t0\n<eos>\t1\nb\t1\na\t1\nc\t1\n");
   TXL_EXPECT_THROW_WITH(txl::data::load_tokenizer(dir.path()), "damaged");
 }
 
@@ -236,7 +242,8 @@ TEST(MakeTokenizer, CachedByOptionsAndTrainingText) {
 TEST(MakeTokenizer, OptionErrors) {
   TokenizerConfig cfg;
   cfg.type = "bytes";
-  TXL_EXPECT_THROW_WITH(txl::data::tokenizer_options_key(cfg), "unknown data.tokenizer.type 'bytes'");
+  TXL_EXPECT_THROW_WITH(txl::data::tokenizer_options_key(cfg),
+                        "unknown data.tokenizer.type 'bytes'");
   cfg.type = "sentencepiece";
   cfg.model_path = "/nonexistent/sp.model";
   TXL_EXPECT_THROW_WITH(txl::data::tokenizer_options_key(cfg), "/nonexistent/sp.model");

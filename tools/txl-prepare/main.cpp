@@ -6,8 +6,8 @@
 //   txl-prepare --corpus wikitext --path data/corpora/wikitext-103 --tokenizer word
 //   txl-prepare --corpus enwik8 --path data/corpora/enwik8 --tokenizer byte
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <CLI/CLI.hpp>
 
 #include <exception>
 
@@ -21,14 +21,15 @@ int main(int argc, char** argv) {
   auto& syn = cfg.synthetic;
   bool no_eos = false;
   CLI::App app{"Read a corpus, build its tokenizer and cache the encoded splits."};
-  app.add_option("--corpus", cfg.corpus,
-                 "kjv | wikitext | ptb | enwik8 | text8 | text | synthetic")
+  app.add_option("--corpus", cfg.corpus, "kjv | wikitext | ptb | enwik8 | text8 | text | synthetic")
       ->capture_default_str();
   app.add_option("--path", cfg.path, "corpus folder or file (kjv: empty = the bible program)");
   app.add_option("--cache-dir", cfg.cache_dir, "cache directory")->capture_default_str();
   app.add_option("--tokenizer", tok.type, "sentencepiece | byte | word")->capture_default_str();
-  app.add_option("--model-path", tok.model_path, "load this sentencepiece .model instead of training");
-  app.add_option("--vocab-size", tok.vocab_size, "sentencepiece vocabulary size")->capture_default_str();
+  app.add_option("--model-path", tok.model_path,
+                 "load this sentencepiece .model instead of training");
+  app.add_option("--vocab-size", tok.vocab_size, "sentencepiece vocabulary size")
+      ->capture_default_str();
   app.add_option("--model-type", tok.model_type, "sentencepiece: unigram | bpe | char | word")
       ->capture_default_str();
   app.add_option("--character-coverage", tok.character_coverage, "sentencepiece character coverage")
@@ -41,10 +42,12 @@ int main(int argc, char** argv) {
   app.add_flag("--no-eos", no_eos, "do not append <eos> after every line");
   app.add_option("--seed", syn.seed, "synthetic: generator seed")->capture_default_str();
   app.add_option("--documents", syn.documents, "synthetic: train documents")->capture_default_str();
-  app.add_option("--keys", syn.keys, "synthetic: key/value pairs per document")->capture_default_str();
+  app.add_option("--keys", syn.keys, "synthetic: key/value pairs per document")
+      ->capture_default_str();
   app.add_option("--gap", syn.gap, "synthetic: noise words between statement and recall")
       ->capture_default_str();
-  app.add_option("--alphabet", syn.alphabet, "synthetic: distinct noise words")->capture_default_str();
+  app.add_option("--alphabet", syn.alphabet, "synthetic: distinct noise words")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   cfg.add_eos = !no_eos;
 
@@ -65,7 +68,8 @@ int main(int argc, char** argv) {
       fmt::print("encoding    {} tokens in {:.2f} s ({:.0f} tokens/s)\n", st.encoded_tokens,
                  st.encode_seconds, st.tokens_per_second());
     fmt::print("cache       {} ({})\n", st.cache_path.string(),
-               st.splits_reused == 3 ? "hit" : fmt::format("rebuilt {} of 3 splits", 3 - st.splits_reused));
+               st.splits_reused == 3 ? "hit"
+                                     : fmt::format("rebuilt {} of 3 splits", 3 - st.splits_reused));
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());

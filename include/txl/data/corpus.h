@@ -25,7 +25,7 @@ namespace txl::data {
 
 // One split of a corpus: its text as lines and where its documents start.
 struct CorpusSplit {
-  std::vector<std::string> lines;   // the text, one line each, without the newline
+  std::vector<std::string> lines;        // the text, one line each, without the newline
   std::vector<std::int64_t> doc_starts;  // line indices where documents start; sorted, first 0
   std::int64_t n_bytes = 0;  // UTF-8 bytes of the original text of this split (bits per byte)
   std::int64_t n_chars = 0;  // characters (UTF-8 code points) of the same text (bits per char)

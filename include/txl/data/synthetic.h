@@ -36,8 +36,8 @@
 
 namespace txl::data {
 
-constexpr int kSyntheticValues = 64;      // values v0..v63
-constexpr int kNoiseWordsPerLine = 32;    // noise is wrapped into lines of at most this many
+constexpr int kSyntheticValues = 64;    // values v0..v63
+constexpr int kNoiseWordsPerLine = 32;  // noise is wrapped into lines of at most this many
 
 // One generated document with its ground truth, for tests and recall evaluation.
 struct SyntheticDocument {
