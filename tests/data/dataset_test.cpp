@@ -142,6 +142,7 @@ TEST(Dataset, CacheFileRoundTripBothDtypes) {
   EXPECT_EQ(back->n_chars, 90);
 
   split.ids = torch::tensor({0, 70000, 267734}, torch::kLong);
+  split.doc_starts = torch::tensor({0, 2}, torch::kLong);
   txl::data::write_encoded_split(dir / "i32.bin", split, 267735, 0xabc);
   EXPECT_EQ(stdfs::file_size(dir / "i32.bin"), 56u + 2 * 8 + 3 * 4);  // int32 ids
   back = txl::data::read_encoded_split(dir / "i32.bin", 0xabc);
@@ -151,6 +152,11 @@ TEST(Dataset, CacheFileRoundTripBothDtypes) {
   std::string why;
   EXPECT_FALSE(txl::data::read_encoded_split(dir / "i32.bin", 0xabd, &why).has_value());
   EXPECT_NE(why.find("stale"), std::string::npos) << why;
+  // Document starts beyond the ids are damage.
+  split.doc_starts = torch::tensor({0, 3}, torch::kLong);
+  txl::data::write_encoded_split(dir / "bad_docs.bin", split, 267735, 0xabc);
+  EXPECT_FALSE(txl::data::read_encoded_split(dir / "bad_docs.bin", 0xabc, &why).has_value());
+  EXPECT_NE(why.find("document starts"), std::string::npos) << why;
   // An id the vocabulary cannot hold is refused at write time.
   TXL_EXPECT_THROW_WITH(txl::data::write_encoded_split(dir / "x.bin", split, 1000, 1),
                         "outside the vocabulary");
