@@ -118,4 +118,19 @@ CorpusText generate_synthetic_corpus(const config::SyntheticConfig& cfg) {
   return corpus;
 }
 
+torch::Tensor synthetic_recall_mask(const torch::Tensor& ids, const Tokenizer& tokenizer) {
+  TXL_CHECK(tokenizer.kind() == "word", "the synthetic recall mask needs data.tokenizer.type ",
+            "word (one token per word), got ", tokenizer.kind());
+  TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == torch::kLong, "ids must be int64 [N]");
+  auto question = tokenizer.encode("?");
+  TXL_CHECK(question.size() == 1 && question[0] != tokenizer.unk_id(),
+            "the tokenizer does not know \"?\": was it built on the synthetic corpus?");
+  auto mask = torch::zeros({ids.numel()}, torch::kBool);  // [N]
+  if (ids.numel() > 2) {
+    // Value at p <=> "?" at p - 2 (the key sits between them).
+    mask.narrow(0, 2, ids.numel() - 2).copy_(ids.narrow(0, 0, ids.numel() - 2) == question[0]);
+  }
+  return mask;
+}
+
 }  // namespace txl::data

@@ -214,7 +214,12 @@ const SpmLibrary& spm() {
       // never meet libtorch's protobuf (spm_shim.h).
       void* handle = ::dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (!handle) {
-        tried += "\n  " + path + " (" + ::dlerror() + ")";
+        std::string why = ::dlerror();
+        tried += "\n  " + path + " (" + why + ")";
+        if (why.find("static TLS") != std::string::npos)
+          tried +=
+              "\n  (a second link-map namespace needs static TLS space: try "
+              "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096)";
         continue;
       }
       SpmLibrary l{};

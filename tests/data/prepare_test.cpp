@@ -13,8 +13,15 @@ struct Result {
   std::string output;
 };
 
+// The tool beside this test binary (both land in build/bin), else in TXL_BIN_DIR.
+std::filesystem::path tool() {
+  std::error_code ec;
+  auto here = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "txl-prepare";
+  return !ec && std::filesystem::exists(here) ? here : txl::test::bin_dir() / "txl-prepare";
+}
+
 Result run(const std::string& args) {
-  std::string command = (txl::test::bin_dir() / "txl-prepare").string() + " " + args + " 2>&1";
+  std::string command = tool().string() + " " + args + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   EXPECT_NE(pipe, nullptr);
   std::string out;
@@ -46,7 +53,8 @@ TEST(PrepareTool, ErrorsExitOne) {
   Result bad = run("--corpus nope");
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.output.find("error: unknown data.corpus 'nope'"), std::string::npos) << bad.output;
-  Result missing = run("--corpus ptb --path /nonexistent/ptb --cache-dir /tmp/unused");
+  txl::test::TempDir dir;
+  Result missing = run("--corpus ptb --path /nonexistent/ptb --cache-dir " + (dir / "c").string());
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.output.find("/nonexistent/ptb/ptb.train.txt"), std::string::npos)
       << missing.output;

@@ -116,6 +116,30 @@ TEST(Synthetic, OneWordOneTokenAndDocumentsMarked) {
   EXPECT_EQ(corpus.train.n_bytes, bytes);
 }
 
+TEST(Synthetic, RecallMaskMarksExactlyTheValueTokens) {
+  auto cfg = small_config();
+  auto docs = generate_synthetic_documents(cfg, "valid");
+  auto corpus = generate_synthetic_corpus(cfg);
+  auto tok = txl::data::build_word_tokenizer(corpus.train.lines, 0);
+  std::vector<std::int64_t> ids;
+  for (const auto& line : corpus.valid.lines) {
+    auto part = tok->encode(line);
+    ids.insert(ids.end(), part.begin(), part.end());
+    ids.push_back(tok->eos_id());
+  }
+  auto ids_t = torch::tensor(ids, torch::kLong);
+  auto mask = txl::data::synthetic_recall_mask(ids_t, *tok);
+  ASSERT_EQ(mask.sum().item<std::int64_t>(), static_cast<std::int64_t>(docs.size()) * cfg.keys);
+  // The marked tokens, in order, are the values of the queries, in query order.
+  auto marked = ids_t.masked_select(mask);
+  std::int64_t i = 0;
+  for (const auto& doc : docs)
+    for (int k : doc.query_order)
+      EXPECT_EQ(tok->piece(marked[i++].item<std::int64_t>()), "v" + std::to_string(doc.values[k]));
+  TXL_EXPECT_THROW_WITH(txl::data::synthetic_recall_mask(ids_t, *txl::data::make_byte_tokenizer()),
+                        "word");
+}
+
 TEST(Synthetic, BadConfigNamesTheKey) {
   auto cfg = small_config();
   cfg.keys = 0;

@@ -27,12 +27,15 @@
 // split drawn from its own stream of a SplitMix64 generator seeded from (seed, split), so the
 // same seed gives byte-identical text on every platform.
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "txl/config/config.h"
 #include "txl/data/corpus.h"
+#include "txl/data/tokenizer.h"
 
 namespace txl::data {
 
@@ -53,5 +56,12 @@ std::vector<SyntheticDocument> generate_synthetic_documents(const config::Synthe
 
 // The three splits as corpus text (documents in order, one document = its lines).
 CorpusText generate_synthetic_corpus(const config::SyntheticConfig& cfg);
+
+// Marks the recall tokens of encoded synthetic text: the value token of every query
+// "? kX vY", i.e. position p where ids[p - 2] is "?". `ids` is int64 [N]; the result is bool [N].
+// Evaluation averages the loss over these positions to measure long-range recall (best
+// achievable 0 nats, ln 64 without access to the statement). Needs a word tokenizer (one
+// token per word); anything else is a txl::Error.
+torch::Tensor synthetic_recall_mask(const torch::Tensor& ids, const Tokenizer& tokenizer);
 
 }  // namespace txl::data
