@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -87,8 +88,8 @@ class StderrCapture {
     std::fflush(stderr);
     std::cerr.flush();
     int fds[2];
-    if (::pipe(fds) != 0) return;  // cannot capture: training output stays visible
-    saved_ = ::dup(2);
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;  // cannot capture: the output stays visible
+    saved_ = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
     if (saved_ < 0 || ::dup2(fds[1], 2) < 0) {
       ::close(fds[0]);
       ::close(fds[1]);
@@ -465,7 +466,11 @@ class WordTokenizer : public Tokenizer {
       TXL_CHECK(tab != std::string::npos && tab > 0, file.string(), ":", line_no,
                 ": expected \"word<TAB>count\"");
       words.push_back(line.substr(0, tab));
-      counts.push_back(std::stoll(line.substr(tab + 1)));
+      char* end = nullptr;
+      const std::string count = line.substr(tab + 1);
+      counts.push_back(std::strtoll(count.c_str(), &end, 10));
+      TXL_CHECK(!count.empty() && *end == '\0', file.string(), ":", line_no, ": bad count '",
+                count, "'");
     }
     return std::make_shared<WordTokenizer>(std::move(words), std::move(counts));
   }
@@ -684,7 +689,7 @@ std::shared_ptr<Tokenizer> make_tokenizer(
         log::info("data", "tokenizer: reusing {} ({}, vocab {})", dir.string(), tok->kind(),
                   tok->vocab_size());
         return tok;
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {
         log::info("data", "tokenizer cache unusable, rebuilding: {}", e.what());
       }
     } else {

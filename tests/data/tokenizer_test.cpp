@@ -199,6 +199,8 @@ TEST(WordTokenizer, DamagedVocabularyIsDetected) {
   txl::fs::write_atomic(dir / "tokenizer.vocab",
                         "<pad>\t0\n<unk>\t0\n<eos>\t1\nb\t1\na\t1\nc\t1\n");
   TXL_EXPECT_THROW_WITH(txl::data::load_tokenizer(dir.path()), "damaged");
+  txl::fs::write_atomic(dir / "tokenizer.vocab", "<pad>\t0\n<unk>\tmany\n");
+  TXL_EXPECT_THROW_WITH(txl::data::load_tokenizer(dir.path()), "tokenizer.vocab:2: bad count");
 }
 
 // ---------------------------------------------------------------------- make_tokenizer
