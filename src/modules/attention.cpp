@@ -69,9 +69,11 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
                    .view({batch, k_len, 3, n_head, d_head})
                    .permute({2, 3, 0, 1, 4})
                    .contiguous();                          // [3, H, B, K, D]
-  auto q = heads[0].narrow(2, m_len, q_len);               // [H, B, Q, D]
-  auto k = heads[1];                                       // [H, B, K, D]
-  auto v = heads[2];                                       // [H, B, K, D]
+  // unbind, not three selects: its backward is one stack instead of three zero-filled buffers.
+  auto qkv_heads = heads.unbind(0);
+  auto q = qkv_heads[0].narrow(2, m_len, q_len);           // [H, B, Q, D]
+  auto k = qkv_heads[1];                                   // [H, B, K, D]
+  auto v = qkv_heads[2];                                   // [H, B, K, D]
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
 
   torch::Tensor scores;  // [H, B, Q, K]
@@ -92,8 +94,8 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
       TXL_CHECK(u.defined() && vb.defined() && u.sizes() == vb.sizes() && u.size(0) == n_head &&
                     u.size(1) == d_head,
                 "attention: u and v biases [H = ", n_head, ", D = ", d_head, "] missing");
-      q_content = (q + u.view({n_head, 1, 1, d_head})) * scale;    // [H, B, Q, D]
-      q_position = (q + vb.view({n_head, 1, 1, d_head})) * scale;  // [H, B, Q, D]
+      q_content = (q + u.view({n_head, 1, 1, d_head})).mul_(scale);    // [H, B, Q, D]
+      q_position = (q + vb.view({n_head, 1, 1, d_head})).mul_(scale);  // [H, B, Q, D]
     } else {
       TXL_CHECK(inputs.rel_pos.defined() && inputs.rel_pos.dim() == 1 &&
                     inputs.rel_pos.size(0) == k_len,
