@@ -18,7 +18,9 @@ void LearnedPositionsImpl::reset_parameters(const InitOptions& init) { init_weig
 torch::Tensor LearnedPositionsImpl::forward(const torch::Tensor& index) {
   TXL_CHECK(index.dim() == 1 && index.scalar_type() == torch::kLong,
             "learned positions: index must be int64 [L]");
-  if (index.numel() > 0) {
+  // A readable error for a bad index; only on the CPU, where it costs no device sync
+  // (index_select itself rejects out-of-range indices on every device).
+  if (index.numel() > 0 && index.is_cpu()) {
     const int64_t top = index.max().item<int64_t>();
     TXL_CHECK(top < size() && index.min().item<int64_t>() >= 0, "learned positions: index ",
               top, " outside the table of ", size(), " rows");

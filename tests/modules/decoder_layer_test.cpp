@@ -81,3 +81,18 @@ TEST(DecoderLayer, NormInitOptions) {
 
 }  // namespace
 }  // namespace txl::modules
+
+namespace txl::modules {
+namespace {
+
+TEST(LearnedPositions, LooksUpRowsAndRejectsBadIndices) {
+  LearnedPositions table(5, std::vector<int64_t>{2, 3}, InitOptions{});
+  auto rows = table(torch::tensor({4, 0, 4}));
+  ASSERT_EQ(rows.sizes(), (std::vector<int64_t>{3, 2, 3}));
+  EXPECT_TRUE(txl::test::tensor_equal(rows[0], table->weight[4]));
+  EXPECT_TRUE(txl::test::tensor_equal(rows[1], table->weight[0]));
+  TXL_EXPECT_THROW_WITH(table(torch::tensor({1, 5})), "index 5 outside the table of 5 rows");
+}
+
+}  // namespace
+}  // namespace txl::modules
