@@ -4,25 +4,59 @@
 
 namespace txl::ops {
 
+namespace {
+
+std::vector<int64_t> with_last_two(torch::IntArrayRef lead, int64_t a, int64_t b) {
+  std::vector<int64_t> shape(lead.begin(), lead.end());
+  shape.push_back(a);
+  shape.push_back(b);
+  return shape;
+}
+
+// Forward: one copy (the zero column). Backward: one copy too. The element (i, j) of the output
+// sits at flat offset Q + i K + j of the padded buffer [Q, K+1], a one-to-one map onto its last
+// Q K elements, so the gradient of the buffer is the output gradient behind Q zeros; dropping
+// the zero column is a view. (Autograd's own backward of the view chain would zero-fill the
+// whole buffer and copy into a slice of it.)
+class RelShift : public torch::autograd::Function<RelShift> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x) {
+    const int64_t q_len = x.size(-2), k_len = x.size(-1);
+    ctx->saved_data["q_len"] = q_len;
+    ctx->saved_data["k_len"] = k_len;
+    auto lead = x.sizes().slice(0, x.dim() - 2);
+    auto padded = torch::constant_pad_nd(x, {1, 0}).contiguous();  // [..., Q, K+1]
+    // Re-read the buffer as K+1 rows of Q and drop the first Q elements: (i, j) lands on
+    // i (K+1) + 1 + (j + Q-1-i), i.e. x[i, j + Q-1-i] whenever j + Q-1-i <= K-1.
+    return padded.view(with_last_two(lead, k_len + 1, q_len))
+        .narrow(-2, 1, k_len)
+        .view(with_last_two(lead, q_len, k_len));  // [..., Q, K]
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const int64_t q_len = ctx->saved_data["q_len"].toInt();
+    const int64_t k_len = ctx->saved_data["k_len"].toInt();
+    const auto& grad = grads[0];  // [..., Q, K]
+    auto lead = grad.sizes().slice(0, grad.dim() - 2);
+    std::vector<int64_t> flat_shape(lead.begin(), lead.end());
+    flat_shape.push_back(q_len * k_len);
+    std::vector<int64_t> zeros_shape(lead.begin(), lead.end());
+    zeros_shape.push_back(q_len);
+    auto buffer = torch::cat({torch::zeros(zeros_shape, grad.options()),
+                              grad.reshape(flat_shape)}, -1);  // [..., Q (K+1)]
+    return {buffer.view(with_last_two(lead, q_len, k_len + 1)).narrow(-1, 1, k_len)};
+  }
+};
+
+}  // namespace
+
 torch::Tensor rel_shift(const torch::Tensor& x) {
   TXL_CHECK(x.dim() >= 2, "rel_shift: expected [..., Q, K], got ", x.dim(), "-D");
-  const int64_t q_len = x.size(-2);
-  const int64_t k_len = x.size(-1);
-  TXL_CHECK(k_len >= q_len, "rel_shift: needs K >= Q (keys are memory + segment), got Q = ",
-            q_len, ", K = ", k_len);
-  std::vector<int64_t> lead(x.sizes().begin(), x.sizes().end() - 2);
-  // Zero column in front: row i of the flat buffer starts at i (K+1); the only copy.
-  auto padded = torch::constant_pad_nd(x, {1, 0}).contiguous();  // [..., Q, K+1]
-  // Re-read the buffer as K+1 rows of Q and drop the first Q elements: element (i, j) of the
-  // result sits at flat offset Q + i K + j = i (K+1) + 1 + (j + Q-1-i), which is
-  // x[i, j + Q-1-i] whenever j + Q-1-i <= K-1.
-  auto as_rows = lead;
-  as_rows.push_back(k_len + 1);
-  as_rows.push_back(q_len);
-  auto out_shape = lead;
-  out_shape.push_back(q_len);
-  out_shape.push_back(k_len);
-  return padded.view(as_rows).narrow(-2, 1, k_len).view(out_shape);  // [..., Q, K], a view
+  TXL_CHECK(x.size(-1) >= x.size(-2),
+            "rel_shift: needs K >= Q (keys are memory + segment), got Q = ", x.size(-2),
+            ", K = ", x.size(-1));
+  return RelShift::apply(x);
 }
 
 }  // namespace txl::ops

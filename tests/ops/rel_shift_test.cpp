@@ -74,3 +74,23 @@ TEST(RelShift, RejectsMoreQueriesThanKeys) {
 
 }  // namespace
 }  // namespace txl::ops
+
+namespace txl::ops {
+namespace {
+
+// The custom backward against autograd through the plain view chain, on every entry.
+TEST(RelShift, BackwardEqualsAutogradOfTheViewChain) {
+  torch::manual_seed(3);
+  for (auto [q, k] : std::vector<std::pair<int64_t, int64_t>>{{4, 4}, {3, 7}, {1, 5}}) {
+    auto x = torch::randn({2, 3, q, k}, torch::dtype(torch::kDouble).requires_grad(true));
+    auto g = torch::randn({2, 3, q, k}, torch::kDouble);
+    auto grad = torch::autograd::grad({rel_shift(x)}, {x}, {g})[0];
+    auto padded = torch::constant_pad_nd(x, {1, 0});
+    auto reference = padded.reshape({2, 3, k + 1, q}).narrow(2, 1, k).reshape({2, 3, q, k});
+    auto expected = torch::autograd::grad({reference}, {x}, {g})[0];
+    EXPECT_TRUE(txl::test::tensor_equal(grad, expected)) << "Q = " << q << ", K = " << k;
+  }
+}
+
+}  // namespace
+}  // namespace txl::ops
