@@ -87,8 +87,9 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
                     inputs.rel_pos.size(0) == k_len && inputs.rel_pos.size(1) == d,
                 "attention: relative encodings must be [K = ", k_len, ", d = ", d, "]");
       r = r_net(inputs.rel_pos).view({k_len, n_head, d_head}).permute({1, 2, 0});  // [H, D, K]
-      // u (global content bias) and v (global position bias) replace the query of the
-      // absolute terms (c) and (d) of paper eq. in 3.3.
+      // Paper 3.3: the query does not depend on its position, so the query-position part of
+      // the absolute decomposition becomes a learned u (global content bias, term (c)) and v
+      // (global position bias, term (d)).
       auto u = u_bias.defined() ? u_bias : inputs.u;
       auto vb = v_bias.defined() ? v_bias : inputs.v;
       TXL_CHECK(u.defined() && vb.defined() && u.sizes() == vb.sizes() && u.size(0) == n_head &&

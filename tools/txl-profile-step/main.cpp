@@ -49,22 +49,36 @@ int main(int argc, char** argv) {
     auto ctx = model->default_context();
     txl::models::Memory memory;
     const int64_t q = config.tgt_len;
+    using clock = std::chrono::steady_clock;
+    double phase[3] = {0, 0, 0};  // forward, backward, optimizer seconds
+    auto since = [](clock::time_point t) {
+      return std::chrono::duration<double>(clock::now() - t).count();
+    };
     auto step = [&] {
       auto tokens = torch::randint(vocab, {batch, q}, torch::kLong);
       auto targets = torch::randint(vocab, {batch, q}, torch::kLong);
+      auto t0 = clock::now();
       auto out = model->forward(tokens, targets, {}, memory, {}, ctx);
       memory = out.memory;
       auto loss = out.nll.mean();
-      adam.zero_grad();
+      phase[0] += since(t0);
+      // Gradients reset to undefined rather than zero-filled (LibTorch 1.13's zero_grad fills).
+      for (auto& p : model->parameters()) p.mutable_grad().reset();
+      auto t1 = clock::now();
       loss.backward();
+      phase[1] += since(t1);
+      auto t2 = clock::now();
       adam.step();
+      phase[2] += since(t2);
     };
     step();  // warm-up: allocator, memory filled
     step();
-    auto start = std::chrono::steady_clock::now();
+    for (double& p : phase) p = 0;
+    auto start = clock::now();
     for (int s = 0; s < steps; ++s) step();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = since(start);
+    std::printf("per step: forward %.1f ms, backward %.1f ms, Adam %.1f ms\n",
+                1e3 * phase[0] / steps, 1e3 * phase[1] / steps, 1e3 * phase[2] / steps);
     const double tokens_per_s = static_cast<double>(steps) * batch * q / seconds;
     const auto flops = txl::models::count_flops_per_token(config, vocab, q, config.mem_len);
     std::printf("%s: %d threads, batch %d x %lld, %.1f ms/step, %.0f tokens/s, %.2f GFLOP/s\n",
