@@ -4,6 +4,10 @@
 
 #include "support/test_support.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 namespace txl::models {
 namespace {
 
@@ -183,6 +187,39 @@ TEST(TransformerLM, SameLengthEveryQuerySeesMemLenKeys) {
                                      torch::kFloat, torch::kCPU);
   EXPECT_TRUE(txl::test::tensor_equal(plain.blocked.logical_not().sum(-1)[0][0],
                                       torch::arange(m + 1, m + q + 1)));
+}
+
+// The whole model against an independent re-computation in the paper code's layout
+// (tests/models/paper_reference.py, run with the system Python's torch when there is one).
+TEST(TransformerLM, PaperCrossCheck) {
+  const std::string python = "/usr/bin/python3";
+  if (!std::filesystem::exists(python) ||
+      std::system((python + " -c 'import torch' > /dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << "no Python with torch at " << python;
+  }
+  torch::NoGradGuard no_grad;
+  auto c = tiny("xl", 4);
+  c.n_layer = 3;
+  auto model = make(c, 30, torch::kDouble);
+  auto tokens = random_tokens(2, 8, 31);
+  auto first = run(model, tokens.narrow(1, 0, 4), {}, ctx_with(4));
+  auto second = run(model, tokens.narrow(1, 4, 4), first.memory, ctx_with(4));
+  c10::Dict<std::string, torch::Tensor> dump;
+  for (const auto& p : model->named_parameters()) dump.insert(p.key(), p.value());
+  dump.insert("tokens", tokens);
+  dump.insert("logits0", first.logits);
+  dump.insert("logits1", second.logits);
+  dump.insert("segment", torch::tensor(4));
+  dump.insert("n_layer", torch::tensor(c.n_layer));
+  dump.insert("n_head", torch::tensor(c.n_head));
+  dump.insert("d_head", torch::tensor(c.d_head));
+  dump.insert("mem_len", torch::tensor(c.mem_len));
+  txl::test::TempDir dir;
+  auto bytes = torch::pickle_save(dump);
+  std::ofstream((dir / "dump.pt").string(), std::ios::binary).write(bytes.data(), bytes.size());
+  auto script = txl::test::source_dir() / "tests" / "models" / "paper_reference.py";
+  const int rc = std::system((python + " " + script.string() + " " + (dir / "dump.pt").string()).c_str());
+  EXPECT_EQ(rc, 0) << "txl and the paper-layout reference disagree (see the printed differences)";
 }
 
 // Test 3: the loss of segment 2 puts no gradient on segment 1, parameters still get gradients.
