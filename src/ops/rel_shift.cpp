@@ -25,7 +25,9 @@ class RelShift : public torch::autograd::Function<RelShift> {
     ctx->saved_data["q_len"] = q_len;
     ctx->saved_data["k_len"] = k_len;
     auto lead = x.sizes().slice(0, x.dim() - 2);
-    auto padded = torch::constant_pad_nd(x, {1, 0}).contiguous();  // [..., Q, K+1]
+    // cat, not constant_pad_nd: the latter fills the whole buffer before copying x into it.
+    auto zero_column = torch::zeros(with_last_two(lead, q_len, 1), x.options());  // [..., Q, 1]
+    auto padded = torch::cat({zero_column, x}, -1);                                // [..., Q, K+1]
     // Re-read the buffer as K+1 rows of Q and drop the first Q elements: (i, j) lands on
     // i (K+1) + 1 + (j + Q-1-i), i.e. x[i, j + Q-1-i] whenever j + Q-1-i <= K-1.
     return padded.view(with_last_two(lead, k_len + 1, q_len))
