@@ -5,8 +5,9 @@
 // column p of relative_distances(K) (distance K-1-p) with one matrix product, giving x [.., Q, K]
 // indexed by (query, distance column). Query i (absolute key index M + i, K = M + Q) needs at key
 // j the distance M + i - j, i.e. column K-1-(M+i-j) = j + Q-1-i: row i is shifted left by
-// Q-1-i. rel_shift realigns all rows with one copy (a zero column is padded in front and the
-// buffer is re-read with a row length one shorter), never a loop over positions.
+// Q-1-i. rel_shift realigns all rows with one copy (a zero column is put in front of every row
+// and the buffer, less its first Q elements, is re-read as rows of K), never a loop over
+// positions; its backward is one copy as well.
 
 #include <torch/torch.h>
 
