@@ -44,9 +44,8 @@ AdaptiveLayout make_adaptive_layout(std::int64_t n_token, std::int64_t d_embed, 
     const std::int64_t width = d_embed / divisor;
     TXL_CHECK(width >= 1, who, ": div_val = ", div_val, " leaves cluster ", k, " a width of d_embed / ",
               div_val, "^", k, " = 0 (d_embed = ", d_embed, "); use a smaller div_val, a larger d_embed or fewer cutoffs");
-    layout.widths.push_back(div_val == 1 ? d_embed : width);
-    // Stop growing once the width is already zero-bound; avoids overflow for silly div_val.
-    if (divisor <= d_embed) divisor *= div_val;
+    layout.widths.push_back(width);
+    divisor *= div_val;  // cannot overflow: divisor <= d_embed here, or the check above threw
   }
   return layout;
 }
