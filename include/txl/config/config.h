@@ -86,6 +86,7 @@ struct ModelConfig {
   std::string init = "normal";        // normal | uniform
   double init_std = 0.02;             // weights' std (normal) or range (uniform)
   double proj_init_std = 0.01;        // adaptive projections' std
+  std::string norm_init = "normal";   // LayerNorm weights: normal = N(1, init_std) (paper code) | ones
 };
 
 // ---------------------------------------------------------------------------------- train
