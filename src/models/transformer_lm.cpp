@@ -165,6 +165,8 @@ void TransformerLMImpl::check_inputs(const torch::Tensor& tokens, const torch::T
               "model memory: layer ", l, " must be [B = ", batch, ", M = ", m_len, ", d = ", d,
               "], got ", m.defined() ? m.sizes() : torch::IntArrayRef{},
               " (batch size or model width changed since the memory was made?)");
+    TXL_CHECK(m.device() == tokens.device(), "model memory: layer ", l, " is on ", m.device(),
+              ", the tokens on ", tokens.device(), " (memory made before the model was moved?)");
     TXL_CHECK(!m.requires_grad(), "model memory: layer ", l,
               " requires grad; memory must be detached (stop-gradient, paper 3.2)");
   }
@@ -262,6 +264,12 @@ LMOutput TransformerLMImpl::forward(const torch::Tensor& tokens, const torch::Te
   hiddens.reserve(layer_list_.size());
   for (size_t l = 0; l < layer_list_.size(); ++l) {
     hiddens.push_back(x);
+    // The dtype of each layer's input is fixed by the model (and autocast): memory made by the
+    // same model matches it; anything else was made under other settings.
+    TXL_CHECK(m_len == 0 || memory.layers[l].scalar_type() == x.scalar_type(), "model memory: layer ",
+              l, " is ", memory.layers[l].scalar_type(), " but the layer input is ",
+              x.scalar_type(), " (memory made before the model was converted, or under other "
+              "autocast settings?)");
     x = layer_list_[l](x, m_len > 0 ? memory.layers[l] : torch::Tensor(), inputs);  // [B, Q, d]
   }
   if (final_norm) x = final_norm(x);

@@ -441,6 +441,10 @@ TEST(TransformerLM, BadInputsAreClearErrors) {
                         "input_mask must be bool [B, T]");
   TXL_EXPECT_THROW_WITH(run(model, tokens, {}, ctx_with(4), {}, torch::ones({3}, torch::kBool)),
                         "reset must be bool [B = 2]");
+  Memory doubled = memory;
+  for (auto& m : doubled.layers) m = m.to(torch::kDouble);
+  TXL_EXPECT_THROW_WITH(run(model, tokens, doubled, ctx_with(4)),
+                        "layer 0 is Double but the layer input is Float");
   Memory grad_memory = memory;
   grad_memory.layers[0] = grad_memory.layers[0].clone().requires_grad_(true);
   TXL_EXPECT_THROW_WITH(run(model, tokens, grad_memory, ctx_with(4)), "must be detached");
