@@ -18,17 +18,17 @@ TEST(CausalMask, NoMemory) {
 }
 
 TEST(CausalMask, WithMemorySeesAllMemory) {
-  EXPECT_TRUE(txl::test::tensor_equal(causal_mask(2, 3),
-                                      bools({{1, 1, 1, 1, 0}, {1, 1, 1, 1, 1}})));
+  EXPECT_TRUE(
+      txl::test::tensor_equal(causal_mask(2, 3), bools({{1, 1, 1, 1, 0}, {1, 1, 1, 1, 1}})));
 }
 
 TEST(CausalMask, WindowKeepsTheMostRecentKeys) {
   // same_length with mem_len 2: every query sees exactly 2 keys (itself and one before).
-  EXPECT_TRUE(txl::test::tensor_equal(
-      causal_mask(3, 2, 2), bools({{0, 1, 1, 0, 0}, {0, 0, 1, 1, 0}, {0, 0, 0, 1, 1}})));
+  EXPECT_TRUE(txl::test::tensor_equal(causal_mask(3, 2, 2),
+                                      bools({{0, 1, 1, 0, 0}, {0, 0, 1, 1, 0}, {0, 0, 0, 1, 1}})));
   // First segment (no memory yet): early queries see fewer keys, never more than the window.
-  EXPECT_TRUE(txl::test::tensor_equal(causal_mask(3, 0, 2),
-                                      bools({{1, 0, 0}, {1, 1, 0}, {0, 1, 1}})));
+  EXPECT_TRUE(
+      txl::test::tensor_equal(causal_mask(3, 0, 2), bools({{1, 0, 0}, {1, 1, 0}, {0, 1, 1}})));
   // A window at least K wide changes nothing.
   EXPECT_TRUE(txl::test::tensor_equal(causal_mask(2, 3, 5), causal_mask(2, 3)));
 }

@@ -29,8 +29,8 @@ struct AttentionOptions {
   int64_t d_head = 64;    // D (H * D need not equal d)
   double dropatt = 0.0;   // dropout on the attention probabilities
   PositionScheme scheme = PositionScheme::kRelative;
-  bool own_biases = false;     // kRelative: this layer has its own u, v (untie_r)
-  int64_t max_rel_dist = 64;   // kShaw: distances clipped to this
+  bool own_biases = false;    // kRelative: this layer has its own u, v (untie_r)
+  int64_t max_rel_dist = 64;  // kShaw: distances clipped to this
   InitOptions init;
 };
 
@@ -55,11 +55,11 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   void reset_parameters(const InitOptions& init);
   const AttentionOptions& options() const { return options_; }
 
-  torch::nn::Linear qkv{nullptr};  // fused W_q, W_k, W_v: d -> 3 H D, no bias (paper code)
-  torch::nn::Linear out{nullptr};  // W_o: H D -> d, no bias
-  torch::nn::Linear r_net{nullptr};       // kRelative: W_R, d -> H D
-  LearnedPositions rel_key{nullptr};      // kShaw: [max_rel_dist + 1, H, D]
-  torch::Tensor u_bias, v_bias;           // kRelative with own_biases: [H, D]
+  torch::nn::Linear qkv{nullptr};     // fused W_q, W_k, W_v: d -> 3 H D, no bias (paper code)
+  torch::nn::Linear out{nullptr};     // W_o: H D -> d, no bias
+  torch::nn::Linear r_net{nullptr};   // kRelative: W_R, d -> H D
+  LearnedPositions rel_key{nullptr};  // kShaw: [max_rel_dist + 1, H, D]
+  torch::Tensor u_bias, v_bias;       // kRelative with own_biases: [H, D]
   torch::nn::Dropout dropatt{nullptr};
 
  private:
