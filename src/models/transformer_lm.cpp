@@ -190,7 +190,8 @@ modules::AttentionInputs TransformerLMImpl::segment_inputs(int64_t q_len, int64_
   modules::AttentionInputs in;
   in.blocked = ops::attention_mask(q_len, m_len, window, key_mask, ctx.extra_mask, device)
                    .logical_not()
-                   .unsqueeze(0);  // [1, B, Q, K]
+                   .unsqueeze(0);                      // [1, B, Q, K]
+  in.score_bias = ops::score_bias(in.blocked, dtype);  // [1, B, Q, K]
   if (scheme_ == modules::PositionScheme::kRelative) {
     auto dist = ops::relative_distances(k_len, ctx.clamp_len, device);           // [K]
     in.rel_pos = drop(ops::sinusoid_encoding(dist.to(dtype), config_.d_model));  // [K, d]

@@ -62,17 +62,34 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
                 inputs.blocked.size(2) == q_len && inputs.blocked.size(3) == k_len,
             "attention: blocked mask must be [1, B, Q = ", q_len, ", K = ", k_len, "]");
 
-  // Paper 3.2: keys and values over concat(memory, segment); one fused projection.
-  auto h = m_len > 0 ? torch::cat({memory, x}, 1) : x;  // [B, K, d]
-  auto heads = qkv(h)                                   // [B, K, 3 H D]
-                   .view({batch, k_len, 3, n_head, d_head})
-                   .permute({2, 3, 0, 1, 4})
-                   .contiguous();  // [3, H, B, K, D]
-  // unbind, not three selects: its backward is one stack instead of three zero-filled buffers.
-  auto qkv_heads = heads.unbind(0);
-  auto q = qkv_heads[0].narrow(2, m_len, q_len);  // [H, B, Q, D]
-  auto k = qkv_heads[1];                          // [H, B, K, D]
-  auto v = qkv_heads[2];                          // [H, B, K, D]
+  // Paper 3.2: keys and values over concat(memory, segment), queries over the segment.
+  const int64_t hd = n_head * d_head;
+  torch::Tensor q, k, v;  // q: [H, B, Q, D]; k, v: [H, B, K, D]
+  if (m_len == 0) {
+    auto heads = qkv(x)  // [B, Q, 3 H D]
+                     .view({batch, q_len, 3, n_head, d_head})
+                     .permute({2, 3, 0, 1, 4})
+                     .contiguous();  // [3, H, B, Q, D]
+    // unbind, not three selects: its backward is one stack, not three zero-filled buffers.
+    auto parts = heads.unbind(0);
+    q = parts[0];
+    k = parts[1];
+    v = parts[2];
+  } else {
+    const auto& w = qkv->weight;              // [3 H D, d], rows q | k | v
+    auto h = torch::cat({memory, x}, 1);      // [B, K, d]
+    q = torch::linear(x, w.narrow(0, 0, hd))  // [B, Q, H D]
+            .view({batch, q_len, n_head, d_head})
+            .permute({2, 0, 1, 3})
+            .contiguous();                               // [H, B, Q, D]
+    auto kv = torch::linear(h, w.narrow(0, hd, 2 * hd))  // [B, K, 2 H D]
+                  .view({batch, k_len, 2, n_head, d_head})
+                  .permute({2, 3, 0, 1, 4})
+                  .contiguous()  // [2, H, B, K, D]
+                  .unbind(0);
+    k = kv[0];
+    v = kv[1];
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
 
   torch::Tensor scores;  // [H, B, Q, K]
@@ -108,10 +125,12 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
     // All K distances in one product per head, then realigned (appendix B).
     auto by_distance = torch::matmul(q_position.reshape({n_head, batch * q_len, d_head}), r)
                            .view({n_head, batch, q_len, k_len});  // [H, B, Q, K]
-    scores = content + ops::rel_shift(by_distance);               // [H, B, Q, K]
+    scores = content.add_(ops::rel_shift(by_distance));           // [H, B, Q, K]
   }
-  // Finite fill: a query with no visible key averages instead of producing NaN.
-  scores.masked_fill_(inputs.blocked, ops::blocked_score(scores.scalar_type()));
+  // Blocked keys get a large finite negative score (a query with no visible key averages
+  // instead of producing NaN); added rather than filled, so the backward pass has nothing to do.
+  scores.add_(inputs.score_bias.defined() ? inputs.score_bias
+                                          : ops::score_bias(inputs.blocked, scores.scalar_type()));
   auto weights = torch::softmax(scores, -1);                     // [H, B, Q, K]
   if (probs != nullptr) *probs = weights.permute({1, 0, 2, 3});  // [B, H, Q, K]
   auto context = torch::matmul(dropatt(weights), v);             // [H, B, Q, D]

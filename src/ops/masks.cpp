@@ -43,4 +43,11 @@ double blocked_score(torch::ScalarType dtype) {
   return dtype == torch::kHalf ? -6.0e4 : -1.0e30;
 }
 
+torch::Tensor score_bias(const torch::Tensor& blocked, torch::ScalarType dtype) {
+  TXL_CHECK(blocked.scalar_type() == torch::kBool, "score_bias: mask must be bool, got ",
+            blocked.scalar_type());
+  return torch::zeros(blocked.sizes(), blocked.options().dtype(dtype))
+      .masked_fill_(blocked, blocked_score(dtype));
+}
+
 }  // namespace txl::ops

@@ -63,3 +63,21 @@ TEST(BlockedScore, FiniteForEveryFloatType) {
 
 }  // namespace
 }  // namespace txl::ops
+
+namespace txl::ops {
+namespace {
+
+TEST(ScoreBias, ZeroWhereVisibleBlockedScoreWhereHidden) {
+  auto blocked = causal_mask(2, 1).logical_not();  // [[0 0 1] [0 0 0]]
+  auto bias = score_bias(blocked, torch::kFloat);
+  EXPECT_EQ(bias.scalar_type(), torch::kFloat);
+  auto expected = torch::zeros({2, 3});
+  expected[0][2] = blocked_score(torch::kFloat);
+  EXPECT_TRUE(txl::test::tensor_equal(bias, expected));
+  // Added to scores it zeroes the hidden weights exactly.
+  auto weights = torch::softmax(torch::randn({2, 3}) + bias, -1);
+  EXPECT_EQ(weights[0][2].item<float>(), 0.0f);
+}
+
+}  // namespace
+}  // namespace txl::ops

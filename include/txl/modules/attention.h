@@ -8,6 +8,12 @@
 // Scores are divided by sqrt(D), blocked (future, padding, window) keys get a large finite
 // negative score, softmax, attention dropout, weighted sum of values, heads concatenated, W_o.
 //
+// W_q, W_k, W_v are one fused parameter (qkv.weight, rows q | k | v, as the paper code's
+// qkv_net). Without memory it is one product over the segment. With memory, keys and values are
+// one product over concat(memory, segment) and queries one over the segment only: the paper
+// code's single product over concat also projects queries for the M memory positions and then
+// drops them (1/6 of the QKV work at M = Q, plus a zero-filled gradient buffer).
+//
 // Legend: B batch, Q query length, M memory length, K = M + Q keys, H heads, D head size,
 // d model width. Internally heads lead ([H, B, ...]) so that every product is one batched GEMM
 // without copies; no [B, H, Q, K, D] tensor is ever formed.
@@ -36,10 +42,12 @@ struct AttentionOptions {
 
 // Inputs computed once per segment and shared by every layer.
 struct AttentionInputs {
-  torch::Tensor blocked;  // bool [1, B or 1, Q, K], true = key hidden from the query
-  torch::Tensor rel_pos;  // kRelative: R [K, d] encodings of relative_distances(K, clamp_len);
-                          // kShaw: int64 [K] the same distances clipped to max_rel_dist
-  torch::Tensor u, v;     // kRelative without own_biases: the shared biases [H, D]
+  torch::Tensor blocked;     // bool [1, B or 1, Q, K], true = key hidden from the query
+  torch::Tensor score_bias;  // optional: ops::score_bias(blocked), computed once per segment;
+                             // derived from `blocked` by each layer when absent
+  torch::Tensor rel_pos;     // kRelative: R [K, d] encodings of relative_distances(K, clamp_len);
+                             // kShaw: int64 [K] the same distances clipped to max_rel_dist
+  torch::Tensor u, v;        // kRelative without own_biases: the shared biases [H, D]
 };
 
 class MultiHeadAttentionImpl : public torch::nn::Module {
