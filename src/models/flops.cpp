@@ -11,7 +11,8 @@ FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab,
   const double d = c.d_model, hd = static_cast<double>(c.n_head) * c.d_head, f = c.d_inner;
   const double q = static_cast<double>(tgt_len), k = q + mem_len;
   const bool relative = c.attn_type == "xl" || c.attn_type == "shaw";
-  double layer = 2 * d * 3 * hd * k / q           // fused QKV over concat(memory, segment)
+  double layer = 2 * d * hd                       // queries over the segment
+                 + 2 * d * 2 * hd * k / q         // keys and values over concat(memory, segment)
                  + 2 * hd * k                     // content scores
                  + (relative ? 2 * hd * k : 0.0)  // position scores
                  + 2 * hd * k                     // weighted values
