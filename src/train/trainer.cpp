@@ -279,7 +279,9 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
     data::Batch batch = stream.next();
     const double lr = learning_rate(t, state.step + 1, state.lr_scale);
     set_learning_rate(*optimizer, lr);
-    optimizer->zero_grad();
+    // Gradients are reset rather than zero-filled (LibTorch 1.13's zero_grad fills): the first
+    // backward then writes them without a read-modify-write.
+    for (auto& p : model->parameters()) p.mutable_grad().reset();
     double batch_loss = 0.0;
     for (std::int64_t c = 0; c < t.batch_chunk; ++c) {
       auto rows = [&](const torch::Tensor& x) { return x.narrow(0, c * chunk_rows, chunk_rows); };

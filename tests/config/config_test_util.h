@@ -63,6 +63,7 @@ model:
   tie_weight: false
   tie_projs: false
   init: uniform
+  norm_init: ones
   init_std: 0.05
   proj_init_std: 0.02
 train:

@@ -96,6 +96,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_FALSE(c.model.tie_weight);
   EXPECT_FALSE(c.model.tie_projs);
   EXPECT_EQ(c.model.init, "uniform");
+  EXPECT_EQ(c.model.norm_init, "ones");
   EXPECT_DOUBLE_EQ(c.model.init_std, 0.05);
   EXPECT_DOUBLE_EQ(c.model.proj_init_std, 0.02);
 
