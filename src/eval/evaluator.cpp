@@ -90,7 +90,8 @@ torch::Tensor score(models::TransformerLM& model, const data::Batch& batch,
 
 EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
                     const EvalOptions& options, std::int64_t n_bytes, std::int64_t n_chars,
-                    torch::Tensor* token_losses, const torch::Tensor& recall_mask) {
+                    torch::Tensor* token_losses, const torch::Tensor& recall_mask,
+                    const torch::Tensor& doc_starts) {
   TXL_CHECK(ids.dim() == 1 && ids.size(0) >= 2,
             "evaluation needs at least 2 tokens, got ", ids.numel());
   TXL_CHECK(options.mode == "memory" || options.mode == "segments" || options.mode == "sliding",
@@ -103,6 +104,9 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
   EvalResult result;
   result.mode = options.mode;
   const std::int64_t limit = options.max_tokens > 0 ? options.max_tokens : INT64_MAX;
+  const bool documents = doc_starts.defined();
+  TXL_CHECK(!documents || (token_losses == nullptr && !recall_mask.defined() && options.mode != "sliding"),
+            "document-mode evaluation gives no per-token losses, recall or sliding windows");
   const bool want_recall = recall_mask.defined();
   if (want_recall) {
     TXL_CHECK(recall_mask.numel() == ids.numel(), "recall mask has ", recall_mask.numel(),
@@ -133,7 +137,7 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
     so.batch_size = options.batch_size;
     so.tgt_len = options.tgt_len;
     so.warmup = with_memory ? options.warmup : 0;
-    data::EvalStream stream(ids, so);
+    data::EvalStream stream(ids, so, doc_starts);
     models::Context context;
     context.mem_len = with_memory ? options.mem_len : 0;
     context.clamp_len = options.clamp_len;
@@ -157,7 +161,8 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
 
   const double total_bits = acc.sum() / std::log(2.0);
   // When only part of the split was scored, bytes and characters are prorated by tokens.
-  const double fraction = static_cast<double>(acc.count()) / static_cast<double>(ids.size(0) - 1);
+  const double scorable = static_cast<double>(ids.size(0) - (documents ? doc_starts.numel() : 1));
+  const double fraction = static_cast<double>(acc.count()) / scorable;
   result.tokens = acc.count();
   result.loss = acc.sum() / static_cast<double>(acc.count());
   result.ppl = std::exp(result.loss);

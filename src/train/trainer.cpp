@@ -232,6 +232,12 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   auto run_eval = [&]() -> bool {  // returns true when early stopping triggers
     auto r = eval::evaluate(model, dataset.valid.ids, valid_options, dataset.valid.n_bytes,
                             dataset.valid.n_chars, nullptr, recall_mask);
+    if (config.data.document_mode) {
+      // Also as training sees the text: documents on their own.
+      auto d = eval::evaluate(model, dataset.valid.ids, valid_options, 0, 0, nullptr, {},
+                              dataset.valid.doc_starts);
+      log::info("eval", "step {} | valid loss {:.4f} with documents on their own", state.step, d.loss);
+    }
     r.split = "valid";
     last_eval_step = state.step;
     const bool improved = state.best_valid_loss == 0.0 || r.loss < state.best_valid_loss;

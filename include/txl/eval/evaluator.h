@@ -58,10 +58,14 @@ struct EvalResult {
 // text order (float [tokens]).
 // `recall_mask` (bool [N], e.g. data::synthetic_recall_mask) selects target tokens whose loss
 // is also reported on its own (recall_loss); it needs every token scored (max_tokens = 0).
+// `doc_starts` (int64 [n_docs], memory and segments modes) evaluates documents on their own, as
+// data.document_mode trains them: memory is reset at each document and its first token is not
+// scored. Per-token losses and recall need plain text (no doc_starts).
 EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
                     const EvalOptions& options, std::int64_t n_bytes = 0,
                     std::int64_t n_chars = 0, torch::Tensor* token_losses = nullptr,
-                    const torch::Tensor& recall_mask = {});
+                    const torch::Tensor& recall_mask = {},
+                    const torch::Tensor& doc_starts = {});
 
 // One JSON object per result, with the fields above.
 std::string to_json(const EvalResult& result);
