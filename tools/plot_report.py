@@ -9,6 +9,10 @@ into --out:
   eval_cost.png      evaluation cost (seconds per token, log scale) against perplexity
 Each PNG is written to a temporary file and renamed, so a crash never leaves half an image.
 
+Also, for txl-eval's context sweep (txl::eval::run):
+  plot_report.py sweep context_sweep.json context_sweep.png
+plots perplexity against evaluation memory length, one line per split.
+
 Exit status: 0 written; 2 bad arguments or input; 3 matplotlib missing (the caller skips plots).
 """
 
@@ -57,6 +61,19 @@ def finite(x):
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
+def import_pyplot():
+    """matplotlib's pyplot on the file-only backend, or None when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")  # no display here
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (apt install python3-matplotlib, or pip install "
+              "matplotlib)", file=sys.stderr)
+        return None
+    return plt
+
+
 def save(fig, out_dir, name):
     """Renders to a temporary file beside the target, then renames it into place."""
     path = os.path.join(out_dir, name)
@@ -69,15 +86,49 @@ def save(fig, out_dir, name):
     print(path)
 
 
-def main():
-    args = parse_args()
+def sweep(json_path, png_path):
+    """Perplexity against evaluation memory length, from txl-eval --sweep's JSON list."""
+    plt = import_pyplot()
+    if plt is None:
+        return 3
     try:
-        import matplotlib
-        matplotlib.use("Agg")  # no display here
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed (apt install python3-matplotlib, or pip install "
-              "matplotlib)", file=sys.stderr)
+        with open(json_path, encoding="utf-8") as f:
+            results = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"cannot read {json_path}: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(results, list):
+        print(f"{json_path}: expected a list of results", file=sys.stderr)
+        return 2
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    by_split = {}
+    for r in results:
+        if isinstance(r, dict) and finite(r.get("ppl")) and "mem_len" in r:
+            by_split.setdefault(r.get("split", "?"), []).append((r["mem_len"], r["ppl"]))
+    for i, (split, points) in enumerate(by_split.items()):
+        points.sort()
+        ax.plot([m for m, _ in points], [p for _, p in points], marker="o", color=f"C{i % 10}",
+                label=split)
+    if by_split:
+        ax.legend(fontsize=8)
+    ax.set_xlabel("evaluation memory length M")
+    ax.set_ylabel("perplexity")
+    ax.set_title("Perplexity against evaluation memory")
+    ax.grid(alpha=0.3)
+    save(fig, os.path.dirname(os.path.abspath(png_path)), os.path.basename(png_path))
+    plt.close(fig)
+    return 0
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "sweep":
+        if len(sys.argv) != 4:
+            print("usage: plot_report.py sweep RESULTS.json OUT.png", file=sys.stderr)
+            return 2
+        return sweep(sys.argv[2], sys.argv[3])
+    args = parse_args()
+    plt = import_pyplot()
+    if plt is None:
         return 3
 
     try:

@@ -1,5 +1,7 @@
 #include "txl/experiment/report.h"
 
+#include <sys/wait.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -304,6 +306,24 @@ TEST(ReportPlots, WritesThreeValidPngs) {
   for (const auto& entry : stdfs::directory_iterator(dir.path())) {
     EXPECT_EQ(entry.path().string().find(".tmp."), std::string::npos) << entry.path();
   }
+}
+
+TEST(ReportPlots, SweepSubcommandPlotsPerplexityAgainstMemory) {
+  if (!matplotlib_available()) GTEST_SKIP() << "/usr/bin/python3 with matplotlib not available";
+  TempDir dir;
+  // The list txl-eval --sweep writes (eval::to_json per result).
+  txl::test::write_text(dir / "context_sweep.json",
+                        R"([{"split":"valid","mode":"memory","tgt_len":8,"mem_len":0,"ppl":9.5},)"
+                        R"({"split":"valid","mode":"memory","tgt_len":8,"mem_len":8,"ppl":7.25}])");
+  std::string command = "/usr/bin/python3 '" + plot_script().string() + "' sweep '" +
+                        (dir / "context_sweep.json").string() + "' '" +
+                        (dir / "context_sweep.png").string() + "' >/dev/null 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  std::string bytes = txl::fs::read_file(dir / "context_sweep.png");
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n"));
+  // Wrong arguments are a usage error, not a crash.
+  command = "/usr/bin/python3 '" + plot_script().string() + "' sweep >/dev/null 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(command.c_str())), 2);
 }
 
 TEST(ReportPlots, MissingPythonSkipsPlotsWithoutFailing) {
