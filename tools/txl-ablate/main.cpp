@@ -3,6 +3,7 @@
 // Finished variants are skipped and a half-finished one resumes, so after Ctrl-C (exit 130) or
 // SIGTERM (exit 143) the same command continues where it stopped.
 #include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
 
 #include <csignal>
 #include <cstdio>
