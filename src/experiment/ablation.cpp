@@ -213,8 +213,8 @@ bool same_training(const stdfs::path& dir, const std::string& fingerprint) {
 
 // Clears what a previous training of the variant left, so that it starts from scratch.
 void reset_variant(const stdfs::path& dir) {
-  for (const char* name : {kDoneFile, kEvalFile, "checkpoint_last.pt", "checkpoint_best.pt",
-                           "metrics.jsonl"}) {
+  for (const char* name :
+       {kDoneFile, kEvalFile, "checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl"}) {
     std::error_code ec;
     stdfs::remove(dir / name, ec);
     TXL_CHECK(!ec, "cannot remove ", (dir / name).string(), ": ", ec.message());
@@ -300,8 +300,10 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
     done.reset();
   } else if (!done && stdfs::exists(dir / "checkpoint_last.pt", ec) &&
              !same_training(dir, fingerprint)) {
-    log::warn(kTag, "variant {} was started with other settings ({}); starting it again from "
-              "scratch", name, describe_changes(dir, cfg));
+    log::warn(kTag,
+              "variant {} was started with other settings ({}); starting it again from "
+              "scratch",
+              name, describe_changes(dir, cfg));
     reset_variant(dir);
   }
 
@@ -334,7 +336,8 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
   const auto plan = evaluation_plan(cfg, options.memory_multiples);
   EvalCache cache = read_cache(dir, fingerprint);
   std::vector<std::string> keys;
-  for (const auto& p : plan) keys.push_back(cache_key(p, eval_options(cfg, p, options.eval_max_tokens)));
+  for (const auto& p : plan)
+    keys.push_back(cache_key(p, eval_options(cfg, p, options.eval_max_tokens)));
   const bool missing = std::any_of(keys.begin(), keys.end(),
                                    [&](const auto& k) { return cache.records.count(k) == 0; });
   if (missing) {
@@ -365,12 +368,14 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
       }
       const auto& p = plan[i];
       const auto& split = dataset.split(p.split);
-      auto r = eval::evaluate(loaded.model, split.ids, eval_options(cfg, p, options.eval_max_tokens),
-                              split.n_bytes, split.n_chars);
+      auto r =
+          eval::evaluate(loaded.model, split.ids, eval_options(cfg, p, options.eval_max_tokens),
+                         split.n_bytes, split.n_chars);
       cache.records[keys[i]] = make_record(name, cfg, p, r);
       cache.keys.push_back(keys[i]);
       write_cache(dir, cache);
-      log::info(kTag, "variant {}: {} {} (Q {}, M {}, L {}, s {}): ppl {:.3f}, {:.0f} tok/s, {:.1f} s",
+      log::info(kTag,
+                "variant {}: {} {} (Q {}, M {}, L {}, s {}): ppl {:.3f}, {:.0f} tok/s, {:.1f} s",
                 name, p.split, p.mode, p.tgt_len, p.mem_len, p.window, p.stride, r.ppl,
                 r.tokens_per_s, r.seconds);
     }
@@ -413,7 +418,8 @@ std::vector<ResultRecord> cached_records(const std::string& name,
 
 }  // namespace
 
-AblationResult run_ablation(const config::AblationConfig& ablation, const AblationOptions& options) {
+AblationResult run_ablation(const config::AblationConfig& ablation,
+                            const AblationOptions& options) {
   TXL_CHECK(!ablation.variants.empty(), "ablation ", ablation.name,
             " has no variants; list them under `variants:`");
   std::vector<std::string> names;

@@ -160,14 +160,14 @@ std::string to_csv(const std::vector<ResultRecord>& records) {
       "bits_per_char,tokens,tokens_per_s,seconds,seconds_per_token,train_tgt_len,train_mem_len,"
       "train_steps,train_tokens,train_tokens_per_s,train_seconds,params\n";
   for (const auto& r : records) {
-    out += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-        csv_field(r.variant), csv_field(r.attn_type), csv_field(r.eval_mode), csv_field(r.split),
-        r.tgt_len, r.mem_len, r.window, r.stride, csv_number(r.loss), csv_number(r.ppl),
-        csv_number(r.bits_per_byte), csv_number(r.bits_per_char), r.tokens,
-        csv_number(r.tokens_per_s), csv_number(r.seconds), csv_number(r.seconds_per_token()),
-        r.train_tgt_len, r.train_mem_len, r.train_steps, r.train_tokens,
-        csv_number(r.train_tokens_per_s), csv_number(r.train_seconds), r.params);
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+                       csv_field(r.variant), csv_field(r.attn_type), csv_field(r.eval_mode),
+                       csv_field(r.split), r.tgt_len, r.mem_len, r.window, r.stride,
+                       csv_number(r.loss), csv_number(r.ppl), csv_number(r.bits_per_byte),
+                       csv_number(r.bits_per_char), r.tokens, csv_number(r.tokens_per_s),
+                       csv_number(r.seconds), csv_number(r.seconds_per_token()), r.train_tgt_len,
+                       r.train_mem_len, r.train_steps, r.train_tokens,
+                       csv_number(r.train_tokens_per_s), csv_number(r.train_seconds), r.params);
   }
   return out;
 }
@@ -216,7 +216,8 @@ std::string context_label(const ResultRecord& r) {
 
 std::string describe_eval(const ResultRecord& r) {
   if (r.eval_mode == "memory") return fmt::format("memory M={}", r.mem_len);
-  if (r.eval_mode == "sliding") return fmt::format("sliding window L={}, stride {}", r.window, r.stride);
+  if (r.eval_mode == "sliding")
+    return fmt::format("sliding window L={}, stride {}", r.window, r.stride);
   return fmt::format("fixed segments Q={}", r.tgt_len);
 }
 
@@ -224,9 +225,8 @@ std::string describe_eval(const ResultRecord& r) {
 // vanilla's segments evaluation at the same tgt_len.
 std::optional<std::pair<const ResultRecord*, const ResultRecord*>> margin_pair(
     const std::vector<ResultRecord>& records, const std::string& split) {
-  std::string xl = first_variant(records, [](const ResultRecord& r) {
-    return r.attn_type == "xl" && r.train_mem_len > 0;
-  });
+  std::string xl = first_variant(
+      records, [](const ResultRecord& r) { return r.attn_type == "xl" && r.train_mem_len > 0; });
   std::string vanilla =
       first_variant(records, [](const ResultRecord& r) { return r.attn_type == "vanilla"; });
   if (vanilla.empty()) {
@@ -355,7 +355,8 @@ std::string split_table(const std::vector<ResultRecord>& records, const std::str
   std::vector<std::vector<std::string>> rows;
   for (const auto& r : records) {
     if (r.split != split) continue;
-    std::vector<std::string> row = {r.variant, r.attn_type, r.eval_mode, std::to_string(r.tgt_len),
+    std::vector<std::string> row = {r.variant,        r.attn_type,
+                                    r.eval_mode,      std::to_string(r.tgt_len),
                                     context_label(r), fixed(r.ppl, 2)};
     if (any_bpb) row.push_back(r.bits_per_byte > 0 ? fixed(r.bits_per_byte, 4) : "-");
     if (any_bpc) row.push_back(r.bits_per_char > 0 ? fixed(r.bits_per_char, 4) : "-");
@@ -437,9 +438,17 @@ CurveSummary summarise_curve(const stdfs::path& metrics) {
 
 std::string training_table(const std::vector<ResultRecord>& records,
                            const std::map<std::string, CurveSummary>& curves) {
-  std::vector<std::string> header = {"variant",      "attn",         "Q",       "M",
-                                     "parameters",   "steps",        "tokens",  "tokens/s",
-                                     "train seconds", "final train loss", "best valid ppl"};
+  std::vector<std::string> header = {"variant",
+                                     "attn",
+                                     "Q",
+                                     "M",
+                                     "parameters",
+                                     "steps",
+                                     "tokens",
+                                     "tokens/s",
+                                     "train seconds",
+                                     "final train loss",
+                                     "best valid ppl"};
   std::vector<bool> right = {false, false, true, true, true, true, true, true, true, true, true};
   std::vector<std::vector<std::string>> rows;
   for (const auto& name : variants_in_order(records)) {
@@ -516,8 +525,13 @@ std::string memory_sweep_sentence(const std::vector<ResultRecord>& records,
 
 // ------------------------------------------------------------------------------------- plots
 
+// $TXL_PLOT_SCRIPT, else $TXL_SOURCE_DIR/tools/plot_report.py (as txl-eval uses), else the copy in
+// the source tree this library was built from.
 stdfs::path default_plot_script() {
   if (const char* env = std::getenv("TXL_PLOT_SCRIPT"); env != nullptr && *env != '\0') return env;
+  if (const char* env = std::getenv("TXL_SOURCE_DIR"); env != nullptr && *env != '\0') {
+    return stdfs::path(env) / "tools" / "plot_report.py";
+  }
 #ifdef TXL_SOURCE_DIR
   return stdfs::path(TXL_SOURCE_DIR) / "tools" / "plot_report.py";
 #else
@@ -583,7 +597,8 @@ std::string last_line(const std::string& text) {
   auto end = text.find_last_not_of(" \n\r\t");
   if (end == std::string::npos) return "";
   auto begin = text.rfind('\n', end);
-  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1,
+                     end - (begin == std::string::npos ? 0 : begin + 1) + 1);
 }
 
 constexpr const char* kPlotFiles[] = {"training_loss.png", "context_ppl.png", "eval_cost.png"};
@@ -598,14 +613,9 @@ std::string draw_plots(const stdfs::path& dir, const std::vector<TrainingCurve>&
   if (::access(options.python.c_str(), X_OK) != 0) {
     return options.python + " was not found (install python3 and python3-matplotlib)";
   }
-  std::vector<std::string> args = {options.python,
-                                   script.string(),
-                                   "--results",
-                                   (dir / "results.json").string(),
-                                   "--out",
-                                   dir.string(),
-                                   "--split",
-                                   options.plot_split};
+  std::vector<std::string> args = {
+      options.python, script.string(), "--results", (dir / "results.json").string(),
+      "--out",        dir.string(),    "--split",   options.plot_split};
   for (const auto& c : curves) {
     args.push_back("--curve");
     args.push_back(c.variant + "=" + c.metrics.string());
@@ -645,10 +655,10 @@ Report write_report(const stdfs::path& dir, const std::string& ablation_name,
   for (const auto& c : curves) {
     CurveSummary s = summarise_curve(c.metrics);
     if (!s.found) {
-      log::warn("experiment", "no training metrics for variant {} at {}", c.variant,
+      log::warn("report", "no training metrics for variant {} at {}", c.variant,
                 c.metrics.string());
     } else if (s.bad_lines > 0) {
-      log::warn("experiment", "{}: skipped {} line(s) that are not JSON", c.metrics.string(),
+      log::warn("report", "{}: skipped {} line(s) that are not JSON", c.metrics.string(),
                 s.bad_lines);
     }
     summaries[c.variant] = s;
@@ -656,7 +666,7 @@ Report write_report(const stdfs::path& dir, const std::string& ablation_name,
 
   report.plot_note = draw_plots(dir, curves, options, report.plots);
   if (!report.plot_note.empty() && options.plots) {
-    log::warn("experiment", "plots skipped: {}", report.plot_note);
+    log::warn("report", "plots skipped: {}", report.plot_note);
   }
 
   auto variants = variants_in_order(records);
@@ -696,22 +706,25 @@ Report write_report(const stdfs::path& dir, const std::string& ablation_name,
     }
   }
   if (!any_finding) {
-    md += "No headline comparison: the ablation needs an xl variant evaluated with memory and a "
-          "vanilla variant evaluated on fixed segments at the same segment length.\n";
+    md +=
+        "No headline comparison: the ablation needs an xl variant evaluated with memory and a "
+        "vanilla variant evaluated on fixed segments at the same segment length.\n";
   }
 
   md += "\n## Plots\n\n";
   if (report.plots.empty()) {
     md += "Plots were skipped: " + report.plot_note + ".\n";
   } else {
-    md += "![Training loss against step](training_loss.png)\n\n"
-          "![Perplexity against evaluation context length](context_ppl.png)\n\n"
-          "![Evaluation cost against perplexity](eval_cost.png)\n";
+    md +=
+        "![Training loss against step](training_loss.png)\n\n"
+        "![Perplexity against evaluation context length](context_ppl.png)\n\n"
+        "![Evaluation cost against perplexity](eval_cost.png)\n";
   }
-  md += "\nEvery figure above is in `results.json` and `results.csv`; the training curves are in "
-        "each variant's `metrics.jsonl`.\n";
+  md +=
+      "\nEvery figure above is in `results.json` and `results.csv`; the training curves are in "
+      "each variant's `metrics.jsonl`.\n";
   fs::write_atomic(dir / "report.md", md);
-  log::info("experiment", "report written to {}", (dir / "report.md").string());
+  log::info("report", "report written to {}", (dir / "report.md").string());
   return report;
 }
 

@@ -123,7 +123,8 @@ TEST_F(Ablation, EveryVariantIsTrainedEvaluatedAndReported) {
   }
   // Each split is scored whole in every mode, so every mode of a split counts the same tokens.
   for (const auto& r : result.records) {
-    EXPECT_EQ(r.tokens, result.records[r.split == "valid" ? 0 : 2].tokens) << r.variant << r.eval_mode;
+    EXPECT_EQ(r.tokens, result.records[r.split == "valid" ? 0 : 2].tokens)
+        << r.variant << r.eval_mode;
   }
   const auto dir_out = stdfs::path(a.output_dir);
   auto json = nlohmann::json::parse(read(dir_out / "results.json"));
@@ -199,7 +200,8 @@ TEST_F(Ablation, HalfFinishedVariantResumesAndAChangedOneRestarts) {
   txl::fs::write_atomic(run_dir(a, "xl") / "config.yaml", txl::config::dump_experiment(xl));
   // A line only the partial run wrote: kept by a resume, gone after a restart.
   std::ofstream(run_dir(a, "xl") / "metrics.jsonl", std::ios::app)
-      << R"({"kind":"note","step":1,"loss":0})" << "\n";
+      << R"({"kind":"note","step":1,"loss":0})"
+      << "\n";
   auto options = quiet_options();
   options.only = {"xl"};
   auto result = txl::experiment::run_ablation(a, options);
@@ -220,7 +222,8 @@ TEST_F(Ablation, HalfFinishedVariantResumesAndAChangedOneRestarts) {
   other.train.lr = 5e-3;
   txl::train::train(other, {false, true});
   std::ofstream(run_dir(b, "xl") / "metrics.jsonl", std::ios::app)
-      << R"({"kind":"note","step":1,"loss":0})" << "\n";
+      << R"({"kind":"note","step":1,"loss":0})"
+      << "\n";
   auto restarted = txl::experiment::run_ablation(b, options);
   ASSERT_EQ(restarted.status, AblationStatus::kCompleted);
   EXPECT_EQ(read(run_dir(b, "xl") / "metrics.jsonl").find(R"("kind":"note")"), std::string::npos);

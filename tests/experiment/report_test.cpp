@@ -148,8 +148,9 @@ TEST(Report, CsvHasAHeaderAndOneParsableLinePerRecord) {
   std::istringstream in(txl::fs::read_file(dir / "results.csv"));
   std::string header;
   std::getline(in, header);
-  EXPECT_EQ(header.rfind("variant,attn_type,eval_mode,split,tgt_len,mem_len,window,stride,loss,ppl,", 0),
-            0u);
+  EXPECT_EQ(
+      header.rfind("variant,attn_type,eval_mode,split,tgt_len,mem_len,window,stride,loss,ppl,", 0),
+      0u);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   ASSERT_EQ(lines.size(), records.size());
@@ -182,10 +183,12 @@ TEST(Report, MarkdownHasEveryVariantSplitAndFigure) {
   EXPECT_TRUE(contains(md, "## Results on test"));
   // Each row of the test table: variant, mode, context and perplexity.
   for (const std::string row :
-       {"| vanilla | vanilla | segments |", "| vanilla | vanilla | sliding  |", "| xl      | xl      | memory   |"}) {
+       {"| vanilla | vanilla | segments |", "| vanilla | vanilla | sliding  |",
+        "| xl      | xl      | memory   |"}) {
     EXPECT_TRUE(contains(md, row)) << row << "\n" << md;
   }
-  for (const std::string figure : {"61.00", "49.00", "43.00", "41.50", "59.00", "L=128 s=1", "M=256"}) {
+  for (const std::string figure :
+       {"61.00", "49.00", "43.00", "41.50", "59.00", "L=128 s=1", "M=256"}) {
     EXPECT_TRUE(contains(md, figure)) << figure;
   }
   // Sliding cost relative to the same variant's segments pass: 20 s vs 0.5 s per 1000 tokens.
@@ -212,17 +215,19 @@ TEST(Report, MarkdownStatesTheMarginAndTheEvaluationCost) {
   txl::experiment::write_report(dir.path(), "toy", sample_records(), {}, no_plots());
   std::string md = txl::fs::read_file(dir / "report.md");
   // test: xl at its training memory 43.00 vs vanilla segments 61.00 -> 18.00 ppl, 29.5%.
-  EXPECT_TRUE(contains(md, "On test, Transformer-XL (xl, memory M=128) reaches 43.00 ppl against "
-                           "61.00 for vanilla with fixed segments (vanilla) at the same segment "
-                           "length Q=128: xl beat vanilla by 18.00 ppl (29.5% lower perplexity)."))
+  EXPECT_TRUE(contains(md,
+                       "On test, Transformer-XL (xl, memory M=128) reaches 43.00 ppl against "
+                       "61.00 for vanilla with fixed segments (vanilla) at the same segment "
+                       "length Q=128: xl beat vanilla by 18.00 ppl (29.5% lower perplexity)."))
       << md;
   // sliding: 20 s / 1000 tokens = 20 ms per token; memory M=128: 0.8 ms per token -> 25x.
   EXPECT_TRUE(contains(md, "20.0000 ms per token"));
   EXPECT_TRUE(contains(md, "0.8000 ms per token"));
   EXPECT_TRUE(contains(md, "costs 25.0x as much per token as memory evaluation"));
   // The memory sweep of xl, shortest memory first.
-  EXPECT_TRUE(contains(md, "xl on test with longer evaluation memory (trained with M=128): "
-                           "M=128 43.00, M=256 41.50 ppl."))
+  EXPECT_TRUE(contains(md,
+                       "xl on test with longer evaluation memory (trained with M=128): "
+                       "M=128 43.00, M=256 41.50 ppl."))
       << md;
 }
 

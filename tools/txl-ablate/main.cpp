@@ -2,8 +2,8 @@
 //   txl-ablate experiments/kjv_ablation.yaml [--set train.max_steps=500] [--only vanilla,xl]
 // Finished variants are skipped and a half-finished one resumes, so after Ctrl-C (exit 130) or
 // SIGTERM (exit 143) the same command continues where it stopped.
-#include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <CLI/CLI.hpp>
 
 #include <csignal>
 #include <cstdio>
@@ -19,16 +19,20 @@ void on_signal(int sig) { txl::train::stop_signal().store(sig); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"txl-ablate: train and evaluate every variant of an ablation, then write "
-               "runs/<ablation>/report.md, results.json, results.csv and plots"};
+  CLI::App app{
+      "txl-ablate: train and evaluate every variant of an ablation, then write "
+      "runs/<ablation>/report.md, results.json, results.csv and plots"};
   std::string path;
   std::vector<std::string> overrides, only;
   bool dump = false, quiet = false, no_plots = false;
   std::int64_t max_tokens = 0;
   app.add_option("file", path, "ablation YAML file (a base and named variants)")->required();
-  app.add_option("--set", overrides, "override a setting of every variant: key.path=value (repeatable)");
-  app.add_option("--only", only, "run only these variants (comma-separated); the others keep their "
-                 "cached results")->delimiter(',');
+  app.add_option("--set", overrides,
+                 "override a setting of every variant: key.path=value (repeatable)");
+  app.add_option("--only", only,
+                 "run only these variants (comma-separated); the others keep their "
+                 "cached results")
+      ->delimiter(',');
   app.add_option("--eval-max-tokens", max_tokens,
                  "score only the first N tokens of each split in every evaluation (0 = all)")
       ->check(CLI::NonNegativeNumber);

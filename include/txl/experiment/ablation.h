@@ -22,12 +22,12 @@ namespace txl::experiment {
 
 // One evaluation the runner performs: a split in one mode with its context.
 struct PlannedEval {
-  std::string split;      // valid | test
-  std::string mode;       // memory | segments | sliding
-  int tgt_len = 0;        // segment length Q (eval.tgt_len, else model.tgt_len)
-  int mem_len = 0;        // memory M (memory mode; 0 otherwise)
-  int window = 0;         // sliding window L (sliding mode; 0 otherwise)
-  int stride = 0;         // sliding stride s (sliding mode; 0 otherwise)
+  std::string split;  // valid | test
+  std::string mode;   // memory | segments | sliding
+  int tgt_len = 0;    // segment length Q (eval.tgt_len, else model.tgt_len)
+  int mem_len = 0;    // memory M (memory mode; 0 otherwise)
+  int window = 0;     // sliding window L (sliding mode; 0 otherwise)
+  int stride = 0;     // sliding stride s (sliding mode; 0 otherwise)
 
   // "test/memory/Q128/M256/L0/s0": identifies the evaluation in caches and logs.
   std::string key() const;
@@ -48,12 +48,12 @@ std::vector<PlannedEval> evaluation_plan(const config::ExperimentConfig& variant
 std::string training_fingerprint(const config::ExperimentConfig& variant);
 
 struct AblationOptions {
-  std::vector<std::string> only;             // train/evaluate only these variants (empty = all)
+  std::vector<std::string> only;  // train/evaluate only these variants (empty = all)
   std::vector<int> memory_multiples = {1, 2, 4};  // memory evaluation lengths, x training M
-  std::int64_t eval_max_tokens = 0;          // score only the first N tokens of each split in
-                                             // every evaluation (0 = all); bounds sliding's cost
-  bool quiet = false;                        // no training progress lines
-  ReportOptions report;                      // plots and their interpreter
+  std::int64_t eval_max_tokens = 0;               // score only the first N tokens of each split in
+                                     // every evaluation (0 = all); bounds sliding's cost
+  bool quiet = false;    // no training progress lines
+  ReportOptions report;  // plots and their interpreter
 };
 
 enum class AblationStatus {
@@ -63,11 +63,11 @@ enum class AblationStatus {
 
 struct AblationResult {
   AblationStatus status = AblationStatus::kCompleted;
-  int signal = 0;                    // the signal that stopped it (kInterrupted)
-  std::string stopped_variant;       // the variant in progress when it stopped
-  std::filesystem::path dir;         // runs/<ablation> (or the ablation's output_dir)
-  std::vector<ResultRecord> records; // every record of the report
-  Report report;                     // what write_report wrote (empty when interrupted)
+  int signal = 0;                     // the signal that stopped it (kInterrupted)
+  std::string stopped_variant;        // the variant in progress when it stopped
+  std::filesystem::path dir;          // runs/<ablation> (or the ablation's output_dir)
+  std::vector<ResultRecord> records;  // every record of the report
+  Report report;                      // what write_report wrote (empty when interrupted)
 };
 
 // Runs the ablation: for each variant in file order (restricted to `only`), trains it with

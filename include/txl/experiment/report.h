@@ -25,21 +25,21 @@ struct ResultRecord {
   int window = 0;         // sliding window L (sliding mode; 0 otherwise)
   int stride = 0;         // sliding stride s (sliding mode; 0 otherwise)
   // Evaluation figures.
-  double loss = 0.0;            // mean negative log-likelihood per scored token, nats
-  double ppl = 0.0;             // exp(loss)
-  double bits_per_byte = 0.0;   // bits per UTF-8 byte of the original text (0 = not reported)
-  double bits_per_char = 0.0;   // bits per character (byte and char corpora; else 0)
-  std::int64_t tokens = 0;      // scored tokens
-  double tokens_per_s = 0.0;    // scored tokens per second
-  double seconds = 0.0;         // evaluation wall time
+  double loss = 0.0;           // mean negative log-likelihood per scored token, nats
+  double ppl = 0.0;            // exp(loss)
+  double bits_per_byte = 0.0;  // bits per UTF-8 byte of the original text (0 = not reported)
+  double bits_per_char = 0.0;  // bits per character (byte and char corpora; else 0)
+  std::int64_t tokens = 0;     // scored tokens
+  double tokens_per_s = 0.0;   // scored tokens per second
+  double seconds = 0.0;        // evaluation wall time
   // Training figures of the variant.
-  int train_tgt_len = 0;             // model.tgt_len
-  int train_mem_len = 0;             // model.mem_len
-  std::int64_t train_steps = 0;      // optimizer steps done
-  std::int64_t train_tokens = 0;     // training tokens seen
-  double train_tokens_per_s = 0.0;   // training throughput
-  double train_seconds = 0.0;        // training wall time (all invocations)
-  std::int64_t params = 0;           // parameter count
+  int train_tgt_len = 0;            // model.tgt_len
+  int train_mem_len = 0;            // model.mem_len
+  std::int64_t train_steps = 0;     // optimizer steps done
+  std::int64_t train_tokens = 0;    // training tokens seen
+  double train_tokens_per_s = 0.0;  // training throughput
+  double train_seconds = 0.0;       // training wall time (all invocations)
+  std::int64_t params = 0;          // parameter count
 
   // Evaluation cost: wall seconds per scored token (0 when nothing was scored).
   double seconds_per_token() const;
@@ -89,10 +89,10 @@ std::string to_csv(const std::vector<ResultRecord>& records);
 std::vector<ResultRecord> records_from_json(const std::string& text, const std::string& origin);
 
 struct ReportOptions {
-  bool plots = true;                    // draw PNG plots (needs python3 + matplotlib)
+  bool plots = true;                        // draw PNG plots (needs python3 + matplotlib)
   std::string python = "/usr/bin/python3";  // interpreter for the plot script
-  std::filesystem::path plot_script;    // "" = $TXL_PLOT_SCRIPT, else the source tree's copy
-  std::string plot_split = "test";      // split of the context and cost plots (falls back)
+  std::filesystem::path plot_script;        // "" = $TXL_PLOT_SCRIPT, else $TXL_SOURCE_DIR/tools/...
+  std::string plot_split = "test";          // split of the context and cost plots (falls back)
 };
 
 struct Report {
