@@ -416,6 +416,34 @@ std::vector<ResultRecord> cached_records(const std::string& name,
   return records;
 }
 
+// What a variant changes relative to the ablation's base (its name and folder always differ).
+std::vector<std::string> changes_from_base(const config::AblationConfig& ablation,
+                                           const config::ExperimentConfig& cfg) {
+  std::vector<std::string> out;
+  for (const auto& line : config::diff_experiments(ablation.base, cfg)) {
+    if (line.rfind("run.name:", 0) == 0 || line.rfind("run.output_dir:", 0) == 0) continue;
+    out.push_back(line);
+  }
+  return out;
+}
+
+// An ablation compares like with like: warns about variants that change the data, the seed or
+// the training budget, since their differences are then not the named change alone.
+void warn_unfair_variants(const config::AblationConfig& ablation) {
+  for (const auto& [name, cfg] : ablation.variants) {
+    for (const auto& line : changes_from_base(ablation, cfg)) {
+      const bool unfair = line.rfind("data.", 0) == 0 || line.rfind("run.seed:", 0) == 0 ||
+                          line.rfind("train.max_steps:", 0) == 0 ||
+                          line.rfind("train.max_tokens:", 0) == 0 ||
+                          line.rfind("train.max_minutes:", 0) == 0;
+      if (unfair) {
+        log::warn(kTag, "variant {} changes {}; its results are not comparable like for like", name,
+                  line);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 AblationResult run_ablation(const config::AblationConfig& ablation,
@@ -442,6 +470,16 @@ AblationResult run_ablation(const config::AblationConfig& ablation,
   fs::ensure_dir(result.dir);
   log::info(kTag, "ablation {}: {} variant(s), report in {}", ablation.name, names.size(),
             result.dir.string());
+
+  warn_unfair_variants(ablation);
+  ReportOptions report_options = options.report;
+  for (const auto& [name, cfg] : ablation.variants) {
+    std::string changes;
+    for (const auto& line : changes_from_base(ablation, cfg)) {
+      changes += (changes.empty() ? "" : "; ") + line;
+    }
+    report_options.variant_changes.emplace_back(name, changes);
+  }
 
   DatasetCache datasets;
   std::vector<TrainingCurve> curves;
@@ -473,7 +511,7 @@ AblationResult run_ablation(const config::AblationConfig& ablation,
     if (!records.empty()) curves.push_back({name, train::run_dir(cfg) / "metrics.jsonl"});
     result.records.insert(result.records.end(), records.begin(), records.end());
   }
-  result.report = write_report(result.dir, ablation.name, result.records, curves, options.report);
+  result.report = write_report(result.dir, ablation.name, result.records, curves, report_options);
   return result;
 }
 

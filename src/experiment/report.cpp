@@ -677,6 +677,13 @@ Report write_report(const stdfs::path& dir, const std::string& ablation_name,
       "on fixed segments and with a sliding window, Transformer-XL-style models with memory at "
       "their training length and longer, and on fixed segments for reference.\n\n",
       variants.size(), join(variants, ", "));
+  if (!options.variant_changes.empty()) {
+    for (const auto& [name, changes] : options.variant_changes) {
+      if (std::find(variants.begin(), variants.end(), name) == variants.end()) continue;
+      md += "- `" + name + "`: " + (changes.empty() ? "the base experiment" : changes) + "\n";
+    }
+    md += "\n";
+  }
   md += training_table(records, summaries);
 
   for (const auto& split : splits_in_order(records)) {

@@ -210,6 +210,20 @@ TEST(Report, MarkdownHasEveryVariantSplitAndFigure) {
   }
 }
 
+TEST(Report, MarkdownListsWhatEachVariantChanges) {
+  TempDir dir;
+  auto options = no_plots();
+  options.variant_changes = {{"vanilla", "model.attn_type: xl -> vanilla; model.mem_len: 128 -> 0"},
+                             {"xl", ""},
+                             {"not_run", "model.n_layer: 4 -> 2"}};
+  txl::experiment::write_report(dir.path(), "toy", sample_records(), {}, options);
+  std::string md = txl::fs::read_file(dir / "report.md");
+  EXPECT_TRUE(
+      contains(md, "- `vanilla`: model.attn_type: xl -> vanilla; model.mem_len: 128 -> 0\n"));
+  EXPECT_TRUE(contains(md, "- `xl`: the base experiment\n"));
+  EXPECT_FALSE(contains(md, "not_run"));  // no results, not in the report
+}
+
 TEST(Report, MarkdownStatesTheMarginAndTheEvaluationCost) {
   TempDir dir;
   txl::experiment::write_report(dir.path(), "toy", sample_records(), {}, no_plots());

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace txl::experiment {
@@ -93,6 +94,9 @@ struct ReportOptions {
   std::string python = "/usr/bin/python3";  // interpreter for the plot script
   std::filesystem::path plot_script;        // "" = $TXL_PLOT_SCRIPT, else $TXL_SOURCE_DIR/tools/...
   std::string plot_split = "test";          // split of the context and cost plots (falls back)
+  // Per variant, in order: what it changes relative to the ablation's base, e.g.
+  // {"vanilla", "model.attn_type: xl -> vanilla; model.mem_len: 128 -> 0"} ("" = the base).
+  std::vector<std::pair<std::string, std::string>> variant_changes;
 };
 
 struct Report {
