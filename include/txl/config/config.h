@@ -3,7 +3,8 @@
 // meaning, unit and an example. YAML sections map one to one onto these structs (`run:`,
 // `data:`, `data.tokenizer:`, `data.synthetic:`, `model:`, `train:`, `eval:`); the loader in
 // src/config/ is the only place that knows YAML. Precedence: these defaults < `base:` file <
-// experiment file < `--set key.path=value`.
+// experiment file < `--set key.path=value`. A field added here must also be registered, once, in
+// the table of src/config/fields.cpp (which gives the loader, the dump and the diff their keys).
 
 #include <cstdint>
 #include <map>
@@ -85,6 +86,7 @@ struct ModelConfig {
   std::string init = "normal";        // normal | uniform
   double init_std = 0.02;             // weights' std (normal) or range (uniform)
   double proj_init_std = 0.01;        // adaptive projections' std
+  std::string norm_init = "normal";   // LayerNorm weights: normal = N(1, init_std) (paper code) | ones
 };
 
 // ---------------------------------------------------------------------------------- train

@@ -13,7 +13,7 @@
 #include "txl/config/config.h"
 #include "txl/models/transformer_lm.h"
 
-namespace txl::train {
+namespace txl::models {
 
 inline constexpr std::int64_t kCheckpointVersion = 1;
 
@@ -29,17 +29,20 @@ struct TrainState {
   std::vector<torch::Tensor> memory; // per batch chunk: layer tensors then key mask
   torch::Tensor rng_state;           // torch's CPU generator state (dropout)
   double elapsed_seconds = 0.0;      // training wall time before this invocation
+  std::int64_t last_eval_step = -1;  // step of the latest validation (-1 = none)
+  double interval_loss = 0.0;        // summed loss since the last progress record
+  std::int64_t interval_tokens = 0;  // scored tokens since the last progress record
 };
 
 // Writes model (+ optimizer and state when given) to `path` atomically.
 void save_checkpoint(const std::filesystem::path& path, const config::ExperimentConfig& config,
-                     std::int64_t vocab_size, models::TransformerLM& model,
+                     std::int64_t vocab_size, TransformerLM& model,
                      torch::optim::Optimizer* optimizer, const TrainState* state);
 
 struct LoadedModel {
   config::ExperimentConfig config;  // the experiment the model was trained with
   std::int64_t vocab_size = 0;
-  models::TransformerLM model{nullptr};
+  TransformerLM model{nullptr};
 };
 
 // Rebuilds the model from the checkpoint alone. Throws txl::Error naming the file when it is
@@ -47,7 +50,7 @@ struct LoadedModel {
 LoadedModel load_model(const std::filesystem::path& path);
 
 // Restores optimizer and training state into existing objects (for --resume).
-TrainState load_train_state(const std::filesystem::path& path, models::TransformerLM& model,
+TrainState load_train_state(const std::filesystem::path& path, TransformerLM& model,
                             torch::optim::Optimizer& optimizer);
 
-}  // namespace txl::train
+}  // namespace txl::models

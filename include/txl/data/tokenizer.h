@@ -1,0 +1,91 @@
+#pragma once
+// Tokenizers: text <-> token ids. Three kinds behind one interface:
+//
+//   sentencepiece  unigram | bpe | char | word model trained on the train split (or loaded from
+//                  a .model file); ids pad 0, unk 1, eos 2, no bos
+//   byte           the enwik8 convention: id = byte value (0..255), pad 256, eos 257; decoding is
+//                  exact for any byte string, no unknown token
+//   word           whitespace-separated words of the train split: pad 0, <unk> 1, <eos> 2, then
+//                  words by descending frequency (ties: byte-wise ascending), which is the order
+//                  adaptive softmax cutoffs assume
+//
+// encode() works on one line (no newline, no eos added); the caller appends eos_id() per line.
+// decode() writes eos as '\n' and skips pad. Encoding is thread-safe (const).
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "txl/config/config.h"
+
+namespace txl::data {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string kind() const = 0;  // "sentencepiece" | "byte" | "word"
+  virtual std::vector<std::int64_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(const std::vector<std::int64_t>& ids) const = 0;
+  virtual std::int64_t vocab_size() const = 0;
+  virtual std::int64_t pad_id() const = 0;
+  virtual std::int64_t eos_id() const = 0;
+  virtual std::int64_t unk_id() const = 0;  // -1 when every input is representable (byte)
+  // The text of one id (a sentencepiece piece, a word, "<0x41>" for a byte), for inspection.
+  virtual std::string piece(std::int64_t id) const = 0;
+  // Identifies the exact mapping (16 hex digits of a hash of the model/vocabulary): equal
+  // fingerprints encode identically. Encoded caches record it.
+  virtual std::string fingerprint() const = 0;
+  // Writes the tokenizer into `dir` (tokenizer.meta plus tokenizer.model or tokenizer.vocab),
+  // atomically file by file.
+  virtual void save(const std::filesystem::path& dir) const = 0;
+};
+
+// Loads a tokenizer saved by Tokenizer::save. Throws txl::Error naming the directory when it
+// holds none, or a damaged one.
+std::shared_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir);
+
+// ----------------------------------------------------------------------------- building
+// Trains a sentencepiece model on `train_lines` with cfg's options (vocab_size, model_type,
+// character_coverage, user_symbols, max_sentences: more lines are subsampled at an even stride).
+// Training output is kept off the terminal; progress is logged under [data]. Throws txl::Error
+// for invalid UTF-8 (naming the line), a vocab_size the text cannot support, bad options.
+std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cfg,
+                                               const std::vector<std::string>& train_lines);
+
+// Loads a sentencepiece .model file (cfg.model_path). The model must use pad 0, unk 1, eos 2
+// like the ones txl trains; another id layout is a txl::Error saying so.
+std::shared_ptr<Tokenizer> load_sentencepiece(const std::filesystem::path& model_path);
+
+// The byte tokenizer (nothing to learn).
+std::shared_ptr<Tokenizer> make_byte_tokenizer();
+
+// Builds a word vocabulary from `train_lines` (split at ASCII whitespace); words seen fewer
+// than min_count times map to <unk>. A literal "<unk>" in the text (PTB, WikiText) is <unk>.
+std::shared_ptr<Tokenizer> build_word_tokenizer(const std::vector<std::string>& train_lines,
+                                                int min_count);
+
+// A string of the options that change what cfg builds (only those relevant to cfg.type), for
+// cache keys. Throws txl::Error for an unknown type or sentencepiece model_type.
+std::string tokenizer_options_key(const config::TokenizerConfig& cfg);
+
+// The tokenizer cfg describes, cached in `dir`: when `dir` holds one saved from the same
+// options and the same training text (`train_fingerprint`), it is loaded; otherwise it is built
+// from train_lines() (called only then) and saved there. `reused` (optional) tells which.
+std::shared_ptr<Tokenizer> make_tokenizer(
+    const config::TokenizerConfig& cfg,
+    const std::function<const std::vector<std::string>&()>& train_lines,
+    std::uint64_t train_fingerprint, const std::filesystem::path& dir, bool* reused = nullptr);
+
+// Convenience: the same with the training text at hand (its fingerprint is computed).
+std::shared_ptr<Tokenizer> make_tokenizer(const config::TokenizerConfig& cfg,
+                                          const std::vector<std::string>& train_lines,
+                                          const std::filesystem::path& dir);
+
+// Fingerprint of lines as they would be written to a file (each followed by '\n').
+std::uint64_t fingerprint_lines(const std::vector<std::string>& lines);
+
+}  // namespace txl::data

@@ -1,0 +1,31 @@
+#pragma once
+// What txl-eval does, as a library call: rebuild the model from a checkpoint, evaluate splits or
+// a text file in the requested mode, optionally sweep the evaluation memory length.
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace txl::eval {
+
+// Unset optionals inherit from the experiment stored in the checkpoint.
+struct EvalRequest {
+  std::string checkpoint;                 // checkpoint file
+  std::vector<std::string> splits;        // empty = the experiment's eval.splits
+  std::string file;                       // a text file to evaluate instead of splits
+  std::optional<std::string> mode;        // memory | segments | sliding
+  std::optional<int> tgt_len, mem_len, clamp_len, same_length, window, stride, warmup, batch_size;
+  std::int64_t max_tokens = 0;            // 0 = every token
+  int threads = 0;                        // 0 = all cores
+  std::string token_losses_path;          // "" = not written
+  bool sweep = false;                     // context sweep over mem_len
+  std::vector<int> sweep_mem_lens;        // empty = 0, Q, 2Q, 4Q, 8Q
+  std::string out_dir;                    // sweep output folder ("" = the checkpoint's folder)
+  bool json = false;                      // JSON lines instead of a table
+};
+
+// Runs the request, printing a table (or JSON lines) to `out`. Throws txl::Error on bad input.
+void run(const EvalRequest& request, std::ostream& out);
+
+}  // namespace txl::eval

@@ -1,0 +1,36 @@
+#pragma once
+// Matrix-multiply FLOPs per token of the language model (2 FLOPs per multiply-add), for
+// throughput figures (model FLOPs utilisation) in the bench.
+//
+// Per query token, with Q = tgt_len, M = mem_len, K = M + Q, H heads of D, d model width,
+// F = d_inner, V vocabulary, per layer:
+//   fused QKV over concat(memory, segment)  2 d (3 H D) K / Q
+//   scores q.k over K keys                  2 H D K        (computed for all K; causal masking
+//   position scores (xl, shaw)              2 H D K         does not skip work)
+//   weighted sum of values                  2 H D K
+//   output projection W_o                   2 H D d
+//   feed-forward                            4 d F
+// plus the output layer: 2 d V for a plain softmax; with cutoffs, the head 2 d (c_1 + n) and
+// every tail cluster k 2 d d_k (projection, div_val > 1) + 2 d_k V_k, i.e. every cluster for
+// every token (what log_prob computes; nll visits a tail only for its own tokens, so real
+// training costs a little less). Adaptive input projections (div_val > 1) add 2 d_0 d.
+// Not counted: W_R R (computed once per segment for the whole batch: under 1/B of one
+// projection), embedding lookups, LayerNorm, softmax and other element-wise work.
+// Training = 3 x forward (the backward pass costs two products per forward product).
+
+#include <cstdint>
+
+#include "txl/config/config.h"
+
+namespace txl::models {
+
+struct FlopsPerToken {
+  double forward = 0.0;
+  double training = 0.0;  // forward + backward = 3 x forward
+};
+
+// Throws txl::Error for a negative length or vocabulary.
+FlopsPerToken count_flops_per_token(const config::ModelConfig& config, int64_t vocab,
+                                    int64_t tgt_len, int64_t mem_len);
+
+}  // namespace txl::models

@@ -1,0 +1,107 @@
+#pragma once
+// The language model: adaptive input -> n_layer decoder layers with segment-level recurrent
+// memory -> adaptive softmax (MODEL.md sections 3-6). One class covers the ablation:
+//   xl               relative positions (paper 3.3) + memory; xl with mem_len 0 = rel_no_memory
+//   shaw             learned relative embeddings per clipped distance (Shaw et al. 2018)
+//   vanilla          sinusoid of the position within the segment added to the embedding
+//   vanilla_learned  learned absolute positions added at every layer (Al-Rfou et al. 2018)
+//
+// Memory is data, not module state: forward takes the caller's memory and returns the new one.
+//
+// Legend: B batch, T = Q query length (tokens of the segment), M memory length, K = M + Q keys,
+// H heads, D head size, d model width, V vocabulary, L n_layer.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "txl/config/config.h"
+#include "txl/modules/adaptive_embedding.h"
+#include "txl/modules/adaptive_softmax.h"
+#include "txl/modules/attention.h"
+#include "txl/modules/decoder_layer.h"
+
+namespace txl::models {
+
+// The recurrent state of paper 3.2, owned by the caller.
+struct Memory {
+  // L tensors [B, M, d]: the input of each layer (the embedding output for layer 1) at the M
+  // most recent positions, detached from the graph. Empty = no memory (M = 0).
+  std::vector<torch::Tensor> layers;
+  // bool [B, M], true = a real token; padding that moved into memory stays invisible.
+  // Undefined with non-empty layers = all real.
+  torch::Tensor key_mask;
+
+  bool empty() const { return layers.empty(); }
+  int64_t length() const { return layers.empty() ? 0 : layers.front().size(1); }
+};
+
+// Run-time settings of one forward pass; evaluation may use other values than training.
+struct Context {
+  int64_t mem_len = 0;       // positions kept in the returned memory (0 = none)
+  int64_t clamp_len = -1;    // distances above it share one encoding; -1 = no clamp
+  bool same_length = false;  // every query sees the last mem_len keys (needs mem_len > 0)
+  int64_t ext_len = 0;       // the last ext_len positions of the segment are not memorised
+  // Optional extra restriction, bool [Q, K] or [B, Q, K], true = allowed; ANDed with the causal,
+  // padding and same_length masks (custom windows, tests).
+  torch::Tensor extra_mask;
+
+  static Context from_config(const config::ModelConfig& config);
+};
+
+struct LMOutput {
+  torch::Tensor nll;     // float [B, T]: -log p(target) per position (undefined without targets);
+                         // the caller applies its target mask
+  torch::Tensor logits;  // [B, T, V] log-probabilities, only when asked
+  torch::Tensor hidden;  // [B, T, d] the final hidden states (before the output layer)
+  Memory memory;         // the new memory, detached
+};
+
+class TransformerLMImpl : public torch::nn::Module {
+ public:
+  // Builds and initialises the model for a vocabulary of n_token words. Throws txl::Error
+  // naming the `model.` key for an invalid configuration.
+  TransformerLMImpl(const config::ModelConfig& config, int64_t n_token);
+
+  // tokens int64 [B, T]; targets int64 [B, T] or undefined; input_mask bool [B, T] (true = real
+  // token) or undefined (all real); memory as returned by the previous call (empty at the start);
+  // reset bool [B] or undefined: rows whose memory is cleared before this segment (a new
+  // document / stream). Throws txl::Error naming the value and the expectation on bad input.
+  LMOutput forward(const torch::Tensor& tokens, const torch::Tensor& targets,
+                   const torch::Tensor& input_mask, const Memory& memory,
+                   const torch::Tensor& reset, const Context& ctx, bool want_logits = false);
+
+  // The masks and position inputs of one segment, shared by every layer (public for tests).
+  // key_mask bool [B, K] over concat(memory, segment).
+  modules::AttentionInputs segment_inputs(int64_t q_len, int64_t m_len,
+                                          const torch::Tensor& key_mask, const Context& ctx,
+                                          torch::ScalarType dtype, torch::Device device);
+
+  const config::ModelConfig& config() const { return config_; }
+  int64_t n_token() const { return n_token_; }
+  Context default_context() const { return Context::from_config(config_); }
+  const std::vector<modules::DecoderLayer>& layer_list() const { return layer_list_; }
+
+  modules::AdaptiveEmbedding word_emb{nullptr};
+  torch::nn::ModuleList layers{nullptr};  // L DecoderLayer
+  modules::AdaptiveLogSoftmax crit{nullptr};
+  torch::Tensor u_bias, v_bias;           // xl, shared by all layers (not untie_r): [H, D]
+  torch::nn::LayerNorm final_norm{nullptr};  // pre_norm only
+  torch::nn::Dropout drop{nullptr};
+
+ private:
+  void check_inputs(const torch::Tensor& tokens, const torch::Tensor& targets,
+                    const torch::Tensor& input_mask, const Memory& memory,
+                    const torch::Tensor& reset, const Context& ctx) const;
+  Memory update_memory(const Memory& memory, const std::vector<torch::Tensor>& hiddens,
+                       const torch::Tensor& key_mask, int64_t q_len, const Context& ctx) const;
+
+  config::ModelConfig config_;
+  int64_t n_token_;
+  modules::PositionScheme scheme_;
+  std::vector<modules::DecoderLayer> layer_list_;
+};
+TORCH_MODULE(TransformerLM);
+
+}  // namespace txl::models

@@ -1,0 +1,70 @@
+#pragma once
+// Multi-head self-attention over concat(memory, segment), with the position schemes of the
+// ablation (MODEL.md sections 3, 4, 6):
+//   kRelative  Transformer-XL (paper 3.3): score = (q_i + u)^T k_j + (q_i + v)^T W_R R[M+i-j]
+//   kShaw      Shaw et al. (2018): score = q_i^T k_j + q_i^T A[min(M+i-j, max_rel_dist)],
+//              A a learned table per layer
+//   kAbsolute  Vaswani et al.: score = q_i^T k_j (positions were added to the inputs)
+// Scores are divided by sqrt(D), blocked (future, padding, window) keys get a large finite
+// negative score, softmax, attention dropout, weighted sum of values, heads concatenated, W_o.
+//
+// Legend: B batch, Q query length, M memory length, K = M + Q keys, H heads, D head size,
+// d model width. Internally heads lead ([H, B, ...]) so that every product is one batched GEMM
+// without copies; no [B, H, Q, K, D] tensor is ever formed.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "txl/modules/param_init.h"
+#include "txl/modules/positions.h"
+
+namespace txl::modules {
+
+enum class PositionScheme { kRelative, kShaw, kAbsolute };
+
+struct AttentionOptions {
+  int64_t d_model = 256;  // d
+  int64_t n_head = 4;     // H
+  int64_t d_head = 64;    // D (H * D need not equal d)
+  double dropatt = 0.0;   // dropout on the attention probabilities
+  PositionScheme scheme = PositionScheme::kRelative;
+  bool own_biases = false;     // kRelative: this layer has its own u, v (untie_r)
+  int64_t max_rel_dist = 64;   // kShaw: distances clipped to this
+  InitOptions init;
+};
+
+// Inputs computed once per segment and shared by every layer.
+struct AttentionInputs {
+  torch::Tensor blocked;  // bool [1, B or 1, Q, K], true = key hidden from the query
+  torch::Tensor rel_pos;  // kRelative: R [K, d] encodings of relative_distances(K, clamp_len);
+                          // kShaw: int64 [K] the same distances clipped to max_rel_dist
+  torch::Tensor u, v;     // kRelative without own_biases: the shared biases [H, D]
+};
+
+class MultiHeadAttentionImpl : public torch::nn::Module {
+ public:
+  explicit MultiHeadAttentionImpl(const AttentionOptions& options);
+
+  // x [B, Q, d] (the segment), memory [B, M, d] or undefined (M = 0) -> [B, Q, d].
+  // When `probs` is given it receives the attention probabilities [B, H, Q, K] (before
+  // dropout), for inspection.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory,
+                        const AttentionInputs& inputs, torch::Tensor* probs = nullptr);
+
+  void reset_parameters(const InitOptions& init);
+  const AttentionOptions& options() const { return options_; }
+
+  torch::nn::Linear qkv{nullptr};  // fused W_q, W_k, W_v: d -> 3 H D, no bias (paper code)
+  torch::nn::Linear out{nullptr};  // W_o: H D -> d, no bias
+  torch::nn::Linear r_net{nullptr};       // kRelative: W_R, d -> H D
+  LearnedPositions rel_key{nullptr};      // kShaw: [max_rel_dist + 1, H, D]
+  torch::Tensor u_bias, v_bias;           // kRelative with own_biases: [H, D]
+  torch::nn::Dropout dropatt{nullptr};
+
+ private:
+  AttentionOptions options_;
+};
+TORCH_MODULE(MultiHeadAttention);
+
+}  // namespace txl::modules

@@ -1,0 +1,51 @@
+#pragma once
+// The one table of experiment settings: every field of ExperimentConfig under its dotted YAML
+// key, in struct order, with the allowed values of the enums. Loading, dumping, diffing and
+// fingerprinting all walk this table, so a field added to config.h is registered here once.
+// Private to src/config.
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "txl/config/config.h"
+
+namespace txl::config::detail {
+
+// Where a field's value lives in one particular ExperimentConfig.
+using Target =
+    std::variant<std::string*, bool*, int*, std::int64_t*, std::uint64_t*, double*,
+                 std::vector<std::string>*, std::vector<std::int64_t>*, std::vector<int>*>;
+
+struct Field {
+  std::string key;                   // dotted, e.g. "data.tokenizer.vocab_size"
+  Target target;                     // the member of the config the table was built for
+  std::vector<std::string> choices;  // allowed values of a string (or string list); empty = any
+};
+
+// The table for `config`: its targets point into `config`, so build it for the object at hand.
+std::vector<Field> fields_of(ExperimentConfig& config);
+
+// Every section key ("run", "data", "data.tokenizer", ...), parents before children.
+const std::vector<std::string>& section_keys();
+
+// The value in canonical text form, what equality and diffs compare: strings as they are, list
+// items of strings quoted, doubles as format_double.
+std::string format_value(const Target& target);
+
+// Shortest decimal text that parses back to exactly `value`, always with a '.' or an exponent
+// marker so every YAML reader (1.1 and 1.2) takes it as a float: 0.1, 1.0, 2.5e-05, .inf.
+std::string format_double(double value);
+
+// The allowed values joined for messages: "cosine | inv_sqrt | constant | plateau".
+std::string join_choices(const std::vector<std::string>& choices);
+
+// Optimal-string-alignment edit distance (insertions, deletions, substitutions, transpositions).
+std::size_t edit_distance(const std::string& a, const std::string& b);
+
+// The candidate closest to `word` if it is close enough to be a plausible typo, else the first
+// candidate that `word` abbreviates (at least 2 characters), else "".
+std::string closest(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace txl::config::detail

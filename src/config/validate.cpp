@@ -1,0 +1,202 @@
+#include "validate.h"
+
+#include <set>
+#include <sstream>
+#include <type_traits>
+
+#include "fields.h"
+
+namespace txl::config::detail {
+
+namespace {
+
+template <typename T>
+std::string text(T value) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return format_double(value);
+  } else {
+    return std::to_string(value);
+  }
+}
+
+// Collects violations. Every comparison is written so that NaN fails it.
+class Checker {
+ public:
+  void rule(bool ok, const std::string& key, const std::string& message) {
+    if (!ok) out_.push_back(Violation{key, message});
+  }
+  template <typename T>
+  void at_least(const std::string& key, T value, T low) {
+    rule(value >= low, key, "must be >= " + text(low) + ", got " + text(value));
+  }
+  template <typename T>
+  void positive(const std::string& key, T value) {
+    rule(value > T(0), key, "must be > 0, got " + text(value));
+  }
+  // low <= value < high
+  void half_open(const std::string& key, double value, double low, double high) {
+    rule(value >= low && value < high, key,
+         "must be in [" + text(low) + ", " + text(high) + "), got " + text(value));
+  }
+  // low < value <= high
+  void open_closed(const std::string& key, double value, double low, double high) {
+    rule(value > low && value <= high, key,
+         "must be in (" + text(low) + ", " + text(high) + "], got " + text(value));
+  }
+  std::vector<Violation> take() { return std::move(out_); }
+
+ private:
+  std::vector<Violation> out_;
+};
+
+bool absolute_positions(const std::string& attn_type) {
+  return attn_type == "vanilla" || attn_type == "vanilla_learned";
+}
+
+}  // namespace
+
+std::vector<Violation> check_experiment(const ExperimentConfig& c) {
+  Checker k;
+
+  // Enums: the loader rejects them as they are read; configs built in code are checked here.
+  ExperimentConfig copy = c;
+  for (const Field& field : fields_of(copy)) {
+    if (field.choices.empty()) continue;
+    std::vector<std::string> values;
+    if (auto* s = std::get_if<std::string*>(&field.target)) values = {**s};
+    if (auto* list = std::get_if<std::vector<std::string>*>(&field.target)) values = **list;
+    for (const std::string& value : values) {
+      bool allowed = false;
+      for (const std::string& choice : field.choices) allowed = allowed || choice == value;
+      k.rule(allowed, field.key, "'" + value + "' is not one of " + join_choices(field.choices));
+    }
+  }
+
+  const RunConfig& run = c.run;
+  k.rule(!run.name.empty(), "run.name", "must not be empty (it names the run and its folder)");
+  k.at_least("run.threads", run.threads, 0);
+  k.at_least("run.log_interval", run.log_interval, 1);
+
+  const DataConfig& data = c.data;
+  k.rule(!data.cache_dir.empty(), "data.cache_dir", "must not be empty (e.g. data/cache)");
+  k.rule(data.corpus != "text" || !data.path.empty(), "data.path",
+         "corpus 'text' needs the path of a text file or of a folder with train/valid/test files");
+  const TokenizerConfig& tok = data.tokenizer;
+  k.positive("data.tokenizer.vocab_size", tok.vocab_size);
+  k.open_closed("data.tokenizer.character_coverage", tok.character_coverage, 0.0, 1.0);
+  k.at_least<std::int64_t>("data.tokenizer.max_sentences", tok.max_sentences, 1);
+  k.at_least("data.tokenizer.min_count", tok.min_count, 0);
+  const SyntheticConfig& syn = data.synthetic;
+  k.at_least<std::int64_t>("data.synthetic.documents", syn.documents, 1);
+  k.at_least("data.synthetic.keys", syn.keys, 1);
+  k.at_least("data.synthetic.gap", syn.gap, 0);
+  k.at_least("data.synthetic.alphabet", syn.alphabet, 1);
+
+  const ModelConfig& m = c.model;
+  k.at_least("model.n_layer", m.n_layer, 1);
+  k.at_least("model.d_model", m.d_model, 1);
+  k.at_least("model.n_head", m.n_head, 1);
+  k.at_least("model.d_head", m.d_head, 1);
+  k.at_least("model.d_inner", m.d_inner, 1);
+  k.half_open("model.dropout", m.dropout, 0.0, 1.0);
+  k.half_open("model.dropatt", m.dropatt, 0.0, 1.0);
+  k.at_least("model.tgt_len", m.tgt_len, 1);
+  k.at_least("model.mem_len", m.mem_len, 0);
+  k.at_least("model.ext_len", m.ext_len, 0);
+  k.at_least("model.clamp_len", m.clamp_len, -1);
+  k.at_least("model.max_rel_dist", m.max_rel_dist, 1);
+  k.at_least("model.max_positions", m.max_positions, 1);
+  for (std::size_t i = 0; i < m.cutoffs.size(); ++i) {
+    const std::string key = "model.cutoffs";
+    k.rule(m.cutoffs[i] > 0, key, "entries must be > 0, got " + text(m.cutoffs[i]));
+    if (i > 0) {
+      k.rule(m.cutoffs[i] > m.cutoffs[i - 1], key,
+             "must increase strictly (vocabulary split points), got " + text(m.cutoffs[i - 1]) +
+                 " then " + text(m.cutoffs[i]));
+    }
+  }
+  k.at_least("model.div_val", m.div_val, 1);
+  k.positive("model.init_std", m.init_std);
+  k.positive("model.proj_init_std", m.proj_init_std);
+  if (absolute_positions(m.attn_type) && !m.allow_abs_with_memory) {
+    // Absolute positions restart at 0 in every segment, so cached states would collide with the
+    // current ones (paper 3.3): a vanilla model with memory is a known-wrong setup.
+    k.rule(m.mem_len == 0, "model.mem_len",
+           "attn_type " + m.attn_type + " uses absolute positions and needs mem_len 0, got " +
+               text(m.mem_len) + " (or set model.allow_abs_with_memory: true)");
+    k.rule(c.eval.mem_len <= 0, "eval.mem_len",
+           "attn_type " + m.attn_type +
+               " uses absolute positions and needs eval.mem_len 0 or -1, got " +
+               text(c.eval.mem_len) + " (or set model.allow_abs_with_memory: true)");
+  }
+  if (m.attn_type == "vanilla_learned") {
+    // A learned table has no row for a position beyond it: training and evaluation windows must
+    // both fit.
+    const long long needed = static_cast<long long>(m.tgt_len) + m.mem_len + m.ext_len;
+    k.rule(needed <= m.max_positions, "model.max_positions",
+           "vanilla_learned needs tgt_len + mem_len + ext_len = " + text(needed) +
+               " positions, got " + text(m.max_positions));
+    const EvalConfig& e = c.eval;
+    const long long eval_tgt = e.tgt_len > 0 ? e.tgt_len : m.tgt_len;
+    const long long eval_mem = e.mem_len >= 0 ? e.mem_len : m.mem_len;
+    const long long eval_needed = e.mode == "sliding" ? (e.window > 0 ? e.window : eval_tgt)
+                                                      : eval_tgt + eval_mem + m.ext_len;
+    k.rule(eval_needed <= m.max_positions, e.mode == "sliding" ? "eval.window" : "eval.tgt_len",
+           "vanilla_learned has " + text(m.max_positions) +
+               " positions (model.max_positions) but evaluation needs " + text(eval_needed));
+  }
+
+  const TrainConfig& t = c.train;
+  k.positive("train.lr", t.lr);
+  k.at_least("train.weight_decay", t.weight_decay, 0.0);
+  k.half_open("train.momentum", t.momentum, 0.0, 1.0);
+  k.at_least<std::int64_t>("train.warmup_steps", t.warmup_steps, 0);
+  k.at_least("train.lr_min", t.lr_min, 0.0);
+  k.rule(!(t.lr_min > t.lr), "train.lr_min",
+         "must be <= train.lr (" + text(t.lr) + "), got " + text(t.lr_min));
+  k.open_closed("train.decay_rate", t.decay_rate, 0.0, 1.0);
+  k.at_least("train.plateau_patience", t.plateau_patience, 0);
+  k.at_least("train.clip", t.clip, 0.0);
+  k.at_least("train.batch_size", t.batch_size, 1);
+  k.at_least("train.batch_chunk", t.batch_chunk, 1);
+  if (t.batch_size >= 1 && t.batch_chunk >= 1) {
+    k.rule(t.batch_size % t.batch_chunk == 0, "train.batch_chunk",
+           "must divide train.batch_size (" + text(t.batch_size) + "), got " + text(t.batch_chunk));
+  }
+  k.at_least<std::int64_t>("train.max_steps", t.max_steps, 0);
+  k.at_least<std::int64_t>("train.max_tokens", t.max_tokens, 0);
+  k.at_least("train.max_minutes", t.max_minutes, 0.0);
+  k.rule(t.max_steps > 0 || t.max_tokens > 0 || t.max_minutes > 0, "train.max_steps",
+         "training would never stop: set train.max_steps, train.max_tokens or train.max_minutes");
+  k.at_least<std::int64_t>("train.eval_interval", t.eval_interval, 0);
+  k.at_least<std::int64_t>("train.checkpoint_interval", t.checkpoint_interval, 0);
+  k.at_least("train.patience", t.patience, 0);
+  k.at_least<std::int64_t>("train.eval_max_tokens", t.eval_max_tokens, 0);
+
+  const EvalConfig& e = c.eval;
+  k.at_least("eval.tgt_len", e.tgt_len, 0);
+  k.at_least("eval.mem_len", e.mem_len, -1);
+  k.at_least("eval.clamp_len", e.clamp_len, -2);
+  k.rule(e.same_length >= -1 && e.same_length <= 1, "eval.same_length",
+         "must be -1 (as model.same_length), 0 or 1, got " + text(e.same_length));
+  k.at_least("eval.window", e.window, 0);
+  k.at_least("eval.stride", e.stride, 1);
+  k.at_least("eval.warmup", e.warmup, 0);
+  k.at_least("eval.batch_size", e.batch_size, 1);
+  if (e.mode == "sliding" && e.stride >= 1) {
+    const int window = e.window > 0 ? e.window : (e.tgt_len > 0 ? e.tgt_len : m.tgt_len);
+    k.rule(e.stride <= window, "eval.stride",
+           "must be <= the sliding window (" + text(window) + "), got " + text(e.stride));
+  }
+  k.rule(!e.splits.empty(), "eval.splits", "must name at least one split (valid, test, train)");
+  std::set<std::string> seen;
+  for (const std::string& split : e.splits) {
+    k.rule(seen.insert(split).second, "eval.splits", "lists '" + split + "' twice");
+  }
+  for (int mem_len : e.sweep_mem_lens) {
+    k.rule(mem_len >= 0, "eval.sweep_mem_lens", "entries must be >= 0, got " + text(mem_len));
+  }
+  return k.take();
+}
+
+}  // namespace txl::config::detail

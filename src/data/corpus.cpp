@@ -1,0 +1,477 @@
+#include "txl/data/corpus.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "txl/data/synthetic.h"
+#include "txl/util/error.h"
+#include "txl/util/fs.h"
+#include "txl/util/log.h"
+
+namespace txl::data {
+
+namespace stdfs = std::filesystem;
+
+const CorpusSplit& CorpusText::split(std::string_view split_name) const {
+  if (split_name == "train") return train;
+  if (split_name == "valid") return valid;
+  if (split_name == "test") return test;
+  TXL_FAIL("unknown split '", split_name, "': expected train, valid or test");
+}
+
+// ---------------------------------------------------------------------------- helpers
+
+std::vector<std::string> split_lines(std::string_view text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    lines.emplace_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+std::int64_t count_utf8_chars(std::string_view text) {
+  std::int64_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+std::optional<std::size_t> find_invalid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    unsigned char c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    std::uint32_t cp;
+    if ((c & 0xE0) == 0xC0) {
+      len = 2, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + len > n) return i;
+    for (size_t k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are invalid too.
+    static constexpr std::uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
+std::optional<VerseLine> parse_verse_line(std::string_view line) {
+  // Book: an optional leading digit ("1Sm"), then letters; then chapter ':' verse ' '.
+  size_t i = 0;
+  if (i < line.size() && line[i] >= '1' && line[i] <= '3') ++i;
+  size_t letters = i;
+  while (i < line.size() && std::isalpha(static_cast<unsigned char>(line[i]))) ++i;
+  if (i == letters) return std::nullopt;
+  VerseLine v;
+  v.book = line.substr(0, i);
+  auto read_number = [&](int* out) {
+    size_t begin = i;
+    int value = 0;
+    while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i])) && i - begin < 4) {
+      value = value * 10 + (line[i] - '0');
+      ++i;
+    }
+    *out = value;
+    return i > begin;
+  };
+  if (!read_number(&v.chapter) || i >= line.size() || line[i] != ':') return std::nullopt;
+  ++i;
+  if (!read_number(&v.verse) || i >= line.size() || line[i] != ' ') return std::nullopt;
+  if (v.chapter < 1 || v.verse < 1) return std::nullopt;
+  v.text = line.substr(i + 1);
+  return v;
+}
+
+ByteSplit byte_corpus_split(std::int64_t size) {
+  constexpr std::int64_t kStandard = 100000000, kHeldOut = 5000000;
+  if (size >= kStandard) return {size - 2 * kHeldOut, size - kHeldOut, size, true};
+  std::int64_t train_end = size * 90 / 100;
+  std::int64_t valid_end = train_end + size * 5 / 100;
+  return {train_end, valid_end, size, false};
+}
+
+namespace {
+
+constexpr const char* kReadme = "data/README.md";
+
+// Fills n_bytes / n_chars of a split from the text its lines stand for (lines + newlines).
+void count_text(CorpusSplit* split) {
+  split->n_bytes = 0;
+  split->n_chars = 0;
+  for (const auto& line : split->lines) {
+    split->n_bytes += static_cast<std::int64_t>(line.size()) + 1;
+    split->n_chars += count_utf8_chars(line) + 1;
+  }
+}
+
+// Reads a corpus file, with errors that name the corpus, the path and the README.
+std::string read_corpus_file(const std::string& corpus, const stdfs::path& path) {
+  std::error_code ec;
+  TXL_CHECK(stdfs::exists(path, ec), "corpus '", corpus, "': file not found: ", path.string(),
+            " (see ", kReadme, " for how to obtain it and the layout txl expects)");
+  TXL_CHECK(!stdfs::is_directory(path, ec), "corpus '", corpus, "': expected a file, found a ",
+            "directory: ", path.string(), " (see ", kReadme, ")");
+  std::string bytes;
+  try {
+    bytes = fs::read_file(path);
+  } catch (const Error& e) {
+    TXL_FAIL("corpus '", corpus, "': ", e.what(), " (see ", kReadme, ")");
+  }
+  TXL_CHECK(!bytes.empty(), "corpus '", corpus, "': ", path.string(),
+            " is empty (a partial download? see ", kReadme, ")");
+  return bytes;
+}
+
+std::string resolved(const std::string& path) {
+  std::error_code ec;
+  auto p = stdfs::weakly_canonical(stdfs::path(path), ec);
+  return ec ? path : p.string();
+}
+
+// Fingerprint of several files, each hashed in full, combined in order.
+std::uint64_t fingerprint_files(const std::string& corpus, const std::vector<stdfs::path>& files) {
+  std::uint64_t h = fs::fnv1a(corpus);
+  for (const auto& file : files) {
+    std::error_code ec;
+    TXL_CHECK(stdfs::is_regular_file(file, ec), "corpus '", corpus,
+              "': file not found: ", file.string(), " (see ", kReadme, " for how to obtain it)");
+    std::uint64_t f = fs::fingerprint_file(file);
+    h = fs::fnv1a(std::string_view(reinterpret_cast<const char*>(&f), sizeof f), h);
+  }
+  return h;
+}
+
+// ------------------------------------------------------------------------------ kjv
+
+// True when `program` is an executable file in one of the PATH directories.
+bool on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  if (!path) return false;
+  std::string_view dirs(path);
+  while (!dirs.empty()) {
+    size_t colon = dirs.find(':');
+    std::string dir(dirs.substr(0, colon));
+    if (!dir.empty() && ::access((stdfs::path(dir) / program).c_str(), X_OK) == 0) return true;
+    if (colon == std::string_view::npos) break;
+    dirs.remove_prefix(colon + 1);
+  }
+  return false;
+}
+
+// Runs a shell command and returns its standard output; throws on failure.
+std::string run_command(const std::string& command) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  TXL_CHECK(pipe != nullptr, "cannot run `", command, "`: ", std::strerror(errno));
+  std::string out;
+  char buffer[1 << 16];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
+  int status = ::pclose(pipe);
+  TXL_CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "`", command,
+            "` failed (exit status ", (WIFEXITED(status) ? WEXITSTATUS(status) : -1), ")");
+  return out;
+}
+
+// The King James Bible from the bible-kjv package (or a file in the same `bible -f` format).
+class KjvReader : public CorpusReader {
+ public:
+  explicit KjvReader(std::string path) : path_(std::move(path)) {}
+  std::string name() const override { return "kjv"; }
+  std::string source_key() const override {
+    return path_.empty() ? "kjv:bible-kjv" : "kjv:" + resolved(path_);
+  }
+  std::uint64_t fingerprint() const override { return fs::fnv1a(raw()); }
+
+  CorpusText read() const override {
+    const std::string& text = raw();
+    std::vector<std::string> verses;
+    std::vector<bool> chapter_start;
+    size_t line_no = 0;
+    for (const auto& line : split_lines(text)) {
+      ++line_no;
+      if (line.empty()) continue;
+      auto verse = parse_verse_line(line);
+      TXL_CHECK(verse.has_value(), "corpus 'kjv': line ", line_no, " of ", origin(),
+                " has no verse reference like \"Ge1:1 \": \"", line.substr(0, 60),
+                "\" (is it `bible -f` output?)");
+      verses.emplace_back(verse->text);
+      chapter_start.push_back(verse->verse == 1);
+    }
+    TXL_CHECK(!verses.empty(), "corpus 'kjv': no verses in ", origin(), " (see ", kReadme, ")");
+    // Canonical order, first 90% / next 5% / last 5% of verses.
+    const std::int64_t n = static_cast<std::int64_t>(verses.size());
+    const std::int64_t train_end = n * 90 / 100, valid_end = train_end + n * 5 / 100;
+    CorpusText corpus;
+    corpus.name = "kjv";
+    auto fill = [&](CorpusSplit* split, std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i) {
+        // A chapter starts a document; so does the first verse of a split.
+        if (i == begin || chapter_start[i])
+          split->doc_starts.push_back(static_cast<std::int64_t>(split->lines.size()));
+        split->lines.push_back(std::move(verses[i]));
+      }
+      count_text(split);
+    };
+    fill(&corpus.train, 0, train_end);
+    fill(&corpus.valid, train_end, valid_end);
+    fill(&corpus.test, valid_end, n);
+    return corpus;
+  }
+
+ private:
+  std::string origin() const { return path_.empty() ? "`bible -f Gen1:1-Rev22:21`" : path_; }
+
+  const std::string& raw() const {
+    if (!raw_loaded_) {
+      if (path_.empty()) {
+        TXL_CHECK(on_path("bible"), "corpus 'kjv' needs the `bible` program: install the ",
+                  "bible-kjv package (sudo apt-get install bible-kjv), or set data.path to a ",
+                  "file of `bible -f` output, or choose another data.corpus (see ", kReadme, ")");
+        raw_ = run_command("bible -f Gen1:1-Rev22:21 2>&1");
+        TXL_CHECK(!raw_.empty(), "corpus 'kjv': `bible -f Gen1:1-Rev22:21` printed nothing; ",
+                  "reinstall bible-kjv (see ", kReadme, ")");
+      } else {
+        raw_ = read_corpus_file("kjv", path_);
+      }
+      raw_loaded_ = true;
+    }
+    return raw_;
+  }
+
+  std::string path_;
+  mutable std::string raw_;
+  mutable bool raw_loaded_ = false;
+};
+
+// ------------------------------------------------------------- three-file corpora
+
+// Corpora stored as one file per split. `doc_rule` decides documents within a split.
+class SplitFilesReader : public CorpusReader {
+ public:
+  enum class Docs { kOnePerSplit, kWikiArticles, kBlankLines };
+
+  SplitFilesReader(std::string name, std::string path, std::vector<std::string> files, Docs docs)
+      : name_(std::move(name)), path_(std::move(path)), files_(std::move(files)), docs_(docs) {
+    TXL_CHECK(!path_.empty(), "corpus '", name_, "' needs data.path: the folder holding ",
+              files_[0], ", ", files_[1], " and ", files_[2], " (see ", kReadme, ")");
+  }
+
+  std::string name() const override { return name_; }
+  std::string source_key() const override { return name_ + ":" + resolved(path_); }
+  std::uint64_t fingerprint() const override { return fingerprint_files(name_, paths()); }
+
+  CorpusText read() const override {
+    CorpusText corpus;
+    corpus.name = name_;
+    auto files = paths();
+    CorpusSplit* splits[3] = {&corpus.train, &corpus.valid, &corpus.test};
+    for (int s = 0; s < 3; ++s) {
+      std::string bytes = read_corpus_file(name_, files[s]);
+      CorpusSplit& split = *splits[s];
+      split.n_bytes = static_cast<std::int64_t>(bytes.size());
+      split.n_chars = count_utf8_chars(bytes);
+      auto lines = split_lines(bytes);
+      bytes.clear();
+      bytes.shrink_to_fit();
+      if (docs_ == Docs::kBlankLines) {
+        // Blank lines separate documents and are not part of the text.
+        bool new_doc = true;
+        for (auto& line : lines) {
+          if (line.find_first_not_of(" \t\r") == std::string::npos) {
+            new_doc = true;
+            continue;
+          }
+          if (new_doc) split.doc_starts.push_back(static_cast<std::int64_t>(split.lines.size()));
+          new_doc = false;
+          split.lines.push_back(std::move(line));
+        }
+        TXL_CHECK(!split.lines.empty(), "corpus '", name_, "': ", files[s].string(),
+                  " holds only blank lines");
+      } else {
+        split.lines = std::move(lines);
+        split.doc_starts.push_back(0);
+        if (docs_ == Docs::kWikiArticles) add_article_starts(&split);
+      }
+    }
+    return corpus;
+  }
+
+ private:
+  std::vector<stdfs::path> paths() const {
+    std::vector<stdfs::path> out;
+    for (const auto& f : files_) out.push_back(stdfs::path(path_) / f);
+    return out;
+  }
+
+  static bool blank(const std::string& line) {
+    return line.find_first_not_of(" \t\r") == std::string::npos;
+  }
+
+  // WikiText: an article starts at its title line " = Title = " (one '=' each side; sections
+  // are " = = Section = = "), together with the blank line(s) just before it.
+  static void add_article_starts(CorpusSplit* split) {
+    const auto& lines = split->lines;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const std::string& l = lines[i];
+      bool title = l.size() >= 6 && l.compare(0, 3, " = ") == 0 && l[3] != '=' &&
+                   l.compare(l.size() - 3, 3, " = ") == 0 && l[l.size() - 4] != '=';
+      if (!title) continue;
+      size_t start = i;
+      while (start > 0 && blank(lines[start - 1])) --start;
+      if (static_cast<std::int64_t>(start) > split->doc_starts.back())
+        split->doc_starts.push_back(static_cast<std::int64_t>(start));
+    }
+  }
+
+  std::string name_, path_;
+  std::vector<std::string> files_;
+  Docs docs_;
+};
+
+// -------------------------------------------------------------- raw byte corpora
+
+// enwik8 / text8: one raw file split by byte offsets (byte_corpus_split).
+class ByteFileReader : public CorpusReader {
+ public:
+  ByteFileReader(std::string name, std::string path) : name_(std::move(name)) {
+    TXL_CHECK(!path.empty(), "corpus '", name_, "' needs data.path: the file ", name_,
+              " or the folder holding it (see ", kReadme, ")");
+    std::error_code ec;
+    file_ = stdfs::is_directory(path, ec) ? stdfs::path(path) / name_ : stdfs::path(path);
+  }
+
+  std::string name() const override { return name_; }
+  std::string source_key() const override { return name_ + ":" + resolved(file_.string()); }
+  std::uint64_t fingerprint() const override { return fingerprint_files(name_, {file_}); }
+
+  CorpusText read() const override {
+    std::string bytes = read_corpus_file(name_, file_);
+    ByteSplit cut = byte_corpus_split(static_cast<std::int64_t>(bytes.size()));
+    if (!cut.standard)
+      log::info("data",
+                "{}: {} has {} bytes, under the standard 100,000,000; splitting 90/5/5 "
+                "by fraction",
+                name_, file_.string(), cut.size);
+    CorpusText corpus;
+    corpus.name = name_;
+    std::int64_t bounds[4] = {0, cut.train_end, cut.valid_end, cut.size};
+    CorpusSplit* splits[3] = {&corpus.train, &corpus.valid, &corpus.test};
+    for (int s = 0; s < 3; ++s) {
+      std::string_view part(bytes.data() + bounds[s],
+                            static_cast<size_t>(bounds[s + 1] - bounds[s]));
+      CorpusSplit& split = *splits[s];
+      split.n_bytes = static_cast<std::int64_t>(part.size());
+      split.n_chars = count_utf8_chars(part);
+      split.lines = split_lines(part);
+      split.doc_starts.push_back(0);
+      // enwik8 is a Wikipedia XML dump: an article starts at its "<page>" line.
+      if (name_ == "enwik8") {
+        for (size_t i = 1; i < split.lines.size(); ++i) {
+          const std::string& l = split.lines[i];
+          size_t first = l.find_first_not_of(' ');
+          if (first != std::string::npos && l.compare(first, 6, "<page>") == 0)
+            split.doc_starts.push_back(static_cast<std::int64_t>(i));
+        }
+      }
+      TXL_CHECK(!split.lines.empty(), "corpus '", name_, "': ", file_.string(),
+                " is too small to split into train/valid/test");
+    }
+    return corpus;
+  }
+
+ private:
+  std::string name_;
+  stdfs::path file_;
+};
+
+// -------------------------------------------------------------------- synthetic
+
+class SyntheticReader : public CorpusReader {
+ public:
+  explicit SyntheticReader(const config::SyntheticConfig& cfg) : cfg_(cfg) {}
+  std::string name() const override { return "synthetic"; }
+  std::string source_key() const override {
+    return "synthetic:seed=" + std::to_string(cfg_.seed) +
+           ",documents=" + std::to_string(cfg_.documents) + ",keys=" + std::to_string(cfg_.keys) +
+           ",gap=" + std::to_string(cfg_.gap) + ",alphabet=" + std::to_string(cfg_.alphabet);
+  }
+  std::uint64_t fingerprint() const override {
+    // Generating is the only way to know the bytes; it is fast (no I/O).
+    CorpusText text = read();
+    std::uint64_t h = fs::fnv1a("synthetic");
+    for (const CorpusSplit* s : {&text.train, &text.valid, &text.test})
+      for (const auto& line : s->lines) h = fs::fnv1a(line + '\n', h);
+    return h;
+  }
+  CorpusText read() const override { return generate_synthetic_corpus(cfg_); }
+
+ private:
+  config::SyntheticConfig cfg_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& corpus_names() {
+  static const std::vector<std::string> names = {"kjv",   "wikitext", "ptb",      "enwik8",
+                                                 "text8", "text",     "synthetic"};
+  return names;
+}
+
+std::unique_ptr<CorpusReader> make_corpus_reader(const config::DataConfig& cfg) {
+  using Docs = SplitFilesReader::Docs;
+  const std::string& name = cfg.corpus;
+  if (name == "kjv") return std::make_unique<KjvReader>(cfg.path);
+  if (name == "wikitext") {
+    // The tokenized files are the standard ones; the raw variant is accepted as a fallback.
+    std::string ext = ".tokens";
+    std::error_code ec;
+    if (!cfg.path.empty() && !stdfs::exists(stdfs::path(cfg.path) / "wiki.train.tokens", ec) &&
+        stdfs::exists(stdfs::path(cfg.path) / "wiki.train.raw", ec))
+      ext = ".raw";
+    return std::make_unique<SplitFilesReader>(
+        name, cfg.path,
+        std::vector<std::string>{"wiki.train" + ext, "wiki.valid" + ext, "wiki.test" + ext},
+        Docs::kWikiArticles);
+  }
+  if (name == "ptb")
+    return std::make_unique<SplitFilesReader>(
+        name, cfg.path, std::vector<std::string>{"ptb.train.txt", "ptb.valid.txt", "ptb.test.txt"},
+        Docs::kOnePerSplit);
+  if (name == "text")
+    return std::make_unique<SplitFilesReader>(
+        name, cfg.path, std::vector<std::string>{"train.txt", "valid.txt", "test.txt"},
+        Docs::kBlankLines);
+  if (name == "enwik8" || name == "text8") return std::make_unique<ByteFileReader>(name, cfg.path);
+  if (name == "synthetic") return std::make_unique<SyntheticReader>(cfg.synthetic);
+  std::string known;
+  for (const auto& n : corpus_names()) known += (known.empty() ? "" : ", ") + n;
+  TXL_FAIL("unknown data.corpus '", name, "': expected one of ", known);
+}
+
+}  // namespace txl::data

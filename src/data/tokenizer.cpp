@@ -1,0 +1,727 @@
+#include "txl/data/tokenizer.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <type_traits>
+#include <unordered_map>
+
+#include "spm_shim.h"
+#include "txl/data/corpus.h"
+#include "txl/util/error.h"
+#include "txl/util/fs.h"
+#include "txl/util/log.h"
+
+namespace txl::data {
+
+namespace stdfs = std::filesystem;
+
+namespace {
+
+constexpr int kMetaFormat = 1;
+constexpr const char* kMetaFile = "tokenizer.meta";      // kind + fingerprint (Tokenizer::save)
+constexpr const char* kSourceFile = "tokenizer.source";  // options + training text (cache key)
+
+using Meta = std::unordered_map<std::string, std::string>;
+
+std::string format_meta(const std::vector<std::pair<std::string, std::string>>& entries) {
+  std::string out;
+  for (const auto& [key, value] : entries) out += key + "=" + value + "\n";
+  return out;
+}
+
+Meta parse_meta(const std::string& text) {
+  Meta meta;
+  for (const auto& line : split_lines(text)) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) meta[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return meta;
+}
+
+void save_meta(const stdfs::path& dir, const std::string& kind, const std::string& fingerprint) {
+  fs::write_atomic(dir / kMetaFile, format_meta({{"kind", kind},
+                                                 {"format", std::to_string(kMetaFormat)},
+                                                 {"fingerprint", fingerprint}}));
+}
+
+// Decodes ids as lines: eos ends a line, pad is skipped, each run between eos is decoded by
+// `decode_run`.
+template <typename DecodeRun>
+std::string decode_lines(const std::vector<std::int64_t>& ids, std::int64_t eos, std::int64_t pad,
+                         DecodeRun decode_run) {
+  std::string out;
+  std::vector<std::int64_t> run;
+  for (std::int64_t id : ids) {
+    if (id == pad) continue;
+    if (id == eos) {
+      out += decode_run(run);
+      out += '\n';
+      run.clear();
+    } else {
+      run.push_back(id);
+    }
+  }
+  out += decode_run(run);
+  return out;
+}
+
+// ------------------------------------------------------------------ sentencepiece
+
+// Keeps sentencepiece's training chatter off the terminal: while alive, file descriptor 2 goes
+// into a pipe; a thread reads it, keeps the last lines for error messages and forwards a
+// progress line (milestones, and at most one line every 2 s) under [data].
+class StderrCapture {
+ public:
+  StderrCapture() {
+    std::fflush(stderr);
+    std::cerr.flush();
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return;  // cannot capture: the output stays visible
+    saved_ = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
+    if (saved_ < 0 || ::dup2(fds[1], 2) < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      if (saved_ >= 0) ::close(saved_);
+      saved_ = -1;
+      return;
+    }
+    ::close(fds[1]);
+    read_fd_ = fds[0];
+    reader_ = std::thread([this] { pump(); });
+  }
+
+  ~StderrCapture() { stop(); }
+
+  // Restores stderr and returns the last captured lines.
+  std::string stop() {
+    if (saved_ >= 0) {
+      std::cerr.flush();
+      std::fflush(stderr);
+      ::dup2(saved_, 2);  // closes the pipe's last write end: the reader drains it, sees EOF
+      reader_.join();     // the reader writes to saved_ until here
+      ::close(read_fd_);
+      ::close(saved_);
+      saved_ = -1;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::string out;
+    for (const auto& line : tail_) out += line + "\n";
+    return out;
+  }
+
+ private:
+  void pump() {
+    std::string pending;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = ::read(read_fd_, buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR)) {
+      if (n <= 0) continue;
+      pending.append(buffer, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        line(pending.substr(0, nl));
+        pending.erase(0, nl + 1);
+      }
+    }
+    if (!pending.empty()) line(pending);
+  }
+
+  void line(const std::string& text) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tail_.push_back(text);
+      if (tail_.size() > 20) tail_.pop_front();
+    }
+    // "trainer_interface.cc(409) LOG(INFO) Loaded all 27991 sentences" -> the message.
+    size_t tag = text.find(") LOG(");
+    if (tag == std::string::npos) return;
+    size_t close = text.find(") ", tag + 6);
+    std::string message = close == std::string::npos ? text : text.substr(close + 2);
+    // Milestones of unigram / bpe training: sentences loaded, alphabet, seed pieces, the
+    // vocabulary size after each EM pruning round, saving. Other lines at most every 2 s.
+    static const char* const kMilestones[] = {"Loaded all",  "Alphabet size", "Making suffix",
+                                              "Initialized", "EM sub_iter=1", "Saving model"};
+    bool milestone = text.find("LOG(WARNING)") != std::string::npos ||
+                     text.find("LOG(ERROR)") != std::string::npos;
+    for (const char* m : kMilestones) milestone = milestone || message.rfind(m, 0) == 0;
+    if (message.rfind("Starts training", 0) == 0 || message.rfind("Adding meta", 0) == 0) return;
+    auto now = std::chrono::steady_clock::now();
+    if (!milestone && now - last_ < std::chrono::seconds(2)) return;
+    last_ = now;
+    std::string out = "[data] sentencepiece: " + message + "\n";
+    if (saved_fd() >= 0) (void)!::write(saved_fd(), out.data(), out.size());
+  }
+
+  int saved_fd() const { return saved_; }
+
+  int saved_ = -1;
+  int read_fd_ = -1;
+  std::thread reader_;
+  std::mutex mutex_;
+  std::deque<std::string> tail_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// The sentencepiece shim (spm_shim.h), loaded once per process.
+struct SpmLibrary {
+  decltype(&txl_spm_train) train;
+  decltype(&txl_spm_load) load;
+  decltype(&txl_spm_free) free;
+  decltype(&txl_spm_encode) encode;
+  decltype(&txl_spm_decode) decode;
+  decltype(&txl_spm_piece_size) piece_size;
+  decltype(&txl_spm_special_id) special_id;
+  decltype(&txl_spm_id_to_piece) id_to_piece;
+};
+
+// Where libtxl_spm.so may be: $TXL_SPM_LIBRARY, the build tree, beside the executable, ../lib.
+std::vector<std::string> spm_library_candidates() {
+  std::vector<std::string> out;
+  if (const char* env = std::getenv("TXL_SPM_LIBRARY")) out.emplace_back(env);
+#ifdef TXL_SPM_BUILD_PATH
+  out.emplace_back(TXL_SPM_BUILD_PATH);
+#endif
+  std::error_code ec;
+  auto exe = stdfs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    out.push_back((exe.parent_path() / "libtxl_spm.so").string());
+    out.push_back((exe.parent_path().parent_path() / "lib" / "libtxl_spm.so").string());
+  }
+  return out;
+}
+
+const SpmLibrary& spm() {
+  static const SpmLibrary lib = [] {
+    std::string tried;
+    for (const auto& path : spm_library_candidates()) {
+      std::error_code ec;
+      if (!stdfs::is_regular_file(path, ec)) {
+        tried += "\n  " + path + " (not found)";
+        continue;
+      }
+      // A fresh link-map namespace: sentencepiece, its embedded protobuf and its own libstdc++
+      // never meet libtorch's protobuf (spm_shim.h).
+      void* handle = ::dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!handle) {
+        std::string why = ::dlerror();
+        tried += "\n  " + path + " (" + why + ")";
+        if (why.find("static TLS") != std::string::npos)
+          tried +=
+              "\n  (a second link-map namespace needs static TLS space: try "
+              "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096)";
+        continue;
+      }
+      SpmLibrary l{};
+      auto sym = [&](auto* fn, const char* name) {
+        void* p = ::dlsym(handle, name);
+        TXL_CHECK(p != nullptr, path, " lacks ", name, ": rebuild txl");
+        *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(p);
+      };
+      sym(&l.train, "txl_spm_train");
+      sym(&l.load, "txl_spm_load");
+      sym(&l.free, "txl_spm_free");
+      sym(&l.encode, "txl_spm_encode");
+      sym(&l.decode, "txl_spm_decode");
+      sym(&l.piece_size, "txl_spm_piece_size");
+      sym(&l.special_id, "txl_spm_special_id");
+      sym(&l.id_to_piece, "txl_spm_id_to_piece");
+      decltype(&txl_spm_init) init = nullptr;
+      sym(&init, "txl_spm_init");
+      init();
+      return l;
+    }
+    TXL_FAIL("cannot load the sentencepiece shim libtxl_spm.so (built with txl); tried:", tried,
+             "\nset TXL_SPM_LIBRARY to its path");
+  }();
+  return lib;
+}
+
+void append_bytes(void* ctx, const char* data, std::size_t size) {
+  static_cast<std::string*>(ctx)->append(data, size);
+}
+
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  // Takes a serialized ModelProto (the bytes of a .model file).
+  SentencePieceTokenizer(std::string serialized, const std::string& origin)
+      : serialized_(std::move(serialized)) {
+    std::string error;
+    void* handle = nullptr;
+    TXL_CHECK(
+        spm().load(serialized_.data(), serialized_.size(), &handle, append_bytes, &error) == 0,
+        "cannot load sentencepiece model ", origin, ": ", error);
+    handle_ = handle;
+    const int pad = spm().special_id(handle_, 0), unk = spm().special_id(handle_, 1),
+              eos = spm().special_id(handle_, 2);
+    TXL_CHECK(pad == 0 && unk == 1 && eos == 2, "sentencepiece model ", origin, " has ids pad ",
+              pad, ", unk ", unk, ", eos ", eos, "; txl needs pad 0, unk 1, eos 2 (train it with ",
+              "--pad_id=0 --unk_id=1 --eos_id=2 --bos_id=-1, or leave data.tokenizer.model_path ",
+              "empty to let txl train one)");
+    vocab_size_ = spm().piece_size(handle_);
+    fingerprint_ = fs::hex64(fs::fnv1a(serialized_));
+  }
+  ~SentencePieceTokenizer() override {
+    if (handle_) spm().free(handle_);
+  }
+  SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
+  SentencePieceTokenizer& operator=(const SentencePieceTokenizer&) = delete;
+
+  std::string kind() const override { return "sentencepiece"; }
+
+  std::vector<std::int64_t> encode(std::string_view text) const override {
+    auto bad = find_invalid_utf8(text);
+    TXL_CHECK(!bad.has_value(), "invalid UTF-8 at byte ", bad.value_or(0) + 1,
+              " of the text to encode; sentencepiece needs UTF-8 (use tokenizer type byte for ",
+              "arbitrary bytes)");
+    std::vector<std::int64_t> ids;
+    std::string error;
+    auto sink = [](void* ctx, const int* data, std::size_t n) {
+      static_cast<std::vector<std::int64_t>*>(ctx)->assign(data, data + n);
+    };
+    TXL_CHECK(
+        spm().encode(handle_, text.data(), text.size(), sink, &ids, append_bytes, &error) == 0,
+        "sentencepiece encode failed: ", error);
+    return ids;
+  }
+
+  std::string decode(const std::vector<std::int64_t>& ids) const override {
+    return decode_lines(ids, eos_id(), pad_id(), [this](const std::vector<std::int64_t>& run) {
+      std::vector<int> ints;
+      ints.reserve(run.size());
+      for (auto id : run) {
+        TXL_CHECK(id >= 0 && id < vocab_size_, "token id ", id, " outside the vocabulary [0, ",
+                  vocab_size_, ")");
+        ints.push_back(static_cast<int>(id));
+      }
+      std::string text, error;
+      TXL_CHECK(spm().decode(handle_, ints.data(), ints.size(), append_bytes, &text, append_bytes,
+                             &error) == 0,
+                "sentencepiece decode failed: ", error);
+      return text;
+    });
+  }
+
+  std::int64_t vocab_size() const override { return vocab_size_; }
+  std::int64_t pad_id() const override { return 0; }
+  std::int64_t unk_id() const override { return 1; }
+  std::int64_t eos_id() const override { return 2; }
+  std::string piece(std::int64_t id) const override {
+    TXL_CHECK(id >= 0 && id < vocab_size_, "token id ", id, " outside the vocabulary");
+    std::string out;
+    spm().id_to_piece(handle_, static_cast<int>(id), append_bytes, &out);
+    return out;
+  }
+  std::string fingerprint() const override { return fingerprint_; }
+  void save(const stdfs::path& dir) const override {
+    fs::ensure_dir(dir);
+    fs::write_atomic(dir / "tokenizer.model", serialized_);
+    save_meta(dir, kind(), fingerprint_);
+  }
+
+ private:
+  std::string serialized_;
+  void* handle_ = nullptr;
+  std::int64_t vocab_size_ = 0;
+  std::string fingerprint_;
+};
+
+// -------------------------------------------------------------------------- byte
+
+class ByteTokenizer : public Tokenizer {
+ public:
+  static constexpr std::int64_t kPad = 256, kEos = 257;
+  std::string kind() const override { return "byte"; }
+  std::vector<std::int64_t> encode(std::string_view text) const override {
+    std::vector<std::int64_t> ids(text.size());
+    for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<unsigned char>(text[i]);
+    return ids;
+  }
+  std::string decode(const std::vector<std::int64_t>& ids) const override {
+    return decode_lines(ids, kEos, kPad, [](const std::vector<std::int64_t>& run) {
+      std::string text(run.size(), '\0');
+      for (size_t i = 0; i < run.size(); ++i) {
+        TXL_CHECK(run[i] >= 0 && run[i] < 256, "token id ", run[i], " is not a byte id");
+        text[i] = static_cast<char>(run[i]);
+      }
+      return text;
+    });
+  }
+  std::int64_t vocab_size() const override { return 258; }
+  std::int64_t pad_id() const override { return kPad; }
+  std::int64_t eos_id() const override { return kEos; }
+  std::int64_t unk_id() const override { return -1; }
+  std::string piece(std::int64_t id) const override {
+    if (id == kPad) return "<pad>";
+    if (id == kEos) return "<eos>";
+    TXL_CHECK(id >= 0 && id < 256, "token id ", id, " outside the vocabulary");
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", static_cast<unsigned>(id));
+    return buf;
+  }
+  std::string fingerprint() const override { return fs::hex64(fs::fnv1a("txl-byte-tokenizer-v1")); }
+  void save(const stdfs::path& dir) const override {
+    fs::ensure_dir(dir);
+    save_meta(dir, kind(), fingerprint());
+  }
+};
+
+// -------------------------------------------------------------------------- word
+
+constexpr const char* kPadWord = "<pad>";
+constexpr const char* kUnkWord = "<unk>";
+constexpr const char* kEosWord = "<eos>";
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f'; }
+
+template <typename F>
+void for_each_word(std::string_view text, F f) {
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && is_space(text[i])) ++i;
+    size_t start = i;
+    while (i < text.size() && !is_space(text[i])) ++i;
+    if (i > start) f(text.substr(start, i - start));
+  }
+}
+
+class WordTokenizer : public Tokenizer {
+ public:
+  // words[0..2] must be <pad>, <unk>, <eos>; counts parallel to words (0 for specials).
+  WordTokenizer(std::vector<std::string> words, std::vector<std::int64_t> counts)
+      : words_(std::move(words)), counts_(std::move(counts)) {
+    TXL_CHECK(words_.size() >= 3 && words_[0] == kPadWord && words_[1] == kUnkWord &&
+                  words_[2] == kEosWord,
+              "word vocabulary must start with <pad>, <unk>, <eos>");
+    index_.reserve(words_.size() * 2);
+    std::uint64_t h = fs::fnv1a("txl-word-tokenizer-v1");
+    for (size_t i = 0; i < words_.size(); ++i) {
+      bool inserted = index_.emplace(words_[i], static_cast<std::int64_t>(i)).second;
+      TXL_CHECK(inserted, "word vocabulary lists '", words_[i], "' twice");
+      h = fs::fnv1a(words_[i] + '\n', h);
+    }
+    fingerprint_ = fs::hex64(h);
+  }
+
+  std::string kind() const override { return "word"; }
+  std::vector<std::int64_t> encode(std::string_view text) const override {
+    std::vector<std::int64_t> ids;
+    for_each_word(text, [&](std::string_view w) {
+      // Unknown words, and the special words typed as text ("<unk>" in PTB and WikiText), are
+      // <unk>: "<pad>" or "<eos>" in the text must not act as control tokens.
+      auto it = index_.find(std::string(w));
+      ids.push_back(it == index_.end() || it->second < 3 ? 1 : it->second);
+    });
+    return ids;
+  }
+  std::string decode(const std::vector<std::int64_t>& ids) const override {
+    return decode_lines(ids, 2, 0, [this](const std::vector<std::int64_t>& run) {
+      std::string text;
+      for (auto id : run) {
+        TXL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " outside the vocabulary [0, ",
+                  vocab_size(), ")");
+        if (!text.empty()) text += ' ';
+        text += words_[static_cast<size_t>(id)];
+      }
+      return text;
+    });
+  }
+  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(words_.size()); }
+  std::int64_t pad_id() const override { return 0; }
+  std::int64_t unk_id() const override { return 1; }
+  std::int64_t eos_id() const override { return 2; }
+  std::string piece(std::int64_t id) const override {
+    TXL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " outside the vocabulary");
+    return words_[static_cast<size_t>(id)];
+  }
+  std::string fingerprint() const override { return fingerprint_; }
+  void save(const stdfs::path& dir) const override {
+    fs::ensure_dir(dir);
+    std::string text;
+    for (size_t i = 0; i < words_.size(); ++i)
+      text += words_[i] + "\t" + std::to_string(counts_[i]) + "\n";
+    fs::write_atomic(dir / "tokenizer.vocab", text);
+    save_meta(dir, kind(), fingerprint_);
+  }
+
+  static std::shared_ptr<Tokenizer> load(const stdfs::path& file) {
+    std::string text = fs::read_file(file);
+    std::vector<std::string> words;
+    std::vector<std::int64_t> counts;
+    size_t line_no = 0;
+    for (const auto& line : split_lines(text)) {
+      ++line_no;
+      size_t tab = line.find('\t');
+      TXL_CHECK(tab != std::string::npos && tab > 0, file.string(), ":", line_no,
+                ": expected \"word<TAB>count\"");
+      words.push_back(line.substr(0, tab));
+      char* end = nullptr;
+      const std::string count = line.substr(tab + 1);
+      counts.push_back(std::strtoll(count.c_str(), &end, 10));
+      TXL_CHECK(!count.empty() && *end == '\0', file.string(), ":", line_no, ": bad count '",
+                count, "'");
+    }
+    return std::make_shared<WordTokenizer>(std::move(words), std::move(counts));
+  }
+
+ private:
+  std::vector<std::string> words_;
+  std::vector<std::int64_t> counts_;
+  std::unordered_map<std::string, std::int64_t> index_;
+  std::string fingerprint_;
+};
+
+std::string hex_of(std::uint64_t v) { return fs::hex64(v); }
+
+}  // namespace
+
+// ----------------------------------------------------------------------- building
+
+std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cfg,
+                                               const std::vector<std::string>& train_lines) {
+  (void)tokenizer_options_key(cfg);  // validates model_type
+  TXL_CHECK(cfg.vocab_size >= 4, "data.tokenizer.vocab_size must be at least 4, got ",
+            cfg.vocab_size);
+  TXL_CHECK(cfg.character_coverage > 0.0 && cfg.character_coverage <= 1.0,
+            "data.tokenizer.character_coverage must be in (0, 1], got ", cfg.character_coverage);
+  for (size_t i = 0; i < train_lines.size(); ++i) {
+    auto bad = find_invalid_utf8(train_lines[i]);
+    TXL_CHECK(!bad.has_value(), "invalid UTF-8 in the training text, line ", i + 1, " byte ",
+              bad.value_or(0) + 1, ": sentencepiece needs UTF-8 text (convert the corpus, e.g. ",
+              "with iconv, or use data.tokenizer.type byte)");
+  }
+  // At most max_sentences non-blank lines, at an even stride over the whole split, so the
+  // sample is deterministic and spread over all of it.
+  std::vector<const std::string*> sample;
+  for (const auto& line : train_lines)
+    if (line.find_first_not_of(" \t") != std::string::npos) sample.push_back(&line);
+  const auto n_text = static_cast<std::int64_t>(sample.size());
+  if (cfg.max_sentences > 0 && n_text > cfg.max_sentences) {
+    std::vector<const std::string*> strided;
+    for (std::int64_t k = 0; k < cfg.max_sentences; ++k)
+      strided.push_back(sample[static_cast<size_t>(k * n_text / cfg.max_sentences)]);
+    sample.swap(strided);
+  }
+  TXL_CHECK(!sample.empty(), "cannot train a sentencepiece tokenizer: the train split has no text");
+
+  std::string user_symbols;
+  for (const auto& s : cfg.user_symbols) user_symbols += (user_symbols.empty() ? "" : ",") + s;
+  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  // Identity normalization and kept whitespace: decode(encode(text)) == text, and bits per
+  // byte refer to the text as it is.
+  std::vector<std::pair<std::string, std::string>> args = {
+      {"model_type", cfg.model_type},
+      {"vocab_size", std::to_string(cfg.vocab_size)},
+      {"character_coverage", std::to_string(cfg.character_coverage)},
+      {"pad_id", "0"},
+      {"unk_id", "1"},
+      {"eos_id", "2"},
+      {"bos_id", "-1"},
+      {"normalization_rule_name", "identity"},
+      {"remove_extra_whitespaces", "false"},
+      {"max_sentence_length", "65536"},
+      {"input_sentence_size", "0"},
+      {"num_threads", std::to_string(threads)},
+      {"hard_vocab_limit", "true"}};
+  if (!user_symbols.empty()) args.emplace_back("user_defined_symbols", user_symbols);
+  std::vector<const char*> keys, values;
+  for (const auto& [k, v] : args) keys.push_back(k.c_str()), values.push_back(v.c_str());
+
+  log::info("data", "training a sentencepiece {} tokenizer, vocab {}, on {} of {} train lines",
+            cfg.model_type, cfg.vocab_size, sample.size(), train_lines.size());
+  const SpmLibrary& lib = spm();
+  auto start = std::chrono::steady_clock::now();
+  std::string serialized, error, chatter;
+  auto line_at = [](void* ctx, std::size_t i, std::size_t* size) -> const char* {
+    const std::string* line = (*static_cast<std::vector<const std::string*>*>(ctx))[i];
+    *size = line->size();
+    return line->data();
+  };
+  int rc;
+  {
+    StderrCapture capture;
+    rc = lib.train(keys.data(), values.data(), keys.size(), line_at, &sample, sample.size(),
+                   append_bytes, &serialized, append_bytes, &error);
+    chatter = capture.stop();
+  }
+  if (rc != 0) {
+    if (error.find("Vocabulary size") != std::string::npos)
+      TXL_FAIL("data.tokenizer.vocab_size ", cfg.vocab_size, " does not fit this corpus: ", error,
+               "; choose a vocab_size the training text supports");
+    TXL_FAIL("sentencepiece training failed: ", error, "\nlast sentencepiece output:\n", chatter);
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto tok = std::make_shared<SentencePieceTokenizer>(std::move(serialized), "(just trained)");
+  log::info("data", "trained sentencepiece tokenizer in {:.1f} s: vocab {}", seconds,
+            tok->vocab_size());
+  return tok;
+}
+
+std::shared_ptr<Tokenizer> load_sentencepiece(const stdfs::path& model_path) {
+  std::error_code ec;
+  TXL_CHECK(stdfs::is_regular_file(model_path, ec),
+            "sentencepiece model not found: ", model_path.string(),
+            " (check data.tokenizer.model_path)");
+  return std::make_shared<SentencePieceTokenizer>(fs::read_file(model_path), model_path.string());
+}
+
+std::shared_ptr<Tokenizer> make_byte_tokenizer() { return std::make_shared<ByteTokenizer>(); }
+
+std::shared_ptr<Tokenizer> build_word_tokenizer(const std::vector<std::string>& train_lines,
+                                                int min_count) {
+  std::unordered_map<std::string, std::int64_t> counts;
+  for (const auto& line : train_lines)
+    for_each_word(line, [&](std::string_view w) { ++counts[std::string(w)]; });
+  std::vector<std::pair<std::string, std::int64_t>> sorted;
+  sorted.reserve(counts.size());
+  std::int64_t unk_count = 0, dropped = 0;
+  for (auto& [word, count] : counts) {
+    if (word == kUnkWord || word == kPadWord || word == kEosWord) {
+      unk_count += count;
+    } else if (count < min_count) {
+      unk_count += count;
+      ++dropped;
+    } else {
+      sorted.emplace_back(word, count);
+    }
+  }
+  // Descending frequency, ties in byte order: the same text always gives the same ids.
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  std::vector<std::string> words = {kPadWord, kUnkWord, kEosWord};
+  std::vector<std::int64_t> word_counts = {0, unk_count,
+                                           static_cast<std::int64_t>(train_lines.size())};
+  for (auto& [word, count] : sorted) {
+    words.push_back(std::move(word));
+    word_counts.push_back(count);
+  }
+  log::info("data", "word vocabulary: {} words{}", words.size(),
+            dropped ? fmt::format(" ({} rarer than min_count {} map to <unk>)", dropped, min_count)
+                    : std::string());
+  return std::make_shared<WordTokenizer>(std::move(words), std::move(word_counts));
+}
+
+std::shared_ptr<Tokenizer> load_tokenizer(const stdfs::path& dir) {
+  std::error_code ec;
+  TXL_CHECK(stdfs::is_regular_file(dir / kMetaFile, ec), "no tokenizer in ", dir.string(), " (",
+            kMetaFile, " missing)");
+  Meta meta = parse_meta(fs::read_file(dir / kMetaFile));
+  TXL_CHECK(meta["format"] == std::to_string(kMetaFormat), dir.string(), "/", kMetaFile,
+            " has format '", meta["format"], "', expected ", kMetaFormat);
+  const std::string& kind = meta["kind"];
+  std::shared_ptr<Tokenizer> tok;
+  if (kind == "sentencepiece") {
+    tok = std::make_shared<SentencePieceTokenizer>(fs::read_file(dir / "tokenizer.model"),
+                                                   (dir / "tokenizer.model").string());
+  } else if (kind == "byte") {
+    tok = make_byte_tokenizer();
+  } else if (kind == "word") {
+    tok = WordTokenizer::load(dir / "tokenizer.vocab");
+  } else {
+    TXL_FAIL(dir.string(), "/", kMetaFile, " names an unknown tokenizer kind '", kind, "'");
+  }
+  TXL_CHECK(tok->fingerprint() == meta["fingerprint"], "tokenizer in ", dir.string(),
+            " is damaged: its fingerprint ", tok->fingerprint(), " differs from the recorded ",
+            meta["fingerprint"]);
+  return tok;
+}
+
+std::string tokenizer_options_key(const config::TokenizerConfig& cfg) {
+  if (cfg.type == "byte") return "byte";
+  if (cfg.type == "word") return "word:min_count=" + std::to_string(cfg.min_count);
+  TXL_CHECK(cfg.type == "sentencepiece", "unknown data.tokenizer.type '", cfg.type,
+            "': expected sentencepiece, byte or word");
+  if (!cfg.model_path.empty()) {
+    std::error_code ec;
+    TXL_CHECK(stdfs::is_regular_file(cfg.model_path, ec), "data.tokenizer.model_path: file not ",
+              "found: ", cfg.model_path);
+    return "sentencepiece:model=" + hex_of(fs::fingerprint_file(cfg.model_path));
+  }
+  const auto& mt = cfg.model_type;
+  TXL_CHECK(mt == "unigram" || mt == "bpe" || mt == "char" || mt == "word",
+            "unknown data.tokenizer.model_type '", mt, "': expected unigram, bpe, char or word");
+  std::string key = "sentencepiece:model_type=" + mt +
+                    ",vocab_size=" + std::to_string(cfg.vocab_size) +
+                    ",character_coverage=" + std::to_string(cfg.character_coverage) +
+                    ",max_sentences=" + std::to_string(cfg.max_sentences) + ",user_symbols=";
+  for (const auto& s : cfg.user_symbols) key += s + "\x1f";
+  return key;
+}
+
+std::uint64_t fingerprint_lines(const std::vector<std::string>& lines) {
+  std::uint64_t h = fs::fnv1a("lines");
+  for (const auto& line : lines) {
+    h = fs::fnv1a(line, h);
+    h = fs::fnv1a("\n", h);
+  }
+  return h;
+}
+
+std::shared_ptr<Tokenizer> make_tokenizer(
+    const config::TokenizerConfig& cfg,
+    const std::function<const std::vector<std::string>&()>& train_lines,
+    std::uint64_t train_fingerprint, const stdfs::path& dir, bool* reused) {
+  const std::string options = tokenizer_options_key(cfg);
+  // A tokenizer loaded from model_path or the byte tokenizer does not depend on the text.
+  const bool text_free =
+      cfg.type == "byte" || (cfg.type == "sentencepiece" && !cfg.model_path.empty());
+  const std::string trained_on = text_free ? "-" : hex_of(train_fingerprint);
+  if (reused) *reused = false;
+  std::error_code ec;
+  if (!dir.empty() && stdfs::is_regular_file(dir / kSourceFile, ec)) {
+    Meta source = parse_meta(fs::read_file(dir / kSourceFile));
+    if (source["options"] == options && source["trained_on"] == trained_on) {
+      try {
+        auto tok = load_tokenizer(dir);
+        if (reused) *reused = true;
+        log::info("data", "tokenizer: reusing {} ({}, vocab {})", dir.string(), tok->kind(),
+                  tok->vocab_size());
+        return tok;
+      } catch (const std::exception& e) {
+        log::info("data", "tokenizer cache unusable, rebuilding: {}", e.what());
+      }
+    } else {
+      log::info("data", "tokenizer in {} is stale ({} changed), rebuilding", dir.string(),
+                source["options"] != options ? "options" : "training text");
+    }
+  }
+  std::shared_ptr<Tokenizer> tok;
+  if (cfg.type == "byte") {
+    tok = make_byte_tokenizer();
+  } else if (cfg.type == "word") {
+    tok = build_word_tokenizer(train_lines(), cfg.min_count);
+  } else if (!cfg.model_path.empty()) {
+    tok = load_sentencepiece(cfg.model_path);
+  } else {
+    tok = train_sentencepiece(cfg, train_lines());
+  }
+  if (!dir.empty()) {
+    tok->save(dir);
+    // Written last: a crash before this line leaves no claim that the files are complete.
+    fs::write_atomic(dir / kSourceFile,
+                     format_meta({{"options", options}, {"trained_on", trained_on}}));
+  }
+  return tok;
+}
+
+std::shared_ptr<Tokenizer> make_tokenizer(const config::TokenizerConfig& cfg,
+                                          const std::vector<std::string>& train_lines,
+                                          const stdfs::path& dir) {
+  return make_tokenizer(
+      cfg, [&]() -> const std::vector<std::string>& { return train_lines; },
+      fingerprint_lines(train_lines), dir);
+}
+
+}  // namespace txl::data

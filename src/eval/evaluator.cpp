@@ -1,0 +1,174 @@
+#include "txl/eval/evaluator.h"
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "txl/data/stream.h"
+#include "txl/util/error.h"
+#include "txl/util/log.h"
+
+namespace txl::eval {
+
+EvalOptions resolve_eval_options(const config::ExperimentConfig& config) {
+  const auto& m = config.model;
+  const auto& e = config.eval;
+  EvalOptions o;
+  o.mode = e.mode;
+  o.tgt_len = e.tgt_len > 0 ? e.tgt_len : m.tgt_len;
+  o.mem_len = e.mem_len >= 0 ? e.mem_len : m.mem_len;
+  o.clamp_len = e.clamp_len >= -1 ? e.clamp_len : m.clamp_len;
+  o.same_length = e.same_length >= 0 ? e.same_length == 1 : m.same_length;
+  o.window = e.window > 0 ? e.window : o.tgt_len;
+  o.stride = e.stride;
+  o.warmup = e.warmup;
+  o.batch_size = e.batch_size;
+  if (o.mode != "memory") o.mem_len = 0;
+  return o;
+}
+
+namespace {
+
+// Accumulates the sums one evaluation needs, and the per-token losses in text order on request.
+class Accumulator {
+ public:
+  Accumulator(std::int64_t rows, bool keep_tokens) : keep_(keep_tokens), rows_(rows) {}
+
+  // nll: float [B, T]; mask: bool [B, T]. Rows are the batch's streams (memory, segments) or
+  // windows (sliding); `row_major` says whether rows are consecutive pieces of text (sliding)
+  // or long streams read column by column (memory, segments).
+  void add(const torch::Tensor& nll, const torch::Tensor& mask, bool row_major) {
+    auto masked = nll.to(torch::kDouble).masked_fill(mask.logical_not(), 0.0);
+    sum_ += masked.sum().item<double>();
+    count_ += mask.sum().item<std::int64_t>();
+    if (!keep_) return;
+    auto values = nll.to(torch::kFloat);
+    for (std::int64_t b = 0; b < nll.size(0); ++b) {
+      auto piece = values[b].masked_select(mask[b]);
+      if (piece.numel() == 0) continue;
+      if (row_major) {
+        pieces_.push_back(piece);
+      } else {
+        if (static_cast<std::int64_t>(per_row_.size()) < rows_) per_row_.resize(rows_);
+        per_row_[b].push_back(piece);
+      }
+    }
+  }
+
+  double sum() const { return sum_; }
+  std::int64_t count() const { return count_; }
+
+  torch::Tensor token_losses() const {
+    std::vector<torch::Tensor> all = pieces_;
+    for (const auto& row : per_row_)
+      for (const auto& piece : row) all.push_back(piece);
+    return all.empty() ? torch::zeros({0}) : torch::cat(all);
+  }
+
+ private:
+  bool keep_;
+  std::int64_t rows_;
+  double sum_ = 0.0;
+  std::int64_t count_ = 0;
+  std::vector<torch::Tensor> pieces_;
+  std::vector<std::vector<torch::Tensor>> per_row_;
+};
+
+// Scores one batch: the model's per-token nll where the batch's targets are scored.
+torch::Tensor score(models::TransformerLM& model, const data::Batch& batch,
+                    models::Memory* memory, const models::Context& context) {
+  models::Memory empty;
+  auto out = model->forward(batch.tokens, batch.targets, batch.input_mask,
+                            memory ? *memory : empty, batch.reset, context);
+  if (memory) *memory = std::move(out.memory);
+  return out.nll;
+}
+
+}  // namespace
+
+EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
+                    const EvalOptions& options, std::int64_t n_bytes, std::int64_t n_chars,
+                    torch::Tensor* token_losses) {
+  TXL_CHECK(ids.dim() == 1 && ids.size(0) >= 2,
+            "evaluation needs at least 2 tokens, got ", ids.numel());
+  TXL_CHECK(options.mode == "memory" || options.mode == "segments" || options.mode == "sliding",
+            "eval.mode: '", options.mode, "' is not one of memory | segments | sliding");
+  torch::NoGradGuard no_grad;
+  const bool was_training = model->is_training();
+  model->eval();
+  const auto start = std::chrono::steady_clock::now();
+
+  EvalResult result;
+  result.mode = options.mode;
+  const std::int64_t limit = options.max_tokens > 0 ? options.max_tokens : INT64_MAX;
+  Accumulator acc(options.batch_size, token_losses != nullptr);
+
+  if (options.mode == "sliding") {
+    data::SlidingStreamOptions so;
+    so.batch_size = options.batch_size;
+    so.window = options.window;
+    so.stride = options.stride;
+    data::SlidingStream stream(ids, so);
+    models::Context context{0, options.clamp_len, false, 0};
+    result.window = options.window;
+    result.stride = options.stride;
+    result.tgt_len = options.window;
+    while (acc.count() < limit) {
+      auto batch = stream.next();
+      if (!batch) break;
+      acc.add(score(model, *batch, nullptr, context), batch->target_mask, true);
+    }
+  } else {
+    const bool with_memory = options.mode == "memory" && options.mem_len > 0;
+    data::EvalStreamOptions so;
+    so.batch_size = options.batch_size;
+    so.tgt_len = options.tgt_len;
+    so.warmup = with_memory ? options.warmup : 0;
+    data::EvalStream stream(ids, so);
+    models::Context context{with_memory ? options.mem_len : 0, options.clamp_len,
+                            options.same_length, 0};
+    result.tgt_len = options.tgt_len;
+    result.mem_len = context.mem_len;
+    models::Memory memory;
+    while (acc.count() < limit) {
+      auto batch = stream.next();
+      if (!batch) break;
+      acc.add(score(model, *batch, with_memory ? &memory : nullptr, context), batch->target_mask,
+              false);
+    }
+  }
+
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (was_training) model->train();
+  TXL_CHECK(acc.count() > 0, "evaluation scored no token");
+  TXL_CHECK(std::isfinite(acc.sum()), "evaluation loss is not finite (", acc.sum(), ")");
+
+  const double total_bits = acc.sum() / std::log(2.0);
+  // When only part of the split was scored, bytes and characters are prorated by tokens.
+  const double fraction = static_cast<double>(acc.count()) / static_cast<double>(ids.size(0) - 1);
+  result.tokens = acc.count();
+  result.loss = acc.sum() / static_cast<double>(acc.count());
+  result.ppl = std::exp(result.loss);
+  result.bits_per_token = result.loss / std::log(2.0);
+  result.bits_per_byte = n_bytes > 0 ? total_bits / (static_cast<double>(n_bytes) * fraction) : 0.0;
+  result.bits_per_char = n_chars > 0 ? total_bits / (static_cast<double>(n_chars) * fraction) : 0.0;
+  result.seconds = seconds;
+  result.tokens_per_s = seconds > 0 ? static_cast<double>(acc.count()) / seconds : 0.0;
+  if (token_losses) *token_losses = acc.token_losses();
+  return result;
+}
+
+std::string to_json(const EvalResult& r) {
+  return fmt::format(
+      "{{\"split\":\"{}\",\"mode\":\"{}\",\"tgt_len\":{},\"mem_len\":{},\"window\":{},"
+      "\"stride\":{},\"loss\":{:.6f},\"ppl\":{:.4f},\"bits_per_token\":{:.6f},"
+      "\"bits_per_byte\":{:.6f},\"bits_per_char\":{:.6f},\"tokens\":{},\"seconds\":{:.3f},"
+      "\"tokens_per_s\":{:.1f}}}",
+      r.split, r.mode, r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl, r.bits_per_token,
+      r.bits_per_byte, r.bits_per_char, r.tokens, r.seconds, r.tokens_per_s);
+}
+
+}  // namespace txl::eval

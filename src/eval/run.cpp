@@ -1,0 +1,141 @@
+#include "txl/eval/run.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <ostream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "txl/data/dataset.h"
+#include "txl/eval/evaluator.h"
+#include "txl/models/checkpoint.h"
+#include "txl/util/error.h"
+#include "txl/util/fs.h"
+#include "txl/util/log.h"
+
+namespace txl::eval {
+
+namespace stdfs = std::filesystem;
+
+namespace {
+
+void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
+  out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9} {:>10} {:>8} {:>8} {:>10} {:>9}\n",
+                     "split", "mode", "Q", "M", "L", "s", "loss", "ppl", "bits/tok",
+                     "bits/B", "tokens", "tok/s");
+  for (const auto& r : results) {
+    out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9.4f} {:>10.3f} {:>8.4f} {:>8.4f} {:>10} {:>9.0f}\n",
+                       r.split, r.mode, r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
+                       r.bits_per_token, r.bits_per_byte, r.tokens, r.tokens_per_s);
+  }
+}
+
+// Plots ppl against mem_len with the plotting script shipped in tools/ (python3 + matplotlib);
+// a missing plotter is a warning, not an error.
+void plot_sweep(const stdfs::path& json_path, const stdfs::path& png_path) {
+  const char* root = std::getenv("TXL_SOURCE_DIR");
+  stdfs::path script = stdfs::path(root ? root : ".") / "tools" / "plot_report.py";
+  if (!stdfs::exists(script)) {
+    log::warn("eval", "plot skipped: {} not found (set TXL_SOURCE_DIR to the txl checkout)", script.string());
+    return;
+  }
+  std::string cmd = fmt::format("/usr/bin/python3 '{}' sweep '{}' '{}' 2>&1", script.string(),
+                                json_path.string(), png_path.string());
+  if (std::system(cmd.c_str()) != 0) {
+    log::warn("eval", "plot skipped: python3 with matplotlib is needed for {}", png_path.string());
+  }
+}
+
+}  // namespace
+
+void run(const EvalRequest& request, std::ostream& out) {
+  const int threads = request.threads > 0
+                          ? request.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(threads);
+  auto loaded = models::load_model(request.checkpoint);
+  auto config = loaded.config;
+  auto& e = config.eval;
+  if (request.mode) e.mode = *request.mode;
+  if (request.tgt_len) e.tgt_len = *request.tgt_len;
+  if (request.mem_len) e.mem_len = *request.mem_len;
+  if (request.clamp_len) e.clamp_len = *request.clamp_len;
+  if (request.same_length) e.same_length = *request.same_length;
+  if (request.window) e.window = *request.window;
+  if (request.stride) e.stride = *request.stride;
+  if (request.warmup) e.warmup = *request.warmup;
+  if (request.batch_size) e.batch_size = *request.batch_size;
+  EvalOptions options = resolve_eval_options(config);
+  options.max_tokens = request.max_tokens;
+
+  data::Dataset dataset = data::load_dataset(config.data);
+  TXL_CHECK(dataset.tokenizer->vocab_size() == loaded.vocab_size, "the tokenizer has ",
+            dataset.tokenizer->vocab_size(), " ids but the checkpoint's model has ",
+            loaded.vocab_size, "; was data.cache_dir or data.tokenizer changed?");
+
+  struct Target {
+    std::string name;
+    data::EncodedSplit split;
+  };
+  std::vector<Target> targets;
+  if (!request.file.empty()) {
+    targets.push_back({stdfs::path(request.file).filename().string(),
+                       data::encode_text_file(request.file, *dataset.tokenizer, config.data.add_eos)});
+  } else {
+    auto names = request.splits.empty() ? config.eval.splits : request.splits;
+    for (const auto& name : names) targets.push_back({name, dataset.split(name)});
+  }
+
+  std::vector<EvalResult> results;
+  if (request.sweep) {
+    std::vector<int> mem_lens = request.sweep_mem_lens;
+    if (mem_lens.empty()) mem_lens = config.eval.sweep_mem_lens;
+    const int q = options.tgt_len;
+    if (mem_lens.empty()) mem_lens = {0, q, 2 * q, 4 * q, 8 * q};
+    for (const auto& target : targets) {
+      for (int m : mem_lens) {
+        EvalOptions o = options;
+        o.mode = "memory";
+        o.mem_len = m;
+        auto r = evaluate(loaded.model, target.split.ids, o, target.split.n_bytes, target.split.n_chars);
+        r.split = target.name;
+        log::info("eval", "{} mem_len {:>5}: ppl {:.3f}", target.name, m, r.ppl);
+        results.push_back(r);
+      }
+    }
+    const stdfs::path dir = request.out_dir.empty() ? stdfs::path(request.checkpoint).parent_path()
+                                                    : stdfs::path(request.out_dir);
+    std::string json = "[\n";
+    for (size_t i = 0; i < results.size(); ++i)
+      json += "  " + to_json(results[i]) + (i + 1 < results.size() ? ",\n" : "\n");
+    json += "]\n";
+    fs::write_atomic(dir / "context_sweep.json", json);
+    plot_sweep(dir / "context_sweep.json", dir / "context_sweep.png");
+    log::info("eval", "sweep written to {}", (dir / "context_sweep.json").string());
+  } else {
+    for (const auto& target : targets) {
+      torch::Tensor losses;
+      auto r = evaluate(loaded.model, target.split.ids, options, target.split.n_bytes,
+                        target.split.n_chars, request.token_losses_path.empty() ? nullptr : &losses);
+      r.split = target.name;
+      results.push_back(r);
+      if (!request.token_losses_path.empty()) {
+        stdfs::path path = request.token_losses_path;
+        if (targets.size() > 1) path += "." + target.name;
+        std::ostringstream bytes;
+        torch::save(losses, bytes);
+        fs::write_atomic(path, bytes.str());
+        log::info("eval", "per-token losses of {} written to {}", target.name, path.string());
+      }
+    }
+  }
+  if (request.json) {
+    for (const auto& r : results) out << to_json(r) << "\n";
+  } else {
+    print_table(results, out);
+  }
+}
+
+}  // namespace txl::eval

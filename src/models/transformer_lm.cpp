@@ -1,0 +1,279 @@
+#include "txl/models/transformer_lm.h"
+
+#include <algorithm>
+
+#include "txl/modules/param_init.h"
+#include "txl/ops/masks.h"
+#include "txl/ops/sinusoid.h"
+#include "txl/util/error.h"
+#include "txl/util/log.h"
+
+namespace txl::models {
+
+namespace {
+
+modules::PositionScheme scheme_of(const std::string& attn_type) {
+  if (attn_type == "xl") return modules::PositionScheme::kRelative;
+  if (attn_type == "shaw") return modules::PositionScheme::kShaw;
+  if (attn_type == "vanilla" || attn_type == "vanilla_learned") {
+    return modules::PositionScheme::kAbsolute;
+  }
+  TXL_FAIL("model.attn_type: unknown value \"", attn_type,
+           "\" (allowed: xl, shaw, vanilla, vanilla_learned)");
+}
+
+bool is_absolute(const config::ModelConfig& c) {
+  return c.attn_type == "vanilla" || c.attn_type == "vanilla_learned";
+}
+
+void check_positive(int64_t value, const char* key) {
+  TXL_CHECK(value > 0, "model.", key, " = ", value, " must be > 0");
+}
+
+}  // namespace
+
+Context Context::from_config(const config::ModelConfig& config) {
+  Context ctx;
+  ctx.mem_len = config.mem_len;
+  ctx.clamp_len = config.clamp_len;
+  ctx.same_length = config.same_length;
+  ctx.ext_len = config.ext_len;
+  return ctx;
+}
+
+TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t n_token)
+    : config_(config), n_token_(n_token), scheme_(scheme_of(config.attn_type)) {
+  TXL_CHECK(n_token > 0, "model: vocabulary size n_token = ", n_token, " must be > 0");
+  check_positive(config.n_layer, "n_layer");
+  check_positive(config.d_model, "d_model");
+  check_positive(config.n_head, "n_head");
+  check_positive(config.d_head, "d_head");
+  check_positive(config.d_inner, "d_inner");
+  TXL_CHECK(config.dropout >= 0 && config.dropout < 1, "model.dropout = ", config.dropout,
+            " must be in [0, 1)");
+  TXL_CHECK(config.dropatt >= 0 && config.dropatt < 1, "model.dropatt = ", config.dropatt,
+            " must be in [0, 1)");
+  TXL_CHECK(config.mem_len >= 0, "model.mem_len = ", config.mem_len, " must be >= 0");
+  TXL_CHECK(config.ext_len >= 0, "model.ext_len = ", config.ext_len, " must be >= 0");
+  TXL_CHECK(config.clamp_len >= -1, "model.clamp_len = ", config.clamp_len,
+            " must be -1 (no clamp) or >= 0");
+  TXL_CHECK(config.attn_type != "vanilla" || config.d_model % 2 == 0,
+            "model.d_model = ", config.d_model, " must be even for sinusoid positions");
+  if (config.attn_type == "vanilla_learned") check_positive(config.max_positions, "max_positions");
+  if (is_absolute(config) && config.mem_len > 0) {
+    TXL_CHECK(config.allow_abs_with_memory, "model.attn_type = ", config.attn_type,
+              " with model.mem_len = ", config.mem_len,
+              ": absolute positions are confused across segments (paper 3.3); set "
+              "model.mem_len: 0, or model.allow_abs_with_memory: true to run it anyway");
+    log::warn("model", "attn_type {} with mem_len {}: absolute positions restart every segment, "
+              "so memory positions collide with the segment's (paper 3.3)",
+              config.attn_type, config.mem_len);
+  }
+
+  modules::InitOptions init{config.init, config.init_std, config.norm_init};
+  const int64_t d = config.d_model;
+  word_emb = register_module(
+      "word_emb", modules::AdaptiveEmbedding(modules::AdaptiveEmbeddingOptions{
+                      n_token, d, d, config.cutoffs, config.div_val, config.init_std,
+                      config.proj_init_std, config.init}));
+  if (scheme_ == modules::PositionScheme::kRelative && !config.untie_r) {
+    // Paper 3.3: u and v are shared by all layers (the paper code's r_w_bias, r_r_bias).
+    u_bias = register_parameter("u_bias", torch::empty({config.n_head, config.d_head}));
+    v_bias = register_parameter("v_bias", torch::empty({config.n_head, config.d_head}));
+    modules::init_weight(u_bias, init);
+    modules::init_weight(v_bias, init);
+  }
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int i = 0; i < config.n_layer; ++i) {
+    modules::DecoderLayerOptions o;
+    o.attention.d_model = d;
+    o.attention.n_head = config.n_head;
+    o.attention.d_head = config.d_head;
+    o.attention.dropatt = config.dropatt;
+    o.attention.scheme = scheme_;
+    o.attention.own_biases = config.untie_r;
+    o.attention.max_rel_dist = config.max_rel_dist;
+    o.attention.init = init;
+    o.d_inner = config.d_inner;
+    o.dropout = config.dropout;
+    o.pre_norm = config.pre_norm;
+    o.abs_positions = config.attn_type == "vanilla_learned" ? config.max_positions : 0;
+    o.init = init;
+    layer_list_.emplace_back(o);
+    layers->push_back(layer_list_.back());
+  }
+  if (config.pre_norm) {
+    final_norm = register_module("final_norm",
+                                 torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+    modules::init_layer_norm(final_norm, init);
+  }
+  crit = register_module(
+      "crit", modules::AdaptiveLogSoftmax(
+                  modules::AdaptiveSoftmaxOptions{n_token, d, d, config.cutoffs, config.div_val,
+                                                  config.tie_weight, config.tie_projs,
+                                                  config.init_std, config.proj_init_std,
+                                                  config.init},
+                  word_emb));
+  drop = register_module("drop", torch::nn::Dropout(config.dropout));
+}
+
+void TransformerLMImpl::check_inputs(const torch::Tensor& tokens, const torch::Tensor& targets,
+                                     const torch::Tensor& input_mask, const Memory& memory,
+                                     const torch::Tensor& reset, const Context& ctx) const {
+  TXL_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.scalar_type() == torch::kLong &&
+                tokens.size(0) > 0 && tokens.size(1) > 0,
+            "model input: tokens must be a non-empty int64 [B, T], got ",
+            tokens.defined() ? tokens.sizes() : torch::IntArrayRef{}, " ",
+            tokens.defined() ? tokens.scalar_type() : torch::ScalarType::Undefined);
+  const int64_t batch = tokens.size(0);
+  const int64_t d = config_.d_model;
+  if (targets.defined()) {
+    TXL_CHECK(targets.sizes() == tokens.sizes() && targets.scalar_type() == torch::kLong,
+              "model input: targets must be int64 [B, T] = ", tokens.sizes(), ", got ",
+              targets.sizes(), " ", targets.scalar_type());
+  }
+  if (input_mask.defined()) {
+    TXL_CHECK(input_mask.sizes() == tokens.sizes() && input_mask.scalar_type() == torch::kBool,
+              "model input: input_mask must be bool [B, T] = ", tokens.sizes(), ", got ",
+              input_mask.sizes(), " ", input_mask.scalar_type());
+  }
+  if (reset.defined()) {
+    TXL_CHECK(reset.dim() == 1 && reset.size(0) == batch && reset.scalar_type() == torch::kBool,
+              "model input: reset must be bool [B = ", batch, "], got ", reset.sizes(), " ",
+              reset.scalar_type());
+  }
+  TXL_CHECK(ctx.mem_len >= 0, "model context: mem_len = ", ctx.mem_len, " must be >= 0");
+  TXL_CHECK(ctx.ext_len >= 0, "model context: ext_len = ", ctx.ext_len, " must be >= 0");
+  TXL_CHECK(ctx.clamp_len >= -1, "model context: clamp_len = ", ctx.clamp_len,
+            " must be -1 (no clamp) or >= 0");
+  if (is_absolute(config_)) {
+    TXL_CHECK((ctx.mem_len == 0 && memory.empty()) || config_.allow_abs_with_memory,
+              "model context: attn_type ", config_.attn_type, " with mem_len = ", ctx.mem_len,
+              " (memory of ", memory.length(),
+              " positions): absolute positions need mem_len 0 unless "
+              "model.allow_abs_with_memory is set");
+  }
+  if (memory.empty()) return;
+  TXL_CHECK(static_cast<int64_t>(memory.layers.size()) == config_.n_layer,
+            "model memory: has ", memory.layers.size(), " layers, the model has n_layer = ",
+            config_.n_layer, " (memory from another model?)");
+  const int64_t m_len = memory.length();
+  for (size_t l = 0; l < memory.layers.size(); ++l) {
+    const auto& m = memory.layers[l];
+    TXL_CHECK(m.defined() && m.dim() == 3 && m.size(0) == batch && m.size(1) == m_len &&
+                  m.size(2) == d,
+              "model memory: layer ", l, " must be [B = ", batch, ", M = ", m_len, ", d = ", d,
+              "], got ", m.defined() ? m.sizes() : torch::IntArrayRef{},
+              " (batch size or model width changed since the memory was made?)");
+    TXL_CHECK(!m.requires_grad(), "model memory: layer ", l,
+              " requires grad; memory must be detached (stop-gradient, paper 3.2)");
+  }
+  if (memory.key_mask.defined()) {
+    TXL_CHECK(memory.key_mask.dim() == 2 && memory.key_mask.size(0) == batch &&
+                  memory.key_mask.size(1) == m_len &&
+                  memory.key_mask.scalar_type() == torch::kBool,
+              "model memory: key_mask must be bool [B = ", batch, ", M = ", m_len, "], got ",
+              memory.key_mask.sizes(), " ", memory.key_mask.scalar_type());
+  }
+}
+
+modules::AttentionInputs TransformerLMImpl::segment_inputs(int64_t q_len, int64_t m_len,
+                                                           const torch::Tensor& key_mask,
+                                                           const Context& ctx,
+                                                           torch::ScalarType dtype,
+                                                           torch::Device device) {
+  const int64_t k_len = m_len + q_len;
+  // same_length (paper code): each query sees the mem_len most recent keys. With mem_len 0
+  // there is no history to equalise and the flag has no effect.
+  const int64_t window = ctx.same_length && ctx.mem_len > 0 ? ctx.mem_len : 0;
+  modules::AttentionInputs in;
+  in.blocked = ops::attention_mask(q_len, m_len, window, key_mask, ctx.extra_mask, device)
+                   .logical_not()
+                   .unsqueeze(0);  // [1, B, Q, K]
+  if (scheme_ == modules::PositionScheme::kRelative) {
+    auto dist = ops::relative_distances(k_len, ctx.clamp_len, device);           // [K]
+    in.rel_pos = drop(ops::sinusoid_encoding(dist.to(dtype), config_.d_model));  // [K, d]
+    in.u = u_bias;
+    in.v = v_bias;
+  } else if (scheme_ == modules::PositionScheme::kShaw) {
+    auto dist = ops::relative_distances(k_len, ctx.clamp_len, device);  // [K]
+    in.rel_pos = dist.clamp_max(config_.max_rel_dist);                  // [K]
+  }
+  return in;
+}
+
+Memory TransformerLMImpl::update_memory(const Memory& memory,
+                                        const std::vector<torch::Tensor>& hiddens,
+                                        const torch::Tensor& key_mask, int64_t q_len,
+                                        const Context& ctx) const {
+  Memory next;
+  if (ctx.mem_len == 0) return next;
+  const int64_t m_len = memory.length();
+  // Paper code: the memory ends ext_len positions before the segment's end and keeps at most
+  // mem_len positions of concat(old memory, segment).
+  const int64_t end = m_len + std::max<int64_t>(0, q_len - ctx.ext_len);
+  const int64_t begin = std::max<int64_t>(0, end - ctx.mem_len);
+  const int64_t length = end - begin;
+  torch::NoGradGuard no_grad;  // memory never takes part in the backward pass (paper 3.2)
+  for (size_t l = 0; l < hiddens.size(); ++l) {
+    torch::Tensor kept;  // [B, length, d]
+    if (begin >= m_len) {
+      kept = hiddens[l].narrow(1, begin - m_len, length);  // a view: no copy
+    } else {
+      kept = torch::cat({memory.layers[l].narrow(1, begin, m_len - begin),
+                         hiddens[l].narrow(1, 0, end - m_len)}, 1);
+    }
+    next.layers.push_back(kept.detach());
+  }
+  next.key_mask = key_mask.narrow(1, begin, length);  // [B, length]
+  return next;
+}
+
+LMOutput TransformerLMImpl::forward(const torch::Tensor& tokens, const torch::Tensor& targets,
+                                    const torch::Tensor& input_mask, const Memory& memory,
+                                    const torch::Tensor& reset, const Context& ctx,
+                                    bool want_logits) {
+  check_inputs(tokens, targets, input_mask, memory, reset, ctx);
+  const int64_t batch = tokens.size(0), q_len = tokens.size(1), d = config_.d_model;
+  const int64_t m_len = memory.length();
+  const auto device = tokens.device();
+
+  // Which keys are real, over concat(memory, segment); reset rows forget their memory.
+  auto bool_opts = torch::dtype(torch::kBool).device(device);
+  auto memory_keys = m_len == 0 ? torch::empty({batch, 0}, bool_opts)
+                     : memory.key_mask.defined() ? memory.key_mask.to(device)
+                                                 : torch::ones({batch, m_len}, bool_opts);
+  if (reset.defined() && m_len > 0) {
+    memory_keys = memory_keys.logical_and(reset.to(device).logical_not().unsqueeze(1));
+  }
+  auto segment_keys = input_mask.defined() ? input_mask : torch::ones({batch, q_len}, bool_opts);
+  auto key_mask = torch::cat({memory_keys, segment_keys}, 1);  // [B, K]
+
+  auto x = word_emb(tokens);  // [B, Q, d], scaled by sqrt(d)
+  if (config_.attn_type == "vanilla") {
+    // Vaswani et al.: positions within the segment, added once to the embedding.
+    auto pos = torch::arange(q_len, torch::dtype(x.scalar_type()).device(device));  // [Q]
+    x = x + ops::sinusoid_encoding(pos, d);                                         // [B, Q, d]
+  }
+  x = drop(x);
+  auto inputs = segment_inputs(q_len, m_len, key_mask, ctx, x.scalar_type(), device);
+
+  std::vector<torch::Tensor> hiddens;  // the input of every layer: the next memory
+  hiddens.reserve(layer_list_.size());
+  for (size_t l = 0; l < layer_list_.size(); ++l) {
+    hiddens.push_back(x);
+    x = layer_list_[l](x, m_len > 0 ? memory.layers[l] : torch::Tensor(), inputs);  // [B, Q, d]
+  }
+  if (final_norm) x = final_norm(x);
+  x = drop(x);
+
+  LMOutput out;
+  out.memory = update_memory(memory, hiddens, key_mask, q_len, ctx);
+  out.hidden = x;
+  auto flat = x.reshape({batch * q_len, d});  // [B Q, d]
+  if (targets.defined()) out.nll = crit->nll(flat, targets.reshape({-1})).view({batch, q_len});
+  if (want_logits) out.logits = crit->log_prob(flat).view({batch, q_len, n_token_});
+  return out;
+}
+
+}  // namespace txl::models

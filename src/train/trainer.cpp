@@ -1,0 +1,345 @@
+#include "txl/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "txl/config/load.h"
+#include "txl/data/dataset.h"
+#include "txl/data/stream.h"
+#include "txl/eval/evaluator.h"
+#include "txl/models/transformer_lm.h"
+#include "txl/models/checkpoint.h"
+#include "txl/train/schedule.h"
+#include "txl/util/autocast.h"
+#include "txl/util/error.h"
+#include "txl/util/fs.h"
+#include "txl/util/log.h"
+
+namespace txl::train {
+
+namespace stdfs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int>& stop_signal() {
+  static std::atomic<int> signal{0};
+  return signal;
+}
+
+stdfs::path run_dir(const config::ExperimentConfig& config) {
+  return config.run.output_dir.empty() ? stdfs::path("runs") / config.run.name
+                                       : stdfs::path(config.run.output_dir);
+}
+
+namespace {
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfig& t,
+                                                        std::vector<torch::Tensor> params) {
+  if (t.optimizer == "adam") {
+    return std::make_unique<torch::optim::Adam>(
+        params, torch::optim::AdamOptions(t.lr).weight_decay(t.weight_decay));
+  }
+  if (t.optimizer == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
+  }
+  if (t.optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(t.lr).momentum(t.momentum).weight_decay(t.weight_decay));
+  }
+  TXL_FAIL("train.optimizer: '", t.optimizer, "' is not one of adam | adamw | sgd");
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  auto s = static_cast<std::int64_t>(seconds + 0.5);
+  if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+// Memory for each gradient-accumulation chunk, flattened for checkpoints: per chunk, the
+// number of layer tensors, then the layers, then the key mask.
+std::vector<torch::Tensor> flatten_memory(const std::vector<models::Memory>& chunks) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& m : chunks) {
+    flat.push_back(torch::tensor(static_cast<std::int64_t>(m.layers.size())));
+    for (const auto& t : m.layers) flat.push_back(t);
+    flat.push_back(m.key_mask.defined() ? m.key_mask : torch::zeros({0}, torch::kBool));
+  }
+  return flat;
+}
+
+std::vector<models::Memory> unflatten_memory(const std::vector<torch::Tensor>& flat, size_t chunks) {
+  std::vector<models::Memory> out(chunks);
+  size_t i = 0;
+  for (size_t c = 0; c < chunks && i < flat.size(); ++c) {
+    auto n = flat[i++].item<std::int64_t>();
+    for (std::int64_t l = 0; l < n; ++l) out[c].layers.push_back(flat.at(i++));
+    auto mask = flat.at(i++);
+    if (n > 0) out[c].key_mask = mask;
+  }
+  return out;
+}
+
+// metrics.jsonl keeps one JSON object per line; on resume, the records after the checkpoint's
+// step are dropped so the file continues exactly as an uninterrupted run's would.
+void truncate_metrics(const stdfs::path& path, std::int64_t step) {
+  if (!stdfs::exists(path)) return;
+  std::istringstream in(fs::read_file(path));
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    auto pos = line.find("\"step\":");
+    if (pos == std::string::npos) continue;
+    if (std::stoll(line.substr(pos + 7)) <= step) kept += line + "\n";
+  }
+  fs::write_atomic(path, kept);
+}
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const stdfs::path& path) : out_(path, std::ios::app) {
+    TXL_CHECK(out_.good(), "cannot open ", path.string(), " for writing");
+  }
+  void write(const std::string& line) {
+    out_ << line << '\n';
+    out_.flush();
+    TXL_CHECK(out_.good(), "cannot write metrics (disk full?)");
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace
+
+TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& options) {
+  const auto& t = config.train;
+  const auto& m = config.model;
+  const auto dir = run_dir(config);
+  fs::ensure_dir(dir);
+  const auto last_path = dir / "checkpoint_last.pt";
+  const auto best_path = dir / "checkpoint_best.pt";
+  const auto metrics_path = dir / "metrics.jsonl";
+
+  const int threads = config.run.threads > 0
+                          ? config.run.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(threads);
+  torch::manual_seed(config.run.seed);
+  TXL_CHECK(config.run.device == "cpu" || config.run.device == "auto",
+            "run.device: '", config.run.device, "' needs a CUDA build of LibTorch; use cpu");
+  const torch::Device device(torch::kCPU);
+  const bool bf16 = config.run.precision == "bf16";
+
+  // config -> tokenizer -> cached token ids
+  data::Dataset dataset = data::load_dataset(config.data);
+  const std::int64_t vocab = dataset.tokenizer->vocab_size();
+
+  // -> model and optimizer
+  models::TransformerLM model(m, vocab);
+  model->to(device);
+  auto optimizer = make_optimizer(t, model->parameters());
+  std::int64_t n_params = 0;
+  for (const auto& p : model->parameters()) n_params += p.numel();
+
+  // -> ordered segment stream
+  data::TrainStreamOptions so;
+  so.batch_size = t.batch_size;
+  so.tgt_len = m.tgt_len;
+  so.ext_len = m.ext_len;
+  so.var_len = t.var_len;
+  so.roll = t.roll;
+  so.seed = config.run.seed;
+  so.pad_id = dataset.tokenizer->pad_id();
+  data::TrainStream stream(dataset.train.ids, so,
+                           config.data.document_mode ? dataset.train.doc_starts : torch::Tensor());
+  TXL_CHECK(t.batch_size % t.batch_chunk == 0, "train.batch_chunk = ", t.batch_chunk,
+            " must divide train.batch_size = ", t.batch_size);
+  const std::int64_t chunk_rows = t.batch_size / t.batch_chunk;
+
+  models::TrainState state;
+  std::vector<models::Memory> memory(static_cast<size_t>(t.batch_chunk));
+  if (options.resume && stdfs::exists(last_path)) {
+    state = models::load_train_state(last_path, model, *optimizer);
+    stream.restore(data::StreamState::from_string(state.stream_state));
+    memory = unflatten_memory(state.memory, memory.size());
+    if (state.rng_state.defined()) torch::globalContext().defaultGenerator(torch::kCPU).set_state(state.rng_state);
+    truncate_metrics(metrics_path, state.step);
+    log::info("train", "resumed {} at step {} ({} tokens)", dir.string(), state.step, state.tokens);
+  } else {
+    if (stdfs::exists(metrics_path)) stdfs::remove(metrics_path);
+  }
+  fs::write_atomic(dir / "config.yaml", config::dump_experiment(config));
+  MetricsWriter metrics(metrics_path);
+
+  log::info("train", "{}: {} layers, d_model {}, {} heads of {}, attn {}, {:.2f}M parameters, "
+            "vocab {}, {} train tokens, batch {} x {} (mem {}), {} threads{}",
+            config.run.name, m.n_layer, m.d_model, m.n_head, m.d_head, m.attn_type,
+            n_params / 1e6, vocab, dataset.train.ids.numel(), t.batch_size, m.tgt_len,
+            m.mem_len, threads, bf16 ? ", bf16 autocast" : "");
+
+  models::Context context{m.mem_len, m.clamp_len, m.same_length, m.ext_len};
+  eval::EvalOptions valid_options = eval::resolve_eval_options(config);
+  valid_options.max_tokens = t.eval_max_tokens;
+  if (valid_options.mode == "sliding") valid_options.mode = "segments";  // periodic eval stays cheap
+
+  auto save = [&](const stdfs::path& path) {
+    state.stream_state = stream.state().to_string();
+    state.memory = flatten_memory(memory);
+    state.rng_state = torch::globalContext().defaultGenerator(torch::kCPU).get_state();
+    models::save_checkpoint(path, config, vocab, model, optimizer.get(), &state);
+  };
+
+  TrainSummary summary;
+  summary.run_dir = dir;
+  const auto start = Clock::now();
+  const double elapsed_before = state.elapsed_seconds;
+  auto elapsed = [&] {
+    return elapsed_before + std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  const std::int64_t start_step = state.step, start_tokens = state.tokens;
+  double& interval_loss = state.interval_loss;
+  std::int64_t& interval_tokens = state.interval_tokens;
+  auto interval_start = Clock::now();
+  std::int64_t& last_eval_step = state.last_eval_step;
+  std::int64_t last_ckpt_step = state.step;
+
+  auto run_eval = [&]() -> bool {  // returns true when early stopping triggers
+    auto r = eval::evaluate(model, dataset.valid.ids, valid_options, dataset.valid.n_bytes,
+                            dataset.valid.n_chars);
+    r.split = "valid";
+    last_eval_step = state.step;
+    const bool improved = state.best_valid_loss == 0.0 || r.loss < state.best_valid_loss;
+    if (improved) {
+      state.best_valid_loss = r.loss;
+      state.evals_without_gain = 0;
+    } else {
+      ++state.evals_without_gain;
+    }
+    if (t.schedule == "plateau") {
+      if (improved) {
+        state.plateau_bad_evals = 0;
+      } else if (++state.plateau_bad_evals > t.plateau_patience) {
+        state.lr_scale *= t.decay_rate;
+        state.plateau_bad_evals = 0;
+        log::info("train", "validation stalled: learning rate x{}", t.decay_rate);
+      }
+    }
+    metrics.write(fmt::format("{{\"kind\":\"eval\",\"step\":{},{}", state.step, eval::to_json(r).substr(1)));
+    log::info("eval", "step {} | valid loss {:.4f} | ppl {:.2f} | bpb {:.4f} | {:.0f} tok/s{}",
+              state.step, r.loss, r.ppl, r.bits_per_byte, r.tokens_per_s, improved ? " | best" : "");
+    if (improved) save(best_path);
+    return t.patience > 0 && state.evals_without_gain >= t.patience;
+  };
+
+  model->train();
+  std::string stop_reason;
+  while (true) {
+    if (t.max_steps > 0 && state.step >= t.max_steps) { stop_reason = "max_steps"; break; }
+    if (t.max_tokens > 0 && state.tokens >= t.max_tokens) { stop_reason = "max_tokens"; break; }
+    if (t.max_minutes > 0 && elapsed() >= t.max_minutes * 60) { stop_reason = "max_minutes"; break; }
+    if (int sig = stop_signal().load(); sig != 0) {
+      save(last_path);
+      summary.status = TrainStatus::kInterrupted;
+      stop_reason = fmt::format("signal {}", sig);
+      log::info("train", "stopped by signal {} at step {}; checkpoint written to {}", sig,
+                state.step, last_path.string());
+      break;
+    }
+
+    data::Batch batch = stream.next();
+    const double lr = learning_rate(t, state.step + 1, state.lr_scale);
+    set_learning_rate(*optimizer, lr);
+    optimizer->zero_grad();
+    double batch_loss = 0.0;
+    for (std::int64_t c = 0; c < t.batch_chunk; ++c) {
+      auto rows = [&](const torch::Tensor& x) { return x.narrow(0, c * chunk_rows, chunk_rows); };
+      auto& mem = memory[static_cast<size_t>(c)];
+      torch::Tensor nll_sum;
+      {
+        AutocastGuard autocast(bf16, device);
+        auto out = model->forward(rows(batch.tokens), rows(batch.targets), rows(batch.input_mask),
+                                  mem, rows(batch.reset), context);
+        nll_sum = out.nll.to(torch::kFloat).masked_fill(rows(batch.target_mask).logical_not(), 0.0).sum();
+        mem = std::move(out.memory);
+      }
+      // The loss is the mean over every scored token of the whole batch, whatever the chunking.
+      (nll_sum / static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1))).backward();
+      batch_loss += nll_sum.item<double>();
+    }
+    if (!std::isfinite(batch_loss)) {
+      TXL_FAIL("loss is ", batch_loss, " at step ", state.step + 1,
+               "; training stopped. The last good checkpoint is ",
+               stdfs::exists(last_path) ? last_path.string() : std::string("(none yet)"),
+               ". Try a lower train.lr or train.clip.");
+    }
+    if (t.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), t.clip);
+    optimizer->step();
+    ++state.step;
+    state.tokens += batch.n_scored;
+    interval_loss += batch_loss;
+    interval_tokens += batch.n_scored;
+
+    if (state.step % config.run.log_interval == 0 || state.step == t.max_steps) {
+      const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
+      const double loss = interval_loss / std::max<std::int64_t>(interval_tokens, 1);
+      const double tps = secs > 0 ? interval_tokens / secs : 0.0;
+      const double run_tps = (state.tokens - start_tokens) / std::max(elapsed() - elapsed_before, 1e-9);
+      double eta = -1;
+      if (t.max_steps > 0) eta = (t.max_steps - state.step) * (elapsed() - elapsed_before) / std::max<std::int64_t>(state.step - start_step, 1);
+      if (t.max_tokens > 0) eta = (t.max_tokens - state.tokens) / std::max(run_tps, 1e-9);
+      if (t.max_minutes > 0) eta = std::min(eta < 0 ? 1e18 : eta, t.max_minutes * 60 - elapsed());
+      metrics.write(fmt::format(
+          "{{\"kind\":\"train\",\"step\":{},\"loss\":{:.6f},\"ppl\":{:.4f},\"lr\":{:.6g},"
+          "\"tokens\":{},\"tokens_per_s\":{:.1f},\"seconds\":{:.3f}}}",
+          state.step, loss, std::exp(loss), lr, state.tokens, tps, elapsed()));
+      if (!options.quiet) {
+        log::info("train", "step {:>6}{} | {:>7.0f} tok/s | loss {:.4f} | ppl {:>8.2f} | lr {:.3g} | ETA {}",
+                  state.step, t.max_steps > 0 ? fmt::format("/{}", t.max_steps) : std::string(),
+                  tps, loss, std::exp(loss), lr, format_duration(eta));
+      }
+      interval_loss = 0.0;
+      interval_tokens = 0;
+      interval_start = Clock::now();
+    }
+    if (t.eval_interval > 0 && state.step % t.eval_interval == 0) {
+      if (run_eval()) {
+        stop_reason = "early stop";
+        break;
+      }
+    }
+    if (t.checkpoint_interval > 0 && state.step % t.checkpoint_interval == 0) {
+      state.elapsed_seconds = elapsed();
+      save(last_path);
+      last_ckpt_step = state.step;
+    }
+  }
+
+  if (summary.status == TrainStatus::kCompleted) {
+    if (last_eval_step != state.step && stop_reason != "early stop") run_eval();
+    state.elapsed_seconds = elapsed();
+    if (last_ckpt_step != state.step || !stdfs::exists(last_path)) save(last_path);
+    log::info("train", "done: {} steps, {} tokens, best valid loss {:.4f} (ppl {:.2f}), stop: {}",
+              state.step, state.tokens, state.best_valid_loss, std::exp(state.best_valid_loss),
+              stop_reason);
+  }
+  summary.step = state.step;
+  summary.tokens = state.tokens;
+  summary.best_valid_loss = state.best_valid_loss;
+  summary.seconds = elapsed() - elapsed_before;
+  summary.tokens_per_s = (state.tokens - start_tokens) / std::max(summary.seconds, 1e-9);
+  summary.stop_reason = stop_reason;
+  return summary;
+}
+
+}  // namespace txl::train

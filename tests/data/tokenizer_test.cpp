@@ -1,0 +1,261 @@
+#include "txl/data/tokenizer.h"
+
+#include <set>
+
+#include "data_test_support.h"
+#include "support/test_support.h"
+#include "txl/util/error.h"
+#include "txl/util/fs.h"
+
+namespace {
+
+using txl::config::TokenizerConfig;
+using txl::data::Tokenizer;
+using txl::test::TempDir;
+
+std::vector<std::int64_t> encode_lines(const Tokenizer& tok,
+                                       const std::vector<std::string>& lines) {
+  std::vector<std::int64_t> ids;
+  for (const auto& line : lines) {
+    auto part = tok.encode(line);
+    ids.insert(ids.end(), part.begin(), part.end());
+    ids.push_back(tok.eos_id());
+  }
+  return ids;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+TokenizerConfig sp_config(const std::string& model_type, int vocab) {
+  TokenizerConfig cfg;
+  cfg.type = "sentencepiece";
+  cfg.model_type = model_type;
+  cfg.vocab_size = vocab;
+  return cfg;
+}
+
+// --------------------------------------------------------------------- sentencepiece
+
+class SentencePiece : public ::testing::TestWithParam<std::pair<std::string, int>> {};
+
+// Trained on 400 KJV verses: the whole text (with eos between lines) decodes back exactly, a
+// line with a character never seen maps it to <unk>, and save -> load keeps every id.
+// (Subword and character models cover all the text; the word model covers only its vocabulary.)
+TEST_P(SentencePiece, TrainRoundTripSaveLoad) {
+  if (!txl::test::bible_available()) GTEST_SKIP() << "bible-kjv not installed";
+  const auto [model_type, vocab] = GetParam();
+  const bool covers_all = model_type != "word";
+  auto lines = txl::test::kjv_verses(400);
+  auto tok = txl::data::train_sentencepiece(sp_config(model_type, vocab), lines);
+  EXPECT_EQ(tok->kind(), "sentencepiece");
+  if (model_type == "char") {
+    // One piece per character of the text (58 here), whatever room vocab_size leaves.
+    EXPECT_GE(tok->vocab_size(), 3 + 50);
+    EXPECT_LE(tok->vocab_size(), vocab);
+  } else {
+    EXPECT_EQ(tok->vocab_size(), vocab);
+  }
+  EXPECT_EQ(tok->pad_id(), 0);
+  EXPECT_EQ(tok->unk_id(), 1);
+  EXPECT_EQ(tok->eos_id(), 2);
+  auto ids = encode_lines(*tok, lines);
+  std::set<std::int64_t> distinct(ids.begin(), ids.end());
+  EXPECT_GT(distinct.size(), 40u) << "a real vocabulary is used";
+  for (auto id : ids) {
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, tok->vocab_size());
+    if (covers_all) {
+      ASSERT_NE(id, tok->unk_id());  // every character of the text is covered
+    }
+  }
+  if (covers_all) {
+    EXPECT_EQ(tok->decode(ids), joined(lines));
+    // Extra spaces survive (identity normalization, whitespace kept).
+    EXPECT_EQ(tok->decode(tok->encode("  And  God said ")), "  And  God said ");
+    // A character the training text lacks is unknown.
+    auto with_unknown = tok->encode("God #");
+    EXPECT_NE(std::find(with_unknown.begin(), with_unknown.end(), tok->unk_id()),
+              with_unknown.end());
+  } else {
+    // Frequent words round-trip; a rare name is one <unk>.
+    EXPECT_EQ(tok->decode(tok->encode("And God said unto the")), "And God said unto the");
+    auto rare = tok->encode("And Mahalaleel");
+    ASSERT_EQ(rare.size(), 2u);
+    EXPECT_EQ(rare[1], tok->unk_id());
+  }
+
+  TempDir dir;
+  tok->save(dir.path());
+  auto loaded = txl::data::load_tokenizer(dir.path());
+  EXPECT_EQ(loaded->fingerprint(), tok->fingerprint());
+  EXPECT_EQ(encode_lines(*loaded, lines), ids);
+  // The saved .model file is a standard sentencepiece model, loadable by path too.
+  auto by_path = txl::data::load_sentencepiece(dir / "tokenizer.model");
+  EXPECT_EQ(by_path->fingerprint(), tok->fingerprint());
+  EXPECT_EQ(by_path->piece(ids[0]), tok->piece(ids[0]));
+}
+
+INSTANTIATE_TEST_SUITE_P(ModelTypes, SentencePiece,
+                         ::testing::Values(std::make_pair(std::string("unigram"), 200),
+                                           std::make_pair(std::string("bpe"), 200),
+                                           std::make_pair(std::string("char"), 100),
+                                           std::make_pair(std::string("word"), 200)),
+                         [](const auto& info) { return info.param.first; });
+
+TEST(SentencePieceErrors, VocabTooLargeInvalidUtf8BadOptions) {
+  if (!txl::test::bible_available()) GTEST_SKIP() << "bible-kjv not installed";
+  auto lines = txl::test::kjv_verses(100);
+  TXL_EXPECT_THROW_WITH(txl::data::train_sentencepiece(sp_config("unigram", 50000), lines),
+                        "data.tokenizer.vocab_size 50000 does not fit this corpus");
+  auto bad = lines;
+  bad[2] += "\xFF";
+  TXL_EXPECT_THROW_WITH(txl::data::train_sentencepiece(sp_config("unigram", 200), bad),
+                        "invalid UTF-8 in the training text, line 3");
+  TXL_EXPECT_THROW_WITH(txl::data::train_sentencepiece(sp_config("wordpiece", 200), lines),
+                        "unknown data.tokenizer.model_type 'wordpiece'");
+  TXL_EXPECT_THROW_WITH(txl::data::load_sentencepiece("/nonexistent/m.model"),
+                        "/nonexistent/m.model");
+  TXL_EXPECT_THROW_WITH(txl::data::load_tokenizer("/nonexistent/tok"),
+                        "no tokenizer in /nonexistent/tok");
+}
+
+// ----------------------------------------------------------------------------- byte
+
+TEST(ByteTokenizer, ExactForAnyBytes) {
+  auto tok = txl::data::make_byte_tokenizer();
+  EXPECT_EQ(tok->vocab_size(), 258);
+  EXPECT_EQ(tok->pad_id(), 256);
+  EXPECT_EQ(tok->eos_id(), 257);
+  EXPECT_EQ(tok->unk_id(), -1);
+  std::string all;
+  for (int b = 0; b < 256; ++b)
+    if (b != '\n') all += static_cast<char>(b);  // a line never holds its newline
+  auto ids = tok->encode(all);
+  ASSERT_EQ(ids.size(), 255u);
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(ids[64], 'A');  // index 64 holds byte 65: the newline was skipped
+  EXPECT_EQ(ids.back(), 255);
+  EXPECT_EQ(tok->decode(ids), all);
+  // Lines, eos as newline, pad ignored, invalid UTF-8 kept as is.
+  std::vector<std::string> lines = {"h\xC3\xA9", "\xFF\xFE", ""};
+  auto multi = encode_lines(*tok, lines);
+  multi.insert(multi.begin() + 1, tok->pad_id());
+  EXPECT_EQ(tok->decode(multi), joined(lines));
+  EXPECT_EQ(tok->piece(65), "<0x41>");
+}
+
+// ----------------------------------------------------------------------------- word
+
+TEST(WordTokenizer, FrequencyOrderTiesAndUnknown) {
+  // a x3, b x2, then c, y, z once each (ties in byte order), <unk> typed as text.
+  std::vector<std::string> train = {"b a c a", "  b\ta z y <unk>", "a"};
+  auto tok = txl::data::build_word_tokenizer(train, 0);
+  EXPECT_EQ(tok->vocab_size(), 3 + 5);
+  std::vector<std::string> expected = {"<pad>", "<unk>", "<eos>", "a", "b", "c", "y", "z"};
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_EQ(tok->piece(static_cast<std::int64_t>(i)), expected[i]);
+  EXPECT_EQ(tok->encode("a b c y z"), (std::vector<std::int64_t>{3, 4, 5, 6, 7}));
+  // Unseen words and the literal special words are <unk>.
+  EXPECT_EQ(tok->encode("a never <unk> <eos> <pad>"), (std::vector<std::int64_t>{3, 1, 1, 1, 1}));
+  // Round trip up to whitespace: words joined by one space, eos as newline.
+  auto ids = encode_lines(*tok, {" b  a\t", "c"});
+  EXPECT_EQ(tok->decode(ids), "b a\nc\n");
+
+  // min_count 2 keeps a and b only.
+  auto pruned = txl::data::build_word_tokenizer(train, 2);
+  EXPECT_EQ(pruned->vocab_size(), 5);
+  EXPECT_EQ(pruned->encode("a b c"), (std::vector<std::int64_t>{3, 4, 1}));
+
+  // Build order does not matter: the same counts give the same ids.
+  auto again = txl::data::build_word_tokenizer({"a", "z y <unk>", "b a c a b"}, 0);
+  EXPECT_EQ(again->fingerprint(), tok->fingerprint());
+
+  TempDir dir;
+  tok->save(dir.path());
+  auto loaded = txl::data::load_tokenizer(dir.path());
+  EXPECT_EQ(loaded->kind(), "word");
+  EXPECT_EQ(loaded->fingerprint(), tok->fingerprint());
+  EXPECT_EQ(loaded->encode("z y a b c q"), tok->encode("z y a b c q"));
+}
+
+TEST(WordTokenizer, KjvRoundTrip) {
+  if (!txl::test::bible_available()) GTEST_SKIP() << "bible-kjv not installed";
+  auto lines = txl::test::kjv_verses(300);
+  auto tok = txl::data::build_word_tokenizer(lines, 0);
+  // KJV verses are single-spaced, so the word round trip is exact.
+  EXPECT_EQ(tok->decode(encode_lines(*tok, lines)), joined(lines));
+  // Frequency order: "the" or "and" is the most frequent word of Genesis.
+  EXPECT_TRUE(tok->piece(3) == "the" || tok->piece(3) == "and") << tok->piece(3);
+}
+
+TEST(WordTokenizer, DamagedVocabularyIsDetected) {
+  auto tok = txl::data::build_word_tokenizer({"a b c"}, 0);
+  TempDir dir;
+  tok->save(dir.path());
+  txl::fs::write_atomic(dir / "tokenizer.vocab",
+                        "<pad>\t0\n<unk>\t0\n<eos>\t1\nb\t1\na\t1\nc\t1\n");
+  TXL_EXPECT_THROW_WITH(txl::data::load_tokenizer(dir.path()), "damaged");
+  txl::fs::write_atomic(dir / "tokenizer.vocab", "<pad>\t0\n<unk>\tmany\n");
+  TXL_EXPECT_THROW_WITH(txl::data::load_tokenizer(dir.path()), "tokenizer.vocab:2: bad count");
+}
+
+// ---------------------------------------------------------------------- make_tokenizer
+
+TEST(MakeTokenizer, CachedByOptionsAndTrainingText) {
+  TempDir dir;
+  std::vector<std::string> lines = {"one two two three three three"};
+  TokenizerConfig cfg;
+  cfg.type = "word";
+  int builds = 0;
+  auto source = [&]() -> const std::vector<std::string>& {
+    ++builds;
+    return lines;
+  };
+  bool reused = true;
+  auto first = txl::data::make_tokenizer(cfg, source, 42, dir.path(), &reused);
+  EXPECT_FALSE(reused);
+  EXPECT_EQ(builds, 1);
+  auto second = txl::data::make_tokenizer(cfg, source, 42, dir.path(), &reused);
+  EXPECT_TRUE(reused);
+  EXPECT_EQ(builds, 1) << "a cached tokenizer must not read the training text";
+  EXPECT_EQ(second->fingerprint(), first->fingerprint());
+  // Other training text (fingerprint) -> rebuilt.
+  lines = {"four four four four"};
+  auto third = txl::data::make_tokenizer(cfg, source, 43, dir.path(), &reused);
+  EXPECT_FALSE(reused);
+  EXPECT_EQ(builds, 2);
+  EXPECT_EQ(third->piece(3), "four");
+  // Other options -> rebuilt.
+  cfg.min_count = 5;
+  txl::data::make_tokenizer(cfg, source, 43, dir.path(), &reused);
+  EXPECT_FALSE(reused);
+  EXPECT_EQ(builds, 3);
+  // The byte tokenizer needs no text at all.
+  cfg.type = "byte";
+  auto byte = txl::data::make_tokenizer(cfg, source, 43, dir.path(), &reused);
+  EXPECT_EQ(byte->kind(), "byte");
+  EXPECT_EQ(builds, 3);
+}
+
+TEST(MakeTokenizer, OptionErrors) {
+  TokenizerConfig cfg;
+  cfg.type = "bytes";
+  TXL_EXPECT_THROW_WITH(txl::data::tokenizer_options_key(cfg),
+                        "unknown data.tokenizer.type 'bytes'");
+  cfg.type = "sentencepiece";
+  cfg.model_path = "/nonexistent/sp.model";
+  TXL_EXPECT_THROW_WITH(txl::data::tokenizer_options_key(cfg), "/nonexistent/sp.model");
+  // Only the options that matter for the type are part of the key.
+  TokenizerConfig a, b;
+  a.type = b.type = "byte";
+  b.vocab_size = 123;
+  EXPECT_EQ(txl::data::tokenizer_options_key(a), txl::data::tokenizer_options_key(b));
+  a.type = b.type = "sentencepiece";
+  EXPECT_NE(txl::data::tokenizer_options_key(a), txl::data::tokenizer_options_key(b));
+}
+
+}  // namespace

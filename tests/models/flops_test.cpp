@@ -1,0 +1,51 @@
+#include "txl/models/flops.h"
+
+#include <gtest/gtest.h>
+
+#include "support/test_support.h"
+
+namespace txl::models {
+namespace {
+
+config::ModelConfig tiny(const std::string& attn_type) {
+  config::ModelConfig c;
+  c.attn_type = attn_type;
+  c.n_layer = 2;
+  c.d_model = 8;
+  c.n_head = 2;
+  c.d_head = 4;
+  c.d_inner = 16;
+  return c;
+}
+
+TEST(Flops, XlByHand) {
+  // Per layer: QKV 2*8*24*10/5 = 768, scores 160, position scores 160, values 160, W_o 128,
+  // FF 512 -> 1888; two layers 3776; softmax 2*8*11 = 176.
+  auto f = count_flops_per_token(tiny("xl"), 11, 5, 5);
+  EXPECT_DOUBLE_EQ(f.forward, 3952.0);
+  EXPECT_DOUBLE_EQ(f.training, 3 * 3952.0);
+}
+
+TEST(Flops, VanillaByHand) {
+  // Per layer: QKV 384, scores 80, values 80, W_o 128, FF 512 -> 1184.
+  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny("vanilla"), 11, 5, 0).forward, 2 * 1184.0 + 176.0);
+}
+
+TEST(Flops, AdaptiveSoftmaxByHand) {
+  auto c = tiny("vanilla");
+  c.cutoffs = {4, 8};
+  c.div_val = 2;
+  // Clusters of width 8, 4, 2: head 128 + 2*8*(4+2); tails 64 + 32 and 32 + 12; input proj 128.
+  EXPECT_DOUBLE_EQ(count_flops_per_token(c, 11, 5, 0).forward, 2 * 1184.0 + 492.0);
+}
+
+TEST(Flops, BenchModelIsAboutSixteenMegaflopsPerToken) {
+  config::ModelConfig c;  // the defaults are the bench model: 4 x 256, 4 x 64 heads, FF 1024
+  auto f = count_flops_per_token(c, 12871, 128, 128);
+  // QKV 2*256*768*256/128, three 2*256*256 attention products, W_o, FF; softmax 2*256*12871.
+  EXPECT_DOUBLE_EQ(f.forward, 4 * (786432.0 + 3 * 131072 + 131072 + 1048576) + 6589952.0);
+  TXL_EXPECT_THROW_WITH(count_flops_per_token(c, 0, 128, 128), "vocab > 0");
+}
+
+}  // namespace
+}  // namespace txl::models

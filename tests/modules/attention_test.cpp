@@ -1,0 +1,225 @@
+#include "txl/modules/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "support/test_support.h"
+#include "txl/ops/masks.h"
+#include "txl/ops/sinusoid.h"
+
+namespace txl::modules {
+namespace {
+
+using txl::test::tensor_near;
+
+struct Setup {
+  AttentionOptions options;
+  MultiHeadAttention attn{nullptr};
+  torch::Tensor u, v;
+};
+
+Setup make(PositionScheme scheme, int64_t d = 6, int64_t heads = 2, int64_t d_head = 3) {
+  Setup s;
+  s.options.d_model = d;
+  s.options.n_head = heads;
+  s.options.d_head = d_head;
+  s.options.scheme = scheme;
+  s.options.max_rel_dist = 3;
+  s.options.init.std = 0.5;  // large weights: sharp, position-sensitive attention
+  s.attn = MultiHeadAttention(s.options);
+  s.attn->to(torch::kDouble);
+  s.u = torch::randn({heads, d_head}, torch::kDouble);
+  s.v = torch::randn({heads, d_head}, torch::kDouble);
+  return s;
+}
+
+AttentionInputs inputs_for(const Setup& s, int64_t q_len, int64_t m_len, int64_t clamp_len,
+                           const torch::Tensor& key_mask = {}, int64_t window = 0) {
+  const int64_t k_len = q_len + m_len;
+  AttentionInputs in;
+  in.blocked = ops::attention_mask(q_len, m_len, window, key_mask, {}).logical_not().unsqueeze(0);
+  auto dist = ops::relative_distances(k_len, clamp_len);
+  if (s.options.scheme == PositionScheme::kRelative) {
+    in.rel_pos = ops::sinusoid_encoding(dist.to(torch::kDouble), s.options.d_model);
+    in.u = s.u;
+    in.v = s.v;
+  } else if (s.options.scheme == PositionScheme::kShaw) {
+    in.rel_pos = dist.clamp_max(s.options.max_rel_dist);
+  }
+  return in;
+}
+
+// The attention of paper 3.3 written pair by pair, with no shift trick and no batching.
+torch::Tensor naive_attention(Setup& s, const torch::Tensor& x, const torch::Tensor& mem,
+                              int64_t clamp_len, const torch::Tensor& key_mask) {
+  const int64_t B = x.size(0), Q = x.size(1), M = mem.defined() ? mem.size(1) : 0, K = M + Q;
+  const int64_t H = s.options.n_head, D = s.options.d_head, d = s.options.d_model;
+  auto h = M > 0 ? torch::cat({mem, x}, 1) : x;
+  auto w = s.attn->qkv->weight;  // [3 H D, d]
+  auto q_all = torch::matmul(h, w.narrow(0, 0, H * D).t()).view({B, K, H, D});
+  auto k_all = torch::matmul(h, w.narrow(0, H * D, H * D).t()).view({B, K, H, D});
+  auto v_all = torch::matmul(h, w.narrow(0, 2 * H * D, H * D).t()).view({B, K, H, D});
+  auto out = torch::zeros({B, Q, H, D}, torch::kDouble);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t head = 0; head < H; ++head) {
+      for (int64_t i = 0; i < Q; ++i) {
+        auto qi = q_all[b][M + i][head];
+        std::vector<torch::Tensor> scores;
+        for (int64_t j = 0; j < K; ++j) {
+          int64_t dist = M + i - j;
+          bool visible = dist >= 0 && (!key_mask.defined() || key_mask[b][j].item<bool>());
+          if (!visible) {
+            scores.push_back(torch::tensor(-1e300, torch::kDouble));
+            continue;
+          }
+          if (clamp_len >= 0) dist = std::min(dist, clamp_len);
+          auto kj = k_all[b][j][head];
+          torch::Tensor score;
+          if (s.options.scheme == PositionScheme::kRelative) {
+            auto r = ops::sinusoid_encoding(torch::tensor({double(dist)}, torch::kDouble), d)[0];
+            auto wr = torch::matmul(s.attn->r_net->weight, r).view({H, D})[head];
+            score = (qi + s.u[head]).dot(kj) + (qi + s.v[head]).dot(wr);
+          } else if (s.options.scheme == PositionScheme::kShaw) {
+            auto a = s.attn->rel_key->weight[std::min<int64_t>(dist, s.options.max_rel_dist)][head];
+            score = qi.dot(kj) + qi.dot(a);
+          } else {
+            score = qi.dot(kj);
+          }
+          scores.push_back(score / std::sqrt(double(D)));
+        }
+        auto p = torch::softmax(torch::stack(scores), 0);  // [K]
+        out[b][i][head] = (p.unsqueeze(1) * v_all[b].select(1, head)).sum(0);
+      }
+    }
+  }
+  return torch::matmul(out.view({B, Q, H * D}), s.attn->out->weight.t());
+}
+
+void check_against_naive(PositionScheme scheme, int64_t q_len, int64_t m_len, int64_t clamp_len,
+                         bool padded) {
+  torch::manual_seed(17 + q_len + 3 * m_len);
+  auto s = make(scheme);
+  auto x = torch::randn({2, q_len, 6}, torch::kDouble);
+  torch::Tensor mem;
+  if (m_len > 0) mem = torch::randn({2, m_len, 6}, torch::kDouble);
+  torch::Tensor key_mask;
+  if (padded) {
+    key_mask = torch::ones({2, m_len + q_len}, torch::kBool);
+    key_mask[1][0] = false;  // a padded key in memory (or the first token)
+    key_mask[0][m_len + q_len - 1] = false;
+  }
+  torch::NoGradGuard no_grad;
+  auto got = s.attn(x, mem, inputs_for(s, q_len, m_len, clamp_len, key_mask));
+  auto expected = naive_attention(s, x, mem, clamp_len, key_mask);
+  // Query rows with no visible key are not defined by the naive version; compare the rest.
+  EXPECT_TRUE(tensor_near(got, expected, 1e-10, 1e-10))
+      << "Q = " << q_len << ", M = " << m_len << ", clamp_len = " << clamp_len;
+}
+
+TEST(Attention, RelativeEqualsPairByPairFormula) {
+  check_against_naive(PositionScheme::kRelative, 4, 0, -1, false);
+  check_against_naive(PositionScheme::kRelative, 4, 2, -1, false);
+  check_against_naive(PositionScheme::kRelative, 3, 5, -1, true);
+  check_against_naive(PositionScheme::kRelative, 4, 3, 2, true);
+}
+
+TEST(Attention, ShawEqualsPairByPairFormula) {
+  check_against_naive(PositionScheme::kShaw, 4, 0, -1, false);
+  check_against_naive(PositionScheme::kShaw, 3, 6, -1, true);  // distances beyond max_rel_dist
+}
+
+TEST(Attention, AbsoluteEqualsPairByPairFormula) {
+  check_against_naive(PositionScheme::kAbsolute, 4, 0, -1, false);
+  check_against_naive(PositionScheme::kAbsolute, 3, 2, -1, true);
+}
+
+// Test 8: finite differences in double precision through the fused projection, the u / v
+// biases, the relative shift and the masks.
+TEST(Attention, GradientMatchesFiniteDifferences) {
+  for (auto scheme : {PositionScheme::kRelative, PositionScheme::kShaw}) {
+    torch::manual_seed(5);
+    auto s = make(scheme, 4, 2, 2);
+    auto x = torch::randn({2, 3, 4}, torch::dtype(torch::kDouble).requires_grad(true));
+    auto mem = torch::randn({2, 2, 4}, torch::kDouble);
+    auto key_mask = torch::ones({2, 5}, torch::kBool);
+    key_mask[0][1] = false;
+    auto in = inputs_for(s, 3, 2, -1, key_mask);
+    in.u = s.u.clone().requires_grad_(true);
+    in.v = s.v.clone().requires_grad_(true);
+    auto weights = torch::randn({2, 3, 4}, torch::kDouble);
+    auto loss_fn = [&] { return (s.attn(x, mem, in) * weights).sum(); };
+
+    std::vector<torch::Tensor> checked{x};
+    for (auto& p : s.attn->parameters()) checked.push_back(p);
+    if (scheme == PositionScheme::kRelative) {
+      checked.push_back(in.u);
+      checked.push_back(in.v);
+    }
+    for (auto& t : checked) {
+      if (t.grad().defined()) t.grad().zero_();
+    }
+    loss_fn().backward();
+    const double eps = 1e-6;
+    for (auto& t : checked) {
+      auto analytic = t.grad().clone();
+      auto numeric = torch::zeros_like(t);
+      torch::NoGradGuard no_grad;
+      auto flat = t.view(-1);
+      auto num_flat = numeric.view(-1);
+      for (int64_t e = 0; e < flat.numel(); ++e) {
+        const double orig = flat[e].item<double>();
+        flat[e] = orig + eps;
+        const double plus = loss_fn().item<double>();
+        flat[e] = orig - eps;
+        const double minus = loss_fn().item<double>();
+        flat[e] = orig;
+        num_flat[e] = (plus - minus) / (2 * eps);
+      }
+      EXPECT_TRUE(tensor_near(analytic, numeric, 1e-7, 1e-5)) << "tensor of shape " << t.sizes();
+      EXPECT_GT(analytic.abs().sum().item<double>(), 0.0);
+    }
+  }
+}
+
+TEST(Attention, QueryWithNoVisibleKeyGivesNoNaN) {
+  auto s = make(PositionScheme::kRelative);
+  auto key_mask = torch::zeros({2, 3}, torch::kBool);  // everything is padding
+  torch::Tensor probs;
+  auto y = s.attn(torch::randn({2, 3, 6}, torch::kDouble), torch::Tensor(), inputs_for(s, 3, 0, -1, key_mask),
+                  &probs);
+  EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
+  EXPECT_TRUE(torch::isfinite(probs).all().item<bool>());
+}
+
+// Test 6 at the attention level: with a window of W keys (same_length), every query with
+// enough history puts non-zero weight on exactly W keys, all within the window.
+TEST(Attention, WindowGivesEveryQueryTheSameNumberOfKeys) {
+  auto s = make(PositionScheme::kRelative);
+  const int64_t q_len = 5, m_len = 3;
+  torch::Tensor probs;
+  s.attn(torch::randn({2, q_len, 6}, torch::kDouble), torch::randn({2, m_len, 6}, torch::kDouble),
+         inputs_for(s, q_len, m_len, -1, {}, /*window=*/m_len), &probs);
+  ASSERT_EQ(probs.sizes(), (std::vector<int64_t>{2, 2, q_len, q_len + m_len}));
+  auto used = (probs > 0).sum(-1);  // [B, H, Q]
+  EXPECT_TRUE(txl::test::tensor_equal(used, torch::full({2, 2, q_len}, m_len)));
+  for (int64_t i = 0; i < q_len; ++i) {
+    auto row = probs.select(2, i);  // [B, H, K]
+    EXPECT_EQ(row.narrow(-1, i + 1, m_len).sum(-1).min().item<double>() > 0.999999, true);
+  }
+}
+
+TEST(Attention, RejectsMismatchedMemory) {
+  auto s = make(PositionScheme::kRelative);
+  auto x = torch::randn({2, 3, 6}, torch::kDouble);
+  TXL_EXPECT_THROW_WITH(s.attn(x, torch::randn({3, 2, 6}, torch::kDouble), inputs_for(s, 3, 2, -1)),
+                        "memory must be [B = 2, M, d = 6]");
+  TXL_EXPECT_THROW_WITH(s.attn(torch::randn({2, 3, 5}), torch::Tensor(), inputs_for(s, 3, 0, -1)),
+                        "input must be [B, Q, d = 6]");
+  AttentionOptions bad;
+  bad.n_head = 0;
+  TXL_EXPECT_THROW_WITH(MultiHeadAttention{bad}, "must be > 0");
+}
+
+}  // namespace
+}  // namespace txl::modules

@@ -1,0 +1,46 @@
+// txl-eval: evaluates a checkpoint; the model is rebuilt from the checkpoint alone.
+//   txl-eval runs/kjv_xl/checkpoint_best.pt --split test --mode memory --mem-len 256
+//   txl-eval CKPT --file some.txt --json
+//   txl-eval CKPT --sweep            # perplexity against evaluation mem_len (0, Q, 2Q, 4Q, 8Q)
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "txl/eval/run.h"
+#include "txl/util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"txl-eval: perplexity of a txl checkpoint"};
+  txl::eval::EvalRequest request;
+  app.add_option("checkpoint", request.checkpoint, "checkpoint file (.pt)")->required();
+  app.add_option("--split", request.splits, "splits: valid, test, train (default: the experiment's eval.splits)")->delimiter(',');
+  app.add_option("--file", request.file, "evaluate this text file instead (tokenized with the experiment's tokenizer)");
+  app.add_option("--mode", request.mode, "memory | segments | sliding");
+  app.add_option("--tgt-len", request.tgt_len, "segment length Q");
+  app.add_option("--mem-len", request.mem_len, "memory length M");
+  app.add_option("--clamp-len", request.clamp_len, "clamp relative distances (-1 = none)");
+  app.add_option("--same-length", request.same_length, "0 or 1");
+  app.add_option("--window", request.window, "sliding window L");
+  app.add_option("--stride", request.stride, "sliding stride s");
+  app.add_option("--warmup", request.warmup, "memory warm-up tokens");
+  app.add_option("--batch-size", request.batch_size, "evaluation streams / windows per batch");
+  app.add_option("--max-tokens", request.max_tokens, "score at most this many tokens per split");
+  app.add_option("--threads", request.threads, "intra-op threads (0 = all cores)");
+  app.add_option("--token-losses", request.token_losses_path, "write per-token losses (float32 .pt tensor, text order)");
+  app.add_flag("--sweep", request.sweep, "perplexity against evaluation mem_len: table, JSON and plot");
+  app.add_option("--sweep-mem-lens", request.sweep_mem_lens, "mem_len values of the sweep")->delimiter(',');
+  app.add_option("--out", request.out_dir, "folder for sweep results (default: the checkpoint's folder)");
+  app.add_flag("--json", request.json, "print results as JSON lines");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    txl::eval::run(request, std::cout);
+    return 0;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
