@@ -139,7 +139,7 @@ TEST_F(Ablation, EveryVariantIsTrainedEvaluatedAndReported) {
   }
   EXPECT_NE(md.find("Transformer-XL (xl, memory M=8)"), std::string::npos) << md;
   // What each variant changes relative to the base.
-  EXPECT_NE(md.find("- `vanilla`: model.attn_type: xl -> vanilla; model.mem_len: 8 -> 0"),
+  EXPECT_NE(md.find("- `vanilla`: model.attn_type: 'xl' -> 'vanilla'; model.mem_len: 8 -> 0"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("- `xl`: the base experiment"), std::string::npos) << md;
