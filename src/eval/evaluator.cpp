@@ -111,7 +111,8 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
     so.window = options.window;
     so.stride = options.stride;
     data::SlidingStream stream(ids, so);
-    models::Context context{0, options.clamp_len, false, 0};
+    models::Context context;  // no memory: every window stands alone
+    context.clamp_len = options.clamp_len;
     result.window = options.window;
     result.stride = options.stride;
     result.tgt_len = options.window;
@@ -127,8 +128,10 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
     so.tgt_len = options.tgt_len;
     so.warmup = with_memory ? options.warmup : 0;
     data::EvalStream stream(ids, so);
-    models::Context context{with_memory ? options.mem_len : 0, options.clamp_len,
-                            options.same_length, 0};
+    models::Context context;
+    context.mem_len = with_memory ? options.mem_len : 0;
+    context.clamp_len = options.clamp_len;
+    context.same_length = with_memory && options.same_length;
     result.tgt_len = options.tgt_len;
     result.mem_len = context.mem_len;
     models::Memory memory;

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include "txl/config/load.h"
@@ -173,7 +174,11 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
     state = models::load_train_state(last_path, model, *optimizer);
     stream.restore(data::StreamState::from_string(state.stream_state));
     memory = unflatten_memory(state.memory, memory.size());
-    if (state.rng_state.defined()) torch::globalContext().defaultGenerator(torch::kCPU).set_state(state.rng_state);
+    if (state.rng_state.defined()) {
+      at::Generator generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(state.rng_state);
+    }
     truncate_metrics(metrics_path, state.step);
     log::info("train", "resumed {} at step {} ({} tokens)", dir.string(), state.step, state.tokens);
   } else {
@@ -188,7 +193,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
             n_params / 1e6, vocab, dataset.train.ids.numel(), t.batch_size, m.tgt_len,
             m.mem_len, threads, bf16 ? ", bf16 autocast" : "");
 
-  models::Context context{m.mem_len, m.clamp_len, m.same_length, m.ext_len};
+  const models::Context context = models::Context::from_config(m);
   eval::EvalOptions valid_options = eval::resolve_eval_options(config);
   valid_options.max_tokens = t.eval_max_tokens;
   if (valid_options.mode == "sliding") valid_options.mode = "segments";  // periodic eval stays cheap
@@ -196,7 +201,11 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   auto save = [&](const stdfs::path& path) {
     state.stream_state = stream.state().to_string();
     state.memory = flatten_memory(memory);
-    state.rng_state = torch::globalContext().defaultGenerator(torch::kCPU).get_state();
+    {
+      at::Generator generator = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      state.rng_state = generator.get_state();
+    }
     models::save_checkpoint(path, config, vocab, model, optimizer.get(), &state);
   };
 
@@ -248,11 +257,13 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
     if (t.max_steps > 0 && state.step >= t.max_steps) { stop_reason = "max_steps"; break; }
     if (t.max_tokens > 0 && state.tokens >= t.max_tokens) { stop_reason = "max_tokens"; break; }
     if (t.max_minutes > 0 && elapsed() >= t.max_minutes * 60) { stop_reason = "max_minutes"; break; }
-    if (int sig = stop_signal().load(); sig != 0) {
+    const int sig = stop_signal().load();
+    if (sig != 0 || (options.pause_at_step > 0 && state.step >= options.pause_at_step)) {
+      state.elapsed_seconds = elapsed();
       save(last_path);
       summary.status = TrainStatus::kInterrupted;
-      stop_reason = fmt::format("signal {}", sig);
-      log::info("train", "stopped by signal {} at step {}; checkpoint written to {}", sig,
+      stop_reason = sig != 0 ? fmt::format("signal {}", sig) : std::string("pause_at_step");
+      log::info("train", "stopped ({}) at step {}; checkpoint written to {}", stop_reason,
                 state.step, last_path.string());
       break;
     }

@@ -35,6 +35,9 @@ struct TrainSummary {
 struct TrainOptions {
   bool resume = false;  // continue from run_dir/checkpoint_last.pt if it exists
   bool quiet = false;   // no progress lines
+  // Stop as a signal would once this step is reached (checkpoint, kInterrupted); 0 = never.
+  // For time-sliced or preemptible jobs, and for tests of resumption.
+  std::int64_t pause_at_step = 0;
 };
 
 // Trains the experiment; writes config.yaml, metrics.jsonl and checkpoints (checkpoint_last.pt,

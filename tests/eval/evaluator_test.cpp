@@ -1,0 +1,144 @@
+#include "txl/eval/evaluator.h"
+
+#include <cmath>
+
+#include "support/test_support.h"
+#include "support/tiny_experiment.h"
+
+namespace {
+
+using txl::eval::EvalOptions;
+using txl::eval::evaluate;
+
+constexpr int64_t kVocab = 50;
+
+struct Fixture {
+  txl::models::TransformerLM model{nullptr};
+  torch::Tensor ids;
+};
+
+Fixture make(const std::string& attn_type, int64_t n_tokens) {
+  torch::manual_seed(3);
+  txl::test::TempDir dir;
+  auto config = txl::test::tiny_experiment(dir.path());
+  config.model.attn_type = attn_type;
+  if (attn_type != "xl") config.model.mem_len = 0;
+  Fixture f;
+  f.model = txl::models::TransformerLM(config.model, kVocab);
+  f.ids = torch::randint(kVocab, {n_tokens}, torch::kInt64);
+  return f;
+}
+
+EvalOptions options(const std::string& mode, int q, int m, int batch) {
+  EvalOptions o;
+  o.mode = mode;
+  o.tgt_len = q;
+  o.mem_len = m;
+  o.window = q;
+  o.stride = q;
+  o.batch_size = batch;
+  return o;
+}
+
+TEST(Evaluator, EveryTargetIsScoredOnceInEveryMode) {
+  auto f = make("xl", 203);
+  for (auto o : {options("memory", 16, 16, 3), options("segments", 16, 0, 3),
+                 options("sliding", 16, 0, 3)}) {
+    o.stride = 5;
+    torch::Tensor losses;
+    auto r = evaluate(f.model, f.ids, o, /*n_bytes=*/1000, 0, &losses);
+    EXPECT_EQ(r.tokens, 202) << o.mode;
+    ASSERT_EQ(losses.numel(), 202) << o.mode;
+    EXPECT_NEAR(losses.to(torch::kDouble).mean().item<double>(), r.loss, 1e-6) << o.mode;
+    EXPECT_NEAR(r.ppl, std::exp(r.loss), 1e-9);
+    EXPECT_NEAR(r.bits_per_byte, r.loss * 202 / std::log(2.0) / 1000, 1e-9);
+  }
+}
+
+TEST(Evaluator, MemoryModeWithoutMemoryEqualsSegments) {
+  auto f = make("xl", 150);
+  auto a = evaluate(f.model, f.ids, options("memory", 16, 0, 4));
+  auto b = evaluate(f.model, f.ids, options("segments", 16, 0, 4));
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_DOUBLE_EQ(a.loss, b.loss);
+  // Memory does change the result (otherwise the comparison above proves nothing).
+  auto c = evaluate(f.model, f.ids, options("memory", 16, 16, 4));
+  EXPECT_NE(a.loss, c.loss);
+}
+
+TEST(Evaluator, SlidingWithWindowAndStrideQEqualsSegments) {
+  for (const char* attn : {"vanilla", "xl"}) {
+    auto f = make(attn, 16 * 7 + 1);  // N - 1 a multiple of Q: the windows are the segments
+    torch::Tensor sl, sg;
+    auto a = evaluate(f.model, f.ids, options("sliding", 16, 0, 1), 0, 0, &sl);
+    auto b = evaluate(f.model, f.ids, options("segments", 16, 0, 1), 0, 0, &sg);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_TRUE(txl::test::tensor_near(sl, sg, 1e-5, 1e-5)) << attn;
+  }
+}
+
+TEST(Evaluator, SlidingDoesNotDependOnBatchingAndTokenLossesAreInTextOrder) {
+  auto f = make("vanilla", 97);
+  auto o1 = options("sliding", 12, 0, 1);
+  o1.stride = 1;
+  auto o7 = o1;
+  o7.batch_size = 7;
+  torch::Tensor l1, l7;
+  evaluate(f.model, f.ids, o1, 0, 0, &l1);
+  evaluate(f.model, f.ids, o7, 0, 0, &l7);
+  EXPECT_TRUE(txl::test::tensor_near(l1, l7, 1e-5, 1e-5));
+  // Token 1's loss has one token of context in both sliding and segment evaluation.
+  torch::Tensor seg;
+  evaluate(f.model, f.ids, options("segments", 12, 0, 1), 0, 0, &seg);
+  EXPECT_NEAR(l1[0].item<float>(), seg[0].item<float>(), 1e-5);
+}
+
+TEST(Evaluator, MemoryModeTokenLossesFollowTheText) {
+  // One stream (batch 1) against three: the first stream's first segment sees the same
+  // context either way, so its losses lead both token-loss tensors.
+  auto f = make("xl", 121);
+  torch::Tensor a, b;
+  evaluate(f.model, f.ids, options("memory", 10, 10, 1), 0, 0, &a);
+  evaluate(f.model, f.ids, options("memory", 10, 10, 3), 0, 0, &b);
+  EXPECT_TRUE(txl::test::tensor_near(a.narrow(0, 0, 10), b.narrow(0, 0, 10), 1e-5, 1e-5));
+}
+
+TEST(Evaluator, MaxTokensLimitsTheScoredTokens) {
+  auto f = make("xl", 400);
+  auto o = options("memory", 16, 16, 2);
+  o.max_tokens = 64;
+  auto r = evaluate(f.model, f.ids, o);
+  EXPECT_GE(r.tokens, 64);
+  EXPECT_LT(r.tokens, 399);
+}
+
+TEST(Evaluator, ResolveInheritsFromTheModel) {
+  txl::test::TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path());
+  c.model.clamp_len = 40;
+  auto o = txl::eval::resolve_eval_options(c);
+  EXPECT_EQ(o.tgt_len, 16);
+  EXPECT_EQ(o.mem_len, 16);
+  EXPECT_EQ(o.clamp_len, 40);
+  EXPECT_EQ(o.window, 16);
+  c.eval.tgt_len = 8;
+  c.eval.mem_len = 64;
+  c.eval.clamp_len = -1;
+  c.eval.same_length = 1;
+  o = txl::eval::resolve_eval_options(c);
+  EXPECT_EQ(o.tgt_len, 8);
+  EXPECT_EQ(o.mem_len, 64);
+  EXPECT_EQ(o.clamp_len, -1);
+  EXPECT_TRUE(o.same_length);
+  c.eval.mode = "segments";
+  EXPECT_EQ(txl::eval::resolve_eval_options(c).mem_len, 0);
+}
+
+TEST(Evaluator, BadInputIsAClearError) {
+  auto f = make("xl", 50);
+  TXL_EXPECT_THROW_WITH(evaluate(f.model, f.ids.narrow(0, 0, 1), options("memory", 8, 8, 1)),
+                        "at least 2 tokens");
+  TXL_EXPECT_THROW_WITH(evaluate(f.model, f.ids, options("beam", 8, 8, 1)), "memory | segments | sliding");
+}
+
+}  // namespace

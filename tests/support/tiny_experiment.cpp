@@ -1,0 +1,40 @@
+#include "support/tiny_experiment.h"
+
+namespace txl::test {
+
+config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir, const std::string& name) {
+  config::ExperimentConfig c;
+  c.run.name = name;
+  c.run.output_dir = (dir / "runs" / name).string();
+  c.run.seed = 1;
+  c.run.threads = 1;
+  c.run.log_interval = 5;
+  c.data.corpus = "synthetic";
+  c.data.cache_dir = (dir / "cache").string();
+  c.data.tokenizer.type = "word";
+  c.data.synthetic.documents = 200;
+  c.data.synthetic.keys = 2;
+  c.data.synthetic.gap = 24;
+  c.data.synthetic.alphabet = 16;
+  c.model.attn_type = "xl";
+  c.model.n_layer = 2;
+  c.model.d_model = 32;
+  c.model.n_head = 2;
+  c.model.d_head = 16;
+  c.model.d_inner = 64;
+  c.model.dropout = 0.1;  // dropout on: resume must restore the RNG too
+  c.model.tgt_len = 16;
+  c.model.mem_len = 16;
+  c.train.lr = 1e-3;
+  c.train.schedule = "cosine";
+  c.train.warmup_steps = 3;
+  c.train.batch_size = 4;
+  c.train.max_steps = 20;
+  c.train.eval_interval = 10;
+  c.train.checkpoint_interval = 0;
+  c.eval.batch_size = 4;
+  c.eval.splits = {"valid"};
+  return c;
+}
+
+}  // namespace txl::test

@@ -1,0 +1,15 @@
+#pragma once
+// A tiny experiment on the synthetic recall corpus, with every file it writes (cache, runs)
+// inside a test's TempDir: seconds on one core, for trainer, evaluator and ablation tests.
+
+#include <filesystem>
+
+#include "txl/config/config.h"
+
+namespace txl::test {
+
+// 2 layers, d_model 32, synthetic corpus of 200 documents, word tokenizer, 20 steps.
+config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir,
+                                         const std::string& name = "tiny");
+
+}  // namespace txl::test
