@@ -140,8 +140,7 @@ void write_cache(const stdfs::path& dir, const EvalCache& cache) {
 // ------------------------------------------------------------------------------- helpers
 
 // The resolved evaluation settings of one planned evaluation.
-eval::EvalOptions eval_options(const config::ExperimentConfig& cfg, const PlannedEval& p,
-                               std::int64_t max_tokens) {
+eval::EvalOptions eval_options(const config::ExperimentConfig& cfg, const PlannedEval& p) {
   eval::EvalOptions o = eval::resolve_eval_options(cfg);
   o.mode = p.mode;
   o.tgt_len = p.tgt_len;
@@ -150,15 +149,34 @@ eval::EvalOptions eval_options(const config::ExperimentConfig& cfg, const Planne
     o.window = p.window;
     o.stride = p.stride;
   }
-  o.max_tokens = max_tokens;
+  o.max_tokens = 0;  // the prefix is cut by scored_text, the same for every mode
   return o;
 }
 
 // Every setting that changes an evaluation's result, so a cached one is reused only when equal.
-std::string cache_key(const PlannedEval& p, const eval::EvalOptions& o) {
+std::string cache_key(const PlannedEval& p, const eval::EvalOptions& o, std::int64_t max_tokens) {
   return fmt::format("{}|clamp{}|same{}|warmup{}|B{}|max{}", p.key(), o.clamp_len,
                      o.same_length ? 1 : 0, o.mode == "memory" ? o.warmup : 0, o.batch_size,
-                     o.max_tokens);
+                     max_tokens);
+}
+
+// The text one evaluation scores: the split, or its first max_tokens targets, with bytes and
+// characters prorated. Cutting the ids here, rather than with EvalOptions::max_tokens, makes
+// every mode score the same tokens: memory and segments modes read B parallel streams, so their
+// first N scored tokens would come from B places in the text, while sliding reads it in order.
+struct ScoredText {
+  torch::Tensor ids;  // int64 [N + 1]
+  std::int64_t n_bytes = 0;
+  std::int64_t n_chars = 0;
+};
+
+ScoredText scored_text(const data::EncodedSplit& split, std::int64_t max_tokens) {
+  const std::int64_t targets = split.ids.size(0) - 1;
+  if (max_tokens <= 0 || max_tokens >= targets) return {split.ids, split.n_bytes, split.n_chars};
+  const double fraction = static_cast<double>(max_tokens) / static_cast<double>(targets);
+  return {split.ids.narrow(0, 0, max_tokens + 1),  // [max_tokens + 1]
+          std::llround(static_cast<double>(split.n_bytes) * fraction),
+          std::llround(static_cast<double>(split.n_chars) * fraction)};
 }
 
 // Total training wall time and tokens as the trainer logged them (its last train record covers
@@ -337,7 +355,7 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
   EvalCache cache = read_cache(dir, fingerprint);
   std::vector<std::string> keys;
   for (const auto& p : plan)
-    keys.push_back(cache_key(p, eval_options(cfg, p, options.eval_max_tokens)));
+    keys.push_back(cache_key(p, eval_options(cfg, p), options.eval_max_tokens));
   const bool missing = std::any_of(keys.begin(), keys.end(),
                                    [&](const auto& k) { return cache.records.count(k) == 0; });
   if (missing) {
@@ -367,10 +385,9 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
         return outcome;
       }
       const auto& p = plan[i];
-      const auto& split = dataset.split(p.split);
+      const ScoredText text = scored_text(dataset.split(p.split), options.eval_max_tokens);
       auto r =
-          eval::evaluate(loaded.model, split.ids, eval_options(cfg, p, options.eval_max_tokens),
-                         split.n_bytes, split.n_chars);
+          eval::evaluate(loaded.model, text.ids, eval_options(cfg, p), text.n_bytes, text.n_chars);
       cache.records[keys[i]] = make_record(name, cfg, p, r);
       cache.keys.push_back(keys[i]);
       write_cache(dir, cache);
@@ -406,7 +423,7 @@ std::vector<ResultRecord> cached_records(const std::string& name,
   EvalCache cache = read_cache(dir, fingerprint);
   std::vector<ResultRecord> records;
   for (const auto& p : evaluation_plan(cfg, options.memory_multiples)) {
-    auto it = cache.records.find(cache_key(p, eval_options(cfg, p, options.eval_max_tokens)));
+    auto it = cache.records.find(cache_key(p, eval_options(cfg, p), options.eval_max_tokens));
     if (it == cache.records.end()) continue;
     ResultRecord rec = it->second;
     fill_training(rec, cfg, *done);

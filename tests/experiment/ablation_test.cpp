@@ -146,6 +146,23 @@ TEST_F(Ablation, EveryVariantIsTrainedEvaluatedAndReported) {
   EXPECT_NE(result.report.table.find("sliding"), std::string::npos);
 }
 
+TEST_F(Ablation, EvalMaxTokensScoresTheSamePrefixInEveryMode) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  auto options = quiet_options();
+  options.eval_max_tokens = 40;
+  auto result = txl::experiment::run_ablation(a, options);
+  ASSERT_EQ(result.status, AblationStatus::kCompleted);
+  for (const auto& r : result.records) {
+    EXPECT_EQ(r.tokens, 40) << r.variant << " " << r.split << " " << r.eval_mode;
+    EXPECT_GT(r.bits_per_byte, 0.0);
+  }
+  // A changed limit is another evaluation: computed afresh, not taken from the cache.
+  options.eval_max_tokens = 24;
+  auto shorter = txl::experiment::run_ablation(a, options);
+  for (const auto& r : shorter.records) EXPECT_EQ(r.tokens, 24);
+}
+
 TEST_F(Ablation, RerunSkipsFinishedWorkAndRedoesOnlyWhatChanged) {
   TempDir dir;
   auto a = tiny_ablation(dir);

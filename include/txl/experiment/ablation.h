@@ -50,8 +50,9 @@ std::string training_fingerprint(const config::ExperimentConfig& variant);
 struct AblationOptions {
   std::vector<std::string> only;  // train/evaluate only these variants (empty = all)
   std::vector<int> memory_multiples = {1, 2, 4};  // memory evaluation lengths, x training M
-  std::int64_t eval_max_tokens = 0;               // score only the first N tokens of each split in
-                                     // every evaluation (0 = all); bounds sliding's cost
+  // Score only the first N tokens of each split (0 = all), the same N tokens in every mode and
+  // variant; bounds the cost of sliding-window evaluation.
+  std::int64_t eval_max_tokens = 0;
   bool quiet = false;    // no training progress lines
   ReportOptions report;  // plots and their interpreter
 };
