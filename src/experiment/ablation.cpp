@@ -34,6 +34,8 @@ namespace {
 constexpr const char* kTag = "ablate";
 constexpr const char* kDoneFile = "done.json";
 constexpr const char* kEvalFile = "eval_results.json";
+// Bumped whenever what a cached evaluation means changes, so older caches are recomputed.
+constexpr int kEvalCacheVersion = 1;
 
 // ---------------------------------------------------------------------------- done.json
 
@@ -105,7 +107,8 @@ EvalCache read_cache(const stdfs::path& dir, const std::string& fingerprint) {
     log::warn(kTag, "{} is unreadable; its evaluations will be recomputed", path.string());
     return cache;
   }
-  if (j.value("fingerprint", "") != fingerprint) return cache;  // another training: stale
+  if (j.value("fingerprint", "") != fingerprint) return cache;   // another training: stale
+  if (j.value("version", 0) != kEvalCacheVersion) return cache;  // another meaning: stale
   std::vector<ResultRecord> records;
   try {
     records = records_from_json(j["records"].dump(), path.string());
@@ -131,6 +134,7 @@ void write_cache(const stdfs::path& dir, const EvalCache& cache) {
   std::vector<ResultRecord> records;
   for (const auto& key : cache.keys) records.push_back(cache.records.at(key));
   Json j;
+  j["version"] = kEvalCacheVersion;
   j["fingerprint"] = cache.fingerprint;
   j["keys"] = cache.keys;
   j["records"] = Json::parse(to_json(records));

@@ -499,6 +499,34 @@ std::string cost_sentence(const std::vector<ResultRecord>& records, const std::s
       count(static_cast<std::int64_t>(std::llround(memory->tokens_per_s))), memory->ppl, ratio);
 }
 
+// Splits the headline margin into its two named changes when the ablation has a relative-position
+// variant trained without memory (paper table 6, "without recurrence"): vanilla -> relative
+// positions, then relative positions -> recurrence.
+std::string decomposition_sentence(const std::vector<ResultRecord>& records,
+                                   const std::string& split) {
+  auto pair = margin_pair(records, split);
+  if (!pair) return "";
+  const auto& [x, v] = *pair;
+  std::string rel = first_variant(
+      records, [](const ResultRecord& r) { return r.attn_type == "xl" && r.train_mem_len == 0; });
+  if (rel.empty()) return "";
+  const ResultRecord* r = nullptr;
+  for (const auto& c : records) {
+    if (c.variant == rel && c.split == split && c.eval_mode == "segments" &&
+        c.tgt_len == x->tgt_len) {
+      r = &c;
+      break;
+    }
+  }
+  if (r == nullptr || v->ppl <= 0 || r->ppl <= 0) return "";
+  return fmt::format(
+      "Of that margin on {}, relative positions without recurrence ({}, fixed segments) reach "
+      "{:.2f} ppl, {:.2f} ppl ({:.1f}%) below vanilla; recurrence then takes {} to {:.2f} ppl, a "
+      "further {:.2f} ppl ({:.1f}%).",
+      split, rel, r->ppl, v->ppl - r->ppl, 100.0 * (v->ppl - r->ppl) / v->ppl, x->variant, x->ppl,
+      r->ppl - x->ppl, 100.0 * (r->ppl - x->ppl) / r->ppl);
+}
+
 // How the memory variants' perplexity moves when evaluated with more memory than in training
 // (paper 4.3: a model that uses longer context keeps improving with M).
 std::string memory_sweep_sentence(const std::vector<ResultRecord>& records,
@@ -697,6 +725,10 @@ Report write_report(const stdfs::path& dir, const std::string& ablation_name,
       md += "- " + margin_sentence(*m) + "\n";
       any_finding = true;
     }
+  }
+  for (const auto& split : splits_in_order(records)) {
+    std::string parts = decomposition_sentence(records, split);
+    if (!parts.empty()) md += "- " + parts + "\n";
   }
   for (const auto& split : splits_in_order(records)) {
     std::string sweep = memory_sweep_sentence(records, split);

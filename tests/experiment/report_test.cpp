@@ -210,6 +210,26 @@ TEST(Report, MarkdownHasEveryVariantSplitAndFigure) {
   }
 }
 
+TEST(Report, MarkdownSplitsTheMarginIntoPositionsAndRecurrence) {
+  TempDir dir;
+  auto records = sample_records();
+  auto rel = make("rel_no_memory", "xl", "segments", "test", 0, 0, 50.0, 0.5);
+  rel.train_mem_len = 0;
+  records.push_back(rel);
+  txl::experiment::write_report(dir.path(), "toy", records, {}, no_plots());
+  std::string md = txl::fs::read_file(dir / "report.md");
+  // vanilla 61 -> rel_no_memory 50 (11 ppl, 18.0%) -> xl 43 (7 ppl, 14.0%).
+  EXPECT_TRUE(contains(md,
+                       "Of that margin on test, relative positions without recurrence "
+                       "(rel_no_memory, fixed segments) reach 50.00 ppl, 11.00 ppl (18.0%) below "
+                       "vanilla; recurrence then takes xl to 43.00 ppl, a further 7.00 ppl "
+                       "(14.0%)."))
+      << md;
+  // No such sentence without a no-memory relative variant.
+  txl::experiment::write_report(dir.path(), "toy", sample_records(), {}, no_plots());
+  EXPECT_FALSE(contains(txl::fs::read_file(dir / "report.md"), "Of that margin"));
+}
+
 TEST(Report, MarkdownListsWhatEachVariantChanges) {
   TempDir dir;
   auto options = no_plots();
