@@ -331,8 +331,9 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
 
   // Training (resumed where a previous run stopped; skipped when finished).
   if (!done) {
-    log::info(kTag, "variant {}: training ({}, Q {}, M {}) in {}", name, cfg.model.attn_type,
-              cfg.model.tgt_len, cfg.model.mem_len, dir.string());
+    log::info(kTag, "variant {}: {} ({}, Q {}, M {}) in {}", name,
+              stdfs::exists(dir / "checkpoint_last.pt", ec) ? "resuming training" : "training",
+              cfg.model.attn_type, cfg.model.tgt_len, cfg.model.mem_len, dir.string());
     train::TrainSummary summary = train::train(cfg, {/*resume=*/true, options.quiet});
     if (summary.status == train::TrainStatus::kInterrupted) {
       outcome.interrupted = true;
