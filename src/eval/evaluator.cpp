@@ -90,7 +90,7 @@ torch::Tensor score(models::TransformerLM& model, const data::Batch& batch,
 
 EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
                     const EvalOptions& options, std::int64_t n_bytes, std::int64_t n_chars,
-                    torch::Tensor* token_losses) {
+                    torch::Tensor* token_losses, const torch::Tensor& recall_mask) {
   TXL_CHECK(ids.dim() == 1 && ids.size(0) >= 2,
             "evaluation needs at least 2 tokens, got ", ids.numel());
   TXL_CHECK(options.mode == "memory" || options.mode == "segments" || options.mode == "sliding",
@@ -103,7 +103,13 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
   EvalResult result;
   result.mode = options.mode;
   const std::int64_t limit = options.max_tokens > 0 ? options.max_tokens : INT64_MAX;
-  Accumulator acc(options.batch_size, token_losses != nullptr);
+  const bool want_recall = recall_mask.defined();
+  if (want_recall) {
+    TXL_CHECK(recall_mask.numel() == ids.numel(), "recall mask has ", recall_mask.numel(),
+              " entries for ", ids.numel(), " tokens");
+    TXL_CHECK(options.max_tokens == 0, "recall loss needs every token scored (max_tokens = 0)");
+  }
+  Accumulator acc(options.batch_size, token_losses != nullptr || want_recall);
 
   if (options.mode == "sliding") {
     data::SlidingStreamOptions so;
@@ -160,7 +166,15 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
   result.bits_per_char = n_chars > 0 ? total_bits / (static_cast<double>(n_chars) * fraction) : 0.0;
   result.seconds = seconds;
   result.tokens_per_s = seconds > 0 ? static_cast<double>(acc.count()) / seconds : 0.0;
-  if (token_losses) *token_losses = acc.token_losses();
+  if (token_losses || want_recall) {
+    auto losses = acc.token_losses();  // float [N - 1], target t + 1 at index t
+    if (want_recall) {
+      auto selected = losses.masked_select(recall_mask.narrow(0, 1, ids.size(0) - 1).to(torch::kBool));
+      result.recall_tokens = selected.numel();
+      result.recall_loss = selected.numel() > 0 ? selected.to(torch::kDouble).mean().item<double>() : 0.0;
+    }
+    if (token_losses) *token_losses = losses;
+  }
   return result;
 }
 
@@ -169,9 +183,10 @@ std::string to_json(const EvalResult& r) {
       "{{\"split\":\"{}\",\"mode\":\"{}\",\"tgt_len\":{},\"mem_len\":{},\"window\":{},"
       "\"stride\":{},\"loss\":{:.6f},\"ppl\":{:.4f},\"bits_per_token\":{:.6f},"
       "\"bits_per_byte\":{:.6f},\"bits_per_char\":{:.6f},\"tokens\":{},\"seconds\":{:.3f},"
-      "\"tokens_per_s\":{:.1f}}}",
+      "\"tokens_per_s\":{:.1f},\"recall_loss\":{:.6f},\"recall_tokens\":{}}}",
       r.split, r.mode, r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl, r.bits_per_token,
-      r.bits_per_byte, r.bits_per_char, r.tokens, r.seconds, r.tokens_per_s);
+      r.bits_per_byte, r.bits_per_char, r.tokens, r.seconds, r.tokens_per_s, r.recall_loss,
+      r.recall_tokens);
 }
 
 }  // namespace txl::eval

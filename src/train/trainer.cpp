@@ -13,6 +13,7 @@
 #include "txl/config/load.h"
 #include "txl/data/dataset.h"
 #include "txl/data/stream.h"
+#include "txl/data/synthetic.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/transformer_lm.h"
 #include "txl/models/checkpoint.h"
@@ -223,9 +224,14 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   std::int64_t& last_eval_step = state.last_eval_step;
   std::int64_t last_ckpt_step = state.step;
 
+  // On the synthetic corpus, validation also reports the loss on the recalled values.
+  torch::Tensor recall_mask;
+  if (config.data.corpus == "synthetic" && valid_options.max_tokens == 0)
+    recall_mask = data::synthetic_recall_mask(dataset.valid.ids, *dataset.tokenizer);
+
   auto run_eval = [&]() -> bool {  // returns true when early stopping triggers
     auto r = eval::evaluate(model, dataset.valid.ids, valid_options, dataset.valid.n_bytes,
-                            dataset.valid.n_chars);
+                            dataset.valid.n_chars, nullptr, recall_mask);
     r.split = "valid";
     last_eval_step = state.step;
     const bool improved = state.best_valid_loss == 0.0 || r.loss < state.best_valid_loss;
@@ -245,8 +251,10 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
       }
     }
     metrics.write(fmt::format("{{\"kind\":\"eval\",\"step\":{},{}", state.step, eval::to_json(r).substr(1)));
-    log::info("eval", "step {} | valid loss {:.4f} | ppl {:.2f} | bpb {:.4f} | {:.0f} tok/s{}",
-              state.step, r.loss, r.ppl, r.bits_per_byte, r.tokens_per_s, improved ? " | best" : "");
+    log::info("eval", "step {} | valid loss {:.4f} | ppl {:.2f} | bpb {:.4f} | {:.0f} tok/s{}{}",
+              state.step, r.loss, r.ppl, r.bits_per_byte, r.tokens_per_s,
+              r.recall_tokens > 0 ? fmt::format(" | recall loss {:.3f}", r.recall_loss) : "",
+              improved ? " | best" : "");
     if (improved) save(best_path);
     return t.patience > 0 && state.evals_without_gain >= t.patience;
   };

@@ -142,3 +142,19 @@ TEST(Evaluator, BadInputIsAClearError) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Evaluator, RecallLossAveragesTheMaskedTargets) {
+  auto f = make("xl", 101);
+  auto mask = torch::zeros({101}, torch::kBool);
+  mask[5] = true;
+  mask[50] = true;
+  torch::Tensor losses;
+  auto r = evaluate(f.model, f.ids, options("memory", 16, 16, 2), 0, 0, &losses, mask);
+  EXPECT_EQ(r.recall_tokens, 2);
+  // Target t is token t, predicted at index t - 1 of the text-order losses.
+  EXPECT_NEAR(r.recall_loss, (losses[4].item<double>() + losses[49].item<double>()) / 2, 1e-6);
+}
+
+}  // namespace
