@@ -11,6 +11,7 @@
 
 #include "txl/config/load.h"
 #include "txl/data/dataset.h"
+#include "txl/data/synthetic.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/train/trainer.h"
@@ -35,7 +36,7 @@ constexpr const char* kTag = "ablate";
 constexpr const char* kDoneFile = "done.json";
 constexpr const char* kEvalFile = "eval_results.json";
 // Bumped whenever what a cached evaluation means changes, so older caches are recomputed.
-constexpr int kEvalCacheVersion = 1;
+constexpr int kEvalCacheVersion = 2;
 
 // ---------------------------------------------------------------------------- done.json
 
@@ -287,6 +288,8 @@ ResultRecord make_record(const std::string& variant, const config::ExperimentCon
   rec.tokens = r.tokens;
   rec.tokens_per_s = r.tokens_per_s;
   rec.seconds = r.seconds;
+  rec.recall_loss = r.recall_loss;
+  rec.recall_tokens = r.recall_tokens;
   return rec;
 }
 
@@ -391,8 +394,13 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
       }
       const auto& p = plan[i];
       const ScoredText text = scored_text(dataset.split(p.split), options.eval_max_tokens);
-      auto r =
-          eval::evaluate(loaded.model, text.ids, eval_options(cfg, p), text.n_bytes, text.n_chars);
+      // On the synthetic corpus the recalled values are also scored on their own.
+      torch::Tensor recall;
+      if (cfg.data.corpus == "synthetic") {
+        recall = data::synthetic_recall_mask(text.ids, *dataset.tokenizer);  // bool [N + 1]
+      }
+      auto r = eval::evaluate(loaded.model, text.ids, eval_options(cfg, p), text.n_bytes,
+                              text.n_chars, nullptr, recall);
       cache.records[keys[i]] = make_record(name, cfg, p, r);
       cache.keys.push_back(keys[i]);
       write_cache(dir, cache);

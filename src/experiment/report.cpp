@@ -59,6 +59,8 @@ Json record_to_json(const ResultRecord& r) {
   j["tokens_per_s"] = r.tokens_per_s;
   j["seconds"] = r.seconds;
   j["seconds_per_token"] = r.seconds_per_token();
+  j["recall_loss"] = r.recall_loss;
+  j["recall_tokens"] = r.recall_tokens;
   j["train_tgt_len"] = r.train_tgt_len;
   j["train_mem_len"] = r.train_mem_len;
   j["train_steps"] = r.train_steps;
@@ -105,6 +107,10 @@ ResultRecord record_from_json(const Json& j, const std::string& origin) {
   r.tokens = field<std::int64_t>(j, "tokens", origin);
   r.tokens_per_s = field<double>(j, "tokens_per_s", origin);
   r.seconds = field<double>(j, "seconds", origin);
+  // Optional: absent in records of corpora without recall tokens.
+  r.recall_loss = j.contains("recall_loss") ? field<double>(j, "recall_loss", origin) : 0.0;
+  r.recall_tokens =
+      j.contains("recall_tokens") ? field<std::int64_t>(j, "recall_tokens", origin) : 0;
   r.train_tgt_len = field<int>(j, "train_tgt_len", origin);
   r.train_mem_len = field<int>(j, "train_mem_len", origin);
   r.train_steps = field<std::int64_t>(j, "train_steps", origin);
@@ -157,17 +163,18 @@ std::vector<ResultRecord> records_from_json(const std::string& text, const std::
 std::string to_csv(const std::vector<ResultRecord>& records) {
   std::string out =
       "variant,attn_type,eval_mode,split,tgt_len,mem_len,window,stride,loss,ppl,bits_per_byte,"
-      "bits_per_char,tokens,tokens_per_s,seconds,seconds_per_token,train_tgt_len,train_mem_len,"
-      "train_steps,train_tokens,train_tokens_per_s,train_seconds,params\n";
+      "bits_per_char,tokens,tokens_per_s,seconds,seconds_per_token,recall_loss,recall_tokens,"
+      "train_tgt_len,train_mem_len,train_steps,train_tokens,train_tokens_per_s,train_seconds,"
+      "params\n";
   for (const auto& r : records) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-                       csv_field(r.variant), csv_field(r.attn_type), csv_field(r.eval_mode),
-                       csv_field(r.split), r.tgt_len, r.mem_len, r.window, r.stride,
-                       csv_number(r.loss), csv_number(r.ppl), csv_number(r.bits_per_byte),
-                       csv_number(r.bits_per_char), r.tokens, csv_number(r.tokens_per_s),
-                       csv_number(r.seconds), csv_number(r.seconds_per_token()), r.train_tgt_len,
-                       r.train_mem_len, r.train_steps, r.train_tokens,
-                       csv_number(r.train_tokens_per_s), csv_number(r.train_seconds), r.params);
+    out += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        csv_field(r.variant), csv_field(r.attn_type), csv_field(r.eval_mode), csv_field(r.split),
+        r.tgt_len, r.mem_len, r.window, r.stride, csv_number(r.loss), csv_number(r.ppl),
+        csv_number(r.bits_per_byte), csv_number(r.bits_per_char), r.tokens,
+        csv_number(r.tokens_per_s), csv_number(r.seconds), csv_number(r.seconds_per_token()),
+        csv_number(r.recall_loss), r.recall_tokens, r.train_tgt_len, r.train_mem_len, r.train_steps,
+        r.train_tokens, csv_number(r.train_tokens_per_s), csv_number(r.train_seconds), r.params);
   }
   return out;
 }
@@ -338,16 +345,18 @@ std::string count(std::int64_t n) {
 }
 
 std::string split_table(const std::vector<ResultRecord>& records, const std::string& split) {
-  bool any_bpb = false, any_bpc = false;
+  bool any_bpb = false, any_bpc = false, any_recall = false;
   for (const auto& r : records) {
     if (r.split != split) continue;
     any_bpb = any_bpb || r.bits_per_byte > 0;
     any_bpc = any_bpc || r.bits_per_char > 0;
+    any_recall = any_recall || r.recall_tokens > 0;
   }
   std::vector<std::string> header = {"variant", "attn", "mode", "Q", "context", "ppl"};
   std::vector<bool> right = {false, false, false, true, false, true};
   if (any_bpb) header.push_back("bits/byte"), right.push_back(true);
   if (any_bpc) header.push_back("bits/char"), right.push_back(true);
+  if (any_recall) header.push_back("recall loss"), right.push_back(true);
   for (const char* h : {"tokens", "tokens/s", "ms/token", "cost vs segments"}) {
     header.push_back(h);
     right.push_back(true);
@@ -360,6 +369,7 @@ std::string split_table(const std::vector<ResultRecord>& records, const std::str
                                     context_label(r), fixed(r.ppl, 2)};
     if (any_bpb) row.push_back(r.bits_per_byte > 0 ? fixed(r.bits_per_byte, 4) : "-");
     if (any_bpc) row.push_back(r.bits_per_char > 0 ? fixed(r.bits_per_char, 4) : "-");
+    if (any_recall) row.push_back(r.recall_tokens > 0 ? fixed(r.recall_loss, 3) : "-");
     row.push_back(count(r.tokens));
     row.push_back(count(static_cast<std::int64_t>(std::llround(r.tokens_per_s))));
     row.push_back(fixed(1000.0 * r.seconds_per_token(), 4));
@@ -525,6 +535,19 @@ std::string decomposition_sentence(const std::vector<ResultRecord>& records,
       "further {:.2f} ppl ({:.1f}%).",
       split, rel, r->ppl, v->ppl - r->ppl, 100.0 * (v->ppl - r->ppl) / v->ppl, x->variant, x->ppl,
       r->ppl - x->ppl, 100.0 * (r->ppl - x->ppl) / r->ppl);
+}
+
+// The synthetic recall task: the loss on recalled values of the headline pair (ln 64 nats is
+// chance: the statement lies beyond the model's context).
+std::string recall_sentence(const std::vector<ResultRecord>& records, const std::string& split) {
+  auto pair = margin_pair(records, split);
+  if (!pair) return "";
+  const auto& [x, v] = *pair;
+  if (x->recall_tokens == 0 || v->recall_tokens == 0) return "";
+  return fmt::format(
+      "Recall on {} ({} recalled values; ln 64 = 4.159 nats is chance, 0 perfect): {} with "
+      "memory M={} {:.3f} nats, {} with fixed segments {:.3f} nats.",
+      split, x->recall_tokens, x->variant, x->mem_len, x->recall_loss, v->variant, v->recall_loss);
 }
 
 // How the memory variants' perplexity moves when evaluated with more memory than in training
@@ -729,6 +752,10 @@ Report write_report(const stdfs::path& dir, const std::string& ablation_name,
   for (const auto& split : splits_in_order(records)) {
     std::string parts = decomposition_sentence(records, split);
     if (!parts.empty()) md += "- " + parts + "\n";
+  }
+  for (const auto& split : splits_in_order(records)) {
+    std::string recall = recall_sentence(records, split);
+    if (!recall.empty()) md += "- " + recall + "\n";
   }
   for (const auto& split : splits_in_order(records)) {
     std::string sweep = memory_sweep_sentence(records, split);

@@ -120,6 +120,8 @@ TEST_F(Ablation, EveryVariantIsTrainedEvaluatedAndReported) {
     EXPECT_EQ(r.train_steps, 6);
     EXPECT_GT(r.params, 0);
     EXPECT_EQ(r.tgt_len, 8);
+    EXPECT_GT(r.recall_tokens, 0);  // the synthetic corpus's recalled values, scored alone
+    EXPECT_GT(r.recall_loss, 0.0);
   }
   // Each split is scored whole in every mode, so every mode of a split counts the same tokens.
   for (const auto& r : result.records) {
@@ -144,6 +146,7 @@ TEST_F(Ablation, EveryVariantIsTrainedEvaluatedAndReported) {
       << md;
   EXPECT_NE(md.find("- `xl`: the base experiment"), std::string::npos) << md;
   EXPECT_NE(result.report.table.find("sliding"), std::string::npos);
+  EXPECT_NE(md.find("Recall on test ("), std::string::npos) << md;
 }
 
 TEST_F(Ablation, EvalMaxTokensScoresTheSamePrefixInEveryMode) {

@@ -161,7 +161,7 @@ TEST(Report, CsvHasAHeaderAndOneParsableLinePerRecord) {
   std::vector<std::string> cells;
   std::stringstream cells_in(row);
   for (std::string cell; std::getline(cells_in, cell, ',');) cells.push_back(cell);
-  ASSERT_EQ(cells.size(), 23u) << row;
+  ASSERT_EQ(cells.size(), 25u) << row;
   EXPECT_EQ(cells[0], "xl");
   EXPECT_EQ(cells[2], "memory");
   EXPECT_EQ(cells[3], "test");
@@ -228,6 +228,31 @@ TEST(Report, MarkdownSplitsTheMarginIntoPositionsAndRecurrence) {
   // No such sentence without a no-memory relative variant.
   txl::experiment::write_report(dir.path(), "toy", sample_records(), {}, no_plots());
   EXPECT_FALSE(contains(txl::fs::read_file(dir / "report.md"), "Of that margin"));
+}
+
+TEST(Report, RecallLossIsReportedForTheSyntheticTask) {
+  TempDir dir;
+  auto records = sample_records();
+  for (auto& r : records) {
+    r.recall_tokens = 120;
+    r.recall_loss = r.attn_type == "xl" ? 0.25 : 4.125;
+  }
+  txl::experiment::write_report(dir.path(), "toy", records, {}, no_plots());
+  std::string md = txl::fs::read_file(dir / "report.md");
+  EXPECT_TRUE(contains(md, "| recall loss |")) << md;
+  EXPECT_TRUE(contains(md, "4.125")) << md;
+  EXPECT_TRUE(contains(md,
+                       "Recall on test (120 recalled values; ln 64 = 4.159 nats is chance, 0 "
+                       "perfect): xl with memory M=128 0.250 nats, vanilla with fixed segments "
+                       "4.125 nats."))
+      << md;
+  auto back = txl::experiment::records_from_json(txl::fs::read_file(dir / "results.json"), "x");
+  EXPECT_EQ(back[0].recall_tokens, 120);
+  EXPECT_DOUBLE_EQ(back[0].recall_loss, 4.125);
+  // Without recall tokens there is neither the column nor the sentence.
+  txl::experiment::write_report(dir.path(), "toy", sample_records(), {}, no_plots());
+  md = txl::fs::read_file(dir / "report.md");
+  EXPECT_FALSE(contains(md, "recall"));
 }
 
 TEST(Report, MarkdownListsWhatEachVariantChanges) {

@@ -33,6 +33,10 @@ struct ResultRecord {
   std::int64_t tokens = 0;     // scored tokens
   double tokens_per_s = 0.0;   // scored tokens per second
   double seconds = 0.0;        // evaluation wall time
+  // Synthetic recall corpus: mean loss on the recalled values (ln 64 = 4.159 nats is chance,
+  // 0 perfect recall) and their count; 0 / 0 on other corpora.
+  double recall_loss = 0.0;
+  std::int64_t recall_tokens = 0;
   // Training figures of the variant.
   int train_tgt_len = 0;            // model.tgt_len
   int train_mem_len = 0;            // model.mem_len
