@@ -131,6 +131,7 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("eval.stride", ev.stride);
   t.add("eval.warmup", ev.warmup);
   t.add("eval.batch_size", ev.batch_size);
+  t.add("eval.max_tokens", ev.max_tokens);
   t.add("eval.splits", ev.splits, {"train", "valid", "test"});
   t.add("eval.sweep_mem_lens", ev.sweep_mem_lens);
   return t.take();

@@ -40,8 +40,7 @@ void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
 // Plots ppl against mem_len with the plotting script shipped in tools/ (python3 + matplotlib);
 // a missing plotter is a warning, not an error.
 void plot_sweep(const stdfs::path& json_path, const stdfs::path& png_path) {
-  const char* root = std::getenv("TXL_SOURCE_DIR");
-  stdfs::path script = stdfs::path(root ? root : ".") / "tools" / "plot_report.py";
+  const stdfs::path script = fs::source_file("tools/plot_report.py");
   if (!stdfs::exists(script)) {
     log::warn("eval", "plot skipped: {} not found (set TXL_SOURCE_DIR to the txl checkout)", script.string());
     return;
@@ -73,7 +72,7 @@ void run(const EvalRequest& request, std::ostream& out) {
   if (request.warmup) e.warmup = *request.warmup;
   if (request.batch_size) e.batch_size = *request.batch_size;
   EvalOptions options = resolve_eval_options(config);
-  options.max_tokens = request.max_tokens;
+  if (request.max_tokens > 0) options.max_tokens = request.max_tokens;
 
   data::Dataset dataset = data::load_dataset(config.data);
   TXL_CHECK(dataset.tokenizer->vocab_size() == loaded.vocab_size, "the tokenizer has ",
@@ -124,7 +123,7 @@ void run(const EvalRequest& request, std::ostream& out) {
       torch::Tensor losses;
       // On the synthetic corpus the recalled values are scored on their own too.
       torch::Tensor recall;
-      if (config.data.corpus == "synthetic" && options.max_tokens == 0)
+      if (config.data.corpus == "synthetic")
         recall = data::synthetic_recall_mask(target.split.ids, *dataset.tokenizer);
       auto r = evaluate(loaded.model, target.split.ids, options, target.split.n_bytes,
                         target.split.n_chars, request.token_losses_path.empty() ? nullptr : &losses,

@@ -158,6 +158,11 @@ eval::EvalOptions eval_options(const config::ExperimentConfig& cfg, const Planne
   return o;
 }
 
+// Targets scored per split: --eval-max-tokens when given, else the experiment's eval.max_tokens.
+std::int64_t eval_limit(const config::ExperimentConfig& cfg, const AblationOptions& options) {
+  return options.eval_max_tokens > 0 ? options.eval_max_tokens : cfg.eval.max_tokens;
+}
+
 // Every setting that changes an evaluation's result, so a cached one is reused only when equal.
 std::string cache_key(const PlannedEval& p, const eval::EvalOptions& o, std::int64_t max_tokens) {
   return fmt::format("{}|clamp{}|same{}|warmup{}|B{}|max{}", p.key(), o.clamp_len,
@@ -363,7 +368,7 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
   EvalCache cache = read_cache(dir, fingerprint);
   std::vector<std::string> keys;
   for (const auto& p : plan)
-    keys.push_back(cache_key(p, eval_options(cfg, p), options.eval_max_tokens));
+    keys.push_back(cache_key(p, eval_options(cfg, p), eval_limit(cfg, options)));
   const bool missing = std::any_of(keys.begin(), keys.end(),
                                    [&](const auto& k) { return cache.records.count(k) == 0; });
   if (missing) {
@@ -393,7 +398,7 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
         return outcome;
       }
       const auto& p = plan[i];
-      const ScoredText text = scored_text(dataset.split(p.split), options.eval_max_tokens);
+      const ScoredText text = scored_text(dataset.split(p.split), eval_limit(cfg, options));
       // On the synthetic corpus the recalled values are also scored on their own.
       torch::Tensor recall;
       if (cfg.data.corpus == "synthetic") {
@@ -436,7 +441,7 @@ std::vector<ResultRecord> cached_records(const std::string& name,
   EvalCache cache = read_cache(dir, fingerprint);
   std::vector<ResultRecord> records;
   for (const auto& p : evaluation_plan(cfg, options.memory_multiples)) {
-    auto it = cache.records.find(cache_key(p, eval_options(cfg, p), options.eval_max_tokens));
+    auto it = cache.records.find(cache_key(p, eval_options(cfg, p), eval_limit(cfg, options)));
     if (it == cache.records.end()) continue;
     ResultRecord rec = it->second;
     fill_training(rec, cfg, *done);

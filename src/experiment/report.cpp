@@ -576,18 +576,10 @@ std::string memory_sweep_sentence(const std::vector<ResultRecord>& records,
 
 // ------------------------------------------------------------------------------------- plots
 
-// $TXL_PLOT_SCRIPT, else $TXL_SOURCE_DIR/tools/plot_report.py (as txl-eval uses), else the copy in
-// the source tree this library was built from.
+// $TXL_PLOT_SCRIPT, else tools/plot_report.py of the txl source tree (fs::source_file).
 stdfs::path default_plot_script() {
   if (const char* env = std::getenv("TXL_PLOT_SCRIPT"); env != nullptr && *env != '\0') return env;
-  if (const char* env = std::getenv("TXL_SOURCE_DIR"); env != nullptr && *env != '\0') {
-    return stdfs::path(env) / "tools" / "plot_report.py";
-  }
-#ifdef TXL_SOURCE_DIR
-  return stdfs::path(TXL_SOURCE_DIR) / "tools" / "plot_report.py";
-#else
-  return "tools/plot_report.py";
-#endif
+  return fs::source_file("tools/plot_report.py");
 }
 
 struct ProcessResult {

@@ -196,7 +196,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
 
   const models::Context context = models::Context::from_config(m);
   eval::EvalOptions valid_options = eval::resolve_eval_options(config);
-  valid_options.max_tokens = t.eval_max_tokens;
+  if (t.eval_max_tokens > 0) valid_options.max_tokens = t.eval_max_tokens;
   if (valid_options.mode == "sliding") valid_options.mode = "segments";  // periodic eval stays cheap
 
   auto save = [&](const stdfs::path& path) {
@@ -226,7 +226,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
 
   // On the synthetic corpus, validation also reports the loss on the recalled values.
   torch::Tensor recall_mask;
-  if (config.data.corpus == "synthetic" && valid_options.max_tokens == 0)
+  if (config.data.corpus == "synthetic")
     recall_mask = data::synthetic_recall_mask(dataset.valid.ids, *dataset.tokenizer);
 
   auto run_eval = [&]() -> bool {  // returns true when early stopping triggers

@@ -98,6 +98,7 @@ eval:
   stride: 32
   warmup: 10
   batch_size: 2
+  max_tokens: 5000
   splits: [test]
   sweep_mem_lens: [0, 64, 128]
 )";

@@ -25,7 +25,8 @@ struct EvalOptions {
   int stride = 1;               // sliding: scored tokens per window
   int warmup = 0;               // memory: unscored tokens before each stream's start
   int batch_size = 16;          // streams (memory, segments) or windows (sliding) per batch
-  std::int64_t max_tokens = 0;  // score only the first max_tokens targets (0 = all)
+  std::int64_t max_tokens = 0;  // score only the text's first max_tokens targets (0 = all);
+                                // bytes and characters are prorated
 };
 
 // Fills an EvalOptions from the experiment's eval section, inheriting from the model section.
@@ -57,7 +58,7 @@ struct EvalResult {
 // (0 = not reported). When `token_losses` is not null it receives the per-token losses in
 // text order (float [tokens]).
 // `recall_mask` (bool [N], e.g. data::synthetic_recall_mask) selects target tokens whose loss
-// is also reported on its own (recall_loss); it needs every token scored (max_tokens = 0).
+// is also reported on its own (recall_loss).
 // `doc_starts` (int64 [n_docs], memory and segments modes) evaluates documents on their own, as
 // data.document_mode trains them: memory is reset at each document and its first token is not
 // scored. Per-token losses and recall need plain text (no doc_starts).
