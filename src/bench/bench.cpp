@@ -24,7 +24,7 @@ BenchSettings BenchSettings::full() { return BenchSettings{}; }
 BenchSettings BenchSettings::quick() {
   BenchSettings s;
   s.warmup = 1;
-  s.repetitions = 3;
+  s.repetitions = 3;  // a median of 3 still ignores one disturbed step
   s.peak_sizes = {256, 512, 1024};
   s.peak_repetitions = 3;
   s.sliding_batch = 2;
@@ -275,13 +275,13 @@ std::string format_table(const BenchReport& r) {
       "attn {}, train batch {} x tgt_len {} (mem {}), eval batch {} x {} (mem {}), {} threads, "
       "load average {:.2f}{}\n\n",
       r.attn_type, r.batch_size, r.tgt_len, r.mem_len, r.eval_batch_size, r.eval_tgt_len, r.eval_mem_len, r.threads, r.load_average, r.quick ? ", quick" : "");
-  s += fmt::format("{:<30} {:>12} {:>10} {:>9} {:>12} {:>12}\n", "phase", "tokens/s",
-                   "ms/step", "GFLOP/s", "peak RSS MB", "loss");
+  s += fmt::format("{:<26} {:>9} {:>9} {:>9} {:>8} {:>11} {:>11} {:>8}\n", "phase", "tokens/s",
+                   "ms/step", "best ms", "GFLOP/s", "RSS start", "RSS peak", "loss");
   auto row = [&](const char* name, const PhaseResult& p, double flops) {
     if (p.tokens_per_s <= 0) return;
-    s += fmt::format("{:<30} {:>12.0f} {:>10.1f} {:>9.1f} {:>12.0f} {:>12.4f}\n", name,
-                     p.tokens_per_s, 1e3 * p.timing.median_s, p.tokens_per_s * flops / 1e9,
-                     p.peak_rss_mb, p.loss);
+    s += fmt::format("{:<26} {:>9.0f} {:>9.1f} {:>9.1f} {:>8.1f} {:>8.0f} MB {:>8.0f} MB {:>8.4f}\n",
+                     name, p.tokens_per_s, 1e3 * p.timing.median_s, 1e3 * p.timing.best_s,
+                     p.tokens_per_s * flops / 1e9, p.rss_start_mb, p.peak_rss_mb, p.loss);
   };
   row("training fp32", r.train_fp32, r.flops_per_token);
   row("training bf16 autocast", r.train_bf16, r.flops_per_token);
@@ -316,7 +316,8 @@ std::string format_table(const BenchReport& r) {
                        1e6 * c.memory_s_per_token, c.ratio);
     }
   }
-  s += fmt::format("\n{:.0f} s in all; medians of {} timed repetitions after {} warm-up\n",
+  s += fmt::format("\n{:.0f} s in all; tokens/s from the median of {} timed repetitions after {} "
+                   "warm-up (best: the fastest one; far below the median = a loaded machine)\n",
                    r.seconds, r.repetitions, r.warmup);
   return s;
 }

@@ -1,6 +1,9 @@
 #include "txl/bench/measure.h"
 
 #include <sys/resource.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -37,6 +40,13 @@ double status_kb(const std::string& field) {
   return -1;
 }
 
+double release_free_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+  return current_rss_mb();
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
@@ -49,10 +59,12 @@ void check_phase(const PhaseOptions& o) {
             o.warmup, ", ", o.repetitions);
 }
 
-// A phase's memory window: the resident memory at its start, and its peak at the end.
+// A phase's memory window: the resident memory at its start, and its peak at the end. Memory
+// the previous phase freed is handed back to the system first (glibc keeps freed blocks), so
+// that a phase's peak is its own.
 class RssWindow {
  public:
-  RssWindow() : start_(current_rss_mb()) { reset_peak_rss(); }
+  RssWindow() : start_(release_free_memory()) { reset_peak_rss(); }
   void finish(PhaseResult& r) const {
     r.rss_start_mb = start_;
     r.peak_rss_mb = std::max(peak_rss_mb(), start_);
@@ -139,15 +151,17 @@ PhaseResult measure_training(const config::ExperimentConfig& config, std::int64_
 
 namespace {
 
-// Memory-mode evaluation of `model` on random ids: B streams of segments of Q with memory M,
-// the first ceil(M / Q) segments untimed on top of `options.warmup` (the memory fills up).
+// Memory-mode evaluation of `model` on random ids: B streams of segments of Q with memory M.
+// The memory starts full (random hidden states of the right shape: the cost of a segment does
+// not depend on their values), so only `options.warmup` segments run untimed instead of the
+// ceil(M / Q) a real pass needs to fill it; the stream starts at its second batch, which does
+// not reset the memory, as almost every batch of a real pass.
 PhaseResult time_memory_eval(models::TransformerLM& model, std::int64_t vocab,
                              const eval::EvalOptions& eo, const PhaseOptions& options) {
   torch::NoGradGuard no_grad;
   model->eval();
   const std::int64_t q = eo.tgt_len, m = eo.mem_len;
-  const std::int64_t fill = (m + q - 1) / q;
-  const std::int64_t segments = fill + options.warmup + options.repetitions;
+  const std::int64_t segments = 1 + options.warmup + options.repetitions;
   data::EvalStreamOptions so;
   so.batch_size = options.batch_size;
   so.tgt_len = q;
@@ -159,19 +173,23 @@ PhaseResult time_memory_eval(models::TransformerLM& model, std::int64_t vocab,
   context.clamp_len = eo.clamp_len;
   context.same_length = m > 0 && eo.same_length;
   models::Memory memory;
+  for (int l = 0; m > 0 && l < model->config().n_layer; ++l) {
+    memory.layers.push_back(torch::randn({options.batch_size, m, model->config().d_model}));  // [B, M, d]
+  }
   PhaseResult r;
+  std::int64_t index = 1;
   auto segment = [&] {
-    auto batch = stream.next();
-    TXL_CHECK(batch.has_value(), "bench: evaluation stream ran out");
+    auto batch = stream.batch(index++);
     AutocastGuard autocast(options.bf16, torch::Device(torch::kCPU));
-    auto out = model->forward(batch->tokens, batch->targets, batch->input_mask, memory,
-                              batch->reset, context);
+    auto out = model->forward(batch.tokens, batch.targets, batch.input_mask, memory, batch.reset,
+                              context);
     memory = std::move(out.memory);
     // What the evaluator's accumulator does with every batch.
-    auto nll = out.nll.to(torch::kDouble).masked_fill(batch->target_mask.logical_not(), 0.0);
-    r.loss = nll.sum().item<double>() / static_cast<double>(std::max<std::int64_t>(batch->n_scored, 1));
+    auto nll = out.nll.to(torch::kDouble).masked_fill(batch.target_mask.logical_not(), 0.0);
+    r.loss = nll.sum().item<double>() /
+             static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1));
   };
-  r.timing = time_repeated(segment, static_cast<int>(fill) + options.warmup, options.repetitions);
+  r.timing = time_repeated(segment, options.warmup, options.repetitions);
   r.tokens_per_step = options.batch_size * q;
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) / r.timing.median_s;
   TXL_CHECK(std::isfinite(r.loss), "bench: evaluation loss is ", r.loss);

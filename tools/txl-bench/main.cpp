@@ -1,5 +1,6 @@
 // txl-bench: training and evaluation speed of one model and batch configuration (issue 5).
 //   txl-bench [--config FILE] [--set key.path=value ...] [--json] [--quick] [--threads N]
+//             [--vocab V] [--no-bf16] [--save out.json]
 //   txl-bench --profile [--top N]        one training step under the autograd profiler
 //   txl-bench --sweep [--out runs/bench]  scaling tables and plot
 // Default: the bench model (4 layers, d_model 256, 4 heads of 64, FF 1024, tgt_len = mem_len =
@@ -15,12 +16,13 @@
 #include "txl/bench/profile.h"
 #include "txl/bench/sweep.h"
 #include "txl/config/load.h"
+#include "txl/util/fs.h"
 #include "txl/util/log.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"txl-bench: training and evaluation throughput, MFU, memory, and the cost of "
                "sliding-window against memory evaluation"};
-  std::string config_path, out_dir = "runs/bench";
+  std::string config_path, out_dir = "runs/bench", save;
   std::vector<std::string> overrides;
   bool json = false, quick = false, profile = false, sweep = false, quiet = false, no_bf16 = false;
   int threads = 0, top = 25;
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   app.add_option("--top", top, "--profile: ops listed");
   app.add_flag("--sweep", sweep, "scaling sweep: tables, csv, json and plot into --out");
   app.add_option("--out", out_dir, "--sweep: output folder");
+  app.add_option("--save", save, "also write the JSON object to this file");
   app.add_flag("--quiet", quiet, "no progress lines");
   CLI11_PARSE(app, argc, argv);
   try {
@@ -75,7 +78,9 @@ int main(int argc, char** argv) {
       options.settings = quick ? txl::bench::BenchSettings::quick() : txl::bench::BenchSettings::full();
       options.settings.bf16 = !no_bf16;
       auto report = txl::bench::run_bench(config, options);
-      std::cout << (json ? txl::bench::to_json(report) + "\n" : txl::bench::format_table(report));
+      const std::string object = txl::bench::to_json(report) + "\n";
+      std::cout << (json ? object : txl::bench::format_table(report));
+      if (!save.empty()) txl::fs::write_atomic(save, object);
     }
     return 0;
   } catch (const c10::Error& e) {

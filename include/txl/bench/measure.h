@@ -79,7 +79,8 @@ PhaseResult measure_training(const config::ExperimentConfig& config, std::int64_
 
 // Evaluation in memory mode as eval::evaluate runs it: eval mode, no gradient, EvalStream
 // segments of Q (eval.tgt_len) with memory M (eval.mem_len, resolved from the model), the
-// memory carried between segments; timed once the memory is full.
+// memory carried between segments; timed with the memory full (it starts full of random hidden
+// states: the cost does not depend on their values).
 PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vocab,
                          const PhaseOptions& options);
 
@@ -92,8 +93,7 @@ PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vo
 //            eval.mode: sliding runs it) costs one forward; per token = time / B;
 //   memory   the configured model (attn_type xl unless it is xl or shaw) in memory mode with
 //            Q = eval.tgt_len (resolved) and M = L - Q, so that the last query of a segment
-//            attends to exactly L keys; timed once the memory is full; per token =
-//            time / (B Q).
+//            attends to exactly L keys; timed with the memory full; per token = time / (B Q).
 struct EvalCostComparison {
   std::int64_t attention_length = 0;   // L
   std::int64_t tgt_len = 0;            // Q of memory mode
