@@ -45,9 +45,15 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
   const auto start = std::chrono::steady_clock::now();
   BenchReport r;
   r.load_average = load_average();
-  r.threads = options.threads > 0
-                  ? options.threads
-                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  r.threads = options.threads > 0 ? options.threads : cores;
+  if (r.threads > 1 && r.load_average > 0.5 * cores) {
+    // OpenMP barriers wait for descheduled threads: on a busy machine every parallel op pays a
+    // time slice, and element-wise ops (Adam, dropout) slow down by an order of magnitude.
+    log::warn("bench", "load average {:.1f} on {} cores: figures with {} threads measure the "
+              "contention more than the code; compare with --threads 1", r.load_average, cores,
+              r.threads);
+  }
   torch::set_num_threads(r.threads);
 
   const auto& m = config.model;
@@ -231,6 +237,7 @@ std::string to_json(const BenchReport& r) {
                        .num("sliding_us_per_token", 1e6 * c.sliding_s_per_token)
                        .num("memory_us_per_token", 1e6 * c.memory_s_per_token)
                        .num("ratio", c.ratio)
+                       .num("flop_ratio", c.flop_ratio)
                        .text();
   }
   o.raw("sliding_vs_memory", "[" + comparisons + "]")
@@ -308,13 +315,18 @@ std::string format_table(const BenchReport& r) {
                    r.rss_per_phase ? "" : " (per-phase peaks are cumulative here)");
   if (!r.sliding_vs_memory.empty()) {
     s += "\nsliding window (vanilla, stride 1, window L) vs memory (xl, Q + M = L), per scored token\n";
-    s += fmt::format("{:>6} {:>6} {:>6} {:>14} {:>14} {:>10}\n", "L", "Q", "M", "sliding us",
-                     "memory us", "ratio");
+    s += fmt::format("{:>6} {:>6} {:>6} {:>14} {:>14} {:>10} {:>12}\n", "L", "Q", "M",
+                     "sliding us", "memory us", "ratio", "FLOP ratio");
     for (const auto& c : r.sliding_vs_memory) {
-      s += fmt::format("{:>6} {:>6} {:>6} {:>14.1f} {:>14.2f} {:>9.0f}x\n", c.attention_length,
-                       c.tgt_len, c.mem_len, 1e6 * c.sliding_s_per_token,
-                       1e6 * c.memory_s_per_token, c.ratio);
+      s += fmt::format("{:>6} {:>6} {:>6} {:>14.1f} {:>14.2f} {:>9.0f}x {:>11.0f}x\n",
+                       c.attention_length, c.tgt_len, c.mem_len, 1e6 * c.sliding_s_per_token,
+                       1e6 * c.memory_s_per_token, c.ratio, c.flop_ratio);
     }
+  }
+  if (r.threads > 1 && r.load_average > 0.5 * std::max(1u, std::thread::hardware_concurrency())) {
+    s += fmt::format("\nwarning: load average {:.1f} with {} threads: OpenMP barriers wait for "
+                     "descheduled threads; compare with --threads 1\n",
+                     r.load_average, r.threads);
   }
   s += fmt::format("\n{:.0f} s in all; tokens/s from the median of {} timed repetitions after {} "
                    "warm-up (best: the fastest one; far below the median = a loaded machine)\n",

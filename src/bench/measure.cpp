@@ -15,6 +15,7 @@
 #include "training_loop.h"
 #include "txl/data/stream.h"
 #include "txl/eval/evaluator.h"
+#include "txl/models/flops.h"
 #include "txl/models/transformer_lm.h"
 #include "txl/util/autocast.h"
 #include "txl/util/error.h"
@@ -279,6 +280,17 @@ EvalCostComparison sliding_over_memory_cost(const config::ExperimentConfig& conf
     c.memory_s_per_token = r.timing.median_s / static_cast<double>(r.tokens_per_step);
   }
   c.ratio = c.sliding_s_per_token / c.memory_s_per_token;
+  {
+    auto vanilla_config = config.model;
+    vanilla_config.attn_type = "vanilla";
+    auto xl_config = config.model;
+    if (xl_config.attn_type != "xl" && xl_config.attn_type != "shaw") xl_config.attn_type = "xl";
+    const double sliding_flops =
+        static_cast<double>(l) * models::count_flops_per_token(vanilla_config, vocab, l, 0).forward;
+    const double memory_flops =
+        models::count_flops_per_token(xl_config, vocab, q, c.mem_len).forward;
+    c.flop_ratio = sliding_flops / memory_flops;
+  }
   return c;
 }
 

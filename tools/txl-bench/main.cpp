@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   app.add_option("--set", overrides, "override a setting: key.path=value (repeatable)");
   app.add_flag("--json", json, "print one JSON object instead of the table");
   app.add_flag("--quick", quick, "fewer repetitions and smaller probes (under a minute)");
-  app.add_option("--threads", threads, "intra-op threads (default: all cores)");
+  app.add_option("--threads", threads, "intra-op threads (default: run.threads, 0 = all cores)");
   app.add_option("--vocab", vocab, "vocabulary size of the random token ids");
   app.add_flag("--no-bf16", no_bf16, "skip the bf16 autocast measurements");
   app.add_flag("--profile", profile, "profile one training step (run.precision) and print top ops");
@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
     } else if (!overrides.empty()) {
       config = txl::config::parse_experiment_string("{}", "", overrides);
     }
+    // --threads, else run.threads of the experiment, else every core.
+    if (threads <= 0) threads = config.run.threads;
     const int n_threads = threads > 0
                               ? threads
                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

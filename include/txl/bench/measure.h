@@ -103,6 +103,11 @@ struct EvalCostComparison {
   double sliding_s_per_token = 0.0;
   double memory_s_per_token = 0.0;
   double ratio = 0.0;                  // sliding_s_per_token / memory_s_per_token
+  // The same ratio predicted by models/flops.h: L x the vanilla forward FLOPs per token of an
+  // L-token segment (the output layer over all L positions, as the evaluator runs it) over the
+  // xl forward FLOPs per token at (Q, M). A measured ratio far below it means the memory side
+  // runs further from peak than the sliding side.
+  double flop_ratio = 0.0;
 };
 
 // `sliding` and `memory` give batch, warm-up and repetitions of each side (bf16 applies to
