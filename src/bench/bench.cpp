@@ -50,9 +50,10 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
   if (r.threads > 1 && r.load_average > 0.5 * cores) {
     // OpenMP barriers wait for descheduled threads: on a busy machine every parallel op pays a
     // time slice, and element-wise ops (Adam, dropout) slow down by an order of magnitude.
-    log::warn("bench", "load average {:.1f} on {} cores: figures with {} threads measure the "
-              "contention more than the code; compare with --threads 1", r.load_average, cores,
-              r.threads);
+    log::warn("bench",
+              "load average {:.1f} on {} cores: figures with {} threads measure the "
+              "contention more than the code; compare with --threads 1",
+              r.load_average, cores, r.threads);
   }
   torch::set_num_threads(r.threads);
 
@@ -281,30 +282,34 @@ std::string format_table(const BenchReport& r) {
   s += fmt::format(
       "attn {}, train batch {} x tgt_len {} (mem {}), eval batch {} x {} (mem {}), {} threads, "
       "load average {:.2f}{}\n\n",
-      r.attn_type, r.batch_size, r.tgt_len, r.mem_len, r.eval_batch_size, r.eval_tgt_len, r.eval_mem_len, r.threads, r.load_average, r.quick ? ", quick" : "");
+      r.attn_type, r.batch_size, r.tgt_len, r.mem_len, r.eval_batch_size, r.eval_tgt_len,
+      r.eval_mem_len, r.threads, r.load_average, r.quick ? ", quick" : "");
   s += fmt::format("{:<26} {:>9} {:>9} {:>9} {:>8} {:>11} {:>11} {:>8}\n", "phase", "tokens/s",
                    "ms/step", "best ms", "GFLOP/s", "RSS start", "RSS peak", "loss");
   auto row = [&](const char* name, const PhaseResult& p, double flops) {
     if (p.tokens_per_s <= 0) return;
-    s += fmt::format("{:<26} {:>9.0f} {:>9.1f} {:>9.1f} {:>8.1f} {:>8.0f} MB {:>8.0f} MB {:>8.4f}\n",
-                     name, p.tokens_per_s, 1e3 * p.timing.median_s, 1e3 * p.timing.best_s,
-                     p.tokens_per_s * flops / 1e9, p.rss_start_mb, p.peak_rss_mb, p.loss);
+    s +=
+        fmt::format("{:<26} {:>9.0f} {:>9.1f} {:>9.1f} {:>8.1f} {:>8.0f} MB {:>8.0f} MB {:>8.4f}\n",
+                    name, p.tokens_per_s, 1e3 * p.timing.median_s, 1e3 * p.timing.best_s,
+                    p.tokens_per_s * flops / 1e9, p.rss_start_mb, p.peak_rss_mb, p.loss);
   };
   row("training fp32", r.train_fp32, r.flops_per_token);
   row("training bf16 autocast", r.train_bf16, r.flops_per_token);
   row("evaluation fp32 (memory)", r.eval_fp32, r.eval_flops_per_token);
   row("evaluation bf16 (memory)", r.eval_bf16, r.eval_flops_per_token);
   s += "\n";
-  s += fmt::format("FLOPs per token               {:.1f} M training (3 x {:.1f} M forward), "
-                   "{:.1f} M evaluation forward\n",
-                   r.flops_per_token / 1e6, r.flops_per_token_forward / 1e6,
-                   r.eval_flops_per_token / 1e6);
-  s += fmt::format("matmul peak                   fp32 {:.1f} GFLOP/s (n = {}), bf16 {:.1f} "
-                   "GFLOP/s (n = {})\n",
-                   r.peak_fp32.gflops, r.peak_fp32.size, r.peak_bf16.gflops, r.peak_bf16.size);
-  s += fmt::format("MFU                           fp32 {:.3f} (training GFLOP/s / fp32 peak), "
-                   "bf16 {:.3f} (/ bf16 peak)\n",
-                   r.mfu, r.mfu_bf16);
+  s += fmt::format(
+      "FLOPs per token               {:.1f} M training (3 x {:.1f} M forward), "
+      "{:.1f} M evaluation forward\n",
+      r.flops_per_token / 1e6, r.flops_per_token_forward / 1e6, r.eval_flops_per_token / 1e6);
+  s += fmt::format(
+      "matmul peak                   fp32 {:.1f} GFLOP/s (n = {}), bf16 {:.1f} "
+      "GFLOP/s (n = {})\n",
+      r.peak_fp32.gflops, r.peak_fp32.size, r.peak_bf16.gflops, r.peak_bf16.size);
+  s += fmt::format(
+      "MFU                           fp32 {:.3f} (training GFLOP/s / fp32 peak), "
+      "bf16 {:.3f} (/ bf16 peak)\n",
+      r.mfu, r.mfu_bf16);
   if (r.train_fp32.tokens_per_s > 0) {
     s += fmt::format("bf16 / fp32 training          {:.2f}x\n",
                      r.train_bf16.tokens_per_s / r.train_fp32.tokens_per_s);
@@ -314,9 +319,10 @@ std::string format_table(const BenchReport& r) {
   s += fmt::format("peak RSS                      {:.0f} MB{}\n", r.peak_rss_mb,
                    r.rss_per_phase ? "" : " (per-phase peaks are cumulative here)");
   if (!r.sliding_vs_memory.empty()) {
-    s += "\nsliding window (vanilla, stride 1, window L) vs memory (xl, Q + M = L), per scored token\n";
-    s += fmt::format("{:>6} {:>6} {:>6} {:>14} {:>14} {:>10} {:>12}\n", "L", "Q", "M",
-                     "sliding us", "memory us", "ratio", "FLOP ratio");
+    s += "\nsliding window (vanilla, stride 1, window L) vs memory (xl, Q + M = L), per scored "
+         "token\n";
+    s += fmt::format("{:>6} {:>6} {:>6} {:>14} {:>14} {:>10} {:>12}\n", "L", "Q", "M", "sliding us",
+                     "memory us", "ratio", "FLOP ratio");
     for (const auto& c : r.sliding_vs_memory) {
       s += fmt::format("{:>6} {:>6} {:>6} {:>14.1f} {:>14.2f} {:>9.0f}x {:>11.0f}x\n",
                        c.attention_length, c.tgt_len, c.mem_len, 1e6 * c.sliding_s_per_token,
@@ -324,13 +330,15 @@ std::string format_table(const BenchReport& r) {
     }
   }
   if (r.threads > 1 && r.load_average > 0.5 * std::max(1u, std::thread::hardware_concurrency())) {
-    s += fmt::format("\nwarning: load average {:.1f} with {} threads: OpenMP barriers wait for "
-                     "descheduled threads; compare with --threads 1\n",
-                     r.load_average, r.threads);
+    s += fmt::format(
+        "\nwarning: load average {:.1f} with {} threads: OpenMP barriers wait for "
+        "descheduled threads; compare with --threads 1\n",
+        r.load_average, r.threads);
   }
-  s += fmt::format("\n{:.0f} s in all; tokens/s from the median of {} timed repetitions after {} "
-                   "warm-up (best: the fastest one; far below the median = a loaded machine)\n",
-                   r.seconds, r.repetitions, r.warmup);
+  s += fmt::format(
+      "\n{:.0f} s in all; tokens/s from the median of {} timed repetitions after {} "
+      "warm-up (best: the fastest one; far below the median = a loaded machine)\n",
+      r.seconds, r.repetitions, r.warmup);
   return s;
 }
 

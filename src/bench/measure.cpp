@@ -124,8 +124,8 @@ MatmulPeak probe_matmul_peak(torch::ScalarType dtype, const std::vector<std::int
   MatmulPeak best;
   for (std::int64_t n : sizes) {
     TXL_CHECK(n >= 1, "probe_matmul_peak: size ", n, " must be >= 1");
-    auto a = torch::randn({n, n}).to(dtype);  // [n, n]
-    auto b = torch::randn({n, n}).to(dtype);  // [n, n]
+    auto a = torch::randn({n, n}).to(dtype);     // [n, n]
+    auto b = torch::randn({n, n}).to(dtype);     // [n, n]
     auto c = torch::empty({n, n}, a.options());  // [n, n]
     auto t = time_repeated([&] { torch::mm_out(c, a, b); }, 1, repetitions);
     const double gflops = 2.0 * n * n * n / t.best_s / 1e9;
@@ -166,29 +166,29 @@ PhaseResult time_memory_eval(models::TransformerLM& model, std::int64_t vocab,
   data::EvalStreamOptions so;
   so.batch_size = options.batch_size;
   so.tgt_len = q;
-  data::EvalStream stream(detail::random_ids(options.batch_size * segments * q + 1, vocab,
-                                             options.seed),
-                          so);
+  data::EvalStream stream(
+      detail::random_ids(options.batch_size * segments * q + 1, vocab, options.seed), so);
   models::Context context;
   context.mem_len = m;
   context.clamp_len = eo.clamp_len;
   context.same_length = m > 0 && eo.same_length;
   models::Memory memory;
   for (int l = 0; m > 0 && l < model->config().n_layer; ++l) {
-    memory.layers.push_back(torch::randn({options.batch_size, m, model->config().d_model}));  // [B, M, d]
+    memory.layers.push_back(
+        torch::randn({options.batch_size, m, model->config().d_model}));  // [B, M, d]
   }
   PhaseResult r;
   std::int64_t index = 1;
   auto segment = [&] {
     auto batch = stream.batch(index++);
     AutocastGuard autocast(options.bf16, torch::Device(torch::kCPU));
-    auto out = model->forward(batch.tokens, batch.targets, batch.input_mask, memory, batch.reset,
-                              context);
+    auto out =
+        model->forward(batch.tokens, batch.targets, batch.input_mask, memory, batch.reset, context);
     memory = std::move(out.memory);
     // What the evaluator's accumulator does with every batch.
     auto nll = out.nll.to(torch::kDouble).masked_fill(batch.target_mask.logical_not(), 0.0);
-    r.loss = nll.sum().item<double>() /
-             static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1));
+    r.loss =
+        nll.sum().item<double>() / static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1));
   };
   r.timing = time_repeated(segment, options.warmup, options.repetitions);
   r.tokens_per_step = options.batch_size * q;
@@ -256,7 +256,10 @@ EvalCostComparison sliding_over_memory_cost(const config::ExperimentConfig& conf
       AutocastGuard autocast(sliding.bf16, torch::Device(torch::kCPU));
       auto out = model->forward(batch.tokens, batch.targets, batch.input_mask, models::Memory(),
                                 batch.reset, context);
-      out.nll.to(torch::kDouble).masked_fill(batch.target_mask.logical_not(), 0.0).sum().item<double>();
+      out.nll.to(torch::kDouble)
+          .masked_fill(batch.target_mask.logical_not(), 0.0)
+          .sum()
+          .item<double>();
     };
     auto t = time_repeated(window_batch, sliding.warmup, sliding.repetitions);
     TXL_CHECK(scored == sliding.batch_size, "bench: a sliding batch scored ", scored,
@@ -296,8 +299,8 @@ EvalCostComparison sliding_over_memory_cost(const config::ExperimentConfig& conf
 
 AttentionCostFit attention_cost_by_mem_len(const config::ModelConfig& model_config,
                                            std::int64_t batch, std::int64_t tgt_len,
-                                           const std::vector<std::int64_t>& mem_lens,
-                                           int warmup, int repetitions) {
+                                           const std::vector<std::int64_t>& mem_lens, int warmup,
+                                           int repetitions) {
   TXL_CHECK(!mem_lens.empty() && batch >= 1 && tgt_len >= 1,
             "attention_cost_by_mem_len: needs memory lengths, batch >= 1 and tgt_len >= 1");
   torch::NoGradGuard no_grad;
@@ -310,13 +313,13 @@ AttentionCostFit attention_cost_by_mem_len(const config::ModelConfig& model_conf
   AttentionCostFit fit;
   for (std::int64_t m : mem_lens) {
     TXL_CHECK(m >= 0, "attention_cost_by_mem_len: memory length ", m, " must be >= 0");
-    auto x = torch::randn({batch, tgt_len, c.d_model});                               // [B, Q, d]
+    auto x = torch::randn({batch, tgt_len, c.d_model});                           // [B, Q, d]
     auto memory = m > 0 ? torch::randn({batch, m, c.d_model}) : torch::Tensor();  // [B, M, d]
     models::Context context;
     context.mem_len = m;
     context.clamp_len = c.clamp_len;
-    auto inputs = model->segment_inputs(tgt_len, m, {}, context, torch::kFloat,
-                                        torch::Device(torch::kCPU));
+    auto inputs =
+        model->segment_inputs(tgt_len, m, {}, context, torch::kFloat, torch::Device(torch::kCPU));
     auto t = time_repeated([&] { attention->forward(x, memory, inputs); }, warmup, repetitions);
     fit.points.push_back({m, 1e6 * t.median_s / static_cast<double>(batch * tgt_len)});
   }

@@ -92,8 +92,8 @@ std::string sweep_json(const SweepResult& s, std::int64_t attention_batch,
   std::string attention;
   for (const auto& p : s.attention.points) {
     if (!attention.empty()) attention += ",";
-    attention += fmt::format("{{\"mem_len\":{},\"us_per_token\":{:.7g}}}", p.mem_len,
-                             p.us_per_token);
+    attention +=
+        fmt::format("{{\"mem_len\":{},\"us_per_token\":{:.7g}}}", p.mem_len, p.us_per_token);
   }
   return fmt::format(
       "{{\"points\":[{}],\"attention\":{{\"batch\":{},\"tgt_len\":{},\"points\":[{}],"
@@ -175,9 +175,9 @@ SweepResult run_sweep(const config::ExperimentConfig& config, const SweepOptions
     log::warn("bench", "{}", s.plot_message);
     return s;
   }
-  const std::string command = fmt::format("{} '{}' '{}' '{}'", o.python,
-                                          (o.out_dir / "plot_sweep.py").string(),
-                                          (o.out_dir / "sweep.json").string(), png.string());
+  const std::string command =
+      fmt::format("{} '{}' '{}' '{}'", o.python, (o.out_dir / "plot_sweep.py").string(),
+                  (o.out_dir / "sweep.json").string(), png.string());
   if (std::system(command.c_str()) == 0) {
     s.plotted = true;
     s.files.push_back(png);

@@ -69,8 +69,8 @@ double TrainingLoop::step() {
   torch::Tensor nll_sum;
   {
     AutocastGuard autocast(bf16_, device);
-    auto out = model_->forward(batch.tokens, batch.targets, batch.input_mask, memory_,
-                               batch.reset, context_);
+    auto out = model_->forward(batch.tokens, batch.targets, batch.input_mask, memory_, batch.reset,
+                               context_);
     nll_sum = out.nll.to(torch::kFloat).masked_fill(batch.target_mask.logical_not(), 0.0).sum();
     memory_ = std::move(out.memory);
   }

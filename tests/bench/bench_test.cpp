@@ -69,8 +69,8 @@ TEST(Bench, ReportHasTheKeysOfRecordAndConsistentArithmetic) {
   ASSERT_EQ(json.back(), '}');
   for (const char* key :
        {"train_tokens_per_s", "train_tokens_per_s_bf16", "eval_tokens_per_s", "flops_per_token",
-        "peak_gflops_fp32", "peak_gflops_bf16", "mfu", "peak_rss_mb",
-        "sliding_over_memory_cost_24", "sliding_over_memory_cost_40"}) {
+        "peak_gflops_fp32", "peak_gflops_bf16", "mfu", "peak_rss_mb", "sliding_over_memory_cost_24",
+        "sliding_over_memory_cost_40"}) {
     EXPECT_GT(json_number(json, key), 0.0) << key;
   }
   // FLOPs: the training figure of models/flops.h, three times the forward one.
@@ -79,8 +79,8 @@ TEST(Bench, ReportHasTheKeysOfRecordAndConsistentArithmetic) {
   EXPECT_NEAR(report.flops_per_token, 3 * report.flops_per_token_forward,
               1e-9 * report.flops_per_token);
   // Achieved GFLOP/s and MFU recomputed from the printed figures.
-  const double achieved = json_number(json, "train_tokens_per_s") *
-                          json_number(json, "flops_per_token") / 1e9;
+  const double achieved =
+      json_number(json, "train_tokens_per_s") * json_number(json, "flops_per_token") / 1e9;
   EXPECT_NEAR(json_number(json, "train_gflops"), achieved, 1e-5 * achieved);
   const double mfu = achieved / json_number(json, "peak_gflops_fp32");
   EXPECT_NEAR(json_number(json, "mfu"), mfu, 1e-5 * mfu);

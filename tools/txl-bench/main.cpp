@@ -20,8 +20,9 @@
 #include "txl/util/log.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"txl-bench: training and evaluation throughput, MFU, memory, and the cost of "
-               "sliding-window against memory evaluation"};
+  CLI::App app{
+      "txl-bench: training and evaluation throughput, MFU, memory, and the cost of "
+      "sliding-window against memory evaluation"};
   std::string config_path, out_dir = "runs/bench", save;
   std::vector<std::string> overrides;
   bool json = false, quick = false, profile = false, sweep = false, quiet = false, no_bf16 = false;
@@ -52,9 +53,8 @@ int main(int argc, char** argv) {
     }
     // --threads, else run.threads of the experiment, else every core.
     if (threads <= 0) threads = config.run.threads;
-    const int n_threads = threads > 0
-                              ? threads
-                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int n_threads =
+        threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     torch::set_num_threads(n_threads);
 
     if (profile) {
@@ -77,7 +77,8 @@ int main(int argc, char** argv) {
       txl::bench::BenchOptions options;
       options.vocab = vocab;
       options.threads = n_threads;
-      options.settings = quick ? txl::bench::BenchSettings::quick() : txl::bench::BenchSettings::full();
+      options.settings =
+          quick ? txl::bench::BenchSettings::quick() : txl::bench::BenchSettings::full();
       options.settings.bf16 = !no_bf16;
       auto report = txl::bench::run_bench(config, options);
       const std::string object = txl::bench::to_json(report) + "\n";

@@ -23,13 +23,13 @@ inline constexpr std::int64_t kBenchVocab = 12871;
 // How much to measure. full() for the figures of record, quick() finishes within a minute on
 // 2 cores, tests set tiny values directly.
 struct BenchSettings {
-  int warmup = 2;                  // untimed training steps / evaluation segments
-  int repetitions = 7;             // timed ones (median)
-  bool bf16 = true;                // also measure bf16 autocast
+  int warmup = 2;       // untimed training steps / evaluation segments
+  int repetitions = 7;  // timed ones (median)
+  bool bf16 = true;     // also measure bf16 autocast
   std::vector<std::int64_t> peak_sizes = {512, 1024, 2048};  // square matmuls of the probe
-  int peak_repetitions = 5;        // best of
+  int peak_repetitions = 5;                                  // best of
   std::vector<std::int64_t> attention_lengths = {512, 800};  // sliding vs memory comparison
-  std::int64_t sliding_batch = 4;  // windows per sliding forward
+  std::int64_t sliding_batch = 4;                            // windows per sliding forward
   int sliding_warmup = 1;
   int sliding_repetitions = 3;
 
@@ -45,14 +45,14 @@ struct BenchOptions {
 
 struct BenchReport {
   // what was measured
-  std::string source;              // the experiment file ("" = built-in bench model)
+  std::string source;  // the experiment file ("" = built-in bench model)
   std::string attn_type;
   int n_layer = 0, d_model = 0, n_head = 0, d_head = 0, d_inner = 0;
   std::int64_t tgt_len = 0, mem_len = 0, batch_size = 0, vocab = 0;
   std::int64_t eval_batch_size = 0, eval_tgt_len = 0, eval_mem_len = 0;
   std::int64_t n_params = 0;
   int threads = 0;
-  double load_average = -1.0;      // 1-minute load average at the start (-1 unknown)
+  double load_average = -1.0;  // 1-minute load average at the start (-1 unknown)
   bool quick = false;
   int warmup = 0, repetitions = 0;  // of the training and evaluation phases
 
@@ -63,18 +63,18 @@ struct BenchReport {
 
   // throughput
   PhaseResult train_fp32, train_bf16, eval_fp32, eval_bf16;  // bf16 zero when not measured
-  double train_gflops = 0.0;       // train_fp32 tokens/s x flops_per_token
+  double train_gflops = 0.0;  // train_fp32 tokens/s x flops_per_token
   double train_gflops_bf16 = 0.0;
   double eval_gflops = 0.0;
   MatmulPeak peak_fp32, peak_bf16;
-  double mfu = 0.0;                // train_gflops / peak_fp32
-  double mfu_bf16 = 0.0;           // train_gflops_bf16 / peak_bf16
-  double peak_rss_mb = 0.0;        // of the whole process (ru_maxrss)
-  bool rss_per_phase = false;      // the kernel let us reset the peak between phases
+  double mfu = 0.0;            // train_gflops / peak_fp32
+  double mfu_bf16 = 0.0;       // train_gflops_bf16 / peak_bf16
+  double peak_rss_mb = 0.0;    // of the whole process (ru_maxrss)
+  bool rss_per_phase = false;  // the kernel let us reset the peak between phases
 
   std::vector<EvalCostComparison> sliding_vs_memory;  // one per attention length
 
-  double seconds = 0.0;            // wall time of the whole bench
+  double seconds = 0.0;  // wall time of the whole bench
 };
 
 // Runs every measurement on `config` (config.model, config.train.batch_size; eval sizes from

@@ -40,7 +40,7 @@ bool reset_peak_rss();
 
 // -------------------------------------------------------------------------- matmul peak
 struct MatmulPeak {
-  double gflops = 0.0;  // best achieved GFLOP/s over sizes and repetitions (2 n^3 per product)
+  double gflops = 0.0;    // best achieved GFLOP/s over sizes and repetitions (2 n^3 per product)
   std::int64_t size = 0;  // n of the best square product
 };
 
@@ -95,14 +95,14 @@ PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vo
 //            Q = eval.tgt_len (resolved) and M = L - Q, so that the last query of a segment
 //            attends to exactly L keys; timed with the memory full; per token = time / (B Q).
 struct EvalCostComparison {
-  std::int64_t attention_length = 0;   // L
-  std::int64_t tgt_len = 0;            // Q of memory mode
-  std::int64_t mem_len = 0;            // M = L - Q
-  std::int64_t sliding_batch = 0;      // windows per sliding forward
-  std::int64_t memory_batch = 0;       // streams of memory mode
+  std::int64_t attention_length = 0;  // L
+  std::int64_t tgt_len = 0;           // Q of memory mode
+  std::int64_t mem_len = 0;           // M = L - Q
+  std::int64_t sliding_batch = 0;     // windows per sliding forward
+  std::int64_t memory_batch = 0;      // streams of memory mode
   double sliding_s_per_token = 0.0;
   double memory_s_per_token = 0.0;
-  double ratio = 0.0;                  // sliding_s_per_token / memory_s_per_token
+  double ratio = 0.0;  // sliding_s_per_token / memory_s_per_token
   // The same ratio predicted by models/flops.h: L x the vanilla forward FLOPs per token of an
   // L-token segment (the output layer over all L positions, as the evaluator runs it) over the
   // xl forward FLOPs per token at (Q, M). A measured ratio far below it means the memory side
@@ -127,16 +127,16 @@ struct AttentionCostFit {
   std::vector<AttentionCostPoint> points;
   double intercept_us = 0.0;  // least-squares line us_per_token = intercept + slope * M
   double slope_us = 0.0;
-  double r2 = 0.0;            // coefficient of determination of that line (1 = exactly linear)
+  double r2 = 0.0;  // coefficient of determination of that line (1 = exactly linear)
 };
 
 // The first layer's attention block of the configured model alone (no gradient, eval mode) on
 // x [B, Q, d] and memory [B, M, d] of random values, for each M in `mem_lens`, with the masks
 // and relative encodings the model builds for that shape. Per query token the work is linear
 // in K = M + Q, so the fitted line should explain the points (r2 near 1).
-AttentionCostFit attention_cost_by_mem_len(const config::ModelConfig& model,
-                                           std::int64_t batch, std::int64_t tgt_len,
-                                           const std::vector<std::int64_t>& mem_lens,
-                                           int warmup, int repetitions);
+AttentionCostFit attention_cost_by_mem_len(const config::ModelConfig& model, std::int64_t batch,
+                                           std::int64_t tgt_len,
+                                           const std::vector<std::int64_t>& mem_lens, int warmup,
+                                           int repetitions);
 
 }  // namespace txl::bench

@@ -14,10 +14,10 @@
 namespace txl::bench {
 
 struct OpTime {
-  std::string name;        // e.g. "aten::bmm", "MmBackward0"
+  std::string name;  // e.g. "aten::bmm", "MmBackward0"
   std::int64_t calls = 0;
   double self_ms = 0.0;
-  double share = 0.0;      // self_ms / total_ms
+  double share = 0.0;  // self_ms / total_ms
 };
 
 struct StepProfile {

@@ -26,9 +26,9 @@ struct SweepOptions {
   std::vector<std::int64_t> batches = {1, 2, 4, 8, 16, 32};
   std::vector<std::int64_t> attention_mem_lens = {0, 128, 256, 512, 1024, 2048};
   std::int64_t attention_batch = 4;
-  int warmup = 1;        // per point
-  int repetitions = 2;   // per point (median)
-  bool plot = true;      // run /usr/bin/python3 + matplotlib for sweep.png
+  int warmup = 1;       // per point
+  int repetitions = 2;  // per point (median)
+  bool plot = true;     // run /usr/bin/python3 + matplotlib for sweep.png
   std::string python = "/usr/bin/python3";
 };
 
@@ -37,7 +37,7 @@ struct SweepPoint {
   std::int64_t batch = 0, tgt_len = 0, mem_len = 0;
   double tokens_per_s = 0.0;
   double step_ms = 0.0;
-  double peak_rss_mb = 0.0;  // the point's peak (cumulative if the kernel refuses resets)
+  double peak_rss_mb = 0.0;      // the point's peak (cumulative if the kernel refuses resets)
   double flops_per_token = 0.0;  // training
   double gflops = 0.0;
 };
