@@ -306,13 +306,14 @@ std::string format_table(const BenchReport& r) {
       "matmul peak                   fp32 {:.1f} GFLOP/s (n = {}), bf16 {:.1f} "
       "GFLOP/s (n = {})\n",
       r.peak_fp32.gflops, r.peak_fp32.size, r.peak_bf16.gflops, r.peak_bf16.size);
-  s += fmt::format(
-      "MFU                           fp32 {:.3f} (training GFLOP/s / fp32 peak), "
-      "bf16 {:.3f} (/ bf16 peak)\n",
-      r.mfu, r.mfu_bf16);
+  const bool bf16 = r.train_bf16.tokens_per_s > 0;
+  s += fmt::format("MFU                           fp32 {:.3f} (training GFLOP/s / fp32 peak){}\n",
+                   r.mfu, bf16 ? fmt::format(", bf16 {:.3f} (/ bf16 peak)", r.mfu_bf16) : "");
   if (r.train_fp32.tokens_per_s > 0) {
-    s += fmt::format("bf16 / fp32 training          {:.2f}x\n",
-                     r.train_bf16.tokens_per_s / r.train_fp32.tokens_per_s);
+    if (bf16) {
+      s += fmt::format("bf16 / fp32 training          {:.2f}x\n",
+                       r.train_bf16.tokens_per_s / r.train_fp32.tokens_per_s);
+    }
     s += fmt::format("evaluation / training         {:.2f}x\n",
                      r.eval_fp32.tokens_per_s / r.train_fp32.tokens_per_s);
   }

@@ -65,7 +65,8 @@ struct PhaseResult {
   std::int64_t tokens_per_step = 0;  // scored tokens per timed call, B * Q
   double rss_start_mb = 0.0;         // resident memory when the phase started
   double peak_rss_mb = 0.0;          // highest resident memory during the phase
-  double loss = 0.0;                 // mean nll of the last call (finite: a sanity check)
+  double loss = 0.0;  // mean nll of the last call, a sanity check (finite); evaluation runs
+                      // on a random memory, so it is not the model's real loss
 };
 
 // Training steps exactly as the trainer takes them (src/train/trainer.cpp): a TrainStream batch
