@@ -203,6 +203,12 @@ TEST(Bench, ProfileOfATrainingStepFindsTheMatrixProducts) {
   EXPECT_GE(p.copy_share, 0.0);
   EXPECT_LE(p.copy_share + p.fill_share + p.masked_fill_share, 1.0 + 1e-9);
   EXPECT_NE(format_profile(p, 5).find("copies"), std::string::npos);
+  // By shape: the same step, ops keyed with their input shapes, groups still recognised.
+  const auto shaped = profile_training_step(tiny(), kVocab, o, true);
+  bool shapes = false;
+  for (const auto& op : shaped.ops) shapes |= op.name.find(" [") != std::string::npos;
+  EXPECT_TRUE(shapes) << format_profile(shaped);
+  EXPECT_GT(shaped.copy_share + shaped.fill_share, 0.0);
 }
 
 TEST(Bench, SweepWritesTablesAndData) {

@@ -1,7 +1,7 @@
 // txl-bench: training and evaluation speed of one model and batch configuration (issue 5).
 //   txl-bench [--config FILE] [--set key.path=value ...] [--json] [--quick] [--threads N]
 //             [--vocab V] [--no-bf16] [--save out.json]
-//   txl-bench --profile [--top N]        one training step under the autograd profiler
+//   txl-bench --profile [--top N] [--by-shape]   one training step under the autograd profiler
 //   txl-bench --sweep [--out runs/bench]  scaling tables and plot
 // Default: the bench model (4 layers, d_model 256, 4 heads of 64, FF 1024, tgt_len = mem_len =
 // 128, batch 16) on random token ids of a 12,871-word vocabulary. Progress goes to stderr, the
@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
       "sliding-window against memory evaluation"};
   std::string config_path, out_dir = "runs/bench", save;
   std::vector<std::string> overrides;
-  bool json = false, quick = false, profile = false, sweep = false, quiet = false, no_bf16 = false;
+  bool json = false, quick = false, by_shape = false, profile = false, sweep = false, quiet = false,
+       no_bf16 = false;
   int threads = 0, top = 25;
   std::int64_t vocab = txl::bench::kBenchVocab;
   app.add_option("--config,-c", config_path, "experiment YAML file (default: the bench model)");
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-bf16", no_bf16, "skip the bf16 autocast measurements");
   app.add_flag("--profile", profile, "profile one training step (run.precision) and print top ops");
   app.add_option("--top", top, "--profile: ops listed");
+  app.add_flag("--by-shape", by_shape, "--profile: tell ops apart by their input shapes");
   app.add_flag("--sweep", sweep, "scaling sweep: tables, csv, json and plot into --out");
   app.add_option("--out", out_dir, "--sweep: output folder");
   app.add_option("--save", save, "also write the JSON object to this file");
@@ -62,7 +64,7 @@ int main(int argc, char** argv) {
       phase.batch_size = config.train.batch_size;
       phase.bf16 = config.run.precision == "bf16";
       phase.seed = config.run.seed;
-      auto p = txl::bench::profile_training_step(config, vocab, phase);
+      auto p = txl::bench::profile_training_step(config, vocab, phase, by_shape);
       std::cout << txl::bench::format_profile(p, top);
     }
     if (sweep) {

@@ -33,9 +33,11 @@ struct StepProfile {
 // groups computed. Exposed for tests.
 StepProfile summarize_ops(const std::vector<std::pair<std::string, double>>& self_ms);
 
-// Takes options.warmup training steps as measure_training does, then profiles one more.
+// Takes options.warmup training steps as measure_training does, then profiles one more. With
+// `by_shape`, ops are told apart by their input shapes too ("aten::copy_ [16,128,256],[...]"),
+// to find which copy or fill is the expensive one.
 StepProfile profile_training_step(const config::ExperimentConfig& config, std::int64_t vocab,
-                                  const PhaseOptions& options);
+                                  const PhaseOptions& options, bool by_shape = false);
 
 // A table of the `top` largest ops and the copy / fill shares.
 std::string format_profile(const StepProfile& profile, int top = 20);
