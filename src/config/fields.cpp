@@ -94,6 +94,7 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("model.tie_weight", m.tie_weight);
   t.add("model.tie_projs", m.tie_projs);
   t.add("model.init", m.init, {"normal", "uniform"});
+  t.add("model.norm_init", m.norm_init, {"normal", "ones"});
   t.add("model.init_std", m.init_std);
   t.add("model.proj_init_std", m.proj_init_std);
 
@@ -130,6 +131,7 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("eval.stride", ev.stride);
   t.add("eval.warmup", ev.warmup);
   t.add("eval.batch_size", ev.batch_size);
+  t.add("eval.max_tokens", ev.max_tokens);
   t.add("eval.splits", ev.splits, {"train", "valid", "test"});
   t.add("eval.sweep_mem_lens", ev.sweep_mem_lens);
   return t.take();

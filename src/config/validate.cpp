@@ -183,6 +183,7 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.at_least("eval.stride", e.stride, 1);
   k.at_least("eval.warmup", e.warmup, 0);
   k.at_least("eval.batch_size", e.batch_size, 1);
+  k.at_least("eval.max_tokens", e.max_tokens, std::int64_t{0});
   if (e.mode == "sliding" && e.stride >= 1) {
     const int window = e.window > 0 ? e.window : (e.tgt_len > 0 ? e.tgt_len : m.tgt_len);
     k.rule(e.stride <= window, "eval.stride",

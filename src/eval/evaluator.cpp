@@ -25,6 +25,7 @@ EvalOptions resolve_eval_options(const config::ExperimentConfig& config) {
   o.stride = e.stride;
   o.warmup = e.warmup;
   o.batch_size = e.batch_size;
+  o.max_tokens = e.max_tokens;
   if (o.mode != "memory") o.mem_len = 0;
   return o;
 }
@@ -88,11 +89,22 @@ torch::Tensor score(models::TransformerLM& model, const data::Batch& batch,
 
 }  // namespace
 
-EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
+EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
                     const EvalOptions& options, std::int64_t n_bytes, std::int64_t n_chars,
-                    torch::Tensor* token_losses) {
-  TXL_CHECK(ids.dim() == 1 && ids.size(0) >= 2,
-            "evaluation needs at least 2 tokens, got ", ids.numel());
+                    torch::Tensor* token_losses, const torch::Tensor& full_recall_mask,
+                    const torch::Tensor& full_doc_starts) {
+  TXL_CHECK(full_ids.dim() == 1 && full_ids.size(0) >= 2,
+            "evaluation needs at least 2 tokens, got ", full_ids.numel());
+  // max_tokens scores a prefix of the text, the same tokens in every mode (memory and segments
+  // read B parallel streams, so stopping after max_tokens would sample B places instead).
+  const std::int64_t n_full = full_ids.size(0);
+  const std::int64_t n = options.max_tokens > 0 ? std::min(n_full, options.max_tokens + 1) : n_full;
+  const torch::Tensor ids = full_ids.narrow(0, 0, n);  // int64 [N]
+  const torch::Tensor recall_mask =
+      full_recall_mask.defined() ? full_recall_mask.narrow(0, 0, std::min(n, full_recall_mask.numel()))
+                                 : torch::Tensor();
+  torch::Tensor doc_starts = full_doc_starts;
+  if (doc_starts.defined() && n < n_full) doc_starts = doc_starts.masked_select(doc_starts < n - 1);
   TXL_CHECK(options.mode == "memory" || options.mode == "segments" || options.mode == "sliding",
             "eval.mode: '", options.mode, "' is not one of memory | segments | sliding");
   torch::NoGradGuard no_grad;
@@ -102,8 +114,15 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
 
   EvalResult result;
   result.mode = options.mode;
-  const std::int64_t limit = options.max_tokens > 0 ? options.max_tokens : INT64_MAX;
-  Accumulator acc(options.batch_size, token_losses != nullptr);
+  const bool documents = doc_starts.defined();
+  TXL_CHECK(!documents || (token_losses == nullptr && !recall_mask.defined() && options.mode != "sliding"),
+            "document-mode evaluation gives no per-token losses, recall or sliding windows");
+  const bool want_recall = recall_mask.defined();
+  if (want_recall) {
+    TXL_CHECK(full_recall_mask.numel() == n_full, "recall mask has ", full_recall_mask.numel(),
+              " entries for ", n_full, " tokens");
+  }
+  Accumulator acc(options.batch_size, token_losses != nullptr || want_recall);
 
   if (options.mode == "sliding") {
     data::SlidingStreamOptions so;
@@ -116,7 +135,7 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
     result.window = options.window;
     result.stride = options.stride;
     result.tgt_len = options.window;
-    while (acc.count() < limit) {
+    while (true) {
       auto batch = stream.next();
       if (!batch) break;
       acc.add(score(model, *batch, nullptr, context), batch->target_mask, true);
@@ -127,7 +146,7 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
     so.batch_size = options.batch_size;
     so.tgt_len = options.tgt_len;
     so.warmup = with_memory ? options.warmup : 0;
-    data::EvalStream stream(ids, so);
+    data::EvalStream stream(ids, so, doc_starts);
     models::Context context;
     context.mem_len = with_memory ? options.mem_len : 0;
     context.clamp_len = options.clamp_len;
@@ -135,7 +154,7 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
     result.tgt_len = options.tgt_len;
     result.mem_len = context.mem_len;
     models::Memory memory;
-    while (acc.count() < limit) {
+    while (true) {
       auto batch = stream.next();
       if (!batch) break;
       acc.add(score(model, *batch, with_memory ? &memory : nullptr, context), batch->target_mask,
@@ -151,7 +170,8 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
 
   const double total_bits = acc.sum() / std::log(2.0);
   // When only part of the split was scored, bytes and characters are prorated by tokens.
-  const double fraction = static_cast<double>(acc.count()) / static_cast<double>(ids.size(0) - 1);
+  // Bytes and characters are prorated when only a prefix was scored.
+  const double fraction = static_cast<double>(n - 1) / static_cast<double>(n_full - 1);
   result.tokens = acc.count();
   result.loss = acc.sum() / static_cast<double>(acc.count());
   result.ppl = std::exp(result.loss);
@@ -160,7 +180,15 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
   result.bits_per_char = n_chars > 0 ? total_bits / (static_cast<double>(n_chars) * fraction) : 0.0;
   result.seconds = seconds;
   result.tokens_per_s = seconds > 0 ? static_cast<double>(acc.count()) / seconds : 0.0;
-  if (token_losses) *token_losses = acc.token_losses();
+  if (token_losses || want_recall) {
+    auto losses = acc.token_losses();  // float [N - 1], target t + 1 at index t
+    if (want_recall) {
+      auto selected = losses.masked_select(recall_mask.narrow(0, 1, ids.size(0) - 1).to(torch::kBool));
+      result.recall_tokens = selected.numel();
+      result.recall_loss = selected.numel() > 0 ? selected.to(torch::kDouble).mean().item<double>() : 0.0;
+    }
+    if (token_losses) *token_losses = losses;
+  }
   return result;
 }
 
@@ -169,9 +197,10 @@ std::string to_json(const EvalResult& r) {
       "{{\"split\":\"{}\",\"mode\":\"{}\",\"tgt_len\":{},\"mem_len\":{},\"window\":{},"
       "\"stride\":{},\"loss\":{:.6f},\"ppl\":{:.4f},\"bits_per_token\":{:.6f},"
       "\"bits_per_byte\":{:.6f},\"bits_per_char\":{:.6f},\"tokens\":{},\"seconds\":{:.3f},"
-      "\"tokens_per_s\":{:.1f}}}",
+      "\"tokens_per_s\":{:.1f},\"recall_loss\":{:.6f},\"recall_tokens\":{}}}",
       r.split, r.mode, r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl, r.bits_per_token,
-      r.bits_per_byte, r.bits_per_char, r.tokens, r.seconds, r.tokens_per_s);
+      r.bits_per_byte, r.bits_per_char, r.tokens, r.seconds, r.tokens_per_s, r.recall_loss,
+      r.recall_tokens);
 }
 
 }  // namespace txl::eval

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "txl/data/dataset.h"
+#include "txl/data/synthetic.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/util/error.h"
@@ -29,14 +30,17 @@ void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
     out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9.4f} {:>10.3f} {:>8.4f} {:>8.4f} {:>10} {:>9.0f}\n",
                        r.split, r.mode, r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
                        r.bits_per_token, r.bits_per_byte, r.tokens, r.tokens_per_s);
+    if (r.recall_tokens > 0) {
+      out << fmt::format("{:<8} recall loss {:.4f} nats over {} recalled values (ln 64 = 4.159 "
+                         "means no recall, 0 perfect)\n", "", r.recall_loss, r.recall_tokens);
+    }
   }
 }
 
 // Plots ppl against mem_len with the plotting script shipped in tools/ (python3 + matplotlib);
 // a missing plotter is a warning, not an error.
 void plot_sweep(const stdfs::path& json_path, const stdfs::path& png_path) {
-  const char* root = std::getenv("TXL_SOURCE_DIR");
-  stdfs::path script = stdfs::path(root ? root : ".") / "tools" / "plot_report.py";
+  const stdfs::path script = fs::source_file("tools/plot_report.py");
   if (!stdfs::exists(script)) {
     log::warn("eval", "plot skipped: {} not found (set TXL_SOURCE_DIR to the txl checkout)", script.string());
     return;
@@ -68,7 +72,7 @@ void run(const EvalRequest& request, std::ostream& out) {
   if (request.warmup) e.warmup = *request.warmup;
   if (request.batch_size) e.batch_size = *request.batch_size;
   EvalOptions options = resolve_eval_options(config);
-  options.max_tokens = request.max_tokens;
+  if (request.max_tokens > 0) options.max_tokens = request.max_tokens;
 
   data::Dataset dataset = data::load_dataset(config.data);
   TXL_CHECK(dataset.tokenizer->vocab_size() == loaded.vocab_size, "the tokenizer has ",
@@ -117,8 +121,13 @@ void run(const EvalRequest& request, std::ostream& out) {
   } else {
     for (const auto& target : targets) {
       torch::Tensor losses;
+      // On the synthetic corpus the recalled values are scored on their own too.
+      torch::Tensor recall;
+      if (config.data.corpus == "synthetic")
+        recall = data::synthetic_recall_mask(target.split.ids, *dataset.tokenizer);
       auto r = evaluate(loaded.model, target.split.ids, options, target.split.n_bytes,
-                        target.split.n_chars, request.token_losses_path.empty() ? nullptr : &losses);
+                        target.split.n_chars, request.token_losses_path.empty() ? nullptr : &losses,
+                        recall);
       r.split = target.name;
       results.push_back(r);
       if (!request.token_losses_path.empty()) {

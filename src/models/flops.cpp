@@ -11,12 +11,13 @@ FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab,
   const double d = c.d_model, hd = static_cast<double>(c.n_head) * c.d_head, f = c.d_inner;
   const double q = static_cast<double>(tgt_len), k = q + mem_len;
   const bool relative = c.attn_type == "xl" || c.attn_type == "shaw";
-  double layer = 2 * d * 3 * hd * k / q  // fused QKV over concat(memory, segment)
-                 + 2 * hd * k            // content scores
+  double layer = 2 * d * hd                       // queries over the segment
+                 + 2 * d * 2 * hd * k / q         // keys and values over concat(memory, segment)
+                 + 2 * hd * k                     // content scores
                  + (relative ? 2 * hd * k : 0.0)  // position scores
-                 + 2 * hd * k            // weighted values
-                 + 2 * hd * d            // W_o
-                 + 4 * d * f;            // feed-forward
+                 + 2 * hd * k                     // weighted values
+                 + 2 * hd * d                     // W_o
+                 + 4 * d * f;                     // feed-forward
   double output = 0;
   if (c.cutoffs.empty()) {
     output = 2 * d * vocab;

@@ -65,17 +65,18 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
               " with model.mem_len = ", config.mem_len,
               ": absolute positions are confused across segments (paper 3.3); set "
               "model.mem_len: 0, or model.allow_abs_with_memory: true to run it anyway");
-    log::warn("model", "attn_type {} with mem_len {}: absolute positions restart every segment, "
+    log::warn("model",
+              "attn_type {} with mem_len {}: absolute positions restart every segment, "
               "so memory positions collide with the segment's (paper 3.3)",
               config.attn_type, config.mem_len);
   }
 
   modules::InitOptions init{config.init, config.init_std, config.norm_init};
   const int64_t d = config.d_model;
-  word_emb = register_module(
-      "word_emb", modules::AdaptiveEmbedding(modules::AdaptiveEmbeddingOptions{
-                      n_token, d, d, config.cutoffs, config.div_val, config.init_std,
-                      config.proj_init_std, config.init}));
+  word_emb =
+      register_module("word_emb", modules::AdaptiveEmbedding(modules::AdaptiveEmbeddingOptions{
+                                      n_token, d, d, config.cutoffs, config.div_val,
+                                      config.init_std, config.proj_init_std, config.init}));
   if (scheme_ == modules::PositionScheme::kRelative && !config.untie_r) {
     // Paper 3.3: u and v are shared by all layers (the paper code's r_w_bias, r_r_bias).
     u_bias = register_parameter("u_bias", torch::empty({config.n_head, config.d_head}));
@@ -103,16 +104,15 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
     layers->push_back(layer_list_.back());
   }
   if (config.pre_norm) {
-    final_norm = register_module("final_norm",
-                                 torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+    final_norm =
+        register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
     modules::init_layer_norm(final_norm, init);
   }
   crit = register_module(
       "crit", modules::AdaptiveLogSoftmax(
-                  modules::AdaptiveSoftmaxOptions{n_token, d, d, config.cutoffs, config.div_val,
-                                                  config.tie_weight, config.tie_projs,
-                                                  config.init_std, config.proj_init_std,
-                                                  config.init},
+                  modules::AdaptiveSoftmaxOptions{
+                      n_token, d, d, config.cutoffs, config.div_val, config.tie_weight,
+                      config.tie_projs, config.init_std, config.proj_init_std, config.init},
                   word_emb));
   drop = register_module("drop", torch::nn::Dropout(config.dropout));
 }
@@ -154,24 +154,25 @@ void TransformerLMImpl::check_inputs(const torch::Tensor& tokens, const torch::T
               "model.allow_abs_with_memory is set");
   }
   if (memory.empty()) return;
-  TXL_CHECK(static_cast<int64_t>(memory.layers.size()) == config_.n_layer,
-            "model memory: has ", memory.layers.size(), " layers, the model has n_layer = ",
-            config_.n_layer, " (memory from another model?)");
+  TXL_CHECK(static_cast<int64_t>(memory.layers.size()) == config_.n_layer, "model memory: has ",
+            memory.layers.size(), " layers, the model has n_layer = ", config_.n_layer,
+            " (memory from another model?)");
   const int64_t m_len = memory.length();
   for (size_t l = 0; l < memory.layers.size(); ++l) {
     const auto& m = memory.layers[l];
-    TXL_CHECK(m.defined() && m.dim() == 3 && m.size(0) == batch && m.size(1) == m_len &&
-                  m.size(2) == d,
-              "model memory: layer ", l, " must be [B = ", batch, ", M = ", m_len, ", d = ", d,
-              "], got ", m.defined() ? m.sizes() : torch::IntArrayRef{},
-              " (batch size or model width changed since the memory was made?)");
+    TXL_CHECK(
+        m.defined() && m.dim() == 3 && m.size(0) == batch && m.size(1) == m_len && m.size(2) == d,
+        "model memory: layer ", l, " must be [B = ", batch, ", M = ", m_len, ", d = ", d, "], got ",
+        m.defined() ? m.sizes() : torch::IntArrayRef{},
+        " (batch size or model width changed since the memory was made?)");
+    TXL_CHECK(m.device() == tokens.device(), "model memory: layer ", l, " is on ", m.device(),
+              ", the tokens on ", tokens.device(), " (memory made before the model was moved?)");
     TXL_CHECK(!m.requires_grad(), "model memory: layer ", l,
               " requires grad; memory must be detached (stop-gradient, paper 3.2)");
   }
   if (memory.key_mask.defined()) {
     TXL_CHECK(memory.key_mask.dim() == 2 && memory.key_mask.size(0) == batch &&
-                  memory.key_mask.size(1) == m_len &&
-                  memory.key_mask.scalar_type() == torch::kBool,
+                  memory.key_mask.size(1) == m_len && memory.key_mask.scalar_type() == torch::kBool,
               "model memory: key_mask must be bool [B = ", batch, ", M = ", m_len, "], got ",
               memory.key_mask.sizes(), " ", memory.key_mask.scalar_type());
   }
@@ -189,7 +190,8 @@ modules::AttentionInputs TransformerLMImpl::segment_inputs(int64_t q_len, int64_
   modules::AttentionInputs in;
   in.blocked = ops::attention_mask(q_len, m_len, window, key_mask, ctx.extra_mask, device)
                    .logical_not()
-                   .unsqueeze(0);  // [1, B, Q, K]
+                   .unsqueeze(0);                      // [1, B, Q, K]
+  in.score_bias = ops::score_bias(in.blocked, dtype);  // [1, B, Q, K]
   if (scheme_ == modules::PositionScheme::kRelative) {
     auto dist = ops::relative_distances(k_len, ctx.clamp_len, device);           // [K]
     in.rel_pos = drop(ops::sinusoid_encoding(dist.to(dtype), config_.d_model));  // [K, d]
@@ -220,8 +222,9 @@ Memory TransformerLMImpl::update_memory(const Memory& memory,
     if (begin >= m_len) {
       kept = hiddens[l].narrow(1, begin - m_len, length);  // a view: no copy
     } else {
-      kept = torch::cat({memory.layers[l].narrow(1, begin, m_len - begin),
-                         hiddens[l].narrow(1, 0, end - m_len)}, 1);
+      kept = torch::cat(
+          {memory.layers[l].narrow(1, begin, m_len - begin), hiddens[l].narrow(1, 0, end - m_len)},
+          1);
     }
     next.layers.push_back(kept.detach());
   }
@@ -240,7 +243,7 @@ LMOutput TransformerLMImpl::forward(const torch::Tensor& tokens, const torch::Te
 
   // Which keys are real, over concat(memory, segment); reset rows forget their memory.
   auto bool_opts = torch::dtype(torch::kBool).device(device);
-  auto memory_keys = m_len == 0 ? torch::empty({batch, 0}, bool_opts)
+  auto memory_keys = m_len == 0                  ? torch::empty({batch, 0}, bool_opts)
                      : memory.key_mask.defined() ? memory.key_mask.to(device)
                                                  : torch::ones({batch, m_len}, bool_opts);
   if (reset.defined() && m_len > 0) {
@@ -262,6 +265,13 @@ LMOutput TransformerLMImpl::forward(const torch::Tensor& tokens, const torch::Te
   hiddens.reserve(layer_list_.size());
   for (size_t l = 0; l < layer_list_.size(); ++l) {
     hiddens.push_back(x);
+    // The dtype of each layer's input is fixed by the model (and autocast): memory made by the
+    // same model matches it; anything else was made under other settings.
+    TXL_CHECK(m_len == 0 || memory.layers[l].scalar_type() == x.scalar_type(),
+              "model memory: layer ", l, " is ", memory.layers[l].scalar_type(),
+              " but the layer input is ", x.scalar_type(),
+              " (memory made before the model was converted, or under other "
+              "autocast settings?)");
     x = layer_list_[l](x, m_len > 0 ? memory.layers[l] : torch::Tensor(), inputs);  // [B, Q, d]
   }
   if (final_norm) x = final_norm(x);

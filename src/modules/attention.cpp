@@ -15,7 +15,8 @@ MultiHeadAttentionImpl::MultiHeadAttentionImpl(const AttentionOptions& options)
             ", ", h, ", ", dh);
   TXL_CHECK(options.dropatt >= 0.0 && options.dropatt < 1.0,
             "attention: dropatt must be in [0, 1), got ", options.dropatt);
-  qkv = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(d, 3 * h * dh).bias(false)));
+  qkv = register_module("qkv",
+                        torch::nn::Linear(torch::nn::LinearOptions(d, 3 * h * dh).bias(false)));
   out = register_module("out", torch::nn::Linear(torch::nn::LinearOptions(h * dh, d).bias(false)));
   if (options.scheme == PositionScheme::kRelative) {
     r_net = register_module("r_net",
@@ -28,8 +29,8 @@ MultiHeadAttentionImpl::MultiHeadAttentionImpl(const AttentionOptions& options)
     TXL_CHECK(options.max_rel_dist >= 0, "model.max_rel_dist must be >= 0, got ",
               options.max_rel_dist);
     rel_key = register_module(
-        "rel_key", LearnedPositions(options.max_rel_dist + 1, std::vector<int64_t>{h, dh},
-                                    options.init));
+        "rel_key",
+        LearnedPositions(options.max_rel_dist + 1, std::vector<int64_t>{h, dh}, options.init));
   }
   dropatt = register_module("dropatt", torch::nn::Dropout(options.dropatt));
   reset_parameters(options.init);
@@ -45,8 +46,7 @@ void MultiHeadAttentionImpl::reset_parameters(const InitOptions& init) {
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
-                                              const AttentionInputs& inputs,
-                                              torch::Tensor* probs) {
+                                              const AttentionInputs& inputs, torch::Tensor* probs) {
   const int64_t d = options_.d_model, n_head = options_.n_head, d_head = options_.d_head;
   TXL_CHECK(x.dim() == 3 && x.size(2) == d, "attention: input must be [B, Q, d = ", d, "], got ",
             x.sizes());
@@ -54,8 +54,7 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
   int64_t m_len = 0;
   if (memory.defined()) {
     TXL_CHECK(memory.dim() == 3 && memory.size(0) == batch && memory.size(2) == d,
-              "attention: memory must be [B = ", batch, ", M, d = ", d, "], got ",
-              memory.sizes());
+              "attention: memory must be [B = ", batch, ", M, d = ", d, "], got ", memory.sizes());
     m_len = memory.size(1);
   }
   const int64_t k_len = m_len + q_len;
@@ -63,24 +62,41 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
                 inputs.blocked.size(2) == q_len && inputs.blocked.size(3) == k_len,
             "attention: blocked mask must be [1, B, Q = ", q_len, ", K = ", k_len, "]");
 
-  // Paper 3.2: keys and values over concat(memory, segment); one fused projection.
-  auto h = m_len > 0 ? torch::cat({memory, x}, 1) : x;  // [B, K, d]
-  auto heads = qkv(h)                                      // [B, K, 3 H D]
-                   .view({batch, k_len, 3, n_head, d_head})
-                   .permute({2, 3, 0, 1, 4})
-                   .contiguous();                          // [3, H, B, K, D]
-  // unbind, not three selects: its backward is one stack instead of three zero-filled buffers.
-  auto qkv_heads = heads.unbind(0);
-  auto q = qkv_heads[0].narrow(2, m_len, q_len);           // [H, B, Q, D]
-  auto k = qkv_heads[1];                                   // [H, B, K, D]
-  auto v = qkv_heads[2];                                   // [H, B, K, D]
+  // Paper 3.2: keys and values over concat(memory, segment), queries over the segment.
+  const int64_t hd = n_head * d_head;
+  torch::Tensor q, k, v;  // q: [H, B, Q, D]; k, v: [H, B, K, D]
+  if (m_len == 0) {
+    auto heads = qkv(x)  // [B, Q, 3 H D]
+                     .view({batch, q_len, 3, n_head, d_head})
+                     .permute({2, 3, 0, 1, 4})
+                     .contiguous();  // [3, H, B, Q, D]
+    // unbind, not three selects: its backward is one stack, not three zero-filled buffers.
+    auto parts = heads.unbind(0);
+    q = parts[0];
+    k = parts[1];
+    v = parts[2];
+  } else {
+    const auto& w = qkv->weight;              // [3 H D, d], rows q | k | v
+    auto h = torch::cat({memory, x}, 1);      // [B, K, d]
+    q = torch::linear(x, w.narrow(0, 0, hd))  // [B, Q, H D]
+            .view({batch, q_len, n_head, d_head})
+            .permute({2, 0, 1, 3})
+            .contiguous();                               // [H, B, Q, D]
+    auto kv = torch::linear(h, w.narrow(0, hd, 2 * hd))  // [B, K, 2 H D]
+                  .view({batch, k_len, 2, n_head, d_head})
+                  .permute({2, 3, 0, 1, 4})
+                  .contiguous()  // [2, H, B, K, D]
+                  .unbind(0);
+    k = kv[0];
+    v = kv[1];
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
 
   torch::Tensor scores;  // [H, B, Q, K]
   if (options_.scheme == PositionScheme::kAbsolute) {
     scores = torch::matmul(q * scale, k.transpose(-1, -2));  // [H, B, Q, K]
   } else {
-    torch::Tensor r;  // [H, D, K], one row per distance column K-1 ... 0
+    torch::Tensor r;                      // [H, D, K], one row per distance column K-1 ... 0
     torch::Tensor q_content, q_position;  // [H, B, Q, D], scaled
     if (options_.scheme == PositionScheme::kRelative) {
       TXL_CHECK(inputs.rel_pos.defined() && inputs.rel_pos.dim() == 2 &&
@@ -98,24 +114,26 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
       q_content = (q + u.view({n_head, 1, 1, d_head})).mul_(scale);    // [H, B, Q, D]
       q_position = (q + vb.view({n_head, 1, 1, d_head})).mul_(scale);  // [H, B, Q, D]
     } else {
-      TXL_CHECK(inputs.rel_pos.defined() && inputs.rel_pos.dim() == 1 &&
-                    inputs.rel_pos.size(0) == k_len,
-                "attention: Shaw distances must be int64 [K = ", k_len, "]");
+      TXL_CHECK(
+          inputs.rel_pos.defined() && inputs.rel_pos.dim() == 1 && inputs.rel_pos.size(0) == k_len,
+          "attention: Shaw distances must be int64 [K = ", k_len, "]");
       r = rel_key(inputs.rel_pos).permute({1, 2, 0});  // [H, D, K]
-      q_content = q * scale;                            // [H, B, Q, D]
+      q_content = q * scale;                           // [H, B, Q, D]
       q_position = q_content;
     }
     auto content = torch::matmul(q_content, k.transpose(-1, -2));  // [H, B, Q, K]
     // All K distances in one product per head, then realigned (appendix B).
     auto by_distance = torch::matmul(q_position.reshape({n_head, batch * q_len, d_head}), r)
                            .view({n_head, batch, q_len, k_len});  // [H, B, Q, K]
-    scores = content + ops::rel_shift(by_distance);                // [H, B, Q, K]
+    scores = content.add_(ops::rel_shift(by_distance));           // [H, B, Q, K]
   }
-  // Finite fill: a query with no visible key averages instead of producing NaN.
-  scores.masked_fill_(inputs.blocked, ops::blocked_score(scores.scalar_type()));
-  auto weights = torch::softmax(scores, -1);  // [H, B, Q, K]
+  // Blocked keys get a large finite negative score (a query with no visible key averages
+  // instead of producing NaN); added rather than filled, so the backward pass has nothing to do.
+  scores.add_(inputs.score_bias.defined() ? inputs.score_bias
+                                          : ops::score_bias(inputs.blocked, scores.scalar_type()));
+  auto weights = torch::softmax(scores, -1);                     // [H, B, Q, K]
   if (probs != nullptr) *probs = weights.permute({1, 0, 2, 3});  // [B, H, Q, K]
-  auto context = torch::matmul(dropatt(weights), v);               // [H, B, Q, D]
+  auto context = torch::matmul(dropatt(weights), v);             // [H, B, Q, D]
   return out(context.permute({1, 2, 0, 3}).reshape({batch, q_len, n_head * d_head}));  // [B, Q, d]
 }
 

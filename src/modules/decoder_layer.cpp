@@ -9,10 +9,9 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderLayerOptions& options) : options
             "decoder layer: dropout must be in [0, 1), got ", options.dropout);
   const int64_t d = options.attention.d_model;
   attn = register_module("attn", MultiHeadAttention(options.attention));
-  ff = register_module("ff", FeedForward(FeedForwardOptions{d, options.d_inner, options.dropout,
-                                                            options.init}));
-  attn_norm = register_module("attn_norm",
-                              torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  ff = register_module(
+      "ff", FeedForward(FeedForwardOptions{d, options.d_inner, options.dropout, options.init}));
+  attn_norm = register_module("attn_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   ff_norm = register_module("ff_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   if (options.abs_positions > 0) {
     pos_emb = register_module(
@@ -35,9 +34,9 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
   torch::Tensor h = x, mem = memory;
   const int64_t m_len = memory.defined() ? memory.size(1) : 0;
   if (pos_emb) {
-    auto table = pos_emb->first(m_len + x.size(1));             // [K, d]
-    if (m_len > 0) mem = mem + table.narrow(0, 0, m_len);       // [B, M, d]
-    h = h + table.narrow(0, m_len, x.size(1));                  // [B, Q, d]
+    auto table = pos_emb->first(m_len + x.size(1));        // [K, d]
+    if (m_len > 0) mem = mem + table.narrow(0, 0, m_len);  // [B, M, d]
+    h = h + table.narrow(0, m_len, x.size(1));             // [B, Q, d]
   }
   if (options_.pre_norm) {
     auto a = h + drop(attn(attn_norm(h), m_len > 0 ? attn_norm(mem) : mem, inputs, probs));

@@ -22,8 +22,7 @@ void init_layer_norm(torch::nn::LayerNorm& norm, const InitOptions& options) {
   } else if (options.norm_init == "ones") {
     norm->weight.fill_(1.0);
   } else {
-    TXL_FAIL("model.norm_init: unknown value \"", options.norm_init,
-             "\" (allowed: normal, ones)");
+    TXL_FAIL("model.norm_init: unknown value \"", options.norm_init, "\" (allowed: normal, ones)");
   }
   norm->bias.zero_();
 }

@@ -22,8 +22,8 @@ torch::Tensor LearnedPositionsImpl::forward(const torch::Tensor& index) {
   // (index_select itself rejects out-of-range indices on every device).
   if (index.numel() > 0 && index.is_cpu()) {
     const int64_t top = index.max().item<int64_t>();
-    TXL_CHECK(top < size() && index.min().item<int64_t>() >= 0, "learned positions: index ",
-              top, " outside the table of ", size(), " rows");
+    TXL_CHECK(top < size() && index.min().item<int64_t>() >= 0, "learned positions: index ", top,
+              " outside the table of ", size(), " rows");
   }
   return weight.index_select(0, index);
 }

@@ -22,10 +22,10 @@ torch::Tensor attention_mask(int64_t q_len, int64_t m_len, int64_t window,
   const int64_t k_len = m_len + q_len;
   auto visible = causal_mask(q_len, m_len, window, device).unsqueeze(0);  // [1, Q, K]
   if (key_mask.defined()) {
-    TXL_CHECK(key_mask.dim() == 2 && key_mask.size(1) == k_len &&
-                  key_mask.scalar_type() == torch::kBool,
-              "attention_mask: key_mask must be bool [B, K = ", k_len, "], got ",
-              key_mask.sizes(), " ", key_mask.scalar_type());
+    TXL_CHECK(
+        key_mask.dim() == 2 && key_mask.size(1) == k_len && key_mask.scalar_type() == torch::kBool,
+        "attention_mask: key_mask must be bool [B, K = ", k_len, "], got ", key_mask.sizes(), " ",
+        key_mask.scalar_type());
     visible = visible.logical_and(key_mask.unsqueeze(1));  // [B, Q, K]
   }
   if (extra.defined()) {
@@ -41,6 +41,13 @@ torch::Tensor attention_mask(int64_t q_len, int64_t m_len, int64_t window,
 double blocked_score(torch::ScalarType dtype) {
   // -1e30 is finite in float, double and bfloat16; half tops out at 65504.
   return dtype == torch::kHalf ? -6.0e4 : -1.0e30;
+}
+
+torch::Tensor score_bias(const torch::Tensor& blocked, torch::ScalarType dtype) {
+  TXL_CHECK(blocked.scalar_type() == torch::kBool, "score_bias: mask must be bool, got ",
+            blocked.scalar_type());
+  return torch::zeros(blocked.sizes(), blocked.options().dtype(dtype))
+      .masked_fill_(blocked, blocked_score(dtype));
 }
 
 }  // namespace txl::ops

@@ -27,7 +27,7 @@ class RelShift : public torch::autograd::Function<RelShift> {
     auto lead = x.sizes().slice(0, x.dim() - 2);
     // cat, not constant_pad_nd: the latter fills the whole buffer before copying x into it.
     auto zero_column = torch::zeros(with_last_two(lead, q_len, 1), x.options());  // [..., Q, 1]
-    auto padded = torch::cat({zero_column, x}, -1);                                // [..., Q, K+1]
+    auto padded = torch::cat({zero_column, x}, -1);                               // [..., Q, K+1]
     // Re-read the buffer as K+1 rows of Q and drop the first Q elements: (i, j) lands on
     // i (K+1) + 1 + (j + Q-1-i), i.e. x[i, j + Q-1-i] whenever j + Q-1-i <= K-1.
     return padded.view(with_last_two(lead, k_len + 1, q_len))
@@ -45,8 +45,8 @@ class RelShift : public torch::autograd::Function<RelShift> {
     flat_shape.push_back(q_len * k_len);
     std::vector<int64_t> zeros_shape(lead.begin(), lead.end());
     zeros_shape.push_back(q_len);
-    auto buffer = torch::cat({torch::zeros(zeros_shape, grad.options()),
-                              grad.reshape(flat_shape)}, -1);  // [..., Q (K+1)]
+    auto buffer = torch::cat({torch::zeros(zeros_shape, grad.options()), grad.reshape(flat_shape)},
+                             -1);  // [..., Q (K+1)]
     return {buffer.view(with_last_two(lead, q_len, k_len + 1)).narrow(-1, 1, k_len)};
   }
 };

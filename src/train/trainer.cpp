@@ -13,6 +13,7 @@
 #include "txl/config/load.h"
 #include "txl/data/dataset.h"
 #include "txl/data/stream.h"
+#include "txl/data/synthetic.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/transformer_lm.h"
 #include "txl/models/checkpoint.h"
@@ -195,7 +196,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
 
   const models::Context context = models::Context::from_config(m);
   eval::EvalOptions valid_options = eval::resolve_eval_options(config);
-  valid_options.max_tokens = t.eval_max_tokens;
+  if (t.eval_max_tokens > 0) valid_options.max_tokens = t.eval_max_tokens;
   if (valid_options.mode == "sliding") valid_options.mode = "segments";  // periodic eval stays cheap
 
   auto save = [&](const stdfs::path& path) {
@@ -223,9 +224,20 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   std::int64_t& last_eval_step = state.last_eval_step;
   std::int64_t last_ckpt_step = state.step;
 
+  // On the synthetic corpus, validation also reports the loss on the recalled values.
+  torch::Tensor recall_mask;
+  if (config.data.corpus == "synthetic")
+    recall_mask = data::synthetic_recall_mask(dataset.valid.ids, *dataset.tokenizer);
+
   auto run_eval = [&]() -> bool {  // returns true when early stopping triggers
     auto r = eval::evaluate(model, dataset.valid.ids, valid_options, dataset.valid.n_bytes,
-                            dataset.valid.n_chars);
+                            dataset.valid.n_chars, nullptr, recall_mask);
+    if (config.data.document_mode) {
+      // Also as training sees the text: documents on their own.
+      auto d = eval::evaluate(model, dataset.valid.ids, valid_options, 0, 0, nullptr, {},
+                              dataset.valid.doc_starts);
+      log::info("eval", "step {} | valid loss {:.4f} with documents on their own", state.step, d.loss);
+    }
     r.split = "valid";
     last_eval_step = state.step;
     const bool improved = state.best_valid_loss == 0.0 || r.loss < state.best_valid_loss;
@@ -245,8 +257,10 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
       }
     }
     metrics.write(fmt::format("{{\"kind\":\"eval\",\"step\":{},{}", state.step, eval::to_json(r).substr(1)));
-    log::info("eval", "step {} | valid loss {:.4f} | ppl {:.2f} | bpb {:.4f} | {:.0f} tok/s{}",
-              state.step, r.loss, r.ppl, r.bits_per_byte, r.tokens_per_s, improved ? " | best" : "");
+    log::info("eval", "step {} | valid loss {:.4f} | ppl {:.2f} | bpb {:.4f} | {:.0f} tok/s{}{}",
+              state.step, r.loss, r.ppl, r.bits_per_byte, r.tokens_per_s,
+              r.recall_tokens > 0 ? fmt::format(" | recall loss {:.3f}", r.recall_loss) : "",
+              improved ? " | best" : "");
     if (improved) save(best_path);
     return t.patience > 0 && state.evals_without_gain >= t.patience;
   };
@@ -271,7 +285,9 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
     data::Batch batch = stream.next();
     const double lr = learning_rate(t, state.step + 1, state.lr_scale);
     set_learning_rate(*optimizer, lr);
-    optimizer->zero_grad();
+    // Gradients are reset rather than zero-filled (LibTorch 1.13's zero_grad fills): the first
+    // backward then writes them without a read-modify-write.
+    for (auto& p : model->parameters()) p.mutable_grad().reset();
     double batch_loss = 0.0;
     for (std::int64_t c = 0; c < t.batch_chunk; ++c) {
       auto rows = [&](const torch::Tensor& x) { return x.narrow(0, c * chunk_rows, chunk_rows); };

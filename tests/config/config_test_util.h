@@ -63,6 +63,7 @@ model:
   tie_weight: false
   tie_projs: false
   init: uniform
+  norm_init: ones
   init_std: 0.05
   proj_init_std: 0.02
 train:
@@ -97,6 +98,7 @@ eval:
   stride: 32
   warmup: 10
   batch_size: 2
+  max_tokens: 5000
   splits: [test]
   sweep_mem_lens: [0, 64, 128]
 )";

@@ -96,6 +96,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_FALSE(c.model.tie_weight);
   EXPECT_FALSE(c.model.tie_projs);
   EXPECT_EQ(c.model.init, "uniform");
+  EXPECT_EQ(c.model.norm_init, "ones");
   EXPECT_DOUBLE_EQ(c.model.init_std, 0.05);
   EXPECT_DOUBLE_EQ(c.model.proj_init_std, 0.02);
 
@@ -130,6 +131,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.eval.stride, 32);
   EXPECT_EQ(c.eval.warmup, 10);
   EXPECT_EQ(c.eval.batch_size, 2);
+  EXPECT_EQ(c.eval.max_tokens, 5000);
   EXPECT_EQ(c.eval.splits, (std::vector<std::string>{"test"}));
   EXPECT_EQ(c.eval.sweep_mem_lens, (std::vector<int>{0, 64, 128}));
 

@@ -103,13 +103,18 @@ TEST(Evaluator, MemoryModeTokenLossesFollowTheText) {
   EXPECT_TRUE(txl::test::tensor_near(a.narrow(0, 0, 10), b.narrow(0, 0, 10), 1e-5, 1e-5));
 }
 
-TEST(Evaluator, MaxTokensLimitsTheScoredTokens) {
+TEST(Evaluator, MaxTokensScoresTheSamePrefixInEveryMode) {
   auto f = make("xl", 400);
-  auto o = options("memory", 16, 16, 2);
-  o.max_tokens = 64;
-  auto r = evaluate(f.model, f.ids, o);
-  EXPECT_GE(r.tokens, 64);
-  EXPECT_LT(r.tokens, 399);
+  for (auto o : {options("memory", 16, 16, 2), options("segments", 16, 0, 3), options("sliding", 16, 0, 2)}) {
+    o.max_tokens = 64;
+    torch::Tensor losses;
+    auto r = evaluate(f.model, f.ids, o, 399, 0, &losses);
+    EXPECT_EQ(r.tokens, 64) << o.mode;
+    // The prefix alone gives the same result; bytes are prorated (64 of 399 targets).
+    auto prefix = evaluate(f.model, f.ids.narrow(0, 0, 65), o);
+    EXPECT_DOUBLE_EQ(r.loss, prefix.loss) << o.mode;
+    EXPECT_NEAR(r.bits_per_byte, r.loss / std::log(2.0), 1e-9) << o.mode;
+  }
 }
 
 TEST(Evaluator, ResolveInheritsFromTheModel) {
@@ -139,6 +144,22 @@ TEST(Evaluator, BadInputIsAClearError) {
   TXL_EXPECT_THROW_WITH(evaluate(f.model, f.ids.narrow(0, 0, 1), options("memory", 8, 8, 1)),
                         "at least 2 tokens");
   TXL_EXPECT_THROW_WITH(evaluate(f.model, f.ids, options("beam", 8, 8, 1)), "memory | segments | sliding");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Evaluator, RecallLossAveragesTheMaskedTargets) {
+  auto f = make("xl", 101);
+  auto mask = torch::zeros({101}, torch::kBool);
+  mask[5] = true;
+  mask[50] = true;
+  torch::Tensor losses;
+  auto r = evaluate(f.model, f.ids, options("memory", 16, 16, 2), 0, 0, &losses, mask);
+  EXPECT_EQ(r.recall_tokens, 2);
+  // Target t is token t, predicted at index t - 1 of the text-order losses.
+  EXPECT_NEAR(r.recall_loss, (losses[4].item<double>() + losses[49].item<double>()) / 2, 1e-6);
 }
 
 }  // namespace

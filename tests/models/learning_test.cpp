@@ -26,7 +26,7 @@ double train_on_repeated_sequence(const std::string& attn_type, int mem_len) {
   model->train();
   // Period 8 with repeated ids, so the next token depends on more than the current one.
   auto pattern = torch::tensor({3, 1, 4, 1, 5, 9, 2, 6}, torch::kLong);
-  auto stream = pattern.repeat({5});  // [40]
+  auto stream = pattern.repeat({5});                                  // [40]
   auto tokens = stream.narrow(0, 0, q).unsqueeze(0).repeat({2, 1});   // [2, Q]
   auto targets = stream.narrow(0, 1, q).unsqueeze(0).repeat({2, 1});  // [2, Q]
   torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(3e-3));

@@ -88,7 +88,8 @@ TEST(TransformerLM, CausalForEveryVariant) {
       changed.select(1, t).add_(1).remainder_(kVocab);
       auto out = run(model, changed, memory, ctx);
       if (t > 0) {
-        EXPECT_TRUE(txl::test::tensor_equal(out.logits.narrow(1, 0, t), base.logits.narrow(1, 0, t)))
+        EXPECT_TRUE(
+            txl::test::tensor_equal(out.logits.narrow(1, 0, t), base.logits.narrow(1, 0, t)))
             << v.name << ", token " << t;
         EXPECT_TRUE(txl::test::tensor_equal(out.nll.narrow(1, 0, t), base.nll.narrow(1, 0, t)))
             << v.name << ", token " << t;
@@ -164,7 +165,8 @@ TEST(TransformerLM, SameLengthSegmentsEqualWindowedLongPass) {
   auto first = run(model, tokens.narrow(1, 0, 5), {}, ctx_with(5, -1, true));
   auto second = run(model, tokens.narrow(1, 5, 5), first.memory, ctx_with(5, -1, true));
   auto whole = run(model, tokens, {}, ctx_with(5, -1, true));
-  EXPECT_TRUE(tensor_near(torch::cat({first.logits, second.logits}, 1), whole.logits, 1e-10, 1e-10));
+  EXPECT_TRUE(
+      tensor_near(torch::cat({first.logits, second.logits}, 1), whole.logits, 1e-10, 1e-10));
   auto plain = run(model, tokens.narrow(1, 5, 5), first.memory, ctx_with(5));
   EXPECT_FALSE(tensor_near(second.logits, plain.logits, 1e-6, 1e-6));
 }
@@ -218,7 +220,8 @@ TEST(TransformerLM, PaperCrossCheck) {
   auto bytes = torch::pickle_save(dump);
   std::ofstream((dir / "dump.pt").string(), std::ios::binary).write(bytes.data(), bytes.size());
   auto script = txl::test::source_dir() / "tests" / "models" / "paper_reference.py";
-  const int rc = std::system((python + " " + script.string() + " " + (dir / "dump.pt").string()).c_str());
+  const int rc =
+      std::system((python + " " + script.string() + " " + (dir / "dump.pt").string()).c_str());
   EXPECT_EQ(rc, 0) << "txl and the paper-layout reference disagree (see the printed differences)";
 }
 
@@ -322,7 +325,8 @@ TEST(TransformerLM, ExtLenLeavesTheSegmentEndOutOfMemory) {
   auto no_ext = run(model, random_tokens(1, 6, 21), {}, ctx_with(5));
   // Memory ends 2 positions before the segment end: positions 1..3 of the layer inputs.
   for (size_t l = 0; l < 2; ++l) {
-    EXPECT_TRUE(txl::test::tensor_equal(out.memory.layers[l], no_ext.memory.layers[l].narrow(1, 0, 3)));
+    EXPECT_TRUE(
+        txl::test::tensor_equal(out.memory.layers[l], no_ext.memory.layers[l].narrow(1, 0, 3)));
   }
 }
 
@@ -384,8 +388,7 @@ TEST(TransformerLM, ParameterNamesArePinned) {
   for (std::string l : {"0", "1"}) {
     for (std::string n : {"attn.qkv.weight", "attn.out.weight", "attn.r_net.weight",
                           "ff.fc1.weight", "ff.fc1.bias", "ff.fc2.weight", "ff.fc2.bias",
-                          "attn_norm.weight", "attn_norm.bias", "ff_norm.weight",
-                          "ff_norm.bias"}) {
+                          "attn_norm.weight", "attn_norm.bias", "ff_norm.weight", "ff_norm.bias"}) {
       expected.push_back("layers." + l + "." + n);
     }
   }
@@ -441,6 +444,10 @@ TEST(TransformerLM, BadInputsAreClearErrors) {
                         "input_mask must be bool [B, T]");
   TXL_EXPECT_THROW_WITH(run(model, tokens, {}, ctx_with(4), {}, torch::ones({3}, torch::kBool)),
                         "reset must be bool [B = 2]");
+  Memory doubled = memory;
+  for (auto& m : doubled.layers) m = m.to(torch::kDouble);
+  TXL_EXPECT_THROW_WITH(run(model, tokens, doubled, ctx_with(4)),
+                        "layer 0 is Double but the layer input is Float");
   Memory grad_memory = memory;
   grad_memory.layers[0] = grad_memory.layers[0].clone().requires_grad_(true);
   TXL_EXPECT_THROW_WITH(run(model, tokens, grad_memory, ctx_with(4)), "must be detached");

@@ -186,8 +186,8 @@ TEST(Attention, QueryWithNoVisibleKeyGivesNoNaN) {
   auto s = make(PositionScheme::kRelative);
   auto key_mask = torch::zeros({2, 3}, torch::kBool);  // everything is padding
   torch::Tensor probs;
-  auto y = s.attn(torch::randn({2, 3, 6}, torch::kDouble), torch::Tensor(), inputs_for(s, 3, 0, -1, key_mask),
-                  &probs);
+  auto y = s.attn(torch::randn({2, 3, 6}, torch::kDouble), torch::Tensor(),
+                  inputs_for(s, 3, 0, -1, key_mask), &probs);
   EXPECT_TRUE(torch::isfinite(y).all().item<bool>());
   EXPECT_TRUE(torch::isfinite(probs).all().item<bool>());
 }

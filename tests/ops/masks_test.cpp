@@ -18,17 +18,17 @@ TEST(CausalMask, NoMemory) {
 }
 
 TEST(CausalMask, WithMemorySeesAllMemory) {
-  EXPECT_TRUE(txl::test::tensor_equal(causal_mask(2, 3),
-                                      bools({{1, 1, 1, 1, 0}, {1, 1, 1, 1, 1}})));
+  EXPECT_TRUE(
+      txl::test::tensor_equal(causal_mask(2, 3), bools({{1, 1, 1, 1, 0}, {1, 1, 1, 1, 1}})));
 }
 
 TEST(CausalMask, WindowKeepsTheMostRecentKeys) {
   // same_length with mem_len 2: every query sees exactly 2 keys (itself and one before).
-  EXPECT_TRUE(txl::test::tensor_equal(
-      causal_mask(3, 2, 2), bools({{0, 1, 1, 0, 0}, {0, 0, 1, 1, 0}, {0, 0, 0, 1, 1}})));
+  EXPECT_TRUE(txl::test::tensor_equal(causal_mask(3, 2, 2),
+                                      bools({{0, 1, 1, 0, 0}, {0, 0, 1, 1, 0}, {0, 0, 0, 1, 1}})));
   // First segment (no memory yet): early queries see fewer keys, never more than the window.
-  EXPECT_TRUE(txl::test::tensor_equal(causal_mask(3, 0, 2),
-                                      bools({{1, 0, 0}, {1, 1, 0}, {0, 1, 1}})));
+  EXPECT_TRUE(
+      txl::test::tensor_equal(causal_mask(3, 0, 2), bools({{1, 0, 0}, {1, 1, 0}, {0, 1, 1}})));
   // A window at least K wide changes nothing.
   EXPECT_TRUE(txl::test::tensor_equal(causal_mask(2, 3, 5), causal_mask(2, 3)));
 }
@@ -59,6 +59,24 @@ TEST(BlockedScore, FiniteForEveryFloatType) {
     EXPECT_TRUE(torch::isfinite(v).all().item<bool>()) << t;
     EXPECT_LT(v.item<double>(), -1e4) << t;
   }
+}
+
+}  // namespace
+}  // namespace txl::ops
+
+namespace txl::ops {
+namespace {
+
+TEST(ScoreBias, ZeroWhereVisibleBlockedScoreWhereHidden) {
+  auto blocked = causal_mask(2, 1).logical_not();  // [[0 0 1] [0 0 0]]
+  auto bias = score_bias(blocked, torch::kFloat);
+  EXPECT_EQ(bias.scalar_type(), torch::kFloat);
+  auto expected = torch::zeros({2, 3});
+  expected[0][2] = blocked_score(torch::kFloat);
+  EXPECT_TRUE(txl::test::tensor_equal(bias, expected));
+  // Added to scores it zeroes the hidden weights exactly.
+  auto weights = torch::softmax(torch::randn({2, 3}) + bias, -1);
+  EXPECT_EQ(weights[0][2].item<float>(), 0.0f);
 }
 
 }  // namespace

@@ -30,13 +30,20 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) throw std::runtime_error("missing value after " + a);
         return argv[++i];
       };
-      if (a == "--threads") threads = std::stoi(next());
-      else if (a == "--steps") steps = std::stoi(next());
-      else if (a == "--batch") batch = std::stoi(next());
-      else if (a == "--vocab") vocab = std::stoll(next());
-      else if (a == "--attn") attn = next();
-      else if (a == "--trace") trace = next();
-      else throw std::runtime_error("unknown flag " + a);
+      if (a == "--threads")
+        threads = std::stoi(next());
+      else if (a == "--steps")
+        steps = std::stoi(next());
+      else if (a == "--batch")
+        batch = std::stoi(next());
+      else if (a == "--vocab")
+        vocab = std::stoll(next());
+      else if (a == "--attn")
+        attn = next();
+      else if (a == "--trace")
+        trace = next();
+      else
+        throw std::runtime_error("unknown flag " + a);
     }
     torch::set_num_threads(threads);
     torch::manual_seed(1);

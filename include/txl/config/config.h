@@ -125,6 +125,7 @@ struct EvalConfig {
   int stride = 1;                   // sliding: tokens scored per window
   int warmup = 0;                   // memory: tokens of preceding text used unscored
   int batch_size = 16;              // evaluation streams
+  std::int64_t max_tokens = 0;      // score only the first max_tokens targets of a split (0 = all)
   std::vector<std::string> splits = {"valid", "test"};  // which splits to report
   std::vector<int> sweep_mem_lens;  // context sweep: mem_len values (empty = 0,Q,2Q,4Q,8Q)
 };

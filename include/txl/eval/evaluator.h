@@ -25,7 +25,8 @@ struct EvalOptions {
   int stride = 1;               // sliding: scored tokens per window
   int warmup = 0;               // memory: unscored tokens before each stream's start
   int batch_size = 16;          // streams (memory, segments) or windows (sliding) per batch
-  std::int64_t max_tokens = 0;  // score only the first max_tokens targets (0 = all)
+  std::int64_t max_tokens = 0;  // score only the text's first max_tokens targets (0 = all);
+                                // bytes and characters are prorated
 };
 
 // Fills an EvalOptions from the experiment's eval section, inheriting from the model section.
@@ -46,15 +47,26 @@ struct EvalResult {
   std::int64_t tokens = 0;        // scored tokens
   double seconds = 0.0;           // wall time
   double tokens_per_s = 0.0;      // scored tokens per second
+  // Recall tokens (synthetic corpus): mean loss on the targets a recall mask selects, and how
+  // many there were; 0 when no mask was given.
+  double recall_loss = 0.0;          // nats per recall token; ln 64 = 4.159 = no recall
+  std::int64_t recall_tokens = 0;
 };
 
 // Evaluates `model` on token ids (int64 [N]); the model is put in eval mode and no gradient is
 // recorded. n_bytes / n_chars are the original text's sizes for bits per byte / character
 // (0 = not reported). When `token_losses` is not null it receives the per-token losses in
 // text order (float [tokens]).
+// `recall_mask` (bool [N], e.g. data::synthetic_recall_mask) selects target tokens whose loss
+// is also reported on its own (recall_loss).
+// `doc_starts` (int64 [n_docs], memory and segments modes) evaluates documents on their own, as
+// data.document_mode trains them: memory is reset at each document and its first token is not
+// scored. Per-token losses and recall need plain text (no doc_starts).
 EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
                     const EvalOptions& options, std::int64_t n_bytes = 0,
-                    std::int64_t n_chars = 0, torch::Tensor* token_losses = nullptr);
+                    std::int64_t n_chars = 0, torch::Tensor* token_losses = nullptr,
+                    const torch::Tensor& recall_mask = {},
+                    const torch::Tensor& doc_starts = {});
 
 // One JSON object per result, with the fields above.
 std::string to_json(const EvalResult& result);

@@ -4,7 +4,8 @@
 //
 // Per query token, with Q = tgt_len, M = mem_len, K = M + Q, H heads of D, d model width,
 // F = d_inner, V vocabulary, per layer:
-//   fused QKV over concat(memory, segment)  2 d (3 H D) K / Q
+//   queries over the segment                2 d (H D)
+//   keys, values over concat(memory, seg.)  2 d (2 H D) K / Q
 //   scores q.k over K keys                  2 H D K        (computed for all K; causal masking
 //   position scores (xl, shaw)              2 H D K         does not skip work)
 //   weighted sum of values                  2 H D K

@@ -86,7 +86,7 @@ class TransformerLMImpl : public torch::nn::Module {
   modules::AdaptiveEmbedding word_emb{nullptr};
   torch::nn::ModuleList layers{nullptr};  // L DecoderLayer
   modules::AdaptiveLogSoftmax crit{nullptr};
-  torch::Tensor u_bias, v_bias;           // xl, shared by all layers (not untie_r): [H, D]
+  torch::Tensor u_bias, v_bias;              // xl, shared by all layers (not untie_r): [H, D]
   torch::nn::LayerNorm final_norm{nullptr};  // pre_norm only
   torch::nn::Dropout drop{nullptr};
 

@@ -8,6 +8,12 @@
 // Scores are divided by sqrt(D), blocked (future, padding, window) keys get a large finite
 // negative score, softmax, attention dropout, weighted sum of values, heads concatenated, W_o.
 //
+// W_q, W_k, W_v are one fused parameter (qkv.weight, rows q | k | v, as the paper code's
+// qkv_net). Without memory it is one product over the segment. With memory, keys and values are
+// one product over concat(memory, segment) and queries one over the segment only: the paper
+// code's single product over concat also projects queries for the M memory positions and then
+// drops them (1/6 of the QKV work at M = Q, plus a zero-filled gradient buffer).
+//
 // Legend: B batch, Q query length, M memory length, K = M + Q keys, H heads, D head size,
 // d model width. Internally heads lead ([H, B, ...]) so that every product is one batched GEMM
 // without copies; no [B, H, Q, K, D] tensor is ever formed.
@@ -29,17 +35,19 @@ struct AttentionOptions {
   int64_t d_head = 64;    // D (H * D need not equal d)
   double dropatt = 0.0;   // dropout on the attention probabilities
   PositionScheme scheme = PositionScheme::kRelative;
-  bool own_biases = false;     // kRelative: this layer has its own u, v (untie_r)
-  int64_t max_rel_dist = 64;   // kShaw: distances clipped to this
+  bool own_biases = false;    // kRelative: this layer has its own u, v (untie_r)
+  int64_t max_rel_dist = 64;  // kShaw: distances clipped to this
   InitOptions init;
 };
 
 // Inputs computed once per segment and shared by every layer.
 struct AttentionInputs {
-  torch::Tensor blocked;  // bool [1, B or 1, Q, K], true = key hidden from the query
-  torch::Tensor rel_pos;  // kRelative: R [K, d] encodings of relative_distances(K, clamp_len);
-                          // kShaw: int64 [K] the same distances clipped to max_rel_dist
-  torch::Tensor u, v;     // kRelative without own_biases: the shared biases [H, D]
+  torch::Tensor blocked;     // bool [1, B or 1, Q, K], true = key hidden from the query
+  torch::Tensor score_bias;  // optional: ops::score_bias(blocked), computed once per segment;
+                             // derived from `blocked` by each layer when absent
+  torch::Tensor rel_pos;     // kRelative: R [K, d] encodings of relative_distances(K, clamp_len);
+                             // kShaw: int64 [K] the same distances clipped to max_rel_dist
+  torch::Tensor u, v;        // kRelative without own_biases: the shared biases [H, D]
 };
 
 class MultiHeadAttentionImpl : public torch::nn::Module {
@@ -55,11 +63,11 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   void reset_parameters(const InitOptions& init);
   const AttentionOptions& options() const { return options_; }
 
-  torch::nn::Linear qkv{nullptr};  // fused W_q, W_k, W_v: d -> 3 H D, no bias (paper code)
-  torch::nn::Linear out{nullptr};  // W_o: H D -> d, no bias
-  torch::nn::Linear r_net{nullptr};       // kRelative: W_R, d -> H D
-  LearnedPositions rel_key{nullptr};      // kShaw: [max_rel_dist + 1, H, D]
-  torch::Tensor u_bias, v_bias;           // kRelative with own_biases: [H, D]
+  torch::nn::Linear qkv{nullptr};     // fused W_q, W_k, W_v: d -> 3 H D, no bias (paper code)
+  torch::nn::Linear out{nullptr};     // W_o: H D -> d, no bias
+  torch::nn::Linear r_net{nullptr};   // kRelative: W_R, d -> H D
+  LearnedPositions rel_key{nullptr};  // kShaw: [max_rel_dist + 1, H, D]
+  torch::Tensor u_bias, v_bias;       // kRelative with own_biases: [H, D]
   torch::nn::Dropout dropatt{nullptr};
 
  private:

@@ -21,7 +21,7 @@ namespace txl::modules {
 struct DecoderLayerOptions {
   AttentionOptions attention;
   int64_t d_inner = 1024;
-  double dropout = 0.1;       // residual dropout and feed-forward inner dropout
+  double dropout = 0.1;  // residual dropout and feed-forward inner dropout
   bool pre_norm = false;
   int64_t abs_positions = 0;  // > 0: learned absolute positions table of this many rows
   InitOptions init;

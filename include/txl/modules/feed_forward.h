@@ -13,7 +13,7 @@ namespace txl::modules {
 struct FeedForwardOptions {
   int64_t d_model = 256;  // d
   int64_t d_inner = 1024;
-  double dropout = 0.0;   // on the inner activation
+  double dropout = 0.0;  // on the inner activation
   InitOptions init;
 };
 

@@ -30,4 +30,9 @@ torch::Tensor attention_mask(int64_t q_len, int64_t m_len, int64_t window,
 // NaN, while a blocked key next to a visible one still gets a weight of exactly 0.
 double blocked_score(torch::ScalarType dtype);
 
+// Additive form of a mask: `blocked` (bool, true = hidden) -> 0 where visible and
+// blocked_score(dtype) where hidden, same shape. Added to the scores it hides keys without a
+// masked_fill, whose backward would cost one more pass over the scores in every layer.
+torch::Tensor score_bias(const torch::Tensor& blocked, torch::ScalarType dtype);
+
 }  // namespace txl::ops

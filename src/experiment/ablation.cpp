@@ -1,0 +1,553 @@
+#include "txl/experiment/ablation.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "txl/config/load.h"
+#include "txl/data/dataset.h"
+#include "txl/data/synthetic.h"
+#include "txl/eval/evaluator.h"
+#include "txl/models/checkpoint.h"
+#include "txl/train/trainer.h"
+#include "txl/util/error.h"
+#include "txl/util/fs.h"
+#include "txl/util/log.h"
+
+namespace txl::experiment {
+
+namespace stdfs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+std::string training_fingerprint(const config::ExperimentConfig& variant) {
+  config::ExperimentConfig trained = variant;
+  trained.eval = config::EvalConfig{};
+  return config::fingerprint(trained);
+}
+
+namespace {
+
+constexpr const char* kTag = "ablate";
+constexpr const char* kDoneFile = "done.json";
+constexpr const char* kEvalFile = "eval_results.json";
+// Bumped whenever what a cached evaluation means changes, so older caches are recomputed.
+constexpr int kEvalCacheVersion = 2;
+
+// ---------------------------------------------------------------------------- done.json
+
+// A variant's progress marker: written once training finished ("trained") and again once every
+// planned evaluation is cached ("evaluated"), with the figures the report needs from training.
+struct DoneMarker {
+  std::string stage;        // trained | evaluated
+  std::string fingerprint;  // training_fingerprint of the config that produced it
+  std::int64_t steps = 0;
+  std::int64_t tokens = 0;
+  double train_seconds = 0.0;
+  double train_tokens_per_s = 0.0;
+  std::int64_t params = 0;
+  std::string stop_reason;
+};
+
+std::optional<DoneMarker> read_done(const stdfs::path& dir) {
+  const stdfs::path path = dir / kDoneFile;
+  std::error_code ec;
+  if (!stdfs::exists(path, ec)) return std::nullopt;
+  Json j = Json::parse(fs::read_file(path), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("fingerprint") || !j.contains("stage")) {
+    log::warn(kTag, "{} is not a txl progress marker; the variant is treated as unfinished",
+              path.string());
+    return std::nullopt;
+  }
+  DoneMarker d;
+  d.stage = j.value("stage", "");
+  d.fingerprint = j.value("fingerprint", "");
+  d.steps = j.value("steps", std::int64_t{0});
+  d.tokens = j.value("tokens", std::int64_t{0});
+  d.train_seconds = j.value("train_seconds", 0.0);
+  d.train_tokens_per_s = j.value("train_tokens_per_s", 0.0);
+  d.params = j.value("params", std::int64_t{0});
+  d.stop_reason = j.value("stop_reason", "");
+  return d;
+}
+
+void write_done(const stdfs::path& dir, const DoneMarker& d) {
+  Json j;
+  j["stage"] = d.stage;
+  j["fingerprint"] = d.fingerprint;
+  j["steps"] = d.steps;
+  j["tokens"] = d.tokens;
+  j["train_seconds"] = d.train_seconds;
+  j["train_tokens_per_s"] = d.train_tokens_per_s;
+  j["params"] = d.params;
+  j["stop_reason"] = d.stop_reason;
+  fs::write_atomic(dir / kDoneFile, j.dump(2) + "\n");
+}
+
+// ----------------------------------------------------------------------- eval_results.json
+
+// Finished evaluations of one trained model, keyed by everything that changes their result.
+struct EvalCache {
+  std::string fingerprint;                      // training fingerprint they were computed under
+  std::vector<std::string> keys;                // in the order they were computed
+  std::map<std::string, ResultRecord> records;  // key -> record
+};
+
+EvalCache read_cache(const stdfs::path& dir, const std::string& fingerprint) {
+  EvalCache cache;
+  cache.fingerprint = fingerprint;
+  const stdfs::path path = dir / kEvalFile;
+  std::error_code ec;
+  if (!stdfs::exists(path, ec)) return cache;
+  Json j = Json::parse(fs::read_file(path), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("keys") || !j.contains("records")) {
+    log::warn(kTag, "{} is unreadable; its evaluations will be recomputed", path.string());
+    return cache;
+  }
+  if (j.value("fingerprint", "") != fingerprint) return cache;   // another training: stale
+  if (j.value("version", 0) != kEvalCacheVersion) return cache;  // another meaning: stale
+  std::vector<ResultRecord> records;
+  try {
+    records = records_from_json(j["records"].dump(), path.string());
+  } catch (const Error& e) {
+    log::warn(kTag, "{}; its evaluations will be recomputed", e.what());
+    return cache;
+  }
+  const auto& keys = j["keys"];
+  if (!keys.is_array() || keys.size() != records.size()) {
+    log::warn(kTag, "{}: keys and records disagree; its evaluations will be recomputed",
+              path.string());
+    return cache;
+  }
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (!keys[i].is_string()) continue;
+    const std::string key = keys[i].get<std::string>();
+    if (cache.records.emplace(key, records[i]).second) cache.keys.push_back(key);
+  }
+  return cache;
+}
+
+void write_cache(const stdfs::path& dir, const EvalCache& cache) {
+  std::vector<ResultRecord> records;
+  for (const auto& key : cache.keys) records.push_back(cache.records.at(key));
+  Json j;
+  j["version"] = kEvalCacheVersion;
+  j["fingerprint"] = cache.fingerprint;
+  j["keys"] = cache.keys;
+  j["records"] = Json::parse(to_json(records));
+  fs::write_atomic(dir / kEvalFile, j.dump(2) + "\n");
+}
+
+// ------------------------------------------------------------------------------- helpers
+
+// The resolved evaluation settings of one planned evaluation.
+eval::EvalOptions eval_options(const config::ExperimentConfig& cfg, const PlannedEval& p) {
+  eval::EvalOptions o = eval::resolve_eval_options(cfg);
+  o.mode = p.mode;
+  o.tgt_len = p.tgt_len;
+  o.mem_len = p.mem_len;
+  if (p.mode == "sliding") {
+    o.window = p.window;
+    o.stride = p.stride;
+  }
+  o.max_tokens = 0;  // the prefix is cut by scored_text, the same for every mode
+  return o;
+}
+
+// Targets scored per split: --eval-max-tokens when given, else the experiment's eval.max_tokens.
+std::int64_t eval_limit(const config::ExperimentConfig& cfg, const AblationOptions& options) {
+  return options.eval_max_tokens > 0 ? options.eval_max_tokens : cfg.eval.max_tokens;
+}
+
+// Every setting that changes an evaluation's result, so a cached one is reused only when equal.
+std::string cache_key(const PlannedEval& p, const eval::EvalOptions& o, std::int64_t max_tokens) {
+  return fmt::format("{}|clamp{}|same{}|warmup{}|B{}|max{}", p.key(), o.clamp_len,
+                     o.same_length ? 1 : 0, o.mode == "memory" ? o.warmup : 0, o.batch_size,
+                     max_tokens);
+}
+
+// The text one evaluation scores: the split, or its first max_tokens targets, with bytes and
+// characters prorated. Cutting the ids here, rather than with EvalOptions::max_tokens, makes
+// every mode score the same tokens: memory and segments modes read B parallel streams, so their
+// first N scored tokens would come from B places in the text, while sliding reads it in order.
+struct ScoredText {
+  torch::Tensor ids;  // int64 [N + 1]
+  std::int64_t n_bytes = 0;
+  std::int64_t n_chars = 0;
+};
+
+ScoredText scored_text(const data::EncodedSplit& split, std::int64_t max_tokens) {
+  const std::int64_t targets = split.ids.size(0) - 1;
+  if (max_tokens <= 0 || max_tokens >= targets) return {split.ids, split.n_bytes, split.n_chars};
+  const double fraction = static_cast<double>(max_tokens) / static_cast<double>(targets);
+  return {split.ids.narrow(0, 0, max_tokens + 1),  // [max_tokens + 1]
+          std::llround(static_cast<double>(split.n_bytes) * fraction),
+          std::llround(static_cast<double>(split.n_chars) * fraction)};
+}
+
+// Total training wall time and tokens as the trainer logged them (its last train record covers
+// every invocation, resumed ones included); nullopt when metrics.jsonl has no train record.
+std::optional<std::pair<double, std::int64_t>> logged_training(const stdfs::path& metrics) {
+  std::error_code ec;
+  if (!stdfs::exists(metrics, ec)) return std::nullopt;
+  std::istringstream in(fs::read_file(metrics));
+  std::optional<std::pair<double, std::int64_t>> last;
+  for (std::string line; std::getline(in, line);) {
+    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || j.value("kind", "") != "train") continue;
+    if (!j.contains("seconds") || !j["seconds"].is_number()) continue;
+    last = std::make_pair(j["seconds"].get<double>(), j.value("tokens", std::int64_t{0}));
+  }
+  return last;
+}
+
+// The settings that differ between the run directory's config.yaml and `cfg`, training ones only.
+std::string describe_changes(const stdfs::path& dir, const config::ExperimentConfig& cfg) {
+  const stdfs::path path = dir / "config.yaml";
+  std::error_code ec;
+  if (!stdfs::exists(path, ec)) return "its config.yaml is missing";
+  try {
+    auto before = config::parse_experiment_string(fs::read_file(path), path.string());
+    std::vector<std::string> lines;
+    for (const auto& line : config::diff_experiments(before, cfg)) {
+      if (line.rfind("eval.", 0) != 0) lines.push_back(line);
+    }
+    if (lines.empty()) return "settings differ";
+    std::string out;
+    for (size_t i = 0; i < lines.size() && i < 8; ++i) out += (i ? "; " : "") + lines[i];
+    if (lines.size() > 8) out += fmt::format("; and {} more", lines.size() - 8);
+    return out;
+  } catch (const Error& e) {
+    return std::string("its config.yaml does not load (") + e.what() + ")";
+  }
+}
+
+// Whether a half-finished run (a checkpoint without done.json) was started with these settings.
+bool same_training(const stdfs::path& dir, const std::string& fingerprint) {
+  const stdfs::path path = dir / "config.yaml";
+  std::error_code ec;
+  if (!stdfs::exists(path, ec)) return false;
+  try {
+    auto before = config::parse_experiment_string(fs::read_file(path), path.string());
+    return training_fingerprint(before) == fingerprint;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Clears what a previous training of the variant left, so that it starts from scratch.
+void reset_variant(const stdfs::path& dir) {
+  for (const char* name :
+       {kDoneFile, kEvalFile, "checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl"}) {
+    std::error_code ec;
+    stdfs::remove(dir / name, ec);
+    TXL_CHECK(!ec, "cannot remove ", (dir / name).string(), ": ", ec.message());
+  }
+}
+
+void set_threads(const config::ExperimentConfig& cfg) {
+  const int threads = cfg.run.threads > 0
+                          ? cfg.run.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  torch::set_num_threads(threads);
+}
+
+// Loads datasets once per distinct data section (variants normally share one).
+class DatasetCache {
+ public:
+  const data::Dataset& get(const config::DataConfig& cfg) {
+    config::ExperimentConfig probe;
+    probe.data = cfg;
+    const std::string key = config::fingerprint(probe);
+    if (key_ != key) {
+      dataset_ = data::load_dataset(cfg);
+      key_ = key;
+    }
+    return dataset_;
+  }
+
+ private:
+  std::string key_;
+  data::Dataset dataset_;
+};
+
+ResultRecord make_record(const std::string& variant, const config::ExperimentConfig& cfg,
+                         const PlannedEval& p, const eval::EvalResult& r) {
+  ResultRecord rec;
+  rec.variant = variant;
+  rec.attn_type = cfg.model.attn_type;
+  rec.eval_mode = p.mode;
+  rec.split = p.split;
+  rec.tgt_len = p.tgt_len;
+  rec.mem_len = p.mem_len;
+  rec.window = p.window;
+  rec.stride = p.stride;
+  rec.loss = r.loss;
+  rec.ppl = r.ppl;
+  rec.bits_per_byte = r.bits_per_byte;
+  rec.bits_per_char = r.bits_per_char;
+  rec.tokens = r.tokens;
+  rec.tokens_per_s = r.tokens_per_s;
+  rec.seconds = r.seconds;
+  rec.recall_loss = r.recall_loss;
+  rec.recall_tokens = r.recall_tokens;
+  return rec;
+}
+
+void fill_training(ResultRecord& rec, const config::ExperimentConfig& cfg, const DoneMarker& d) {
+  rec.attn_type = cfg.model.attn_type;
+  rec.train_tgt_len = cfg.model.tgt_len;
+  rec.train_mem_len = cfg.model.mem_len;
+  rec.train_steps = d.steps;
+  rec.train_tokens = d.tokens;
+  rec.train_tokens_per_s = d.train_tokens_per_s;
+  rec.train_seconds = d.train_seconds;
+  rec.params = d.params;
+}
+
+// What happened to one variant.
+struct VariantOutcome {
+  bool interrupted = false;
+  std::vector<ResultRecord> records;
+};
+
+VariantOutcome run_variant(const std::string& name, const config::ExperimentConfig& cfg,
+                           const AblationOptions& options, DatasetCache& datasets) {
+  VariantOutcome outcome;
+  const stdfs::path dir = train::run_dir(cfg);
+  const std::string fingerprint = training_fingerprint(cfg);
+  std::error_code ec;
+
+  std::optional<DoneMarker> done = read_done(dir);
+  if (done && done->fingerprint != fingerprint) {
+    log::warn(kTag, "variant {} changed since it was trained ({}); training it again from scratch",
+              name, describe_changes(dir, cfg));
+    reset_variant(dir);
+    done.reset();
+  } else if (!done && stdfs::exists(dir / "checkpoint_last.pt", ec) &&
+             !same_training(dir, fingerprint)) {
+    log::warn(kTag,
+              "variant {} was started with other settings ({}); starting it again from "
+              "scratch",
+              name, describe_changes(dir, cfg));
+    reset_variant(dir);
+  }
+
+  // Training (resumed where a previous run stopped; skipped when finished).
+  if (!done) {
+    log::info(kTag, "variant {}: {} ({}, Q {}, M {}) in {}", name,
+              stdfs::exists(dir / "checkpoint_last.pt", ec) ? "resuming training" : "training",
+              cfg.model.attn_type, cfg.model.tgt_len, cfg.model.mem_len, dir.string());
+    train::TrainSummary summary = train::train(cfg, {/*resume=*/true, options.quiet});
+    if (summary.status == train::TrainStatus::kInterrupted) {
+      outcome.interrupted = true;
+      return outcome;
+    }
+    DoneMarker d;
+    d.stage = "trained";
+    d.fingerprint = fingerprint;
+    d.steps = summary.step;
+    d.tokens = summary.tokens;
+    d.stop_reason = summary.stop_reason;
+    d.train_seconds = summary.seconds;
+    if (auto logged = logged_training(dir / "metrics.jsonl")) d.train_seconds = logged->first;
+    d.train_tokens_per_s = d.train_seconds > 0 ? d.tokens / d.train_seconds : 0.0;
+    done = d;
+    write_done(dir, *done);
+  } else {
+    log::info(kTag, "variant {}: training finished earlier ({} steps); not retrained", name,
+              done->steps);
+  }
+
+  // Evaluation of every planned mode not cached yet.
+  const auto plan = evaluation_plan(cfg, options.memory_multiples);
+  EvalCache cache = read_cache(dir, fingerprint);
+  std::vector<std::string> keys;
+  for (const auto& p : plan)
+    keys.push_back(cache_key(p, eval_options(cfg, p), eval_limit(cfg, options)));
+  const bool missing = std::any_of(keys.begin(), keys.end(),
+                                   [&](const auto& k) { return cache.records.count(k) == 0; });
+  if (missing) {
+    // The best validation checkpoint, as in the paper; the last one if validation never ran.
+    stdfs::path checkpoint = dir / "checkpoint_best.pt";
+    if (!stdfs::exists(checkpoint, ec)) checkpoint = dir / "checkpoint_last.pt";
+    TXL_CHECK(stdfs::exists(checkpoint, ec), "variant ", name, ": no checkpoint in ", dir.string(),
+              " to evaluate; delete ", (dir / kDoneFile).string(), " to train it again");
+    models::LoadedModel loaded = models::load_model(checkpoint);
+    std::int64_t params = 0;
+    for (const auto& t : loaded.model->parameters()) params += t.numel();
+    if (done->params != params) {
+      done->params = params;
+      write_done(dir, *done);
+    }
+    set_threads(cfg);
+    const data::Dataset& dataset = datasets.get(cfg.data);
+    TXL_CHECK(dataset.tokenizer->vocab_size() == loaded.vocab_size, "variant ", name,
+              ": the tokenizer has ", dataset.tokenizer->vocab_size(), " ids but ",
+              checkpoint.string(), " has ", loaded.vocab_size,
+              "; did data.cache_dir or data.tokenizer change?");
+    log::info(kTag, "variant {}: evaluating {}", name, checkpoint.string());
+    for (size_t i = 0; i < plan.size(); ++i) {
+      if (cache.records.count(keys[i]) != 0) continue;
+      if (train::stop_signal().load() != 0) {
+        outcome.interrupted = true;
+        return outcome;
+      }
+      const auto& p = plan[i];
+      const ScoredText text = scored_text(dataset.split(p.split), eval_limit(cfg, options));
+      // On the synthetic corpus the recalled values are also scored on their own.
+      torch::Tensor recall;
+      if (cfg.data.corpus == "synthetic") {
+        recall = data::synthetic_recall_mask(text.ids, *dataset.tokenizer);  // bool [N + 1]
+      }
+      auto r = eval::evaluate(loaded.model, text.ids, eval_options(cfg, p), text.n_bytes,
+                              text.n_chars, nullptr, recall);
+      cache.records[keys[i]] = make_record(name, cfg, p, r);
+      cache.keys.push_back(keys[i]);
+      write_cache(dir, cache);
+      log::info(kTag,
+                "variant {}: {} {} (Q {}, M {}, L {}, s {}): ppl {:.3f}, {:.0f} tok/s, {:.1f} s",
+                name, p.split, p.mode, p.tgt_len, p.mem_len, p.window, p.stride, r.ppl,
+                r.tokens_per_s, r.seconds);
+    }
+  } else {
+    log::info(kTag, "variant {}: every evaluation cached in {}", name, (dir / kEvalFile).string());
+  }
+  if (done->stage != "evaluated") {
+    done->stage = "evaluated";
+    write_done(dir, *done);
+  }
+  for (const auto& key : keys) {
+    ResultRecord rec = cache.records.at(key);
+    fill_training(rec, cfg, *done);
+    rec.variant = name;
+    outcome.records.push_back(rec);
+  }
+  return outcome;
+}
+
+// Cached results of a variant left out by `only`, when they still match its settings.
+std::vector<ResultRecord> cached_records(const std::string& name,
+                                         const config::ExperimentConfig& cfg,
+                                         const AblationOptions& options) {
+  const stdfs::path dir = train::run_dir(cfg);
+  const std::string fingerprint = training_fingerprint(cfg);
+  auto done = read_done(dir);
+  if (!done || done->fingerprint != fingerprint) return {};
+  EvalCache cache = read_cache(dir, fingerprint);
+  std::vector<ResultRecord> records;
+  for (const auto& p : evaluation_plan(cfg, options.memory_multiples)) {
+    auto it = cache.records.find(cache_key(p, eval_options(cfg, p), eval_limit(cfg, options)));
+    if (it == cache.records.end()) continue;
+    ResultRecord rec = it->second;
+    fill_training(rec, cfg, *done);
+    rec.variant = name;
+    records.push_back(rec);
+  }
+  return records;
+}
+
+// What a variant changes relative to the ablation's base (its name and folder always differ).
+std::vector<std::string> changes_from_base(const config::AblationConfig& ablation,
+                                           const config::ExperimentConfig& cfg) {
+  std::vector<std::string> out;
+  for (const auto& line : config::diff_experiments(ablation.base, cfg)) {
+    if (line.rfind("run.name:", 0) == 0 || line.rfind("run.output_dir:", 0) == 0) continue;
+    out.push_back(line);
+  }
+  return out;
+}
+
+// An ablation compares like with like: warns about variants that change the data, the seed or
+// the training budget, since their differences are then not the named change alone.
+void warn_unfair_variants(const config::AblationConfig& ablation) {
+  for (const auto& [name, cfg] : ablation.variants) {
+    for (const auto& line : changes_from_base(ablation, cfg)) {
+      const bool unfair = line.rfind("data.", 0) == 0 || line.rfind("run.seed:", 0) == 0 ||
+                          line.rfind("train.max_steps:", 0) == 0 ||
+                          line.rfind("train.max_tokens:", 0) == 0 ||
+                          line.rfind("train.max_minutes:", 0) == 0;
+      if (unfair) {
+        log::warn(kTag, "variant {} changes {}; its results are not comparable like for like", name,
+                  line);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+AblationResult run_ablation(const config::AblationConfig& ablation,
+                            const AblationOptions& options) {
+  TXL_CHECK(!ablation.variants.empty(), "ablation ", ablation.name,
+            " has no variants; list them under `variants:`");
+  std::vector<std::string> names;
+  for (const auto& [name, cfg] : ablation.variants) names.push_back(name);
+  for (const auto& wanted : options.only) {
+    TXL_CHECK(std::find(names.begin(), names.end(), wanted) != names.end(), "--only: ablation ",
+              ablation.name, " has no variant '", wanted, "'; its variants are: ", [&] {
+                std::string list;
+                for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+                return list;
+              }());
+  }
+  auto selected = [&](const std::string& name) {
+    return options.only.empty() ||
+           std::find(options.only.begin(), options.only.end(), name) != options.only.end();
+  };
+
+  AblationResult result;
+  result.dir = ablation_dir(ablation);
+  fs::ensure_dir(result.dir);
+  log::info(kTag, "ablation {}: {} variant(s), report in {}", ablation.name, names.size(),
+            result.dir.string());
+
+  warn_unfair_variants(ablation);
+  ReportOptions report_options = options.report;
+  for (const auto& [name, cfg] : ablation.variants) {
+    std::string changes;
+    for (const auto& line : changes_from_base(ablation, cfg)) {
+      changes += (changes.empty() ? "" : "; ") + line;
+    }
+    report_options.variant_changes.emplace_back(name, changes);
+  }
+
+  DatasetCache datasets;
+  std::vector<TrainingCurve> curves;
+  for (const auto& [name, cfg] : ablation.variants) {
+    std::vector<ResultRecord> records;
+    if (selected(name)) {
+      if (int sig = train::stop_signal().load(); sig != 0) {
+        result.status = AblationStatus::kInterrupted;
+        result.signal = sig;
+        result.stopped_variant = name;
+        return result;
+      }
+      VariantOutcome outcome = run_variant(name, cfg, options, datasets);
+      if (outcome.interrupted) {
+        result.status = AblationStatus::kInterrupted;
+        result.signal = train::stop_signal().load();
+        result.stopped_variant = name;
+        log::info(kTag, "stopped during variant {}; run the same command again to resume", name);
+        return result;
+      }
+      records = std::move(outcome.records);
+    } else {
+      records = cached_records(name, cfg, options);
+      if (records.empty()) {
+        log::info(kTag, "variant {}: not selected and no current results; left out of the report",
+                  name);
+      }
+    }
+    if (!records.empty()) curves.push_back({name, train::run_dir(cfg) / "metrics.jsonl"});
+    result.records.insert(result.records.end(), records.begin(), records.end());
+  }
+  result.report = write_report(result.dir, ablation.name, result.records, curves, report_options);
+  return result;
+}
+
+}  // namespace txl::experiment

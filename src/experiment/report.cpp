@@ -1,0 +1,789 @@
+#include "txl/experiment/report.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "txl/util/error.h"
+#include "txl/util/fs.h"
+#include "txl/util/log.h"
+
+extern char** environ;
+
+namespace txl::experiment {
+
+namespace stdfs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+double ResultRecord::seconds_per_token() const {
+  return tokens > 0 ? seconds / static_cast<double>(tokens) : 0.0;
+}
+
+int ResultRecord::context() const {
+  if (eval_mode == "memory") return mem_len;
+  if (eval_mode == "sliding") return window;
+  return tgt_len;
+}
+
+// ------------------------------------------------------------------------------ JSON and CSV
+
+namespace {
+
+Json record_to_json(const ResultRecord& r) {
+  Json j;
+  j["variant"] = r.variant;
+  j["attn_type"] = r.attn_type;
+  j["eval_mode"] = r.eval_mode;
+  j["split"] = r.split;
+  j["tgt_len"] = r.tgt_len;
+  j["mem_len"] = r.mem_len;
+  j["window"] = r.window;
+  j["stride"] = r.stride;
+  j["loss"] = r.loss;
+  j["ppl"] = r.ppl;
+  j["bits_per_byte"] = r.bits_per_byte;
+  j["bits_per_char"] = r.bits_per_char;
+  j["tokens"] = r.tokens;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["seconds"] = r.seconds;
+  j["seconds_per_token"] = r.seconds_per_token();
+  j["recall_loss"] = r.recall_loss;
+  j["recall_tokens"] = r.recall_tokens;
+  j["train_tgt_len"] = r.train_tgt_len;
+  j["train_mem_len"] = r.train_mem_len;
+  j["train_steps"] = r.train_steps;
+  j["train_tokens"] = r.train_tokens;
+  j["train_tokens_per_s"] = r.train_tokens_per_s;
+  j["train_seconds"] = r.train_seconds;
+  j["params"] = r.params;
+  return j;
+}
+
+// A field of a cached record; a missing or mistyped one means the cache is from another version.
+template <typename T>
+T field(const Json& j, const char* key, const std::string& origin) {
+  auto it = j.find(key);
+  TXL_CHECK(it != j.end(), origin, ": result record lacks \"", key,
+            "\" (written by another txl version?); delete the file to recompute it");
+  // nlohmann writes NaN and infinity as null; read them back as NaN.
+  if constexpr (std::is_floating_point_v<T>) {
+    if (it->is_null()) return std::nan("");
+  }
+  try {
+    return it->template get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    TXL_FAIL(origin, ": result field \"", key, "\" has the wrong type (", e.what(),
+             "); delete the file to recompute it");
+  }
+}
+
+ResultRecord record_from_json(const Json& j, const std::string& origin) {
+  TXL_CHECK(j.is_object(), origin, ": expected a JSON object per result record");
+  ResultRecord r;
+  r.variant = field<std::string>(j, "variant", origin);
+  r.attn_type = field<std::string>(j, "attn_type", origin);
+  r.eval_mode = field<std::string>(j, "eval_mode", origin);
+  r.split = field<std::string>(j, "split", origin);
+  r.tgt_len = field<int>(j, "tgt_len", origin);
+  r.mem_len = field<int>(j, "mem_len", origin);
+  r.window = field<int>(j, "window", origin);
+  r.stride = field<int>(j, "stride", origin);
+  r.loss = field<double>(j, "loss", origin);
+  r.ppl = field<double>(j, "ppl", origin);
+  r.bits_per_byte = field<double>(j, "bits_per_byte", origin);
+  r.bits_per_char = field<double>(j, "bits_per_char", origin);
+  r.tokens = field<std::int64_t>(j, "tokens", origin);
+  r.tokens_per_s = field<double>(j, "tokens_per_s", origin);
+  r.seconds = field<double>(j, "seconds", origin);
+  // Optional: absent in records of corpora without recall tokens.
+  r.recall_loss = j.contains("recall_loss") ? field<double>(j, "recall_loss", origin) : 0.0;
+  r.recall_tokens =
+      j.contains("recall_tokens") ? field<std::int64_t>(j, "recall_tokens", origin) : 0;
+  r.train_tgt_len = field<int>(j, "train_tgt_len", origin);
+  r.train_mem_len = field<int>(j, "train_mem_len", origin);
+  r.train_steps = field<std::int64_t>(j, "train_steps", origin);
+  r.train_tokens = field<std::int64_t>(j, "train_tokens", origin);
+  r.train_tokens_per_s = field<double>(j, "train_tokens_per_s", origin);
+  r.train_seconds = field<double>(j, "train_seconds", origin);
+  r.params = field<std::int64_t>(j, "params", origin);
+  return r;
+}
+
+// RFC 4180 quoting: only when the field holds a comma, quote or line break.
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Shortest round-tripping text of a double for CSV (17 significant digits at most).
+std::string csv_number(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return fmt::format("{}", x);
+}
+
+}  // namespace
+
+std::string to_json(const std::vector<ResultRecord>& records) {
+  Json list = Json::array();
+  for (const auto& r : records) list.push_back(record_to_json(r));
+  return list.dump(2) + "\n";
+}
+
+std::vector<ResultRecord> records_from_json(const std::string& text, const std::string& origin) {
+  Json list;
+  try {
+    list = Json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    TXL_FAIL(origin, ": not valid JSON (", e.what(), "); delete the file to recompute it");
+  }
+  TXL_CHECK(list.is_array(), origin, ": expected a JSON list of result records");
+  std::vector<ResultRecord> records;
+  for (const auto& j : list) records.push_back(record_from_json(j, origin));
+  return records;
+}
+
+std::string to_csv(const std::vector<ResultRecord>& records) {
+  std::string out =
+      "variant,attn_type,eval_mode,split,tgt_len,mem_len,window,stride,loss,ppl,bits_per_byte,"
+      "bits_per_char,tokens,tokens_per_s,seconds,seconds_per_token,recall_loss,recall_tokens,"
+      "train_tgt_len,train_mem_len,train_steps,train_tokens,train_tokens_per_s,train_seconds,"
+      "params\n";
+  for (const auto& r : records) {
+    out += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        csv_field(r.variant), csv_field(r.attn_type), csv_field(r.eval_mode), csv_field(r.split),
+        r.tgt_len, r.mem_len, r.window, r.stride, csv_number(r.loss), csv_number(r.ppl),
+        csv_number(r.bits_per_byte), csv_number(r.bits_per_char), r.tokens,
+        csv_number(r.tokens_per_s), csv_number(r.seconds), csv_number(r.seconds_per_token()),
+        csv_number(r.recall_loss), r.recall_tokens, r.train_tgt_len, r.train_mem_len, r.train_steps,
+        r.train_tokens, csv_number(r.train_tokens_per_s), csv_number(r.train_seconds), r.params);
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------ margin
+
+namespace {
+
+// Variant names in first-appearance order.
+std::vector<std::string> variants_in_order(const std::vector<ResultRecord>& records) {
+  std::vector<std::string> names;
+  for (const auto& r : records) {
+    if (std::find(names.begin(), names.end(), r.variant) == names.end()) names.push_back(r.variant);
+  }
+  return names;
+}
+
+std::vector<std::string> splits_in_order(const std::vector<ResultRecord>& records) {
+  std::vector<std::string> splits;
+  for (const auto& r : records) {
+    if (std::find(splits.begin(), splits.end(), r.split) == splits.end()) splits.push_back(r.split);
+  }
+  return splits;
+}
+
+// The first variant (in record order) satisfying `pred` on its records.
+template <typename Pred>
+std::string first_variant(const std::vector<ResultRecord>& records, Pred pred) {
+  for (const auto& r : records) {
+    if (pred(r)) return r.variant;
+  }
+  return "";
+}
+
+std::string join(const std::vector<std::string>& parts, const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? separator : "") + parts[i];
+  return out;
+}
+
+std::string context_label(const ResultRecord& r) {
+  if (r.eval_mode == "memory") return fmt::format("M={}", r.mem_len);
+  if (r.eval_mode == "sliding") return fmt::format("L={} s={}", r.window, r.stride);
+  return "-";
+}
+
+std::string describe_eval(const ResultRecord& r) {
+  if (r.eval_mode == "memory") return fmt::format("memory M={}", r.mem_len);
+  if (r.eval_mode == "sliding")
+    return fmt::format("sliding window L={}, stride {}", r.window, r.stride);
+  return fmt::format("fixed segments Q={}", r.tgt_len);
+}
+
+// The records behind the headline margin: xl's memory evaluation (training mem_len first) and
+// vanilla's segments evaluation at the same tgt_len.
+std::optional<std::pair<const ResultRecord*, const ResultRecord*>> margin_pair(
+    const std::vector<ResultRecord>& records, const std::string& split) {
+  std::string xl = first_variant(
+      records, [](const ResultRecord& r) { return r.attn_type == "xl" && r.train_mem_len > 0; });
+  std::string vanilla =
+      first_variant(records, [](const ResultRecord& r) { return r.attn_type == "vanilla"; });
+  if (vanilla.empty()) {
+    vanilla = first_variant(records,
+                            [](const ResultRecord& r) { return r.attn_type == "vanilla_learned"; });
+  }
+  if (xl.empty() || vanilla.empty()) return std::nullopt;
+
+  std::vector<const ResultRecord*> xl_memory;
+  for (const auto& r : records) {
+    if (r.variant == xl && r.split == split && r.eval_mode == "memory" && r.mem_len > 0) {
+      xl_memory.push_back(&r);
+    }
+  }
+  // The training memory is the fair comparison; longer ones follow in record order.
+  std::stable_sort(xl_memory.begin(), xl_memory.end(), [](const auto* a, const auto* b) {
+    return (a->mem_len == a->train_mem_len) > (b->mem_len == b->train_mem_len);
+  });
+  for (const auto* x : xl_memory) {
+    for (const auto& v : records) {
+      if (v.variant == vanilla && v.split == split && v.eval_mode == "segments" &&
+          v.tgt_len == x->tgt_len) {
+        return std::make_pair(x, &v);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Margin> compute_margin(const std::vector<ResultRecord>& records,
+                                     const std::string& split) {
+  auto pair = margin_pair(records, split);
+  if (!pair) return std::nullopt;
+  const auto& [x, v] = *pair;
+  Margin m;
+  m.split = split;
+  m.xl_variant = x->variant;
+  m.vanilla_variant = v->variant;
+  m.tgt_len = x->tgt_len;
+  m.mem_len = x->mem_len;
+  m.xl_ppl = x->ppl;
+  m.vanilla_ppl = v->ppl;
+  m.margin_ppl = v->ppl - x->ppl;
+  m.margin_percent = v->ppl > 0 ? 100.0 * m.margin_ppl / v->ppl : 0.0;
+  m.xl_better = x->ppl < v->ppl;
+  return m;
+}
+
+std::string margin_sentence(const Margin& m) {
+  std::string head = fmt::format(
+      "On {}, Transformer-XL ({}, memory M={}) reaches {:.2f} ppl against {:.2f} for vanilla "
+      "with fixed segments ({}) at the same segment length Q={}: ",
+      m.split, m.xl_variant, m.mem_len, m.xl_ppl, m.vanilla_ppl, m.vanilla_variant, m.tgt_len);
+  if (m.xl_better) {
+    return head + fmt::format("xl beat vanilla by {:.2f} ppl ({:.1f}% lower perplexity).",
+                              m.margin_ppl, m.margin_percent);
+  }
+  return head + fmt::format("xl did not beat vanilla; its perplexity is {:.2f} higher ({:.1f}%).",
+                            -m.margin_ppl, -m.margin_percent);
+}
+
+// ------------------------------------------------------------------------------------ tables
+
+namespace {
+
+// A markdown table whose columns are padded, so that it reads well in a terminal too.
+std::string markdown_table(const std::vector<std::string>& header,
+                           const std::vector<std::vector<std::string>>& rows,
+                           const std::vector<bool>& right_aligned) {
+  std::vector<size_t> width(header.size());
+  for (size_t c = 0; c < header.size(); ++c) width[c] = std::max<size_t>(3, header[c].size());
+  for (const auto& row : rows) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string out = "|";
+    for (size_t c = 0; c < cells.size(); ++c) {
+      std::string pad(width[c] - cells[c].size(), ' ');
+      out += " " + (right_aligned[c] ? pad + cells[c] : cells[c] + pad) + " |";
+    }
+    return out + "\n";
+  };
+  std::string out = line(header) + "|";
+  for (size_t c = 0; c < header.size(); ++c) {
+    out += right_aligned[c] ? " " + std::string(width[c] - 1, '-') + ": |"
+                            : " " + std::string(width[c], '-') + " |";
+  }
+  out += "\n";
+  for (const auto& row : rows) out += line(row);
+  return out;
+}
+
+std::string fixed(double x, int digits) {
+  if (std::isnan(x)) return "nan";
+  return fmt::format("{:.{}f}", x, digits);
+}
+
+std::string count(std::int64_t n) {
+  // Thousands separated by a thin comma for readability of token counts and parameters.
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string split_table(const std::vector<ResultRecord>& records, const std::string& split) {
+  bool any_bpb = false, any_bpc = false, any_recall = false;
+  for (const auto& r : records) {
+    if (r.split != split) continue;
+    any_bpb = any_bpb || r.bits_per_byte > 0;
+    any_bpc = any_bpc || r.bits_per_char > 0;
+    any_recall = any_recall || r.recall_tokens > 0;
+  }
+  std::vector<std::string> header = {"variant", "attn", "mode", "Q", "context", "ppl"};
+  std::vector<bool> right = {false, false, false, true, false, true};
+  if (any_bpb) header.push_back("bits/byte"), right.push_back(true);
+  if (any_bpc) header.push_back("bits/char"), right.push_back(true);
+  if (any_recall) header.push_back("recall loss"), right.push_back(true);
+  for (const char* h : {"tokens", "tokens/s", "ms/token", "cost vs segments"}) {
+    header.push_back(h);
+    right.push_back(true);
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : records) {
+    if (r.split != split) continue;
+    std::vector<std::string> row = {r.variant,        r.attn_type,
+                                    r.eval_mode,      std::to_string(r.tgt_len),
+                                    context_label(r), fixed(r.ppl, 2)};
+    if (any_bpb) row.push_back(r.bits_per_byte > 0 ? fixed(r.bits_per_byte, 4) : "-");
+    if (any_bpc) row.push_back(r.bits_per_char > 0 ? fixed(r.bits_per_char, 4) : "-");
+    if (any_recall) row.push_back(r.recall_tokens > 0 ? fixed(r.recall_loss, 3) : "-");
+    row.push_back(count(r.tokens));
+    row.push_back(count(static_cast<std::int64_t>(std::llround(r.tokens_per_s))));
+    row.push_back(fixed(1000.0 * r.seconds_per_token(), 4));
+    // Cost relative to the same variant's segments pass: sliding's price for its context.
+    std::string relative = "-";
+    for (const auto& s : records) {
+      if (s.variant == r.variant && s.split == split && s.eval_mode == "segments" &&
+          s.seconds_per_token() > 0) {
+        relative = fmt::format("{:.1f}x", r.seconds_per_token() / s.seconds_per_token());
+        break;
+      }
+    }
+    row.push_back(relative);
+    rows.push_back(std::move(row));
+  }
+  return markdown_table(header, rows, right);
+}
+
+}  // namespace
+
+std::string format_table(const std::vector<ResultRecord>& records) {
+  std::string out;
+  for (const auto& split : splits_in_order(records)) {
+    if (!out.empty()) out += "\n";
+    out += "Split: " + split + "\n\n" + split_table(records, split);
+  }
+  return out;
+}
+
+// ----------------------------------------------------------------------------- training curves
+
+namespace {
+
+struct CurveSummary {
+  bool found = false;
+  double final_train_loss = std::nan("");
+  std::int64_t final_step = 0;
+  double best_valid_ppl = std::nan("");
+  int bad_lines = 0;  // lines that were not JSON (e.g. cut short by a crash)
+};
+
+CurveSummary summarise_curve(const stdfs::path& metrics) {
+  CurveSummary s;
+  std::error_code ec;
+  if (metrics.empty() || !stdfs::exists(metrics, ec)) return s;
+  s.found = true;
+  std::istringstream in(fs::read_file(metrics));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) {
+      ++s.bad_lines;
+      continue;
+    }
+    std::string kind = j.value("kind", "");
+    auto number = [&](const char* key) {
+      auto it = j.find(key);
+      return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
+    };
+    if (kind == "train") {
+      double loss = number("loss");
+      if (!std::isnan(loss)) {
+        s.final_train_loss = loss;
+        s.final_step = static_cast<std::int64_t>(number("step"));
+      }
+    } else if (kind == "eval" && j.value("split", "valid") == "valid") {
+      double ppl = number("ppl");
+      if (!std::isnan(ppl) && (std::isnan(s.best_valid_ppl) || ppl < s.best_valid_ppl)) {
+        s.best_valid_ppl = ppl;
+      }
+    }
+  }
+  return s;
+}
+
+std::string training_table(const std::vector<ResultRecord>& records,
+                           const std::map<std::string, CurveSummary>& curves) {
+  std::vector<std::string> header = {"variant",
+                                     "attn",
+                                     "Q",
+                                     "M",
+                                     "parameters",
+                                     "steps",
+                                     "tokens",
+                                     "tokens/s",
+                                     "train seconds",
+                                     "final train loss",
+                                     "best valid ppl"};
+  std::vector<bool> right = {false, false, true, true, true, true, true, true, true, true, true};
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& name : variants_in_order(records)) {
+    const auto& r = *std::find_if(records.begin(), records.end(),
+                                  [&](const ResultRecord& x) { return x.variant == name; });
+    auto it = curves.find(name);
+    CurveSummary c = it != curves.end() ? it->second : CurveSummary{};
+    rows.push_back({r.variant, r.attn_type, std::to_string(r.train_tgt_len),
+                    std::to_string(r.train_mem_len), count(r.params), count(r.train_steps),
+                    count(r.train_tokens),
+                    count(static_cast<std::int64_t>(std::llround(r.train_tokens_per_s))),
+                    fixed(r.train_seconds, 1),
+                    std::isnan(c.final_train_loss) ? "-" : fixed(c.final_train_loss, 4),
+                    std::isnan(c.best_valid_ppl) ? "-" : fixed(c.best_valid_ppl, 2)});
+  }
+  return markdown_table(header, rows, right);
+}
+
+// Sliding-window evaluation of vanilla against xl's memory evaluation (paper 3.2: memory
+// evaluation reuses the previous segments' states instead of recomputing a window per token).
+std::string cost_sentence(const std::vector<ResultRecord>& records, const std::string& split) {
+  const ResultRecord* sliding = nullptr;
+  for (const auto& r : records) {
+    if (r.split == split && r.eval_mode == "sliding" && r.seconds_per_token() > 0) {
+      sliding = &r;
+      break;
+    }
+  }
+  const ResultRecord* memory = nullptr;
+  if (auto pair = margin_pair(records, split)) memory = pair->first;
+  if (memory == nullptr) {
+    for (const auto& r : records) {
+      if (r.split == split && r.eval_mode == "memory" && r.mem_len > 0) {
+        memory = &r;
+        break;
+      }
+    }
+  }
+  if (sliding == nullptr || memory == nullptr || memory->seconds_per_token() <= 0) return "";
+  double ratio = sliding->seconds_per_token() / memory->seconds_per_token();
+  return fmt::format(
+      "Evaluation cost on {}: {} with a {} took {:.4f} ms per token ({} tokens/s) for {:.2f} ppl; "
+      "{} with {} took {:.4f} ms per token ({} tokens/s) for {:.2f} ppl. Sliding-window "
+      "evaluation costs {:.1f}x as much per token as memory evaluation.",
+      split, sliding->variant, describe_eval(*sliding), 1000.0 * sliding->seconds_per_token(),
+      count(static_cast<std::int64_t>(std::llround(sliding->tokens_per_s))), sliding->ppl,
+      memory->variant, describe_eval(*memory), 1000.0 * memory->seconds_per_token(),
+      count(static_cast<std::int64_t>(std::llround(memory->tokens_per_s))), memory->ppl, ratio);
+}
+
+// Splits the headline margin into its two named changes when the ablation has a relative-position
+// variant trained without memory (paper table 6, "without recurrence"): vanilla -> relative
+// positions, then relative positions -> recurrence.
+std::string decomposition_sentence(const std::vector<ResultRecord>& records,
+                                   const std::string& split) {
+  auto pair = margin_pair(records, split);
+  if (!pair) return "";
+  const auto& [x, v] = *pair;
+  std::string rel = first_variant(
+      records, [](const ResultRecord& r) { return r.attn_type == "xl" && r.train_mem_len == 0; });
+  if (rel.empty()) return "";
+  const ResultRecord* r = nullptr;
+  for (const auto& c : records) {
+    if (c.variant == rel && c.split == split && c.eval_mode == "segments" &&
+        c.tgt_len == x->tgt_len) {
+      r = &c;
+      break;
+    }
+  }
+  if (r == nullptr || v->ppl <= 0 || r->ppl <= 0) return "";
+  return fmt::format(
+      "Of that margin on {}, relative positions without recurrence ({}, fixed segments) reach "
+      "{:.2f} ppl, {:.2f} ppl ({:.1f}%) below vanilla; recurrence then takes {} to {:.2f} ppl, a "
+      "further {:.2f} ppl ({:.1f}%).",
+      split, rel, r->ppl, v->ppl - r->ppl, 100.0 * (v->ppl - r->ppl) / v->ppl, x->variant, x->ppl,
+      r->ppl - x->ppl, 100.0 * (r->ppl - x->ppl) / r->ppl);
+}
+
+// The synthetic recall task: the loss on recalled values of the headline pair (ln 64 nats is
+// chance: the statement lies beyond the model's context).
+std::string recall_sentence(const std::vector<ResultRecord>& records, const std::string& split) {
+  auto pair = margin_pair(records, split);
+  if (!pair) return "";
+  const auto& [x, v] = *pair;
+  if (x->recall_tokens == 0 || v->recall_tokens == 0) return "";
+  return fmt::format(
+      "Recall on {} ({} recalled values; ln 64 = 4.159 nats is chance, 0 perfect): {} with "
+      "memory M={} {:.3f} nats, {} with fixed segments {:.3f} nats.",
+      split, x->recall_tokens, x->variant, x->mem_len, x->recall_loss, v->variant, v->recall_loss);
+}
+
+// How the memory variants' perplexity moves when evaluated with more memory than in training
+// (paper 4.3: a model that uses longer context keeps improving with M).
+std::string memory_sweep_sentence(const std::vector<ResultRecord>& records,
+                                  const std::string& split) {
+  std::string out;
+  for (const auto& name : variants_in_order(records)) {
+    std::vector<const ResultRecord*> memory;
+    for (const auto& r : records) {
+      if (r.variant == name && r.split == split && r.eval_mode == "memory" && r.mem_len > 0) {
+        memory.push_back(&r);
+      }
+    }
+    if (memory.size() < 2) continue;
+    std::stable_sort(memory.begin(), memory.end(),
+                     [](const auto* a, const auto* b) { return a->mem_len < b->mem_len; });
+    std::vector<std::string> points;
+    for (const auto* r : memory) points.push_back(fmt::format("M={} {:.2f}", r->mem_len, r->ppl));
+    if (!out.empty()) out += " ";
+    out += fmt::format("{} on {} with longer evaluation memory (trained with M={}): {} ppl.", name,
+                       split, memory.front()->train_mem_len, join(points, ", "));
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------------- plots
+
+// $TXL_PLOT_SCRIPT, else tools/plot_report.py of the txl source tree (fs::source_file).
+stdfs::path default_plot_script() {
+  if (const char* env = std::getenv("TXL_PLOT_SCRIPT"); env != nullptr && *env != '\0') return env;
+  return fs::source_file("tools/plot_report.py");
+}
+
+struct ProcessResult {
+  bool started = false;
+  int exit_code = -1;  // -1 when killed by a signal or not started
+  std::string output;  // stdout and stderr together
+  std::string error;   // why it did not start
+};
+
+// Runs argv[0] (an absolute path; no shell, so no quoting pitfalls) and collects its output.
+ProcessResult run_process(const std::vector<std::string>& args) {
+  ProcessResult result;
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    result.error = std::string("pipe: ") + std::strerror(errno);
+    return result;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[1]);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    result.error = args[0] + ": " + std::strerror(rc);
+    return result;
+  }
+  result.started = true;
+  char buffer[4096];
+  for (;;) {
+    ssize_t n = ::read(fds[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    result.output.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  // 127 is what a failed exec reports on C libraries whose posix_spawn cannot return ENOENT.
+  if (result.exit_code == 127 && result.output.empty()) {
+    result.started = false;
+    result.error = args[0] + ": cannot be executed";
+  }
+  return result;
+}
+
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of(" \n\r\t");
+  if (end == std::string::npos) return "";
+  auto begin = text.rfind('\n', end);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1,
+                     end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+
+constexpr const char* kPlotFiles[] = {"training_loss.png", "context_ppl.png", "eval_cost.png"};
+
+// Draws the plots; returns "" on success, else the reason they were skipped.
+std::string draw_plots(const stdfs::path& dir, const std::vector<TrainingCurve>& curves,
+                       const ReportOptions& options, std::vector<stdfs::path>& plots) {
+  if (!options.plots) return "plots were disabled";
+  stdfs::path script = options.plot_script.empty() ? default_plot_script() : options.plot_script;
+  std::error_code ec;
+  if (!stdfs::exists(script, ec)) return "the plot script " + script.string() + " was not found";
+  if (::access(options.python.c_str(), X_OK) != 0) {
+    return options.python + " was not found (install python3 and python3-matplotlib)";
+  }
+  std::vector<std::string> args = {
+      options.python, script.string(), "--results", (dir / "results.json").string(),
+      "--out",        dir.string(),    "--split",   options.plot_split};
+  for (const auto& c : curves) {
+    args.push_back("--curve");
+    args.push_back(c.variant + "=" + c.metrics.string());
+  }
+  ProcessResult run = run_process(args);
+  if (!run.started) return run.error;
+  if (run.exit_code != 0) {
+    std::string why = last_line(run.output);
+    return fmt::format("{} exited with status {}{}{}", script.filename().string(), run.exit_code,
+                       why.empty() ? "" : ": ", why);
+  }
+  for (const char* name : kPlotFiles) {
+    if (!stdfs::exists(dir / name, ec)) {
+      plots.clear();
+      return fmt::format("{} did not write {}", script.filename().string(), name);
+    }
+    plots.push_back(dir / name);
+  }
+  return "";
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------ report
+
+Report write_report(const stdfs::path& dir, const std::string& ablation_name,
+                    const std::vector<ResultRecord>& records,
+                    const std::vector<TrainingCurve>& curves, const ReportOptions& options) {
+  Report report;
+  report.dir = dir;
+  fs::ensure_dir(dir);
+  fs::write_atomic(dir / "results.json", to_json(records));
+  fs::write_atomic(dir / "results.csv", to_csv(records));
+  report.table = format_table(records);
+
+  std::map<std::string, CurveSummary> summaries;
+  for (const auto& c : curves) {
+    CurveSummary s = summarise_curve(c.metrics);
+    if (!s.found) {
+      log::warn("report", "no training metrics for variant {} at {}", c.variant,
+                c.metrics.string());
+    } else if (s.bad_lines > 0) {
+      log::warn("report", "{}: skipped {} line(s) that are not JSON", c.metrics.string(),
+                s.bad_lines);
+    }
+    summaries[c.variant] = s;
+  }
+
+  report.plot_note = draw_plots(dir, curves, options, report.plots);
+  if (!report.plot_note.empty() && options.plots) {
+    log::warn("report", "plots skipped: {}", report.plot_note);
+  }
+
+  auto variants = variants_in_order(records);
+  std::string md = "# Ablation: " + ablation_name + "\n\n## What was compared\n\n";
+  md += fmt::format(
+      "{} variant(s) ({}), each trained on the same data with the same seed and budget, so that "
+      "only the named change differs, then evaluated in the modes that fit it: vanilla models "
+      "on fixed segments and with a sliding window, Transformer-XL-style models with memory at "
+      "their training length and longer, and on fixed segments for reference.\n\n",
+      variants.size(), join(variants, ", "));
+  if (!options.variant_changes.empty()) {
+    for (const auto& [name, changes] : options.variant_changes) {
+      if (std::find(variants.begin(), variants.end(), name) == variants.end()) continue;
+      md += "- `" + name + "`: " + (changes.empty() ? "the base experiment" : changes) + "\n";
+    }
+    md += "\n";
+  }
+  md += training_table(records, summaries);
+
+  for (const auto& split : splits_in_order(records)) {
+    md += "\n## Results on " + split + "\n\n" + split_table(records, split);
+  }
+
+  md += "\n## Findings\n\n";
+  bool any_finding = false;
+  for (const auto& split : splits_in_order(records)) {
+    if (auto m = compute_margin(records, split)) {
+      md += "- " + margin_sentence(*m) + "\n";
+      any_finding = true;
+    }
+  }
+  for (const auto& split : splits_in_order(records)) {
+    std::string parts = decomposition_sentence(records, split);
+    if (!parts.empty()) md += "- " + parts + "\n";
+  }
+  for (const auto& split : splits_in_order(records)) {
+    std::string recall = recall_sentence(records, split);
+    if (!recall.empty()) md += "- " + recall + "\n";
+  }
+  for (const auto& split : splits_in_order(records)) {
+    std::string sweep = memory_sweep_sentence(records, split);
+    if (!sweep.empty()) {
+      md += "- " + sweep + "\n";
+      any_finding = true;
+    }
+  }
+  for (const auto& split : splits_in_order(records)) {
+    std::string cost = cost_sentence(records, split);
+    if (!cost.empty()) {
+      md += "- " + cost + "\n";
+      any_finding = true;
+    }
+  }
+  if (!any_finding) {
+    md +=
+        "No headline comparison: the ablation needs an xl variant evaluated with memory and a "
+        "vanilla variant evaluated on fixed segments at the same segment length.\n";
+  }
+
+  md += "\n## Plots\n\n";
+  if (report.plots.empty()) {
+    md += "Plots were skipped: " + report.plot_note + ".\n";
+  } else {
+    md +=
+        "![Training loss against step](training_loss.png)\n\n"
+        "![Perplexity against evaluation context length](context_ppl.png)\n\n"
+        "![Evaluation cost against perplexity](eval_cost.png)\n";
+  }
+  md +=
+      "\nEvery figure above is in `results.json` and `results.csv`; the training curves are in "
+      "each variant's `metrics.jsonl`.\n";
+  fs::write_atomic(dir / "report.md", md);
+  log::info("report", "report written to {}", (dir / "report.md").string());
+  return report;
+}
+
+}  // namespace txl::experiment

@@ -1,0 +1,384 @@
+// The ablation runner end to end on a tiny synthetic corpus: every variant trained, evaluated in
+// its modes and reported; finished work skipped, half-finished work resumed, changed variants
+// redone; and txl-ablate's command line, errors and Ctrl-C.
+#include "txl/experiment/ablation.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/core.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "support/test_support.h"
+#include "txl/config/load.h"
+#include "txl/train/trainer.h"
+#include "txl/util/fs.h"
+
+namespace {
+
+using txl::experiment::AblationStatus;
+using txl::test::TempDir;
+namespace stdfs = std::filesystem;
+
+// A model and budget small enough that a variant trains and evaluates in about a second.
+txl::config::ExperimentConfig tiny_base(const TempDir& dir) {
+  txl::config::ExperimentConfig c;
+  c.run.seed = 11;
+  c.run.threads = 1;
+  c.run.log_interval = 2;
+  c.data.corpus = "synthetic";
+  c.data.cache_dir = (dir / "cache").string();
+  c.data.tokenizer.type = "word";
+  c.data.synthetic.documents = 24;
+  c.data.synthetic.gap = 12;
+  c.model.n_layer = 1;
+  c.model.d_model = 16;
+  c.model.n_head = 2;
+  c.model.d_head = 8;
+  c.model.d_inner = 32;
+  c.model.dropout = 0.0;
+  c.model.tgt_len = 8;
+  c.model.mem_len = 8;
+  c.train.lr = 1e-3;
+  c.train.batch_size = 4;
+  c.train.max_steps = 6;
+  c.train.eval_interval = 3;
+  c.train.checkpoint_interval = 3;
+  c.train.warmup_steps = 0;
+  c.eval.batch_size = 4;
+  c.eval.stride = 4;
+  c.eval.splits = {"valid", "test"};
+  return c;
+}
+
+txl::config::AblationConfig tiny_ablation(const TempDir& dir) {
+  txl::config::AblationConfig a;
+  a.name = "tiny";
+  a.output_dir = (dir / "runs" / "tiny").string();
+  a.base = tiny_base(dir);
+  auto add = [&](const std::string& name, const std::string& attn, int mem_len) {
+    auto c = a.base;
+    c.run.name = "tiny/" + name;
+    c.run.output_dir = (dir / "runs" / "tiny" / name).string();
+    c.model.attn_type = attn;
+    c.model.mem_len = mem_len;
+    a.variants.emplace_back(name, c);
+  };
+  add("vanilla", "vanilla", 0);
+  add("rel_no_memory", "xl", 0);
+  add("xl", "xl", 8);
+  return a;
+}
+
+txl::experiment::AblationOptions quiet_options() {
+  txl::experiment::AblationOptions o;
+  o.quiet = true;
+  o.report.plots = false;
+  return o;
+}
+
+txl::config::ExperimentConfig& variant(txl::config::AblationConfig& a, const std::string& name) {
+  for (auto& [n, c] : a.variants) {
+    if (n == name) return c;
+  }
+  throw std::runtime_error("no variant " + name);
+}
+
+stdfs::path run_dir(const txl::config::AblationConfig& a, const std::string& name) {
+  return stdfs::path(a.output_dir) / name;
+}
+
+std::string read(const stdfs::path& p) { return txl::fs::read_file(p); }
+
+// Resets the stop flag whatever a test did with it.
+class Ablation : public ::testing::Test {
+ protected:
+  void SetUp() override { txl::train::stop_signal().store(0); }
+  void TearDown() override { txl::train::stop_signal().store(0); }
+};
+
+TEST_F(Ablation, EveryVariantIsTrainedEvaluatedAndReported) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  auto result = txl::experiment::run_ablation(a, quiet_options());
+  ASSERT_EQ(result.status, AblationStatus::kCompleted);
+  // Plans: vanilla segments + sliding, rel_no_memory memory(0) + segments, xl memory 8/16/32 +
+  // segments; on two splits.
+  ASSERT_EQ(result.records.size(), 2u * (2 + 2 + 4));
+  for (const auto& r : result.records) {
+    SCOPED_TRACE(r.variant + " " + r.split + " " + r.eval_mode);
+    EXPECT_TRUE(std::isfinite(r.ppl));
+    EXPECT_GT(r.ppl, 1.0);
+    EXPECT_NEAR(r.ppl, std::exp(r.loss), 1e-6 * r.ppl);
+    EXPECT_GT(r.tokens, 0);
+    EXPECT_EQ(r.train_steps, 6);
+    EXPECT_GT(r.params, 0);
+    EXPECT_EQ(r.tgt_len, 8);
+    EXPECT_GT(r.recall_tokens, 0);  // the synthetic corpus's recalled values, scored alone
+    EXPECT_GT(r.recall_loss, 0.0);
+  }
+  // Each split is scored whole in every mode, so every mode of a split counts the same tokens.
+  for (const auto& r : result.records) {
+    EXPECT_EQ(r.tokens, result.records[r.split == "valid" ? 0 : 2].tokens)
+        << r.variant << r.eval_mode;
+  }
+  const auto dir_out = stdfs::path(a.output_dir);
+  auto json = nlohmann::json::parse(read(dir_out / "results.json"));
+  EXPECT_EQ(json.size(), result.records.size());
+  std::string md = read(dir_out / "report.md");
+  for (const std::string name : {"vanilla", "rel_no_memory", "xl"}) {
+    EXPECT_NE(md.find("| " + name), std::string::npos) << name;
+    auto done = nlohmann::json::parse(read(run_dir(a, name) / "done.json"));
+    EXPECT_EQ(done["stage"], "evaluated");
+    EXPECT_EQ(done["fingerprint"], txl::experiment::training_fingerprint(variant(a, name)));
+    EXPECT_TRUE(stdfs::exists(run_dir(a, name) / "eval_results.json"));
+  }
+  EXPECT_NE(md.find("Transformer-XL (xl, memory M=8)"), std::string::npos) << md;
+  // What each variant changes relative to the base.
+  EXPECT_NE(md.find("- `vanilla`: model.attn_type: 'xl' -> 'vanilla'; model.mem_len: 8 -> 0"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("- `xl`: the base experiment"), std::string::npos) << md;
+  EXPECT_NE(result.report.table.find("sliding"), std::string::npos);
+  EXPECT_NE(md.find("Recall on test ("), std::string::npos) << md;
+}
+
+TEST_F(Ablation, EvalMaxTokensScoresTheSamePrefixInEveryMode) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  auto options = quiet_options();
+  options.eval_max_tokens = 40;
+  auto result = txl::experiment::run_ablation(a, options);
+  ASSERT_EQ(result.status, AblationStatus::kCompleted);
+  for (const auto& r : result.records) {
+    EXPECT_EQ(r.tokens, 40) << r.variant << " " << r.split << " " << r.eval_mode;
+    EXPECT_GT(r.bits_per_byte, 0.0);
+  }
+  // A changed limit is another evaluation: computed afresh, not taken from the cache.
+  options.eval_max_tokens = 24;
+  auto shorter = txl::experiment::run_ablation(a, options);
+  for (const auto& r : shorter.records) EXPECT_EQ(r.tokens, 24);
+}
+
+TEST_F(Ablation, RerunSkipsFinishedWorkAndRedoesOnlyWhatChanged) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  auto first = txl::experiment::run_ablation(a, quiet_options());
+  ASSERT_EQ(first.status, AblationStatus::kCompleted);
+  std::map<std::string, std::string> metrics, checkpoints;
+  for (const std::string name : {"vanilla", "rel_no_memory", "xl"}) {
+    metrics[name] = read(run_dir(a, name) / "metrics.jsonl");
+    checkpoints[name] = read(run_dir(a, name) / "checkpoint_last.pt");
+  }
+
+  // Nothing changed: nothing is trained or evaluated again; the results are the cached ones.
+  auto second = txl::experiment::run_ablation(a, quiet_options());
+  ASSERT_EQ(second.records.size(), first.records.size());
+  for (size_t i = 0; i < first.records.size(); ++i) {
+    EXPECT_EQ(second.records[i].seconds, first.records[i].seconds);  // not re-measured
+    EXPECT_EQ(second.records[i].loss, first.records[i].loss);
+  }
+  for (const std::string name : {"vanilla", "rel_no_memory", "xl"}) {
+    EXPECT_EQ(read(run_dir(a, name) / "metrics.jsonl"), metrics[name]) << name;
+  }
+
+  // An evaluation setting changed: no retraining, only the affected evaluations are redone.
+  variant(a, "vanilla").eval.stride = 2;
+  // A training setting changed: that variant alone is trained again from scratch.
+  variant(a, "xl").train.max_steps = 8;
+  auto third = txl::experiment::run_ablation(a, quiet_options());
+  ASSERT_EQ(third.status, AblationStatus::kCompleted);
+  EXPECT_EQ(read(run_dir(a, "vanilla") / "metrics.jsonl"), metrics["vanilla"]);
+  EXPECT_EQ(read(run_dir(a, "vanilla") / "checkpoint_last.pt"), checkpoints["vanilla"]);
+  EXPECT_EQ(read(run_dir(a, "rel_no_memory") / "checkpoint_last.pt"), checkpoints["rel_no_memory"]);
+  EXPECT_NE(read(run_dir(a, "xl") / "metrics.jsonl"), metrics["xl"]);
+  for (size_t i = 0; i < third.records.size(); ++i) {
+    const auto& r = third.records[i];
+    const auto& before = first.records[i];
+    ASSERT_EQ(r.variant, before.variant);
+    if (r.variant == "xl") {
+      EXPECT_EQ(r.train_steps, 8);
+    } else if (r.eval_mode == "sliding") {
+      EXPECT_EQ(r.stride, 2);
+      EXPECT_NE(r.seconds, before.seconds);  // measured again
+    } else {
+      EXPECT_EQ(r.seconds, before.seconds);  // cached
+      EXPECT_EQ(r.loss, before.loss);
+    }
+  }
+}
+
+TEST_F(Ablation, HalfFinishedVariantResumesAndAChangedOneRestarts) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  auto& xl = variant(a, "xl");
+  // What an interrupted run leaves: a checkpoint at step 3 and config.yaml of the full run.
+  auto partial = xl;
+  partial.train.max_steps = 3;
+  txl::train::train(partial, {false, true});
+  txl::fs::write_atomic(run_dir(a, "xl") / "config.yaml", txl::config::dump_experiment(xl));
+  // A line only the partial run wrote: kept by a resume, gone after a restart.
+  std::ofstream(run_dir(a, "xl") / "metrics.jsonl", std::ios::app)
+      << R"({"kind":"note","step":1,"loss":0})"
+      << "\n";
+  auto options = quiet_options();
+  options.only = {"xl"};
+  auto result = txl::experiment::run_ablation(a, options);
+  ASSERT_EQ(result.status, AblationStatus::kCompleted);
+  std::string metrics = read(run_dir(a, "xl") / "metrics.jsonl");
+  EXPECT_NE(metrics.find(R"("kind":"note")"), std::string::npos) << "not resumed:\n" << metrics;
+  EXPECT_NE(metrics.find(R"("step":6)"), std::string::npos);
+  // --only: the other variants were neither run nor reported (they have no results yet).
+  EXPECT_FALSE(stdfs::exists(run_dir(a, "vanilla")));
+  for (const auto& r : result.records) EXPECT_EQ(r.variant, "xl");
+
+  // The same situation, but the half-finished run had other training settings: restarted.
+  TempDir dir2;
+  auto b = tiny_ablation(dir2);
+  auto& xl2 = variant(b, "xl");
+  auto other = xl2;
+  other.train.max_steps = 3;
+  other.train.lr = 5e-3;
+  txl::train::train(other, {false, true});
+  std::ofstream(run_dir(b, "xl") / "metrics.jsonl", std::ios::app)
+      << R"({"kind":"note","step":1,"loss":0})"
+      << "\n";
+  auto restarted = txl::experiment::run_ablation(b, options);
+  ASSERT_EQ(restarted.status, AblationStatus::kCompleted);
+  EXPECT_EQ(read(run_dir(b, "xl") / "metrics.jsonl").find(R"("kind":"note")"), std::string::npos);
+}
+
+TEST_F(Ablation, OnlyKeepsTheOtherVariantsCachedResults) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  auto full = txl::experiment::run_ablation(a, quiet_options());
+  auto options = quiet_options();
+  options.only = {"xl"};
+  auto again = txl::experiment::run_ablation(a, options);
+  ASSERT_EQ(again.records.size(), full.records.size());
+  std::string md = read(stdfs::path(a.output_dir) / "report.md");
+  EXPECT_NE(md.find("| vanilla"), std::string::npos);
+  options.only = {"xl", "nope"};
+  TXL_EXPECT_THROW_WITH(txl::experiment::run_ablation(a, options),
+                        "has no variant 'nope'; its variants are: vanilla, rel_no_memory, xl");
+}
+
+TEST_F(Ablation, SignalStopsBeforeTheNextPieceOfWorkAndTheRerunFinishes) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  txl::train::stop_signal().store(SIGTERM);
+  auto stopped = txl::experiment::run_ablation(a, quiet_options());
+  EXPECT_EQ(stopped.status, AblationStatus::kInterrupted);
+  EXPECT_EQ(stopped.signal, SIGTERM);
+  EXPECT_EQ(stopped.stopped_variant, "vanilla");
+  EXPECT_FALSE(stdfs::exists(stdfs::path(a.output_dir) / "report.md"));
+  txl::train::stop_signal().store(0);
+  auto done = txl::experiment::run_ablation(a, quiet_options());
+  EXPECT_EQ(done.status, AblationStatus::kCompleted);
+  EXPECT_TRUE(stdfs::exists(stdfs::path(a.output_dir) / "report.md"));
+}
+
+// ------------------------------------------------------------------------------ txl-ablate
+
+struct Child {
+  int status = -1;
+  std::string out, err;
+};
+
+// Writes a tiny ablation YAML using the inline-base form of load_ablation.
+std::string write_yaml(const TempDir& dir, std::int64_t max_steps) {
+  std::string yaml = fmt::format(
+      "# A two-variant smoke ablation on the synthetic corpus; seconds.\n"
+      "name: cli\n"
+      "output_dir: {0}/runs/cli\n"
+      "base:\n"
+      "  run: {{seed: 3, threads: 1, log_interval: 2}}\n"
+      "  data: {{corpus: synthetic, cache_dir: {0}/cache, tokenizer: {{type: word}},\n"
+      "         synthetic: {{documents: 24, gap: 12}}}}\n"
+      "  model: {{n_layer: 1, d_model: 16, n_head: 2, d_head: 8, d_inner: 32, dropout: 0.0,\n"
+      "          tgt_len: 8, mem_len: 8}}\n"
+      "  train: {{batch_size: 4, max_steps: {1}, eval_interval: 3, checkpoint_interval: 3}}\n"
+      "  eval: {{batch_size: 4, stride: 4, splits: [test]}}\n"
+      "variants:\n"
+      "  vanilla: {{model.attn_type: vanilla, model.mem_len: 0}}\n"
+      "  xl: {{}}\n",
+      dir.path().string(), max_steps);
+  auto path = dir / "cli.yaml";
+  txl::test::write_text(path, yaml);
+  return path.string();
+}
+
+Child run_ablate(const std::string& args) {
+  TempDir logs;
+  std::string cmd = (txl::test::bin_dir() / "txl-ablate").string() + " " + args + " >" +
+                    (logs / "out").string() + " 2>" + (logs / "err").string();
+  Child c;
+  c.status = std::system(cmd.c_str());
+  c.out = read(logs / "out");
+  c.err = read(logs / "err");
+  return c;
+}
+
+TEST(TxlAblate, PrintsTheTableAndWritesTheReport) {
+  TempDir dir;
+  auto yaml = write_yaml(dir, 4);
+  Child c = run_ablate(yaml + " --no-plots --quiet");
+  ASSERT_TRUE(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) << c.err;
+  EXPECT_NE(c.out.find("| vanilla"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("| xl"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("report: "), std::string::npos);
+  EXPECT_TRUE(stdfs::exists(dir / "runs" / "cli" / "report.md"));
+
+  Child dump = run_ablate(yaml + " --dump-config --set train.max_steps=9");
+  ASSERT_TRUE(WIFEXITED(dump.status) && WEXITSTATUS(dump.status) == 0) << dump.err;
+  EXPECT_NE(dump.out.find("# variant: vanilla"), std::string::npos);
+  EXPECT_NE(dump.out.find("max_steps: 9"), std::string::npos) << dump.out;
+
+  Child bad = run_ablate(yaml + " --only nope");
+  EXPECT_TRUE(WIFEXITED(bad.status) && WEXITSTATUS(bad.status) == 1);
+  EXPECT_EQ(bad.err.rfind("error: --only: ablation cli has no variant 'nope'", 0), 0u) << bad.err;
+
+  Child missing = run_ablate((dir / "none.yaml").string());
+  EXPECT_TRUE(WIFEXITED(missing.status) && WEXITSTATUS(missing.status) == 1);
+  EXPECT_EQ(missing.err.rfind("error: ", 0), 0u) << missing.err;
+}
+
+TEST(TxlAblate, SigintCheckpointsAndExits130WithTheResumeCommand) {
+  TempDir dir;
+  auto yaml = write_yaml(dir, 1000000);  // never finishes on its own
+  const stdfs::path metrics = dir / "runs" / "cli" / "vanilla" / "metrics.jsonl";
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::string bin = (txl::test::bin_dir() / "txl-ablate").string();
+    std::string err = (dir / "err").string();
+    FILE* f = std::freopen(err.c_str(), "w", stderr);
+    (void)f;
+    ::execl(bin.c_str(), bin.c_str(), yaml.c_str(), "--quiet", "--no-plots", (char*)nullptr);
+    ::_exit(127);
+  }
+  // Wait for training to be under way (a metrics line), then interrupt.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (!stdfs::exists(metrics) || stdfs::file_size(metrics) == 0)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(stdfs::exists(metrics)) << "training never started";
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  std::string err = read(dir / "err");
+  EXPECT_NE(err.find("Resume with the same command"), std::string::npos) << err;
+  EXPECT_TRUE(stdfs::exists(dir / "runs" / "cli" / "vanilla" / "checkpoint_last.pt"));
+  EXPECT_FALSE(stdfs::exists(dir / "runs" / "cli" / "report.md"));
+}
+
+}  // namespace

@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Plots of a txl ablation report (called by txl-ablate through txl::experiment::write_report).
+
+Reads results.json (a list of evaluation records) and each variant's metrics.jsonl, and writes
+into --out:
+  training_loss.png  training loss against step, one line per variant (validation dashed)
+  context_ppl.png    perplexity on --split against evaluation context length
+                     (mem_len for memory mode, window for sliding, tgt_len for segments)
+  eval_cost.png      evaluation cost (seconds per token, log scale) against perplexity
+Each PNG is written to a temporary file and renamed, so a crash never leaves half an image.
+
+Also, for txl-eval's context sweep (txl::eval::run):
+  plot_report.py sweep context_sweep.json context_sweep.png
+plots perplexity against evaluation memory length, one line per split.
+
+Exit status: 0 written; 2 bad arguments or input; 3 matplotlib missing (the caller skips plots).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--results", required=True, help="results.json written by txl-ablate")
+    parser.add_argument("--out", required=True, help="directory for the PNG files")
+    parser.add_argument("--split", default="test", help="split of the context and cost plots")
+    parser.add_argument("--curve", action="append", default=[], metavar="VARIANT=METRICS",
+                        help="a variant's metrics.jsonl (repeatable)")
+    return parser.parse_args()
+
+
+def read_metrics(path):
+    """Train and validation points of a metrics.jsonl; unreadable lines are skipped."""
+    train, valid = [], []
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut short by an interrupted run
+                if not isinstance(rec, dict) or "step" not in rec or "loss" not in rec:
+                    continue
+                if rec.get("kind") == "train":
+                    train.append((rec["step"], rec["loss"]))
+                elif rec.get("kind") == "eval" and rec.get("split", "valid") == "valid":
+                    valid.append((rec["step"], rec["loss"]))
+    except OSError as e:
+        print(f"warning: cannot read {path}: {e.strerror}", file=sys.stderr)
+    return train, valid
+
+
+def finite(x):
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def import_pyplot():
+    """matplotlib's pyplot on the file-only backend, or None when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")  # no display here
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed (apt install python3-matplotlib, or pip install "
+              "matplotlib)", file=sys.stderr)
+        return None
+    return plt
+
+
+def save(fig, out_dir, name):
+    """Renders to a temporary file beside the target, then renames it into place."""
+    path = os.path.join(out_dir, name)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        fig.savefig(f, format="png", dpi=110, bbox_inches="tight")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    print(path)
+
+
+def sweep(json_path, png_path):
+    """Perplexity against evaluation memory length, from txl-eval --sweep's JSON list."""
+    plt = import_pyplot()
+    if plt is None:
+        return 3
+    try:
+        with open(json_path, encoding="utf-8") as f:
+            results = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"cannot read {json_path}: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(results, list):
+        print(f"{json_path}: expected a list of results", file=sys.stderr)
+        return 2
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    by_split = {}
+    for r in results:
+        if isinstance(r, dict) and finite(r.get("ppl")) and "mem_len" in r:
+            by_split.setdefault(r.get("split", "?"), []).append((r["mem_len"], r["ppl"]))
+    for i, (split, points) in enumerate(by_split.items()):
+        points.sort()
+        ax.plot([m for m, _ in points], [p for _, p in points], marker="o", color=f"C{i % 10}",
+                label=split)
+    if by_split:
+        ax.legend(fontsize=8)
+    ax.set_xlabel("evaluation memory length M")
+    ax.set_ylabel("perplexity")
+    ax.set_title("Perplexity against evaluation memory")
+    ax.grid(alpha=0.3)
+    save(fig, os.path.dirname(os.path.abspath(png_path)), os.path.basename(png_path))
+    plt.close(fig)
+    return 0
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "sweep":
+        if len(sys.argv) != 4:
+            print("usage: plot_report.py sweep RESULTS.json OUT.png", file=sys.stderr)
+            return 2
+        return sweep(sys.argv[2], sys.argv[3])
+    args = parse_args()
+    plt = import_pyplot()
+    if plt is None:
+        return 3
+
+    try:
+        with open(args.results, encoding="utf-8") as f:
+            records = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"cannot read {args.results}: {e}", file=sys.stderr)
+        return 2
+    if not isinstance(records, list):
+        print(f"{args.results}: expected a list of records", file=sys.stderr)
+        return 2
+    curves = []
+    for item in args.curve:
+        variant, sep, path = item.partition("=")
+        if not sep:
+            print(f"--curve {item!r}: expected VARIANT=PATH", file=sys.stderr)
+            return 2
+        curves.append((variant, path))
+
+    # Training loss against step.
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = False
+    for i, (variant, path) in enumerate(curves):
+        train, valid = read_metrics(path)
+        color = f"C{i % 10}"
+        if train:
+            ax.plot([s for s, _ in train], [l for _, l in train], color=color, label=f"{variant} train")
+            drawn = True
+        if valid:
+            ax.plot([s for s, _ in valid], [l for _, l in valid], color=color, linestyle="--",
+                    marker="o", markersize=3, label=f"{variant} valid")
+            drawn = True
+    if drawn:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no training metrics", ha="center", va="center", transform=ax.transAxes)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per token)")
+    ax.set_title("Training loss")
+    ax.grid(alpha=0.3)
+    save(fig, args.out, "training_loss.png")
+    plt.close(fig)
+
+    # The context and cost plots use --split, else the first split present.
+    splits = [r.get("split") for r in records]
+    split = args.split if args.split in splits else (splits[0] if splits else args.split)
+    rows = [r for r in records if r.get("split") == split and finite(r.get("ppl"))]
+
+    def context(r):
+        mode = r.get("eval_mode")
+        if mode == "memory":
+            return r.get("mem_len", 0)
+        if mode == "sliding":
+            return r.get("window", 0)
+        return r.get("tgt_len", 0)
+
+    # Perplexity against evaluation context length, one line per (variant, mode).
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["variant"], r["eval_mode"]), []).append(r)
+    markers = {"memory": "o", "segments": "s", "sliding": "^"}
+    for i, ((variant, mode), group) in enumerate(groups.items()):
+        group.sort(key=context)
+        ax.plot([context(r) for r in group], [r["ppl"] for r in group], color=f"C{i % 10}",
+                marker=markers.get(mode, "x"), label=f"{variant} / {mode}")
+    if groups:
+        ax.legend(fontsize=8)
+    ax.set_xlabel("evaluation context length (memory M, sliding window L, segments Q)")
+    ax.set_ylabel(f"{split} perplexity")
+    ax.set_title(f"Perplexity against context ({split})")
+    ax.grid(alpha=0.3)
+    save(fig, args.out, "context_ppl.png")
+    plt.close(fig)
+
+    # Evaluation cost against perplexity.
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    costed = [r for r in rows if r.get("tokens", 0) > 0 and finite(r.get("seconds"))
+              and r["seconds"] > 0]
+    for i, ((variant, mode), group) in enumerate(groups.items()):
+        pts = [r for r in group if r in costed]
+        if not pts:
+            continue
+        xs = [r["seconds"] / r["tokens"] for r in pts]
+        ax.scatter(xs, [r["ppl"] for r in pts], color=f"C{i % 10}", marker=markers.get(mode, "x"),
+                   label=f"{variant} / {mode}")
+        for x, r in zip(xs, pts):
+            ax.annotate(str(context(r)), (x, r["ppl"]), fontsize=7, xytext=(3, 3),
+                        textcoords="offset points")
+    if costed:
+        ax.set_xscale("log")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("evaluation cost (seconds per token, log scale)")
+    ax.set_ylabel(f"{split} perplexity")
+    ax.set_title(f"Evaluation cost against perplexity ({split}; labels: context length)")
+    ax.grid(alpha=0.3)
+    save(fig, args.out, "eval_cost.png")
+    plt.close(fig)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
