@@ -1,0 +1,96 @@
+#pragma once
+// txl-bench: the speed of one model and batch configuration, measured in one process
+// (issue 5): training tokens/s in fp32 and bf16 autocast, memory-mode evaluation tokens/s, model
+// FLOPs per token (models/flops.h) and the achieved GFLOP/s, this machine's matrix-product peak
+// and the MFU, peak resident memory per phase, and the cost of vanilla sliding-window evaluation
+// against Transformer-XL memory evaluation per scored token. Token ids are random: speed does
+// not depend on them.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "txl/bench/measure.h"
+#include "txl/config/config.h"
+
+namespace txl::bench {
+
+// The default bench configuration: the built-in defaults of config.h, which are the bench model
+// (4 layers, d_model 256, 4 heads of 64, FF 1024, tgt_len = mem_len = 128, batch 16, Adam).
+config::ExperimentConfig bench_experiment();
+inline constexpr std::int64_t kBenchVocab = 12871;
+
+// How much to measure. full() for the figures of record, quick() finishes within a minute on
+// 2 cores, tests set tiny values directly.
+struct BenchSettings {
+  int warmup = 2;       // untimed training steps / evaluation segments
+  int repetitions = 7;  // timed ones (median)
+  bool bf16 = true;     // also measure bf16 autocast
+  std::vector<std::int64_t> peak_sizes = {512, 1024, 2048};  // square matmuls of the probe
+  int peak_repetitions = 5;                                  // best of
+  std::vector<std::int64_t> attention_lengths = {512, 800};  // sliding vs memory comparison
+  std::int64_t sliding_batch = 4;                            // windows per sliding forward
+  int sliding_warmup = 1;
+  int sliding_repetitions = 3;
+
+  static BenchSettings full();
+  static BenchSettings quick();
+};
+
+struct BenchOptions {
+  std::int64_t vocab = kBenchVocab;  // V of the random token ids
+  int threads = 0;                   // intra-op threads; 0 = all cores
+  BenchSettings settings = BenchSettings::full();
+};
+
+struct BenchReport {
+  // what was measured
+  std::string source;  // the experiment file ("" = built-in bench model)
+  std::string attn_type;
+  int n_layer = 0, d_model = 0, n_head = 0, d_head = 0, d_inner = 0;
+  std::int64_t tgt_len = 0, mem_len = 0, batch_size = 0, vocab = 0;
+  std::int64_t eval_batch_size = 0, eval_tgt_len = 0, eval_mem_len = 0;
+  std::int64_t n_params = 0;
+  int threads = 0;
+  double load_average = -1.0;  // 1-minute load average at the start (-1 unknown)
+  bool quick = false;
+  int warmup = 0, repetitions = 0;  // of the training and evaluation phases
+
+  // FLOPs (models::count_flops_per_token): training = forward + backward = 3 x forward
+  double flops_per_token = 0.0;          // training FLOPs per token
+  double flops_per_token_forward = 0.0;  // forward FLOPs per token (training geometry)
+  double eval_flops_per_token = 0.0;     // forward FLOPs per token of the evaluation geometry
+
+  // throughput
+  PhaseResult train_fp32, train_bf16, eval_fp32, eval_bf16;  // bf16 zero when not measured
+  double train_gflops = 0.0;  // train_fp32 tokens/s x flops_per_token
+  double train_gflops_bf16 = 0.0;
+  double eval_gflops = 0.0;
+  MatmulPeak peak_fp32, peak_bf16;
+  double mfu = 0.0;            // train_gflops / peak_fp32
+  double mfu_bf16 = 0.0;       // train_gflops_bf16 / peak_bf16
+  double peak_rss_mb = 0.0;    // of the whole process (ru_maxrss)
+  bool rss_per_phase = false;  // the kernel let us reset the peak between phases
+
+  std::vector<EvalCostComparison> sliding_vs_memory;  // one per attention length
+
+  double seconds = 0.0;  // wall time of the whole bench
+};
+
+// Runs every measurement on `config` (config.model, config.train.batch_size; eval sizes from
+// config.eval resolved against the model). Sets the intra-op threads. Throws txl::Error for a
+// configuration the model rejects.
+BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions& options);
+
+// One JSON object. Keys of record: train_tokens_per_s, train_tokens_per_s_bf16,
+// eval_tokens_per_s, flops_per_token, peak_gflops_fp32, peak_gflops_bf16, mfu, peak_rss_mb,
+// sliding_over_memory_cost_<L> for every attention length; and the details around them.
+std::string to_json(const BenchReport& report);
+
+// A readable table of the same figures.
+std::string format_table(const BenchReport& report);
+
+// The 1-minute load average of this machine (/proc/loadavg), -1 where unavailable.
+double load_average();
+
+}  // namespace txl::bench

@@ -1,0 +1,346 @@
+#include "txl/bench/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <thread>
+#include <utility>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "txl/eval/evaluator.h"
+#include "txl/models/flops.h"
+#include "txl/models/transformer_lm.h"
+#include "txl/util/error.h"
+#include "txl/util/log.h"
+
+namespace txl::bench {
+
+config::ExperimentConfig bench_experiment() { return config::ExperimentConfig{}; }
+
+BenchSettings BenchSettings::full() { return BenchSettings{}; }
+
+BenchSettings BenchSettings::quick() {
+  BenchSettings s;
+  s.warmup = 1;
+  s.repetitions = 3;  // a median of 3 still ignores one disturbed step
+  s.peak_sizes = {256, 512, 1024};
+  s.peak_repetitions = 3;
+  s.sliding_batch = 2;
+  s.sliding_warmup = 1;
+  s.sliding_repetitions = 2;
+  return s;
+}
+
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double one = -1.0;
+  if (!(in >> one)) return -1.0;
+  return one;
+}
+
+BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions& options) {
+  const auto& s = options.settings;
+  const auto start = std::chrono::steady_clock::now();
+  BenchReport r;
+  r.load_average = load_average();
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  r.threads = options.threads > 0 ? options.threads : cores;
+  if (r.threads > 1 && r.load_average > 0.5 * cores) {
+    // OpenMP barriers wait for descheduled threads: on a busy machine every parallel op pays a
+    // time slice, and element-wise ops (Adam, dropout) slow down by an order of magnitude.
+    log::warn("bench",
+              "load average {:.1f} on {} cores: figures with {} threads measure the "
+              "contention more than the code; compare with --threads 1",
+              r.load_average, cores, r.threads);
+  }
+  torch::set_num_threads(r.threads);
+
+  const auto& m = config.model;
+  const auto eo = eval::resolve_eval_options(config);
+  r.source = config.source;
+  r.attn_type = m.attn_type;
+  r.n_layer = m.n_layer;
+  r.d_model = m.d_model;
+  r.n_head = m.n_head;
+  r.d_head = m.d_head;
+  r.d_inner = m.d_inner;
+  r.tgt_len = m.tgt_len;
+  r.mem_len = m.mem_len;
+  r.batch_size = config.train.batch_size;
+  r.vocab = options.vocab;
+  r.eval_batch_size = config.eval.batch_size;
+  r.eval_tgt_len = eo.tgt_len;
+  r.eval_mem_len = config.eval.mem_len >= 0 ? config.eval.mem_len : m.mem_len;
+  r.quick = s.repetitions < BenchSettings::full().repetitions;
+  r.warmup = s.warmup;
+  r.repetitions = s.repetitions;
+  {
+    models::TransformerLM probe(m, options.vocab);  // also validates the model against V
+    for (const auto& p : probe->parameters()) r.n_params += p.numel();
+  }
+
+  const auto train_flops = models::count_flops_per_token(m, options.vocab, m.tgt_len, m.mem_len);
+  r.flops_per_token = train_flops.training;
+  r.flops_per_token_forward = train_flops.forward;
+  r.eval_flops_per_token =
+      models::count_flops_per_token(m, options.vocab, r.eval_tgt_len, r.eval_mem_len).forward;
+
+  PhaseOptions train;
+  train.batch_size = config.train.batch_size;
+  train.warmup = s.warmup;
+  train.repetitions = s.repetitions;
+  train.seed = config.run.seed;
+  PhaseOptions evaluation = train;
+  evaluation.batch_size = config.eval.batch_size;
+
+  r.rss_per_phase = reset_peak_rss();
+  log::info("bench", "training fp32: batch {} x {} (mem {})", train.batch_size, m.tgt_len,
+            m.mem_len);
+  r.train_fp32 = measure_training(config, options.vocab, train);
+  if (s.bf16) {
+    log::info("bench", "training bf16 autocast");
+    auto bf16 = train;
+    bf16.bf16 = true;
+    r.train_bf16 = measure_training(config, options.vocab, bf16);
+  }
+  log::info("bench", "evaluation (memory mode): batch {} x {} (mem {})", evaluation.batch_size,
+            r.eval_tgt_len, r.eval_mem_len);
+  r.eval_fp32 = measure_eval(config, options.vocab, evaluation);
+  if (s.bf16) {
+    auto bf16 = evaluation;
+    bf16.bf16 = true;
+    r.eval_bf16 = measure_eval(config, options.vocab, bf16);
+  }
+
+  log::info("bench", "matmul peak probe: sizes {}", fmt::join(s.peak_sizes, ", "));
+  r.peak_fp32 = probe_matmul_peak(torch::kFloat, s.peak_sizes, s.peak_repetitions);
+  r.peak_bf16 = probe_matmul_peak(torch::kBFloat16, s.peak_sizes, s.peak_repetitions);
+
+  r.train_gflops = r.train_fp32.tokens_per_s * r.flops_per_token / 1e9;
+  r.train_gflops_bf16 = r.train_bf16.tokens_per_s * r.flops_per_token / 1e9;
+  r.eval_gflops = r.eval_fp32.tokens_per_s * r.eval_flops_per_token / 1e9;
+  r.mfu = r.peak_fp32.gflops > 0 ? r.train_gflops / r.peak_fp32.gflops : 0.0;
+  r.mfu_bf16 = r.peak_bf16.gflops > 0 ? r.train_gflops_bf16 / r.peak_bf16.gflops : 0.0;
+
+  PhaseOptions sliding;
+  sliding.batch_size = s.sliding_batch;
+  sliding.warmup = s.sliding_warmup;
+  sliding.repetitions = s.sliding_repetitions;
+  sliding.seed = config.run.seed;
+  PhaseOptions memory = evaluation;
+  for (std::int64_t l : s.attention_lengths) {
+    log::info("bench", "sliding window vs memory evaluation at attention length {}", l);
+    r.sliding_vs_memory.push_back(
+        sliding_over_memory_cost(config, options.vocab, l, sliding, memory));
+  }
+  r.peak_rss_mb = peak_rss_mb();
+  if (r.rss_per_phase) {  // the window was reset per phase: the process peak is their maximum
+    for (const auto* p : {&r.train_fp32, &r.train_bf16, &r.eval_fp32, &r.eval_bf16}) {
+      r.peak_rss_mb = std::max(r.peak_rss_mb, p->peak_rss_mb);
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return r;
+}
+
+namespace {
+
+// Ordered JSON members; numbers with enough digits to recompute ratios.
+class JsonObject {
+ public:
+  JsonObject& num(const std::string& key, double value) {
+    add(key, fmt::format("{:.7g}", value));
+    return *this;
+  }
+  JsonObject& integer(const std::string& key, std::int64_t value) {
+    add(key, std::to_string(value));
+    return *this;
+  }
+  JsonObject& boolean(const std::string& key, bool value) {
+    add(key, value ? "true" : "false");
+    return *this;
+  }
+  JsonObject& str(const std::string& key, const std::string& value) {
+    std::string escaped;
+    for (char c : value) {
+      if (c == '"' || c == '\\') escaped += '\\';
+      escaped += c;
+    }
+    add(key, "\"" + escaped + "\"");
+    return *this;
+  }
+  JsonObject& raw(const std::string& key, const std::string& json) {
+    add(key, json);
+    return *this;
+  }
+  std::string text() const { return "{" + body_ + "}"; }
+
+ private:
+  void add(const std::string& key, const std::string& value) {
+    if (!body_.empty()) body_ += ",";
+    body_ += "\"" + key + "\":" + value;
+  }
+  std::string body_;
+};
+
+std::string phase_json(const PhaseResult& p) {
+  return JsonObject()
+      .num("tokens_per_s", p.tokens_per_s)
+      .num("median_s", p.timing.median_s)
+      .num("best_s", p.timing.best_s)
+      .integer("repetitions", p.timing.repetitions)
+      .integer("tokens_per_step", p.tokens_per_step)
+      .num("rss_start_mb", p.rss_start_mb)
+      .num("peak_rss_mb", p.peak_rss_mb)
+      .num("loss", p.loss)
+      .text();
+}
+
+}  // namespace
+
+std::string to_json(const BenchReport& r) {
+  JsonObject o;
+  o.num("train_tokens_per_s", r.train_fp32.tokens_per_s)
+      .num("train_tokens_per_s_bf16", r.train_bf16.tokens_per_s)
+      .num("eval_tokens_per_s", r.eval_fp32.tokens_per_s)
+      .num("eval_tokens_per_s_bf16", r.eval_bf16.tokens_per_s)
+      .num("flops_per_token", r.flops_per_token)
+      .num("flops_per_token_forward", r.flops_per_token_forward)
+      .num("eval_flops_per_token", r.eval_flops_per_token)
+      .num("train_gflops", r.train_gflops)
+      .num("train_gflops_bf16", r.train_gflops_bf16)
+      .num("eval_gflops", r.eval_gflops)
+      .num("peak_gflops_fp32", r.peak_fp32.gflops)
+      .num("peak_gflops_bf16", r.peak_bf16.gflops)
+      .num("mfu", r.mfu)
+      .num("mfu_bf16", r.mfu_bf16)
+      .num("bf16_speedup", r.train_fp32.tokens_per_s > 0
+                               ? r.train_bf16.tokens_per_s / r.train_fp32.tokens_per_s
+                               : 0.0)
+      .num("eval_over_train", r.train_fp32.tokens_per_s > 0
+                                  ? r.eval_fp32.tokens_per_s / r.train_fp32.tokens_per_s
+                                  : 0.0)
+      .num("peak_rss_mb", r.peak_rss_mb);
+  for (const auto& c : r.sliding_vs_memory) {
+    o.num(fmt::format("sliding_over_memory_cost_{}", c.attention_length), c.ratio);
+  }
+  std::string comparisons;
+  for (const auto& c : r.sliding_vs_memory) {
+    if (!comparisons.empty()) comparisons += ",";
+    comparisons += JsonObject()
+                       .integer("attention_length", c.attention_length)
+                       .integer("tgt_len", c.tgt_len)
+                       .integer("mem_len", c.mem_len)
+                       .integer("sliding_batch", c.sliding_batch)
+                       .integer("memory_batch", c.memory_batch)
+                       .num("sliding_us_per_token", 1e6 * c.sliding_s_per_token)
+                       .num("memory_us_per_token", 1e6 * c.memory_s_per_token)
+                       .num("ratio", c.ratio)
+                       .num("flop_ratio", c.flop_ratio)
+                       .text();
+  }
+  o.raw("sliding_vs_memory", "[" + comparisons + "]")
+      .raw("train_fp32", phase_json(r.train_fp32))
+      .raw("train_bf16", phase_json(r.train_bf16))
+      .raw("eval_fp32", phase_json(r.eval_fp32))
+      .raw("eval_bf16", phase_json(r.eval_bf16))
+      .integer("peak_size_fp32", r.peak_fp32.size)
+      .integer("peak_size_bf16", r.peak_bf16.size)
+      .boolean("rss_per_phase", r.rss_per_phase)
+      .str("source", r.source)
+      .str("attn_type", r.attn_type)
+      .integer("n_layer", r.n_layer)
+      .integer("d_model", r.d_model)
+      .integer("n_head", r.n_head)
+      .integer("d_head", r.d_head)
+      .integer("d_inner", r.d_inner)
+      .integer("tgt_len", r.tgt_len)
+      .integer("mem_len", r.mem_len)
+      .integer("batch_size", r.batch_size)
+      .integer("eval_batch_size", r.eval_batch_size)
+      .integer("eval_tgt_len", r.eval_tgt_len)
+      .integer("eval_mem_len", r.eval_mem_len)
+      .integer("vocab", r.vocab)
+      .integer("n_params", r.n_params)
+      .integer("threads", r.threads)
+      .num("load_average", r.load_average)
+      .boolean("quick", r.quick)
+      .integer("warmup", r.warmup)
+      .integer("repetitions", r.repetitions)
+      .num("seconds", r.seconds);
+  return o.text();
+}
+
+std::string format_table(const BenchReport& r) {
+  std::string s;
+  s += fmt::format(
+      "txl-bench: {} {} layers, d_model {}, {} heads of {}, FF {}, {:.2f}M parameters, V {}\n",
+      r.source.empty() ? std::string("bench model") : r.source, r.n_layer, r.d_model, r.n_head,
+      r.d_head, r.d_inner, r.n_params / 1e6, r.vocab);
+  s += fmt::format(
+      "attn {}, train batch {} x tgt_len {} (mem {}), eval batch {} x {} (mem {}), {} threads, "
+      "load average {:.2f}{}\n\n",
+      r.attn_type, r.batch_size, r.tgt_len, r.mem_len, r.eval_batch_size, r.eval_tgt_len,
+      r.eval_mem_len, r.threads, r.load_average, r.quick ? ", quick" : "");
+  s += fmt::format("{:<26} {:>9} {:>9} {:>9} {:>8} {:>11} {:>11} {:>8}\n", "phase", "tokens/s",
+                   "ms/step", "best ms", "GFLOP/s", "RSS start", "RSS peak", "loss");
+  auto row = [&](const char* name, const PhaseResult& p, double flops) {
+    if (p.tokens_per_s <= 0) return;
+    s +=
+        fmt::format("{:<26} {:>9.0f} {:>9.1f} {:>9.1f} {:>8.1f} {:>8.0f} MB {:>8.0f} MB {:>8.4f}\n",
+                    name, p.tokens_per_s, 1e3 * p.timing.median_s, 1e3 * p.timing.best_s,
+                    p.tokens_per_s * flops / 1e9, p.rss_start_mb, p.peak_rss_mb, p.loss);
+  };
+  row("training fp32", r.train_fp32, r.flops_per_token);
+  row("training bf16 autocast", r.train_bf16, r.flops_per_token);
+  row("evaluation fp32 (memory)", r.eval_fp32, r.eval_flops_per_token);
+  row("evaluation bf16 (memory)", r.eval_bf16, r.eval_flops_per_token);
+  s += "\n";
+  s += fmt::format(
+      "FLOPs per token               {:.1f} M training (3 x {:.1f} M forward), "
+      "{:.1f} M evaluation forward\n",
+      r.flops_per_token / 1e6, r.flops_per_token_forward / 1e6, r.eval_flops_per_token / 1e6);
+  s += fmt::format(
+      "matmul peak                   fp32 {:.1f} GFLOP/s (n = {}), bf16 {:.1f} "
+      "GFLOP/s (n = {})\n",
+      r.peak_fp32.gflops, r.peak_fp32.size, r.peak_bf16.gflops, r.peak_bf16.size);
+  const bool bf16 = r.train_bf16.tokens_per_s > 0;
+  s += fmt::format("MFU                           fp32 {:.3f} (training GFLOP/s / fp32 peak){}\n",
+                   r.mfu, bf16 ? fmt::format(", bf16 {:.3f} (/ bf16 peak)", r.mfu_bf16) : "");
+  if (r.train_fp32.tokens_per_s > 0) {
+    if (bf16) {
+      s += fmt::format("bf16 / fp32 training          {:.2f}x\n",
+                       r.train_bf16.tokens_per_s / r.train_fp32.tokens_per_s);
+    }
+    s += fmt::format("evaluation / training         {:.2f}x\n",
+                     r.eval_fp32.tokens_per_s / r.train_fp32.tokens_per_s);
+  }
+  s += fmt::format("peak RSS                      {:.0f} MB{}\n", r.peak_rss_mb,
+                   r.rss_per_phase ? "" : " (per-phase peaks are cumulative here)");
+  if (!r.sliding_vs_memory.empty()) {
+    s += "\nsliding window (vanilla, stride 1, window L) vs memory (xl, Q + M = L), per scored "
+         "token\n";
+    s += fmt::format("{:>6} {:>6} {:>6} {:>14} {:>14} {:>10} {:>12}\n", "L", "Q", "M", "sliding us",
+                     "memory us", "ratio", "FLOP ratio");
+    for (const auto& c : r.sliding_vs_memory) {
+      s += fmt::format("{:>6} {:>6} {:>6} {:>14.1f} {:>14.2f} {:>9.0f}x {:>11.0f}x\n",
+                       c.attention_length, c.tgt_len, c.mem_len, 1e6 * c.sliding_s_per_token,
+                       1e6 * c.memory_s_per_token, c.ratio, c.flop_ratio);
+    }
+  }
+  if (r.threads > 1 && r.load_average > 0.5 * std::max(1u, std::thread::hardware_concurrency())) {
+    s += fmt::format(
+        "\nwarning: load average {:.1f} with {} threads: OpenMP barriers wait for "
+        "descheduled threads; compare with --threads 1\n",
+        r.load_average, r.threads);
+  }
+  s += fmt::format(
+      "\n{:.0f} s in all; tokens/s from the median of {} timed repetitions after {} "
+      "warm-up (best: the fastest one; far below the median = a loaded machine)\n",
+      r.seconds, r.repetitions, r.warmup);
+  return s;
+}
+
+}  // namespace txl::bench

@@ -1,0 +1,349 @@
+#include "txl/bench/measure.h"
+
+#include <sys/resource.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "training_loop.h"
+#include "txl/data/stream.h"
+#include "txl/eval/evaluator.h"
+#include "txl/models/flops.h"
+#include "txl/models/transformer_lm.h"
+#include "txl/util/autocast.h"
+#include "txl/util/error.h"
+
+namespace txl::bench {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A field of /proc/self/status in kB ("VmHWM:   123456 kB"), or -1.
+double status_kb(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      std::istringstream fields(line.substr(field.size() + 1));
+      double kb = -1;
+      fields >> kb;
+      return kb;
+    }
+  }
+  return -1;
+}
+
+double release_free_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+  return current_rss_mb();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void check_phase(const PhaseOptions& o) {
+  TXL_CHECK(o.batch_size >= 1 && o.warmup >= 0 && o.repetitions >= 1,
+            "bench: needs batch >= 1, warm-up >= 0 and repetitions >= 1, got ", o.batch_size, ", ",
+            o.warmup, ", ", o.repetitions);
+}
+
+// A phase's memory window: the resident memory at its start, and its peak at the end. Memory
+// the previous phase freed is handed back to the system first (glibc keeps freed blocks), so
+// that a phase's peak is its own.
+class RssWindow {
+ public:
+  RssWindow() : start_(release_free_memory()) { reset_peak_rss(); }
+  void finish(PhaseResult& r) const {
+    r.rss_start_mb = start_;
+    r.peak_rss_mb = std::max(peak_rss_mb(), start_);
+  }
+
+ private:
+  double start_;
+};
+
+}  // namespace
+
+Timing time_repeated(const std::function<void()>& fn, int warmup, int repetitions) {
+  TXL_CHECK(repetitions >= 1 && warmup >= 0, "time_repeated: needs repetitions >= 1 and ",
+            "warmup >= 0, got ", repetitions, " and ", warmup);
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> seconds;
+  seconds.reserve(static_cast<size_t>(repetitions));
+  for (int i = 0; i < repetitions; ++i) {
+    const auto start = Clock::now();
+    fn();
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  Timing t;
+  t.repetitions = repetitions;
+  t.best_s = *std::min_element(seconds.begin(), seconds.end());
+  t.median_s = median(seconds);
+  return t;
+}
+
+double current_rss_mb() {
+  const double kb = status_kb("VmRSS");
+  return kb > 0 ? kb / 1024.0 : 0.0;
+}
+
+double peak_rss_mb() {
+  const double kb = status_kb("VmHWM");
+  if (kb > 0) return kb / 1024.0;
+  struct rusage usage {};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0.0;
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux: kB
+}
+
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  if (!out) return false;
+  out << "5";
+  out.flush();
+  return out.good();
+}
+
+MatmulPeak probe_matmul_peak(torch::ScalarType dtype, const std::vector<std::int64_t>& sizes,
+                             int repetitions) {
+  TXL_CHECK(!sizes.empty() && repetitions >= 1, "probe_matmul_peak: needs sizes and ",
+            "repetitions >= 1");
+  torch::NoGradGuard no_grad;
+  MatmulPeak best;
+  for (std::int64_t n : sizes) {
+    TXL_CHECK(n >= 1, "probe_matmul_peak: size ", n, " must be >= 1");
+    auto a = torch::randn({n, n}).to(dtype);     // [n, n]
+    auto b = torch::randn({n, n}).to(dtype);     // [n, n]
+    auto c = torch::empty({n, n}, a.options());  // [n, n]
+    auto t = time_repeated([&] { torch::mm_out(c, a, b); }, 1, repetitions);
+    const double gflops = 2.0 * n * n * n / t.best_s / 1e9;
+    if (gflops > best.gflops) {
+      best.gflops = gflops;
+      best.size = n;
+    }
+  }
+  return best;
+}
+
+PhaseResult measure_training(const config::ExperimentConfig& config, std::int64_t vocab,
+                             const PhaseOptions& options) {
+  check_phase(options);
+  RssWindow rss;
+  detail::TrainingLoop loop(config, vocab, options, options.warmup + options.repetitions);
+  PhaseResult r;
+  r.timing = time_repeated([&] { r.loss = loop.step(); }, options.warmup, options.repetitions);
+  r.tokens_per_step = loop.tokens_per_step();
+  r.tokens_per_s = static_cast<double>(r.tokens_per_step) / r.timing.median_s;
+  rss.finish(r);
+  return r;
+}
+
+namespace {
+
+// Memory-mode evaluation of `model` on random ids: B streams of segments of Q with memory M.
+// The memory starts full (random hidden states of the right shape: the cost of a segment does
+// not depend on their values), so only `options.warmup` segments run untimed instead of the
+// ceil(M / Q) a real pass needs to fill it; the stream starts at its second batch, which does
+// not reset the memory, as almost every batch of a real pass.
+PhaseResult time_memory_eval(models::TransformerLM& model, std::int64_t vocab,
+                             const eval::EvalOptions& eo, const PhaseOptions& options) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const std::int64_t q = eo.tgt_len, m = eo.mem_len;
+  const std::int64_t segments = 1 + options.warmup + options.repetitions;
+  data::EvalStreamOptions so;
+  so.batch_size = options.batch_size;
+  so.tgt_len = q;
+  data::EvalStream stream(
+      detail::random_ids(options.batch_size * segments * q + 1, vocab, options.seed), so);
+  models::Context context;
+  context.mem_len = m;
+  context.clamp_len = eo.clamp_len;
+  context.same_length = m > 0 && eo.same_length;
+  models::Memory memory;
+  for (int l = 0; m > 0 && l < model->config().n_layer; ++l) {
+    memory.layers.push_back(
+        torch::randn({options.batch_size, m, model->config().d_model}));  // [B, M, d]
+  }
+  PhaseResult r;
+  std::int64_t index = 1;
+  auto segment = [&] {
+    auto batch = stream.batch(index++);
+    AutocastGuard autocast(options.bf16, torch::Device(torch::kCPU));
+    auto out =
+        model->forward(batch.tokens, batch.targets, batch.input_mask, memory, batch.reset, context);
+    memory = std::move(out.memory);
+    // What the evaluator's accumulator does with every batch.
+    auto nll = out.nll.to(torch::kDouble).masked_fill(batch.target_mask.logical_not(), 0.0);
+    r.loss =
+        nll.sum().item<double>() / static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1));
+  };
+  r.timing = time_repeated(segment, options.warmup, options.repetitions);
+  r.tokens_per_step = options.batch_size * q;
+  r.tokens_per_s = static_cast<double>(r.tokens_per_step) / r.timing.median_s;
+  TXL_CHECK(std::isfinite(r.loss), "bench: evaluation loss is ", r.loss);
+  return r;
+}
+
+}  // namespace
+
+PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vocab,
+                         const PhaseOptions& options) {
+  check_phase(options);
+  RssWindow rss;
+  torch::manual_seed(options.seed);
+  models::TransformerLM model(config.model, vocab);
+  auto eo = eval::resolve_eval_options(config);
+  eo.mode = "memory";
+  eo.mem_len = config.eval.mem_len >= 0 ? config.eval.mem_len : config.model.mem_len;
+  auto r = time_memory_eval(model, vocab, eo, options);
+  rss.finish(r);
+  return r;
+}
+
+EvalCostComparison sliding_over_memory_cost(const config::ExperimentConfig& config,
+                                            std::int64_t vocab, std::int64_t attention_length,
+                                            const PhaseOptions& sliding,
+                                            const PhaseOptions& memory) {
+  check_phase(sliding);
+  check_phase(memory);
+  auto eo = eval::resolve_eval_options(config);
+  const std::int64_t q = eo.tgt_len, l = attention_length;
+  TXL_CHECK(l > q, "bench: attention length ", l, " must exceed the segment length ",
+            "eval.tgt_len = ", q, " (memory mode uses M = L - Q)");
+  EvalCostComparison c;
+  c.attention_length = l;
+  c.tgt_len = q;
+  c.mem_len = l - q;
+  c.sliding_batch = sliding.batch_size;
+  c.memory_batch = memory.batch_size;
+
+  // Sliding: the vanilla model, one window of L tokens per scored token.
+  {
+    torch::NoGradGuard no_grad;
+    auto vanilla_config = config.model;
+    vanilla_config.attn_type = "vanilla";
+    vanilla_config.mem_len = 0;
+    torch::manual_seed(sliding.seed);
+    models::TransformerLM model(vanilla_config, vocab);
+    model->eval();
+    data::SlidingStreamOptions so;
+    so.batch_size = sliding.batch_size;
+    so.window = l;
+    so.stride = 1;
+    // Batch 0 holds the first window, which scores all its L positions; batches from 1 on score
+    // one token per window, as almost every batch of a real pass does.
+    const std::int64_t windows = sliding.batch_size * (1 + sliding.warmup + sliding.repetitions);
+    data::SlidingStream stream(detail::random_ids(l + windows + 1, vocab, sliding.seed), so);
+    models::Context context;
+    context.clamp_len = eo.clamp_len;
+    std::int64_t index = 1, scored = 0;
+    auto window_batch = [&] {
+      auto batch = stream.batch(index++);
+      scored = batch.n_scored;
+      AutocastGuard autocast(sliding.bf16, torch::Device(torch::kCPU));
+      auto out = model->forward(batch.tokens, batch.targets, batch.input_mask, models::Memory(),
+                                batch.reset, context);
+      out.nll.to(torch::kDouble)
+          .masked_fill(batch.target_mask.logical_not(), 0.0)
+          .sum()
+          .item<double>();
+    };
+    auto t = time_repeated(window_batch, sliding.warmup, sliding.repetitions);
+    TXL_CHECK(scored == sliding.batch_size, "bench: a sliding batch scored ", scored,
+              " tokens, expected one per window (", sliding.batch_size, ")");
+    c.sliding_s_per_token = t.median_s / static_cast<double>(scored);
+  }
+
+  // Memory: the Transformer-XL model with Q + M = L.
+  {
+    auto xl_config = config;
+    if (xl_config.model.attn_type != "xl" && xl_config.model.attn_type != "shaw") {
+      xl_config.model.attn_type = "xl";
+    }
+    xl_config.model.mem_len = static_cast<int>(c.mem_len);
+    torch::manual_seed(memory.seed);
+    models::TransformerLM model(xl_config.model, vocab);
+    auto memory_options = eo;
+    memory_options.mode = "memory";
+    memory_options.mem_len = static_cast<int>(c.mem_len);
+    auto r = time_memory_eval(model, vocab, memory_options, memory);
+    c.memory_s_per_token = r.timing.median_s / static_cast<double>(r.tokens_per_step);
+  }
+  c.ratio = c.sliding_s_per_token / c.memory_s_per_token;
+  {
+    auto vanilla_config = config.model;
+    vanilla_config.attn_type = "vanilla";
+    auto xl_config = config.model;
+    if (xl_config.attn_type != "xl" && xl_config.attn_type != "shaw") xl_config.attn_type = "xl";
+    const double sliding_flops =
+        static_cast<double>(l) * models::count_flops_per_token(vanilla_config, vocab, l, 0).forward;
+    const double memory_flops =
+        models::count_flops_per_token(xl_config, vocab, q, c.mem_len).forward;
+    c.flop_ratio = sliding_flops / memory_flops;
+  }
+  return c;
+}
+
+AttentionCostFit attention_cost_by_mem_len(const config::ModelConfig& model_config,
+                                           std::int64_t batch, std::int64_t tgt_len,
+                                           const std::vector<std::int64_t>& mem_lens, int warmup,
+                                           int repetitions) {
+  TXL_CHECK(!mem_lens.empty() && batch >= 1 && tgt_len >= 1,
+            "attention_cost_by_mem_len: needs memory lengths, batch >= 1 and tgt_len >= 1");
+  torch::NoGradGuard no_grad;
+  auto c = model_config;
+  c.cutoffs.clear();  // only the first layer runs: a small plain vocabulary is enough
+  c.n_layer = 1;
+  models::TransformerLM model(c, 16);
+  model->eval();
+  auto attention = model->layer_list().front()->attn;
+  AttentionCostFit fit;
+  for (std::int64_t m : mem_lens) {
+    TXL_CHECK(m >= 0, "attention_cost_by_mem_len: memory length ", m, " must be >= 0");
+    auto x = torch::randn({batch, tgt_len, c.d_model});                           // [B, Q, d]
+    auto memory = m > 0 ? torch::randn({batch, m, c.d_model}) : torch::Tensor();  // [B, M, d]
+    models::Context context;
+    context.mem_len = m;
+    context.clamp_len = c.clamp_len;
+    auto inputs =
+        model->segment_inputs(tgt_len, m, {}, context, torch::kFloat, torch::Device(torch::kCPU));
+    auto t = time_repeated([&] { attention->forward(x, memory, inputs); }, warmup, repetitions);
+    fit.points.push_back({m, 1e6 * t.median_s / static_cast<double>(batch * tgt_len)});
+  }
+  // Least-squares line through the points.
+  const double n = static_cast<double>(fit.points.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& p : fit.points) {
+    const double x = static_cast<double>(p.mem_len);
+    sx += x;
+    sy += p.us_per_token;
+    sxx += x * x;
+    sxy += x * p.us_per_token;
+  }
+  const double denominator = n * sxx - sx * sx;
+  fit.slope_us = denominator > 0 ? (n * sxy - sx * sy) / denominator : 0.0;
+  fit.intercept_us = (sy - fit.slope_us * sx) / n;
+  double ss_res = 0, ss_tot = 0;
+  for (const auto& p : fit.points) {
+    const double predicted = fit.intercept_us + fit.slope_us * static_cast<double>(p.mem_len);
+    ss_res += (p.us_per_token - predicted) * (p.us_per_token - predicted);
+    ss_tot += (p.us_per_token - sy / n) * (p.us_per_token - sy / n);
+  }
+  fit.r2 = ss_tot > 0 ? 1.0 - ss_res / ss_tot : 1.0;
+  return fit;
+}
+
+}  // namespace txl::bench

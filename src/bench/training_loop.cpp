@@ -1,0 +1,88 @@
+#include "training_loop.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "txl/util/autocast.h"
+#include "txl/util/error.h"
+
+namespace txl::bench::detail {
+
+torch::Tensor random_ids(std::int64_t n, std::int64_t vocab, std::uint64_t seed) {
+  auto generator = at::detail::createCPUGenerator(seed);
+  return torch::randint(vocab, {n}, generator, torch::kLong);  // [n]
+}
+
+namespace {
+
+// The trainer's optimizers (train.optimizer), with its options.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfig& t,
+                                                        std::vector<torch::Tensor> params) {
+  if (t.optimizer == "adam") {
+    return std::make_unique<torch::optim::Adam>(
+        params, torch::optim::AdamOptions(t.lr).weight_decay(t.weight_decay));
+  }
+  if (t.optimizer == "adamw") {
+    return std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
+  }
+  if (t.optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(t.lr).momentum(t.momentum).weight_decay(t.weight_decay));
+  }
+  TXL_FAIL("train.optimizer: '", t.optimizer, "' is not one of adam | adamw | sgd");
+}
+
+}  // namespace
+
+TrainingLoop::TrainingLoop(const config::ExperimentConfig& config, std::int64_t vocab,
+                           const PhaseOptions& options, std::int64_t steps)
+    : config_(config),
+      bf16_(options.bf16),
+      batch_size_(options.batch_size),
+      tgt_len_(config.model.tgt_len) {
+  TXL_CHECK(options.batch_size >= 1 && steps >= 1, "bench: needs batch >= 1 and steps >= 1, got ",
+            options.batch_size, " and ", steps);
+  torch::manual_seed(options.seed);
+  model_ = models::TransformerLM(config.model, vocab);
+  model_->train();
+  optimizer_ = make_optimizer(config.train, model_->parameters());
+  context_ = models::Context::from_config(config.model);
+
+  data::TrainStreamOptions so;
+  so.batch_size = batch_size_;
+  so.tgt_len = tgt_len_;
+  so.ext_len = config.model.ext_len;
+  so.seed = options.seed;
+  // Every stream holds `steps` segments plus the one token of look-ahead.
+  const std::int64_t per_stream = steps * tgt_len_ + 1;
+  stream_ = std::make_unique<data::TrainStream>(
+      random_ids(batch_size_ * per_stream, vocab, options.seed), so);
+}
+
+double TrainingLoop::step() {
+  const torch::Device device(torch::kCPU);
+  data::Batch batch = stream_->next();
+  optimizer_->zero_grad();
+  torch::Tensor nll_sum;
+  {
+    AutocastGuard autocast(bf16_, device);
+    auto out = model_->forward(batch.tokens, batch.targets, batch.input_mask, memory_, batch.reset,
+                               context_);
+    nll_sum = out.nll.to(torch::kFloat).masked_fill(batch.target_mask.logical_not(), 0.0).sum();
+    memory_ = std::move(out.memory);
+  }
+  const double scored = static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1));
+  (nll_sum / scored).backward();
+  const double loss = nll_sum.item<double>() / scored;
+  TXL_CHECK(std::isfinite(loss), "bench: training loss is ", loss);
+  if (config_.train.clip > 0) {
+    torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.train.clip);
+  }
+  optimizer_->step();
+  return loss;
+}
+
+}  // namespace txl::bench::detail

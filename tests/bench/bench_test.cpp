@@ -1,0 +1,255 @@
+// The bench's arithmetic and plumbing on a tiny model. No test asserts a speed: only that the
+// figures exist, are positive and agree with each other (MFU = achieved / peak, GFLOP/s =
+// tokens/s x FLOPs per token, ...), and that sliding-window evaluation costs more per token
+// than memory evaluation.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "support/test_support.h"
+#include "txl/bench/bench.h"
+#include "txl/bench/measure.h"
+#include "txl/bench/profile.h"
+#include "txl/bench/sweep.h"
+#include "txl/models/flops.h"
+
+namespace txl::bench {
+namespace {
+
+constexpr std::int64_t kVocab = 50;
+
+config::ExperimentConfig tiny() {
+  auto c = bench_experiment();
+  c.model.n_layer = 2;
+  c.model.d_model = 16;
+  c.model.n_head = 2;
+  c.model.d_head = 8;
+  c.model.d_inner = 32;
+  c.model.tgt_len = 8;
+  c.model.mem_len = 8;
+  c.train.batch_size = 2;
+  c.eval.batch_size = 2;
+  return c;
+}
+
+BenchOptions tiny_options() {
+  BenchOptions o;
+  o.vocab = kVocab;
+  o.threads = 1;
+  auto& s = o.settings;
+  s.warmup = 1;
+  s.repetitions = 2;
+  s.peak_sizes = {16, 32};
+  s.peak_repetitions = 1;
+  s.attention_lengths = {24, 40};
+  s.sliding_batch = 2;
+  s.sliding_warmup = 1;
+  s.sliding_repetitions = 1;
+  return o;
+}
+
+// The number after "key": in a flat JSON text; fails the test when the key is missing.
+double json_number(const std::string& json, const std::string& key) {
+  const std::string needle = "\"" + key + "\":";
+  const auto pos = json.find(needle);
+  EXPECT_NE(pos, std::string::npos) << "missing key " << key << " in " << json;
+  if (pos == std::string::npos) return 0.0;
+  return std::stod(json.substr(pos + needle.size()));
+}
+
+TEST(Bench, ReportHasTheKeysOfRecordAndConsistentArithmetic) {
+  const auto config = tiny();
+  const auto report = run_bench(config, tiny_options());
+  const auto json = to_json(report);
+  ASSERT_EQ(json.front(), '{');
+  ASSERT_EQ(json.back(), '}');
+  for (const char* key :
+       {"train_tokens_per_s", "train_tokens_per_s_bf16", "eval_tokens_per_s", "flops_per_token",
+        "peak_gflops_fp32", "peak_gflops_bf16", "mfu", "peak_rss_mb", "sliding_over_memory_cost_24",
+        "sliding_over_memory_cost_40"}) {
+    EXPECT_GT(json_number(json, key), 0.0) << key;
+  }
+  // FLOPs: the training figure of models/flops.h, three times the forward one.
+  const auto flops = models::count_flops_per_token(config.model, kVocab, 8, 8);
+  EXPECT_NEAR(json_number(json, "flops_per_token"), flops.training, 1e-6 * flops.training);
+  EXPECT_NEAR(report.flops_per_token, 3 * report.flops_per_token_forward,
+              1e-9 * report.flops_per_token);
+  // Achieved GFLOP/s and MFU recomputed from the printed figures.
+  const double achieved =
+      json_number(json, "train_tokens_per_s") * json_number(json, "flops_per_token") / 1e9;
+  EXPECT_NEAR(json_number(json, "train_gflops"), achieved, 1e-5 * achieved);
+  const double mfu = achieved / json_number(json, "peak_gflops_fp32");
+  EXPECT_NEAR(json_number(json, "mfu"), mfu, 1e-5 * mfu);
+  EXPECT_NEAR(report.mfu, report.train_gflops / report.peak_fp32.gflops, 1e-12);
+  // Tokens per second are tokens per step over the median step time.
+  EXPECT_EQ(report.train_fp32.tokens_per_step, 2 * 8);
+  EXPECT_NEAR(report.train_fp32.tokens_per_s,
+              report.train_fp32.tokens_per_step / report.train_fp32.timing.median_s, 1e-6);
+  EXPECT_LE(report.train_fp32.timing.best_s, report.train_fp32.timing.median_s);
+  // The process peak covers every phase's peak; losses are finite and near ln V at the start.
+  for (const auto* p : {&report.train_fp32, &report.train_bf16, &report.eval_fp32}) {
+    EXPECT_GE(report.peak_rss_mb + 1e-9, p->peak_rss_mb);
+    EXPECT_GT(p->loss, 0.5 * std::log(static_cast<double>(kVocab)));
+    EXPECT_LT(p->loss, 2.0 * std::log(static_cast<double>(kVocab)));
+  }
+  ASSERT_EQ(report.sliding_vs_memory.size(), 2u);
+  EXPECT_EQ(report.sliding_vs_memory[1].mem_len, 40 - 8);
+  EXPECT_NEAR(json_number(json, "sliding_over_memory_cost_40"), report.sliding_vs_memory[1].ratio,
+              1e-5 * report.sliding_vs_memory[1].ratio);
+  // The table names the same figures.
+  const auto table = format_table(report);
+  EXPECT_NE(table.find("training fp32"), std::string::npos);
+  EXPECT_NE(table.find("MFU"), std::string::npos);
+}
+
+TEST(Bench, SlidingWindowCostsMoreThanMemoryPerToken) {
+  torch::set_num_threads(1);
+  PhaseOptions sliding;
+  sliding.batch_size = 2;
+  sliding.warmup = 1;
+  sliding.repetitions = 3;
+  PhaseOptions memory = sliding;
+  const auto c = sliding_over_memory_cost(tiny(), kVocab, 32, sliding, memory);
+  EXPECT_EQ(c.attention_length, 32);
+  EXPECT_EQ(c.tgt_len, 8);
+  EXPECT_EQ(c.mem_len, 24);
+  EXPECT_GT(c.sliding_s_per_token, 0.0);
+  EXPECT_GT(c.memory_s_per_token, 0.0);
+  EXPECT_NEAR(c.ratio, c.sliding_s_per_token / c.memory_s_per_token, 1e-9 * c.ratio);
+  // 32 tokens of forward per scored token against 1/8 of a segment: far above 1.
+  EXPECT_GT(c.ratio, 1.0);
+  // FLOPs: 32 vanilla positions per scored token against one xl token with 32 keys.
+  auto vanilla = tiny().model;
+  vanilla.attn_type = "vanilla";
+  const double expected = 32 * models::count_flops_per_token(vanilla, kVocab, 32, 0).forward /
+                          models::count_flops_per_token(tiny().model, kVocab, 8, 24).forward;
+  EXPECT_NEAR(c.flop_ratio, expected, 1e-9 * expected);
+  EXPECT_GT(c.flop_ratio, 1.0);
+}
+
+TEST(Bench, SlidingComparisonNeedsALengthAboveTheSegment) {
+  PhaseOptions o;
+  o.batch_size = 1;
+  o.repetitions = 1;
+  TXL_EXPECT_THROW_WITH(sliding_over_memory_cost(tiny(), kVocab, 8, o, o), "eval.tgt_len");
+}
+
+TEST(Bench, TimeRepeatedCallsWarmupPlusRepetitions) {
+  int calls = 0;
+  const auto t = time_repeated([&] { ++calls; }, 2, 5);
+  EXPECT_EQ(calls, 7);
+  EXPECT_EQ(t.repetitions, 5);
+  EXPECT_LE(t.best_s, t.median_s);
+  TXL_EXPECT_THROW_WITH(time_repeated([] {}, 0, 0), "repetitions");
+}
+
+TEST(Bench, MatmulPeakAndResidentMemory) {
+  torch::set_num_threads(1);
+  const auto p = probe_matmul_peak(torch::kFloat, {16, 32}, 2);
+  EXPECT_GT(p.gflops, 0.0);
+  EXPECT_TRUE(p.size == 16 || p.size == 32);
+  EXPECT_GT(probe_matmul_peak(torch::kBFloat16, {16}, 1).gflops, 0.0);
+  TXL_EXPECT_THROW_WITH(probe_matmul_peak(torch::kFloat, {}, 1), "sizes");
+  EXPECT_GT(current_rss_mb(), 0.0);
+  EXPECT_GE(peak_rss_mb() + 1e-9, current_rss_mb() - 1.0);
+  // A 64 MiB buffer touched after a reset shows in the new window's peak.
+  if (reset_peak_rss()) {
+    const double before = peak_rss_mb();
+    auto big = torch::ones({16 * 1024 * 1024});  // 64 MiB of float
+    EXPECT_GE(peak_rss_mb(), before + 48.0);
+  }
+}
+
+TEST(Bench, SummarizeOpsGroupsCopiesAndFills) {
+  const auto p = summarize_ops({{"aten::mm", 6.0},
+                                {"aten::copy_", 1.0},
+                                {"aten::cat", 0.5},
+                                {"aten::fill_", 1.0},
+                                {"aten::zero_", 0.5},
+                                {"aten::masked_fill_", 0.5},
+                                {"aten::mm", 0.5}});
+  EXPECT_DOUBLE_EQ(p.total_ms, 10.0);
+  ASSERT_EQ(p.ops.size(), 6u);
+  EXPECT_EQ(p.ops[0].name, "aten::mm");
+  EXPECT_EQ(p.ops[0].calls, 2);
+  EXPECT_DOUBLE_EQ(p.ops[0].self_ms, 6.5);
+  EXPECT_DOUBLE_EQ(p.ops[0].share, 0.65);
+  EXPECT_DOUBLE_EQ(p.copy_share, 0.15);
+  EXPECT_DOUBLE_EQ(p.fill_share, 0.15);
+  EXPECT_DOUBLE_EQ(p.masked_fill_share, 0.05);
+}
+
+TEST(Bench, ProfileOfATrainingStepFindsTheMatrixProducts) {
+  torch::set_num_threads(1);
+  PhaseOptions o;
+  o.batch_size = 2;
+  o.warmup = 1;
+  const auto p = profile_training_step(tiny(), kVocab, o);
+  ASSERT_FALSE(p.ops.empty());
+  EXPECT_GT(p.total_ms, 0.0);
+  double shares = 0;
+  bool products = false;
+  for (const auto& op : p.ops) {
+    EXPECT_GE(op.self_ms, -1e-3) << op.name;  // self time: never (noticeably) negative
+    shares += op.share;
+    products |= op.name == "aten::mm" || op.name == "aten::bmm" || op.name == "aten::addmm";
+  }
+  EXPECT_NEAR(shares, 1.0, 1e-9);
+  EXPECT_TRUE(products) << format_profile(p);
+  EXPECT_GE(p.copy_share, 0.0);
+  EXPECT_LE(p.copy_share + p.fill_share + p.masked_fill_share, 1.0 + 1e-9);
+  EXPECT_NE(format_profile(p, 5).find("copies"), std::string::npos);
+  // By shape: the same step, ops keyed with their input shapes, groups still recognised.
+  const auto shaped = profile_training_step(tiny(), kVocab, o, true);
+  bool shapes = false;
+  for (const auto& op : shaped.ops) shapes |= op.name.find(" [") != std::string::npos;
+  EXPECT_TRUE(shapes) << format_profile(shaped);
+  EXPECT_GT(shaped.copy_share + shaped.fill_share, 0.0);
+}
+
+TEST(Bench, SweepWritesTablesAndData) {
+  test::TempDir dir;
+  SweepOptions o;
+  o.out_dir = dir / "bench";
+  o.vocab = kVocab;
+  o.lengths = {4, 8};
+  o.length_batch = 2;
+  o.batches = {1, 2};
+  o.attention_mem_lens = {0, 8, 16};
+  o.attention_batch = 1;
+  o.warmup = 0;
+  o.repetitions = 1;
+  o.plot = false;
+  torch::set_num_threads(1);
+  const auto s = run_sweep(tiny(), o);
+  ASSERT_EQ(s.points.size(), 4u);
+  EXPECT_EQ(s.points[1].series, "length");
+  EXPECT_EQ(s.points[1].tgt_len, 8);
+  EXPECT_EQ(s.points[1].mem_len, 8);
+  EXPECT_EQ(s.points[3].series, "batch");
+  EXPECT_EQ(s.points[3].batch, 2);
+  for (const auto& p : s.points) {
+    EXPECT_GT(p.tokens_per_s, 0.0);
+    EXPECT_NEAR(p.gflops, p.tokens_per_s * p.flops_per_token / 1e9, 1e-9 * p.gflops);
+  }
+  ASSERT_EQ(s.attention.points.size(), 3u);
+  EXPECT_GT(s.attention.r2, -1e-9);
+  EXPECT_LE(s.attention.r2, 1.0 + 1e-9);
+  EXPECT_FALSE(s.plotted);
+  for (const char* name : {"sweep.md", "sweep.csv", "sweep.json", "plot_sweep.py"}) {
+    EXPECT_TRUE(std::filesystem::exists(o.out_dir / name)) << name;
+  }
+  std::ifstream csv(o.out_dir / "sweep.csv");
+  std::string line;
+  int lines = 0;
+  while (std::getline(csv, line)) ++lines;
+  EXPECT_EQ(lines, 1 + 4 + 3);
+  EXPECT_NE(sweep_markdown(s).find("| 2 | 8 | 8 |"), std::string::npos) << sweep_markdown(s);
+}
+
+}  // namespace
+}  // namespace txl::bench
