@@ -52,6 +52,23 @@ void plot_sweep(const stdfs::path& json_path, const stdfs::path& png_path) {
   }
 }
 
+// A float32 vector as a NumPy .npy file (format 1.0), readable with numpy.load.
+std::string npy_float32(const torch::Tensor& values) {
+  auto v = values.to(torch::kFloat).contiguous();
+  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({},), }}",
+                                   v.numel());
+  // magic (6) + version (2) + length (2) + header + '\n', padded to a multiple of 64.
+  const size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char*>(v.data_ptr<float>()), v.numel() * sizeof(float));
+  return out;
+}
+
 }  // namespace
 
 void run(const EvalRequest& request, std::ostream& out) {
@@ -133,9 +150,7 @@ void run(const EvalRequest& request, std::ostream& out) {
       if (!request.token_losses_path.empty()) {
         stdfs::path path = request.token_losses_path;
         if (targets.size() > 1) path += "." + target.name;
-        std::ostringstream bytes;
-        torch::save(losses, bytes);
-        fs::write_atomic(path, bytes.str());
+        fs::write_atomic(path, npy_float32(losses));
         log::info("eval", "per-token losses of {} written to {}", target.name, path.string());
       }
     }

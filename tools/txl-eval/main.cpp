@@ -1,6 +1,6 @@
 // txl-eval: evaluates a checkpoint; the model is rebuilt from the checkpoint alone.
 //   txl-eval runs/kjv_xl/checkpoint_best.pt --split test --mode memory --mem-len 256
-//   txl-eval CKPT --file some.txt --json
+//   txl-eval CKPT --file some.txt --json --token-losses losses.npy
 //   txl-eval CKPT --sweep            # perplexity against evaluation mem_len (0, Q, 2Q, 4Q, 8Q)
 #include <CLI/CLI.hpp>
 
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch-size", request.batch_size, "evaluation streams / windows per batch");
   app.add_option("--max-tokens", request.max_tokens, "score at most this many tokens per split");
   app.add_option("--threads", request.threads, "intra-op threads (0 = all cores)");
-  app.add_option("--token-losses", request.token_losses_path, "write per-token losses (float32 .pt tensor, text order)");
+  app.add_option("--token-losses", request.token_losses_path, "write per-token losses in nats, text order, as a float32 NumPy .npy file");
   app.add_flag("--sweep", request.sweep, "perplexity against evaluation mem_len: table, JSON and plot");
   app.add_option("--sweep-mem-lens", request.sweep_mem_lens, "mem_len values of the sweep")->delimiter(',');
   app.add_option("--out", request.out_dir, "folder for sweep results (default: the checkpoint's folder)");
