@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "txl/train/trainer.h"
 #include "txl/util/autocast.h"
 #include "txl/util/error.h"
 
@@ -15,27 +16,6 @@ torch::Tensor random_ids(std::int64_t n, std::int64_t vocab, std::uint64_t seed)
   return torch::randint(vocab, {n}, generator, torch::kLong);  // [n]
 }
 
-namespace {
-
-// The trainer's optimizers (train.optimizer), with its options.
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfig& t,
-                                                        std::vector<torch::Tensor> params) {
-  if (t.optimizer == "adam") {
-    return std::make_unique<torch::optim::Adam>(
-        params, torch::optim::AdamOptions(t.lr).weight_decay(t.weight_decay));
-  }
-  if (t.optimizer == "adamw") {
-    return std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
-  }
-  if (t.optimizer == "sgd") {
-    return std::make_unique<torch::optim::SGD>(
-        params, torch::optim::SGDOptions(t.lr).momentum(t.momentum).weight_decay(t.weight_decay));
-  }
-  TXL_FAIL("train.optimizer: '", t.optimizer, "' is not one of adam | adamw | sgd");
-}
-
-}  // namespace
 
 TrainingLoop::TrainingLoop(const config::ExperimentConfig& config, std::int64_t vocab,
                            const PhaseOptions& options, std::int64_t steps)
@@ -48,7 +28,7 @@ TrainingLoop::TrainingLoop(const config::ExperimentConfig& config, std::int64_t 
   torch::manual_seed(options.seed);
   model_ = models::TransformerLM(config.model, vocab);
   model_->train();
-  optimizer_ = make_optimizer(config.train, model_->parameters());
+  optimizer_ = train::make_optimizer(config.train, model_->parameters());
   context_ = models::Context::from_config(config.model);
 
   data::TrainStreamOptions so;
@@ -65,7 +45,8 @@ TrainingLoop::TrainingLoop(const config::ExperimentConfig& config, std::int64_t 
 double TrainingLoop::step() {
   const torch::Device device(torch::kCPU);
   data::Batch batch = stream_->next();
-  optimizer_->zero_grad();
+  // As the trainer: gradients reset, not zero-filled.
+  for (auto& p : model_->parameters()) p.mutable_grad().reset();
   torch::Tensor nll_sum;
   {
     AutocastGuard autocast(bf16_, device);

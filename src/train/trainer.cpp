@@ -38,8 +38,6 @@ stdfs::path run_dir(const config::ExperimentConfig& config) {
                                        : stdfs::path(config.run.output_dir);
 }
 
-namespace {
-
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfig& t,
                                                         std::vector<torch::Tensor> params) {
   if (t.optimizer == "adam") {
@@ -56,6 +54,8 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfi
   }
   TXL_FAIL("train.optimizer: '", t.optimizer, "' is not one of adam | adamw | sgd");
 }
+
+namespace {
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
   for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);

@@ -8,6 +8,11 @@
 #include <filesystem>
 #include <string>
 
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
 #include "txl/config/config.h"
 
 namespace txl::train {
@@ -44,6 +49,10 @@ struct TrainOptions {
 // checkpoint_best.pt) into the run directory. Throws txl::Error on user errors, and on a NaN or
 // infinite loss (naming the step; the last good checkpoint is left intact).
 TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& options = {});
+
+// The optimizer of train.optimizer (adam | adamw | sgd) with its options, over `params`.
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfig& train,
+                                                        std::vector<torch::Tensor> params);
 
 // The run directory of an experiment: run.output_dir, or runs/<run.name>.
 std::filesystem::path run_dir(const config::ExperimentConfig& config);
