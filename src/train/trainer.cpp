@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -31,6 +32,12 @@ using Clock = std::chrono::steady_clock;
 std::atomic<int>& stop_signal() {
   static std::atomic<int> signal{0};
   return signal;
+}
+
+void install_stop_handlers() {
+  auto handler = [](int sig) { stop_signal().store(sig); };
+  std::signal(SIGINT, handler);
+  std::signal(SIGTERM, handler);
 }
 
 stdfs::path run_dir(const config::ExperimentConfig& config) {

@@ -10,4 +10,13 @@ TEST(Error, CheckStreamsTheMessage) {
   EXPECT_NO_THROW(TXL_CHECK(value > 5, "unused"));
 }
 
+TEST(Error, MessagesOfTorchErrorsCarryNoBacktrace) {
+  try {
+    TORCH_CHECK(false, "bad shape 7");
+  } catch (const std::exception& e) {
+    EXPECT_EQ(txl::error_message(e), "bad shape 7");
+  }
+  EXPECT_EQ(txl::error_message(txl::Error("plain")), "plain");
+}
+
 }  // namespace

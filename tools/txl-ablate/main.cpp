@@ -5,7 +5,6 @@
 #include <c10/util/Exception.h>
 #include <CLI/CLI.hpp>
 
-#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -13,10 +12,6 @@
 #include "txl/experiment/ablation.h"
 #include "txl/train/trainer.h"
 #include "txl/util/error.h"
-
-namespace {
-void on_signal(int sig) { txl::train::stop_signal().store(sig); }
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -48,8 +43,7 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
+    txl::train::install_stop_handlers();
     txl::experiment::AblationOptions options;
     options.only = only;
     options.quiet = quiet;
@@ -67,11 +61,8 @@ int main(int argc, char** argv) {
     }
     std::cout << result.report.table << "\nreport: " << (result.dir / "report.md").string() << "\n";
     return 0;
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());
     return 1;
   }
 }

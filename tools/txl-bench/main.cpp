@@ -16,6 +16,7 @@
 #include "txl/bench/profile.h"
 #include "txl/bench/sweep.h"
 #include "txl/config/load.h"
+#include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
 
@@ -88,11 +89,8 @@ int main(int argc, char** argv) {
       if (!save.empty()) txl::fs::write_atomic(save, object);
     }
     return 0;
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());
     return 1;
   }
 }

@@ -36,11 +36,8 @@ int main(int argc, char** argv) {
   try {
     txl::eval::run(request, std::cout);
     return 0;
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());
     return 1;
   }
 }

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
                                      : fmt::format("rebuilt {} of 3 splits", 3 - st.splits_reused));
     return 0;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    fmt::print(stderr, "error: {}\n", txl::error_message(e));
     return 1;
   }
 }

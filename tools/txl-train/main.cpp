@@ -3,17 +3,12 @@
 // Ctrl-C / SIGTERM: the step in flight finishes, a checkpoint is written, exit 130 / 143.
 #include <CLI/CLI.hpp>
 
-#include <csignal>
 #include <cstdio>
 #include <iostream>
 
 #include "txl/config/load.h"
 #include "txl/train/trainer.h"
 #include "txl/util/error.h"
-
-namespace {
-void on_signal(int sig) { txl::train::stop_signal().store(sig); }
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"txl-train: train a Transformer-XL or baseline language model from a YAML experiment"};
@@ -32,8 +27,7 @@ int main(int argc, char** argv) {
       std::cout << txl::config::dump_experiment(config);
       return 0;
     }
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
+    txl::train::install_stop_handlers();
     auto summary = txl::train::train(config, {resume, quiet});
     if (summary.status == txl::train::TrainStatus::kInterrupted) {
       int sig = txl::train::stop_signal().load();
@@ -42,11 +36,8 @@ int main(int argc, char** argv) {
       return 128 + sig;
     }
     return 0;
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());
     return 1;
   }
 }

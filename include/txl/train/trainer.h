@@ -21,6 +21,9 @@ namespace txl::train {
 // step in flight, writes a checkpoint and returns TrainStatus::kInterrupted.
 std::atomic<int>& stop_signal();
 
+// Installs SIGINT and SIGTERM handlers that set stop_signal() (for the programs).
+void install_stop_handlers();
+
 enum class TrainStatus {
   kCompleted,    // reached a stop condition (steps, tokens, minutes or early stop)
   kInterrupted,  // stopped by a signal after checkpointing; resume with --resume

@@ -23,6 +23,10 @@ std::string concat(const Args&... args) {
 }
 }  // namespace detail
 
+// The message a program prints for an exception: c10::Error (LibTorch) without its C++
+// backtrace, anything else as what().
+std::string error_message(const std::exception& error);
+
 }  // namespace txl
 
 // Throws txl::Error with the streamed message when `cond` is false.
