@@ -23,6 +23,7 @@ packages=(
   g++ cmake ninja-build pkg-config ccache
   libtorch-dev libopenblas0-pthread
   libsentencepiece-dev libyaml-cpp-dev libfmt-dev libgtest-dev libcli11-dev nlohmann-json3-dev
+  libgloo-dev python3-torch
   bible-kjv python3-matplotlib
 )
 

@@ -46,6 +46,7 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("run.device", run.device, {"cpu", "cuda", "auto"});
   t.add("run.precision", run.precision, {"fp32", "bf16"});
   t.add("run.log_interval", run.log_interval);
+  t.add("run.dist_timeout", run.dist_timeout);
 
   DataConfig& data = c.data;
   t.add("data.corpus", data.corpus,

@@ -76,6 +76,7 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.rule(!run.name.empty(), "run.name", "must not be empty (it names the run and its folder)");
   k.at_least("run.threads", run.threads, 0);
   k.at_least("run.log_interval", run.log_interval, 1);
+  k.at_least("run.dist_timeout", run.dist_timeout, 1);
 
   const DataConfig& data = c.data;
   k.rule(!data.cache_dir.empty(), "data.cache_dir", "must not be empty (e.g. data/cache)");

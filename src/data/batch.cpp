@@ -19,6 +19,20 @@ Batch Batch::to(const torch::Device& device, bool non_blocking) const {
   return out;
 }
 
+Batch Batch::narrow_rows(std::int64_t begin, std::int64_t count) const {
+  TXL_CHECK(begin >= 0 && count >= 0 && begin + count <= rows(), "Batch::narrow_rows: rows [",
+            begin, ", ", begin + count, ") of a batch of ", rows());
+  Batch out;
+  out.tokens = tokens.narrow(0, begin, count);
+  out.targets = targets.narrow(0, begin, count);
+  out.input_mask = input_mask.narrow(0, begin, count);
+  out.target_mask = target_mask.narrow(0, begin, count);
+  out.reset = reset.narrow(0, begin, count);
+  out.n_scored = out.target_mask.sum().item<std::int64_t>();
+  out.index = index;
+  return out;
+}
+
 PaddedBatch pad_sequences(const std::vector<std::vector<std::int64_t>>& seqs, std::int64_t pad_id,
                           PadSide side) {
   TXL_CHECK(!seqs.empty(), "pad_sequences: no sequences given; a batch needs at least one row");

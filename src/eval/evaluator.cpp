@@ -123,6 +123,16 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
               " entries for ", n_full, " tokens");
   }
   Accumulator acc(options.batch_size, token_losses != nullptr || want_recall);
+  dist::Group* group = options.group != nullptr && options.group->distributed() ? options.group : nullptr;
+  TXL_CHECK(group == nullptr || options.mode != "sliding" || (token_losses == nullptr && !want_recall),
+            "data-parallel sliding-window evaluation gives no per-token losses or recall");
+  // This rank's rows of a batch (all of them in one process).
+  auto my_rows = [&](const data::Batch& batch) -> std::optional<data::Batch> {
+    if (group == nullptr) return batch;
+    auto range = dist::shard_rows(batch.rows(), group->rank(), group->world_size());
+    if (range.size() == 0) return std::nullopt;
+    return batch.narrow_rows(range.begin, range.size());
+  };
 
   if (options.mode == "sliding") {
     data::SlidingStreamOptions so;
@@ -136,9 +146,10 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
     result.stride = options.stride;
     result.tgt_len = options.window;
     while (true) {
-      auto batch = stream.next();
-      if (!batch) break;
-      acc.add(score(model, *batch, nullptr, context), batch->target_mask, true);
+      auto all = stream.next();
+      if (!all) break;
+      auto batch = my_rows(*all);
+      if (batch) acc.add(score(model, *batch, nullptr, context), batch->target_mask, true);
     }
   } else {
     const bool with_memory = options.mode == "memory" && options.mem_len > 0;
@@ -155,33 +166,45 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
     result.mem_len = context.mem_len;
     models::Memory memory;
     while (true) {
-      auto batch = stream.next();
-      if (!batch) break;
-      acc.add(score(model, *batch, with_memory ? &memory : nullptr, context), batch->target_mask,
-              false);
+      auto all = stream.next();
+      if (!all) break;
+      auto batch = my_rows(*all);  // the same rows every batch, so memory stays with them
+      if (batch)
+        acc.add(score(model, *batch, with_memory ? &memory : nullptr, context), batch->target_mask,
+                false);
     }
   }
 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (was_training) model->train();
-  TXL_CHECK(acc.count() > 0, "evaluation scored no token");
-  TXL_CHECK(std::isfinite(acc.sum()), "evaluation loss is not finite (", acc.sum(), ")");
+  double sum = acc.sum();
+  std::int64_t count = acc.count();
+  if (group != nullptr) {
+    auto totals = torch::tensor({sum, static_cast<double>(count)}, torch::kDouble);  // [2]
+    group->all_reduce(totals);
+    sum = totals[0].item<double>();
+    count = static_cast<std::int64_t>(totals[1].item<double>());
+  }
+  TXL_CHECK(count > 0, "evaluation scored no token");
+  TXL_CHECK(std::isfinite(sum), "evaluation loss is not finite (", sum, ")");
 
-  const double total_bits = acc.sum() / std::log(2.0);
+  const double total_bits = sum / std::log(2.0);
   // When only part of the split was scored, bytes and characters are prorated by tokens.
   // Bytes and characters are prorated when only a prefix was scored.
   const double fraction = static_cast<double>(n - 1) / static_cast<double>(n_full - 1);
-  result.tokens = acc.count();
-  result.loss = acc.sum() / static_cast<double>(acc.count());
+  result.tokens = count;
+  result.loss = sum / static_cast<double>(count);
   result.ppl = std::exp(result.loss);
   result.bits_per_token = result.loss / std::log(2.0);
   result.bits_per_byte = n_bytes > 0 ? total_bits / (static_cast<double>(n_bytes) * fraction) : 0.0;
   result.bits_per_char = n_chars > 0 ? total_bits / (static_cast<double>(n_chars) * fraction) : 0.0;
   result.seconds = seconds;
-  result.tokens_per_s = seconds > 0 ? static_cast<double>(acc.count()) / seconds : 0.0;
+  result.tokens_per_s = seconds > 0 ? static_cast<double>(count) / seconds : 0.0;
   if (token_losses || want_recall) {
     auto losses = acc.token_losses();  // float [N - 1], target t + 1 at index t
+    // A rank's rows are consecutive streams, so its losses are one stretch of the text.
+    if (group != nullptr) losses = group->all_gather_rows(losses);
     if (want_recall) {
       auto selected = losses.masked_select(recall_mask.narrow(0, 1, ids.size(0) - 1).to(torch::kBool));
       result.recall_tokens = selected.numel();

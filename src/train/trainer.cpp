@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -35,7 +36,14 @@ std::atomic<int>& stop_signal() {
 }
 
 void install_stop_handlers() {
-  auto handler = [](int sig) { stop_signal().store(sig); };
+  // The first signal asks for a checkpoint after the step in flight; a second one (a user's
+  // second Ctrl-C, a launcher's escalation) ends the process at once.
+  auto handler = [](int sig) {
+    if (stop_signal().exchange(sig) != 0) {
+      std::signal(sig, SIG_DFL);
+      std::raise(sig);
+    }
+  };
   std::signal(SIGINT, handler);
   std::signal(SIGTERM, handler);
 }
@@ -76,27 +84,73 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
-// Memory for each gradient-accumulation chunk, flattened for checkpoints: per chunk, the
-// number of layer tensors, then the layers, then the key mask.
-std::vector<torch::Tensor> flatten_memory(const std::vector<models::Memory>& chunks) {
-  std::vector<torch::Tensor> flat;
-  for (const auto& m : chunks) {
-    flat.push_back(torch::tensor(static_cast<std::int64_t>(m.layers.size())));
-    for (const auto& t : m.layers) flat.push_back(t);
-    flat.push_back(m.key_mask.defined() ? m.key_mask : torch::zeros({0}, torch::kBool));
+// Memory pieces (gradient-accumulation chunks, ranks) of consecutive rows joined into one:
+// layers [rows, M, d], key mask bool [rows, M] (defined when any piece has one).
+models::Memory join_rows(const std::vector<models::Memory>& pieces) {
+  models::Memory out;
+  if (pieces.empty() || pieces.front().empty()) return out;
+  bool any_mask = false;
+  for (const auto& p : pieces) any_mask = any_mask || p.key_mask.defined();
+  for (size_t l = 0; l < pieces.front().layers.size(); ++l) {
+    std::vector<torch::Tensor> rows;
+    for (const auto& p : pieces) rows.push_back(p.layers.at(l));
+    out.layers.push_back(torch::cat(rows, 0));
   }
+  if (any_mask) {
+    std::vector<torch::Tensor> masks;
+    for (const auto& p : pieces)
+      masks.push_back(p.key_mask.defined()
+                          ? p.key_mask
+                          : torch::ones({p.layers.front().size(0), p.length()}, torch::kBool));
+    out.key_mask = torch::cat(masks, 0);
+  }
+  return out;
+}
+
+// Rows [begin, begin + count) of a memory.
+models::Memory narrow_rows(const models::Memory& memory, std::int64_t begin, std::int64_t count) {
+  models::Memory out;
+  for (const auto& t : memory.layers) out.layers.push_back(t.narrow(0, begin, count));
+  if (memory.key_mask.defined()) out.key_mask = memory.key_mask.narrow(0, begin, count);
+  return out;
+}
+
+// Checkpoints hold the memory of the whole batch (every rank's rows, every chunk) as groups:
+// the number of layer tensors, the layers, the key mask. Checkpoints of older versions held
+// one group per chunk; concatenated in order they are the same rows.
+std::vector<torch::Tensor> flatten_memory(const models::Memory& m) {
+  std::vector<torch::Tensor> flat;
+  flat.push_back(torch::tensor(static_cast<std::int64_t>(m.layers.size())));
+  for (const auto& t : m.layers) flat.push_back(t);
+  flat.push_back(m.key_mask.defined() ? m.key_mask : torch::zeros({0}, torch::kBool));
   return flat;
 }
 
-std::vector<models::Memory> unflatten_memory(const std::vector<torch::Tensor>& flat, size_t chunks) {
-  std::vector<models::Memory> out(chunks);
+models::Memory unflatten_memory(const std::vector<torch::Tensor>& flat) {
+  std::vector<models::Memory> groups;
   size_t i = 0;
-  for (size_t c = 0; c < chunks && i < flat.size(); ++c) {
+  while (i < flat.size()) {
+    models::Memory g;
     auto n = flat[i++].item<std::int64_t>();
-    for (std::int64_t l = 0; l < n; ++l) out[c].layers.push_back(flat.at(i++));
+    for (std::int64_t l = 0; l < n; ++l) g.layers.push_back(flat.at(i++));
     auto mask = flat.at(i++);
-    if (n > 0) out[c].key_mask = mask;
+    if (n > 0 && mask.numel() > 0) g.key_mask = mask;
+    if (n > 0) groups.push_back(std::move(g));
   }
+  return join_rows(groups);
+}
+
+// The whole batch's memory from every rank's rows (rank order = row order). Sent as fp32 and
+// uint8, which every backend carries, and returned in the memory's own dtypes.
+models::Memory gather_memory(dist::Group& group, const models::Memory& mine) {
+  if (!group.distributed() || mine.empty()) return mine;
+  models::Memory out;
+  for (const auto& t : mine.layers)
+    out.layers.push_back(group.all_gather_rows(t.to(torch::kFloat)).to(t.scalar_type()));
+  auto mask = mine.key_mask.defined()
+                  ? mine.key_mask
+                  : torch::ones({mine.layers.front().size(0), mine.length()}, torch::kBool);
+  out.key_mask = group.all_gather_rows(mask.to(torch::kUInt8)).to(torch::kBool);
   return out;
 }
 
@@ -140,9 +194,22 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   const auto best_path = dir / "checkpoint_best.pt";
   const auto metrics_path = dir / "metrics.jsonl";
 
+  // Data parallel: rank r trains rows `mine` of every global batch; rank 0 writes the files.
+  const auto group = options.group ? options.group : std::make_shared<dist::Group>();
+  const int rank = group->rank(), world = group->world_size();
+  const bool main_rank = group->is_main();
+  TXL_CHECK(t.batch_size % world == 0, "train.batch_size = ", t.batch_size,
+            " must be divisible by the number of processes (", world, ")");
+  const dist::RowRange mine = dist::shard_rows(t.batch_size, rank, world);
+  TXL_CHECK(mine.size() % t.batch_chunk == 0, "train.batch_chunk = ", t.batch_chunk,
+            " must divide the rows of each process (train.batch_size / processes = ", mine.size(), ")");
+  const std::int64_t chunk_rows = mine.size() / t.batch_chunk;
+
+  // Threads: all cores by default, shared among the processes of one node.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = config.run.threads > 0
                           ? config.run.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+                          : std::max(1, cores / std::max(1, group->env().local_world_size));
   torch::set_num_threads(threads);
   torch::manual_seed(config.run.seed);
   TXL_CHECK(config.run.device == "cpu" || config.run.device == "auto",
@@ -150,16 +217,22 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   const torch::Device device(torch::kCPU);
   const bool bf16 = config.run.precision == "bf16";
 
-  // config -> tokenizer -> cached token ids
+  // config -> tokenizer -> cached token ids (rank 0 trains the tokenizer and writes the cache
+  // first; the other ranks then read it)
+  if (!main_rank) group->barrier();
   data::Dataset dataset = data::load_dataset(config.data);
+  if (main_rank) group->barrier();
   const std::int64_t vocab = dataset.tokenizer->vocab_size();
 
-  // -> model and optimizer
+  // -> model and optimizer (every rank starts from rank 0's parameters)
   models::TransformerLM model(m, vocab);
   model->to(device);
   auto optimizer = make_optimizer(t, model->parameters());
   std::int64_t n_params = 0;
   for (const auto& p : model->parameters()) n_params += p.numel();
+  dist::GradientReducer reducer(group, model->parameters());
+  // Dropout draws differ between ranks, as their rows do; rank 0 keeps the single-process stream.
+  if (rank > 0) torch::manual_seed(config.run.seed + 7919 * static_cast<std::uint64_t>(rank));
 
   // -> ordered segment stream
   data::TrainStreamOptions so;
@@ -170,51 +243,87 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   so.roll = t.roll;
   so.seed = config.run.seed;
   so.pad_id = dataset.tokenizer->pad_id();
+  // Every rank reads the same global stream and keeps its own rows.
   data::TrainStream stream(dataset.train.ids, so,
                            config.data.document_mode ? dataset.train.doc_starts : torch::Tensor());
-  TXL_CHECK(t.batch_size % t.batch_chunk == 0, "train.batch_chunk = ", t.batch_chunk,
-            " must divide train.batch_size = ", t.batch_size);
-  const std::int64_t chunk_rows = t.batch_size / t.batch_chunk;
 
   models::TrainState state;
-  std::vector<models::Memory> memory(static_cast<size_t>(t.batch_chunk));
+  std::vector<models::Memory> memory(static_cast<size_t>(t.batch_chunk));  // this rank's, per chunk
+  // Resumable with another number of processes: the stream position and the memory are those of
+  // the whole batch, re-sharded here; only the dropout streams start afresh.
   if (options.resume && stdfs::exists(last_path)) {
     state = models::load_train_state(last_path, model, *optimizer);
     stream.restore(data::StreamState::from_string(state.stream_state));
-    memory = unflatten_memory(state.memory, memory.size());
-    if (state.rng_state.defined()) {
-      at::Generator generator = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(state.rng_state);
+    const models::Memory all = unflatten_memory(state.memory);
+    if (!all.empty()) {
+      TXL_CHECK(all.layers.front().size(0) == t.batch_size, "checkpoint ", last_path.string(),
+                " holds memory for ", all.layers.front().size(0), " rows, but train.batch_size is ",
+                t.batch_size, "; resume with the batch size it was trained with");
+      for (std::int64_t c = 0; c < t.batch_chunk; ++c)
+        memory[static_cast<size_t>(c)] = narrow_rows(all, mine.begin + c * chunk_rows, chunk_rows);
     }
-    truncate_metrics(metrics_path, state.step);
+    if (state.rng_state.defined()) {
+      const auto states = state.rng_state.dim() == 2 ? state.rng_state : state.rng_state.unsqueeze(0);
+      if (states.size(0) == world) {
+        at::Generator generator = at::detail::getDefaultCPUGenerator();
+        std::lock_guard<std::mutex> lock(generator.mutex());
+        generator.set_state(states[rank].contiguous());
+      } else {
+        torch::manual_seed(config.run.seed + 7919 * static_cast<std::uint64_t>(rank) +
+                           104729 * static_cast<std::uint64_t>(state.step));
+        if (main_rank)
+          log::warn("train", "the checkpoint was written by {} processes and this job has {}: "
+                    "memory and data position are re-sharded exactly, dropout draws start afresh",
+                    states.size(0), world);
+      }
+    }
+    if (main_rank) truncate_metrics(metrics_path, state.step);
     log::info("train", "resumed {} at step {} ({} tokens)", dir.string(), state.step, state.tokens);
-  } else {
-    if (stdfs::exists(metrics_path)) stdfs::remove(metrics_path);
+  } else if (main_rank && stdfs::exists(metrics_path)) {
+    stdfs::remove(metrics_path);
   }
-  fs::write_atomic(dir / "config.yaml", config::dump_experiment(config));
-  MetricsWriter metrics(metrics_path);
+  if (group->distributed()) {
+    torch::NoGradGuard no_grad;
+    auto params = model->parameters();
+    group->broadcast(params);
+  }
+  std::optional<MetricsWriter> metrics;
+  if (main_rank) {
+    fs::write_atomic(dir / "config.yaml", config::dump_experiment(config));
+    metrics.emplace(metrics_path);
+  }
+  auto record = [&](const std::string& line) {
+    if (metrics) metrics->write(line);
+  };
 
   log::info("train", "{}: {} layers, d_model {}, {} heads of {}, attn {}, {:.2f}M parameters, "
-            "vocab {}, {} train tokens, batch {} x {} (mem {}), {} threads{}",
+            "vocab {}, {} train tokens, batch {} x {} (mem {}), {} threads{}{}",
             config.run.name, m.n_layer, m.d_model, m.n_head, m.d_head, m.attn_type,
             n_params / 1e6, vocab, dataset.train.ids.numel(), t.batch_size, m.tgt_len,
-            m.mem_len, threads, bf16 ? ", bf16 autocast" : "");
+            m.mem_len, threads, bf16 ? ", bf16 autocast" : "",
+            group->distributed()
+                ? fmt::format(", {} processes ({} rows each, gradients in {} buckets)", world,
+                              mine.size(), reducer.buckets())
+                : std::string());
 
   const models::Context context = models::Context::from_config(m);
   eval::EvalOptions valid_options = eval::resolve_eval_options(config);
   if (t.eval_max_tokens > 0) valid_options.max_tokens = t.eval_max_tokens;
   if (valid_options.mode == "sliding") valid_options.mode = "segments";  // periodic eval stays cheap
+  valid_options.group = group.get();
 
+  // Every rank takes part (the memory and RNG states are gathered); rank 0 writes.
   auto save = [&](const stdfs::path& path) {
     state.stream_state = stream.state().to_string();
-    state.memory = flatten_memory(memory);
+    state.memory = flatten_memory(gather_memory(*group, join_rows(memory)));
+    torch::Tensor rng;
     {
       at::Generator generator = at::detail::getDefaultCPUGenerator();
       std::lock_guard<std::mutex> lock(generator.mutex());
-      state.rng_state = generator.get_state();
+      rng = generator.get_state();  // uint8 [S]
     }
-    models::save_checkpoint(path, config, vocab, model, optimizer.get(), &state);
+    state.rng_state = group->distributed() ? torch::stack(group->all_gather(rng)) : rng;  // [W, S]
+    if (main_rank) models::save_checkpoint(path, config, vocab, model, optimizer.get(), &state);
   };
 
   TrainSummary summary;
@@ -263,7 +372,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
         log::info("train", "validation stalled: learning rate x{}", t.decay_rate);
       }
     }
-    metrics.write(fmt::format("{{\"kind\":\"eval\",\"step\":{},{}", state.step, eval::to_json(r).substr(1)));
+    record(fmt::format("{{\"kind\":\"eval\",\"step\":{},{}", state.step, eval::to_json(r).substr(1)));
     log::info("eval", "step {} | valid loss {:.4f} | ppl {:.2f} | bpb {:.4f} | {:.0f} tok/s{}{}",
               state.step, r.loss, r.ppl, r.bits_per_byte, r.tokens_per_s,
               r.recall_tokens > 0 ? fmt::format(" | recall loss {:.3f}", r.recall_loss) : "",
@@ -275,21 +384,33 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   model->train();
   std::string stop_reason;
   while (true) {
+    // Stop conditions every rank agrees on: steps and tokens are equal everywhere; rank 0's
+    // clock and any rank's signal are shared by one small all-reduce.
+    const int local_signal = stop_signal().load();
+    auto control = torch::tensor(  // [3] SIGINT seen, other signal seen, rank 0 out of time
+        {local_signal == SIGINT ? 1.0 : 0.0, local_signal != 0 && local_signal != SIGINT ? 1.0 : 0.0,
+         main_rank && t.max_minutes > 0 && elapsed() >= t.max_minutes * 60 ? 1.0 : 0.0},
+        torch::kDouble);
+    group->all_reduce(control, dist::Group::Op::kMax);
+    const int sig = control[0].item<double>() > 0 ? SIGINT
+                    : control[1].item<double>() > 0 ? (local_signal != 0 ? local_signal : SIGTERM)
+                                                    : 0;
     if (t.max_steps > 0 && state.step >= t.max_steps) { stop_reason = "max_steps"; break; }
     if (t.max_tokens > 0 && state.tokens >= t.max_tokens) { stop_reason = "max_tokens"; break; }
-    if (t.max_minutes > 0 && elapsed() >= t.max_minutes * 60) { stop_reason = "max_minutes"; break; }
-    const int sig = stop_signal().load();
+    if (control[2].item<double>() > 0) { stop_reason = "max_minutes"; break; }
     if (sig != 0 || (options.pause_at_step > 0 && state.step >= options.pause_at_step)) {
       state.elapsed_seconds = elapsed();
       save(last_path);
       summary.status = TrainStatus::kInterrupted;
+      summary.signal = sig;
       stop_reason = sig != 0 ? fmt::format("signal {}", sig) : std::string("pause_at_step");
       log::info("train", "stopped ({}) at step {}; checkpoint written to {}", stop_reason,
                 state.step, last_path.string());
       break;
     }
 
-    data::Batch batch = stream.next();
+    const data::Batch global = stream.next();
+    const data::Batch batch = global.narrow_rows(mine.begin, mine.size());
     const double lr = learning_rate(t, state.step + 1, state.lr_scale);
     set_learning_rate(*optimizer, lr);
     // Gradients are reset rather than zero-filled (LibTorch 1.13's zero_grad fills): the first
@@ -307,9 +428,16 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
         nll_sum = out.nll.to(torch::kFloat).masked_fill(rows(batch.target_mask).logical_not(), 0.0).sum();
         mem = std::move(out.memory);
       }
-      // The loss is the mean over every scored token of the whole batch, whatever the chunking.
-      (nll_sum / static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1))).backward();
+      // The loss is the mean over every scored token of the whole (global) batch, whatever the
+      // chunking and sharding: the ranks' gradients then sum to exactly its gradient.
+      (nll_sum / static_cast<double>(std::max<std::int64_t>(global.n_scored, 1))).backward();
       batch_loss += nll_sum.item<double>();
+    }
+    if (group->distributed()) {
+      auto total = torch::tensor({batch_loss}, torch::kDouble);  // [1]
+      group->all_reduce(total);
+      batch_loss = total.item<double>();
+      reducer.reduce();
     }
     if (!std::isfinite(batch_loss)) {
       TXL_FAIL("loss is ", batch_loss, " at step ", state.step + 1,
@@ -320,9 +448,9 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
     if (t.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), t.clip);
     optimizer->step();
     ++state.step;
-    state.tokens += batch.n_scored;
+    state.tokens += global.n_scored;
     interval_loss += batch_loss;
-    interval_tokens += batch.n_scored;
+    interval_tokens += global.n_scored;
 
     if (state.step % config.run.log_interval == 0 || state.step == t.max_steps) {
       const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
@@ -333,7 +461,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
       if (t.max_steps > 0) eta = (t.max_steps - state.step) * (elapsed() - elapsed_before) / std::max<std::int64_t>(state.step - start_step, 1);
       if (t.max_tokens > 0) eta = (t.max_tokens - state.tokens) / std::max(run_tps, 1e-9);
       if (t.max_minutes > 0) eta = std::min(eta < 0 ? 1e18 : eta, t.max_minutes * 60 - elapsed());
-      metrics.write(fmt::format(
+      record(fmt::format(
           "{{\"kind\":\"train\",\"step\":{},\"loss\":{:.6f},\"ppl\":{:.4f},\"lr\":{:.6g},"
           "\"tokens\":{},\"tokens_per_s\":{:.1f},\"seconds\":{:.3f}}}",
           state.step, loss, std::exp(loss), lr, state.tokens, tps, elapsed()));

@@ -18,6 +18,7 @@ inline const char* kEveryField = R"(run:
   device: cuda
   precision: bf16
   log_interval: 7
+  dist_timeout: 45
 data:
   corpus: wikitext
   path: corpora/wt103

@@ -53,6 +53,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.run.device, "cuda");
   EXPECT_EQ(c.run.precision, "bf16");
   EXPECT_EQ(c.run.log_interval, 7);
+  EXPECT_EQ(c.run.dist_timeout, 45);
 
   EXPECT_EQ(c.data.corpus, "wikitext");
   EXPECT_EQ(c.data.path, "corpora/wt103");

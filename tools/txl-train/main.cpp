@@ -1,5 +1,6 @@
 // txl-train: trains one experiment.
 //   txl-train --config experiments/kjv_xl.yaml [--set train.max_steps=500] [--resume]
+// Data parallel: torchrun --no-python --nproc-per-node N txl-train --config ...  (or srun).
 // Ctrl-C / SIGTERM: the step in flight finishes, a checkpoint is written, exit 130 / 143.
 #include <CLI/CLI.hpp>
 
@@ -7,37 +8,55 @@
 #include <iostream>
 
 #include "txl/config/load.h"
+#include "txl/dist/group.h"
 #include "txl/train/trainer.h"
 #include "txl/util/error.h"
+#include "txl/util/log.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"txl-train: train a Transformer-XL or baseline language model from a YAML experiment"};
   std::string config_path;
   std::vector<std::string> overrides;
   bool resume = false, dump = false, quiet = false;
+  std::int64_t pause_at_step = 0;
   app.add_option("--config,-c", config_path, "experiment YAML file")->required();
   app.add_option("--set", overrides, "override a setting: key.path=value (repeatable)");
   app.add_flag("--resume", resume, "continue from the run's last checkpoint");
   app.add_flag("--dump-config", dump, "print the resolved experiment and exit");
   app.add_flag("--quiet", quiet, "no progress lines");
+  app.add_option("--pause-at-step", pause_at_step,
+                 "checkpoint and exit 0 once this step is done (continue with --resume)");
   CLI11_PARSE(app, argc, argv);
+  std::string who;  // "rank R: " in a data-parallel job
   try {
     auto config = txl::config::load_experiment(config_path, overrides);
     if (dump) {
       std::cout << txl::config::dump_experiment(config);
       return 0;
     }
-    txl::train::install_stop_handlers();
-    auto summary = txl::train::train(config, {resume, quiet});
+    const auto env = txl::dist::launch_env();
+    if (env.world_size > 1) {
+      who = "rank " + std::to_string(env.rank) + ": ";
+      if (env.rank != 0) txl::log::set_level(txl::log::Level::kQuiet);  // rank 0 speaks for all
+    }
+    txl::train::TrainOptions options;
+    options.resume = resume;
+    options.quiet = quiet;
+    options.pause_at_step = pause_at_step;
+    options.group = txl::dist::Group::create(env, std::chrono::seconds(config.run.dist_timeout));
+    txl::train::install_stop_handlers();  // after the rendezvous, which a signal simply ends
+    auto summary = txl::train::train(config, options);
     if (summary.status == txl::train::TrainStatus::kInterrupted) {
-      int sig = txl::train::stop_signal().load();
-      std::fprintf(stderr, "interrupted at step %lld; resume with: txl-train --config %s --resume\n",
-                   static_cast<long long>(summary.step), config_path.c_str());
-      return 128 + sig;
+      if (env.rank == 0) {
+        std::fprintf(stderr, "%s at step %lld; resume with: txl-train --config %s --resume\n",
+                     summary.signal != 0 ? "interrupted" : "paused",
+                     static_cast<long long>(summary.step), config_path.c_str());
+      }
+      return summary.signal != 0 ? 128 + summary.signal : 0;
     }
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());
+    std::fprintf(stderr, "error: %s%s\n", who.c_str(), txl::error_message(e).c_str());
     return 1;
   }
 }

@@ -22,6 +22,8 @@ struct RunConfig {
   std::string device = "cpu";       // cpu | cuda | auto
   std::string precision = "fp32";   // fp32 | bf16 (autocast, fp32 master weights)
   int log_interval = 50;            // steps between progress lines
+  int dist_timeout = 600;           // seconds a rank waits for the others (rendezvous and every
+                                    // collective) before it stops with an error
 };
 
 // ------------------------------------------------------------------------------ tokenizer

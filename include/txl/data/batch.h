@@ -31,6 +31,9 @@ struct Batch {
 
   // The same batch with every tensor on `device` (n_scored and index unchanged).
   Batch to(const torch::Device& device, bool non_blocking = false) const;
+
+  // Rows [begin, begin + count) as views (a data-parallel rank's share); n_scored counts them.
+  Batch narrow_rows(std::int64_t begin, std::int64_t count) const;
 };
 
 enum class PadSide {

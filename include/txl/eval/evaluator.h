@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "txl/config/config.h"
+#include "txl/dist/group.h"
 #include "txl/models/transformer_lm.h"
 
 namespace txl::eval {
@@ -27,6 +28,10 @@ struct EvalOptions {
   int batch_size = 16;          // streams (memory, segments) or windows (sliding) per batch
   std::int64_t max_tokens = 0;  // score only the text's first max_tokens targets (0 = all);
                                 // bytes and characters are prorated
+  // Data-parallel evaluation: each rank of `group` scores its share of every batch's rows
+  // (dist::shard_rows) and the sums are reduced, so every rank returns the single-process
+  // result. Sliding mode then gives no per-token losses or recall. Null = this process alone.
+  dist::Group* group = nullptr;
 };
 
 // Fills an EvalOptions from the experiment's eval section, inheriting from the model section.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "txl/config/config.h"
+#include "txl/dist/group.h"
 
 namespace txl::train {
 
@@ -21,7 +22,8 @@ namespace txl::train {
 // step in flight, writes a checkpoint and returns TrainStatus::kInterrupted.
 std::atomic<int>& stop_signal();
 
-// Installs SIGINT and SIGTERM handlers that set stop_signal() (for the programs).
+// Installs SIGINT and SIGTERM handlers that set stop_signal() (for the programs); a second
+// signal ends the process at once.
 void install_stop_handlers();
 
 enum class TrainStatus {
@@ -37,6 +39,7 @@ struct TrainSummary {
   double seconds = 0.0;           // wall time of this invocation
   double tokens_per_s = 0.0;      // training throughput of this invocation
   std::string stop_reason;        // e.g. "max_steps", "early stop", "signal 2"
+  int signal = 0;                 // the signal that stopped training (any rank's), else 0
   std::filesystem::path run_dir;  // where everything was written
 };
 
@@ -46,6 +49,10 @@ struct TrainOptions {
   // Stop as a signal would once this step is reached (checkpoint, kInterrupted); 0 = never.
   // For time-sliced or preemptible jobs, and for tests of resumption.
   std::int64_t pause_at_step = 0;
+  // A data-parallel job (dist::Group::create): each rank trains its slice of the batch's
+  // streams, gradients are summed before every step, rank 0 alone writes logs, metrics and
+  // checkpoints. Null = this process alone.
+  std::shared_ptr<dist::Group> group = nullptr;
 };
 
 // Trains the experiment; writes config.yaml, metrics.jsonl and checkpoints (checkpoint_last.pt,

@@ -1,0 +1,247 @@
+// Whole data-parallel jobs: txl-train started as 1 and 2 processes over loopback, as torchrun
+// or srun would start it (issue 6). Dropout is off where runs of different world sizes are
+// compared: each rank draws its own dropout masks, so only a dropout-free run can match.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "dist_test_support.h"
+#include "support/test_support.h"
+#include "support/tiny_experiment.h"
+#include "txl/config/load.h"
+#include "txl/models/checkpoint.h"
+#include "txl/util/fs.h"
+
+namespace {
+
+namespace stdfs = std::filesystem;
+using txl::test::TempDir;
+
+struct Job {
+  std::vector<pid_t> pids;
+  std::vector<stdfs::path> logs;  // each rank's stderr
+};
+
+// Starts `world` txl-train processes as the ranks of one job (torchrun's variables) on
+// `config`; world 0 starts one process with no launcher variables at all.
+Job start_job(int world, const stdfs::path& config, const std::vector<std::string>& args,
+              const stdfs::path& log_dir) {
+  stdfs::create_directories(log_dir);
+  const int port = txl::test::free_port();
+  const auto binary = txl::test::bin_dir() / "txl-train";
+  Job job;
+  for (int r = 0; r < std::max(world, 1); ++r) {
+    const auto log = log_dir / ("rank" + std::to_string(r) + ".log");
+    job.logs.push_back(log);
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 2);
+      if (world > 0) {
+        setenv("RANK", std::to_string(r).c_str(), 1);
+        setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+        setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+        setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      }
+      std::vector<std::string> argv_s{binary.string(), "--config", config.string(), "--quiet"};
+      argv_s.insert(argv_s.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : argv_s) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(binary.c_str(), argv.data());
+      _exit(127);
+    }
+    job.pids.push_back(pid);
+  }
+  return job;
+}
+
+// Exit status of `pid`, or -1 (after killing it) when it runs past `timeout`.
+int wait_exit(pid_t pid, std::chrono::seconds timeout = std::chrono::seconds(120)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+std::string read_text(const stdfs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs a job to its end and expects every rank to exit with `code`.
+void run_job(int world, const stdfs::path& config, const std::vector<std::string>& args,
+             const stdfs::path& log_dir, int code = 0) {
+  auto job = start_job(world, config, args, log_dir);
+  for (size_t r = 0; r < job.pids.size(); ++r)
+    ASSERT_EQ(wait_exit(job.pids[r]), code) << "rank " << r << ":\n" << read_text(job.logs[r]);
+}
+
+stdfs::path write_config(const TempDir& dir, const std::string& name, double dropout) {
+  auto c = txl::test::tiny_experiment(dir.path(), name);
+  c.model.dropout = dropout;
+  c.train.batch_size = 4;
+  c.train.max_steps = 20;
+  c.train.eval_interval = 10;
+  c.run.dist_timeout = 60;
+  const auto path = dir / (name + ".yaml");
+  txl::fs::write_atomic(path, txl::config::dump_experiment(c));
+  return path;
+}
+
+// The values of `field` in metrics.jsonl records of `kind` ("train" or "eval").
+std::vector<double> metric(const stdfs::path& run, const std::string& kind, const std::string& field) {
+  std::vector<double> out;
+  std::istringstream in(read_text(run / "metrics.jsonl"));
+  const std::regex value("\"" + field + "\":([-0-9.e+]+)");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("\"kind\":\"" + kind + "\"") == std::string::npos) continue;
+    std::smatch m;
+    if (std::regex_search(line, m, value)) out.push_back(std::stod(m[1]));
+  }
+  return out;
+}
+
+// Every parameter of two checkpoints agrees to atol + rtol |b|.
+void expect_same_parameters(const stdfs::path& a, const stdfs::path& b, double tol) {
+  auto ma = txl::models::load_model(a).model, mb = txl::models::load_model(b).model;
+  auto pa = ma->named_parameters(), pb = mb->named_parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (const auto& item : pa) {
+    EXPECT_TRUE(txl::test::tensor_near(item.value(), pb[item.key()], tol, tol))
+        << item.key() << ": " << a << " vs " << b;
+  }
+}
+
+void expect_near_all(const std::vector<double>& a, const std::vector<double>& b, double rel,
+                     const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  ASSERT_FALSE(a.empty()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], rel * std::abs(b[i])) << what << " #" << i;
+}
+
+TEST(DataParallel, TwoRanksReachTheParametersAndPerplexityOfOne) {
+  TempDir dir;
+  const auto config = write_config(dir, "dp", 0.0);
+  const auto runs = dir / "runs";
+  run_job(0, config, {"--set", "run.output_dir=" + (runs / "one").string()}, dir / "log1");
+  run_job(2, config, {"--set", "run.output_dir=" + (runs / "two").string()}, dir / "log2");
+  // Two ranks pause at step 10; one rank resumes their checkpoint (memory re-sharded).
+  run_job(2, config, {"--set", "run.output_dir=" + (runs / "mixed").string(), "--pause-at-step", "10"},
+          dir / "log3");
+  run_job(1, config, {"--set", "run.output_dir=" + (runs / "mixed").string(), "--resume"},
+          dir / "log4");
+  EXPECT_NE(read_text(dir / "log2" / "rank0.log").find("2 processes"), std::string::npos);
+  EXPECT_EQ(read_text(dir / "log2" / "rank1.log").find("[train]"), std::string::npos)
+      << "rank 1 must leave the logging to rank 0";
+
+  for (const std::string other : {"two", "mixed"}) {
+    expect_same_parameters(runs / "one" / "checkpoint_last.pt", runs / other / "checkpoint_last.pt", 1e-5);
+    expect_near_all(metric(runs / other, "eval", "ppl"), metric(runs / "one", "eval", "ppl"), 1e-5,
+                    other + " valid ppl");
+    expect_near_all(metric(runs / other, "train", "loss"), metric(runs / "one", "train", "loss"),
+                    1e-5, other + " train loss");
+    expect_near_all(metric(runs / other, "train", "tokens"), metric(runs / "one", "train", "tokens"),
+                    0, other + " tokens");
+  }
+}
+
+TEST(DataParallel, AResumedTwoRankRunContinuesExactly) {
+  TempDir dir;
+  const auto config = write_config(dir, "resume", 0.1);  // dropout on: each rank's RNG returns
+  const auto runs = dir / "runs";
+  run_job(2, config, {"--set", "run.output_dir=" + (runs / "whole").string()}, dir / "log1");
+  run_job(2, config, {"--set", "run.output_dir=" + (runs / "split").string(), "--pause-at-step", "7"},
+          dir / "log2");
+  EXPECT_TRUE(stdfs::exists(runs / "split" / "checkpoint_last.pt"));
+  run_job(2, config, {"--set", "run.output_dir=" + (runs / "split").string(), "--resume"},
+          dir / "log3");
+  expect_same_parameters(runs / "whole" / "checkpoint_last.pt", runs / "split" / "checkpoint_last.pt", 0);
+  expect_near_all(metric(runs / "split", "train", "loss"), metric(runs / "whole", "train", "loss"), 0,
+                  "train loss");
+  expect_near_all(metric(runs / "split", "eval", "ppl"), metric(runs / "whole", "eval", "ppl"), 0,
+                  "valid ppl");
+}
+
+TEST(DataParallel, ARankThatDiesStopsTheOthersWithAClearError) {
+  for (int victim : {1, 0}) {
+    TempDir dir;
+    const auto config = write_config(dir, "dies", 0.0);
+    auto job = start_job(2, config, {"--set", "train.max_steps=1000000", "--set", "train.eval_interval=0"},
+                         dir / "log");
+    const auto metrics = dir / "runs" / "dies" / "metrics.jsonl";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    std::error_code ec;
+    while (std::chrono::steady_clock::now() < deadline &&
+           !(stdfs::exists(metrics) && stdfs::file_size(metrics, ec) > 0))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_TRUE(stdfs::exists(metrics)) << read_text(job.logs[0]);
+    kill(job.pids[static_cast<size_t>(victim)], SIGKILL);
+    const int survivor = 1 - victim;
+    const auto start = std::chrono::steady_clock::now();
+    const int code = wait_exit(job.pids[static_cast<size_t>(survivor)], std::chrono::seconds(30));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    wait_exit(job.pids[static_cast<size_t>(victim)]);
+    const auto log = read_text(job.logs[static_cast<size_t>(survivor)]);
+    EXPECT_EQ(code, 1) << "rank " << survivor << " after rank " << victim << " died:\n" << log;
+    EXPECT_LT(seconds, 30.0);
+    EXPECT_NE(log.find("error: rank " + std::to_string(survivor) + ": distributed"), std::string::npos) << log;
+    EXPECT_NE(log.find("died"), std::string::npos) << log;
+  }
+}
+
+TEST(DataParallel, ASignalToOneRankStopsEveryRankAtTheSameStepWithACheckpoint) {
+  TempDir dir;
+  const auto config = write_config(dir, "signal", 0.0);
+  auto job = start_job(2, config, {"--set", "train.max_steps=1000000", "--set", "train.eval_interval=0"},
+                       dir / "log");
+  const auto run = dir / "runs" / "signal";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::error_code ec;
+  while (std::chrono::steady_clock::now() < deadline &&
+         !(stdfs::exists(run / "metrics.jsonl") && stdfs::file_size(run / "metrics.jsonl", ec) > 0))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(job.pids[1], SIGINT);  // rank 1 only, as a user's kill of one process would
+  EXPECT_EQ(wait_exit(job.pids[0]), 130) << read_text(job.logs[0]);
+  EXPECT_EQ(wait_exit(job.pids[1]), 130) << read_text(job.logs[1]);
+  auto resumed = txl::models::load_model(run / "checkpoint_last.pt");  // written and loadable
+  EXPECT_NE(read_text(job.logs[0]).find("resume with"), std::string::npos);
+}
+
+TEST(DataParallel, TorchrunStartsAJob) {
+  const char* torchrun = "/usr/bin/torchrun";
+  if (access(torchrun, X_OK) != 0) GTEST_SKIP() << "no torchrun (Debian package python3-torch)";
+  TempDir dir;
+  const auto config = write_config(dir, "torchrun", 0.0);
+  const auto binary = txl::test::bin_dir() / "txl-train";
+  // --redirects 1 --tee 1: Debian's torchrun 1.13 under Python 3.11 fails without them.
+  const std::string command = std::string(torchrun) +
+                              " --no_python --nproc_per_node 2 --master_port " +
+                              std::to_string(txl::test::free_port()) + " --redirects 1 --tee 1 " +
+                              binary.string() + " --config " + config.string() + " --quiet > " +
+                              (dir / "torchrun.log").string() + " 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << read_text(dir / "torchrun.log");
+  const auto log = read_text(dir / "torchrun.log");
+  EXPECT_NE(log.find("2 processes"), std::string::npos) << log;
+  EXPECT_EQ(metric(dir / "runs" / "torchrun", "eval", "ppl").size(), 2u);
+}
+
+}  // namespace
