@@ -13,6 +13,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
+#ifdef TXL_WITH_NCCL
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 namespace txl::dist {
 
@@ -24,12 +30,55 @@ bool gloo_available() {
 #endif
 }
 
+bool nccl_available() {
+#ifdef TXL_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
 struct Group::Impl {
 #ifdef TXL_WITH_GLOO
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;  // CPU tensors (and GPU ones without NCCL)
+#endif
+#ifdef TXL_WITH_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;  // GPU tensors
 #endif
   std::chrono::milliseconds timeout{0};
+
+  bool has_nccl() const {
+#ifdef TXL_WITH_NCCL
+    return nccl.defined();
+#else
+    return false;
+#endif
+  }
+
+  // Runs a collective on `t` with the backend for its device: NCCL for GPU tensors when there
+  // is one, else Gloo (GPU tensors staged through the CPU).
+  template <typename F>
+  void on_backend(torch::Tensor& t, F&& collective) {
+#ifdef TXL_WITH_NCCL
+    if (t.is_cuda() && has_nccl()) {
+      collective(*nccl, t);
+      return;
+    }
+#endif
+#ifdef TXL_WITH_GLOO
+    if (t.is_cuda()) {
+      auto staged = t.to(torch::kCPU);
+      collective(*pg, staged);
+      t.copy_(staged);
+      return;
+    }
+    collective(*pg, t);
+#else
+    (void)t;
+    (void)collective;
+#endif
+  }
 };
 
 namespace {
@@ -57,7 +106,8 @@ void guarded(const char* what, int rank, int world, std::chrono::milliseconds ti
 Group::Group() : impl_(std::make_unique<Impl>()) {}
 Group::~Group() = default;
 
-std::shared_ptr<Group> Group::create(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+std::shared_ptr<Group> Group::create(const LaunchEnv& env, std::chrono::milliseconds timeout,
+                                     bool cuda) {
   auto group = std::make_shared<Group>();
   if (env.world_size <= 1) return group;
 #ifdef TXL_WITH_GLOO
@@ -89,11 +139,22 @@ std::shared_ptr<Group> Group::create(const LaunchEnv& env, std::chrono::millisec
       gloo->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
     group->impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
-        group->impl_->store, env.rank, env.world_size, gloo);
+        c10::make_intrusive<c10d::PrefixStore>("gloo", store), env.rank, env.world_size, gloo);
+#ifdef TXL_WITH_NCCL
+    if (cuda) {
+      auto nccl = c10d::ProcessGroupNCCL::Options::create();
+      nccl->timeout = timeout;
+      group->impl_->nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+          c10::make_intrusive<c10d::PrefixStore>("nccl", store), env.rank, env.world_size, nccl);
+    }
+#endif
   });
+  if (cuda && !group->impl_->has_nccl())
+    log::info("dist", "no NCCL in this build: GPU tensors are reduced by Gloo through the CPU");
   return group;
 #else
   (void)timeout;
+  (void)cuda;
   TXL_FAIL("this txl was built without c10d Gloo, so it cannot run ", env.world_size,
            " processes (", env.launcher, " set the world size). Install libgloo-dev (Debian) "
            "and rebuild, or run a single process.");
@@ -107,8 +168,10 @@ void Group::all_reduce(std::vector<torch::Tensor>& tensors, Op op) {
     c10d::AllreduceOptions options;
     options.reduceOp = op == Op::kSum ? c10d::ReduceOp::SUM : c10d::ReduceOp::MAX;
     for (auto& t : tensors) {  // one collective per tensor: Gloo wants equal shapes in a call
-      std::vector<at::Tensor> one{t};
-      impl_->pg->allreduce(one, options)->wait();
+      impl_->on_backend(t, [&](auto& pg, torch::Tensor& x) {
+        std::vector<at::Tensor> one{x};
+        pg.allreduce(one, options)->wait();
+      });
     }
   });
 #else
@@ -129,8 +192,10 @@ void Group::broadcast(std::vector<torch::Tensor>& tensors, int root) {
     c10d::BroadcastOptions options;
     options.rootRank = root;
     for (auto& t : tensors) {
-      std::vector<at::Tensor> one{t};
-      impl_->pg->broadcast(one, options)->wait();
+      impl_->on_backend(t, [&](auto& pg, torch::Tensor& x) {
+        std::vector<at::Tensor> one{x};
+        pg.broadcast(one, options)->wait();
+      });
     }
   });
 #else
@@ -144,12 +209,13 @@ std::vector<torch::Tensor> Group::all_gather(const torch::Tensor& tensor) {
   std::vector<torch::Tensor> out;
 #ifdef TXL_WITH_GLOO
   guarded("all-gather", rank_, world_size_, impl_->timeout, [&] {
-    std::vector<at::Tensor> input{tensor.contiguous()};
+    std::vector<at::Tensor> input{tensor.to(torch::kCPU).contiguous()};  // gathers go through the CPU
     std::vector<std::vector<at::Tensor>> output(1);
     for (int r = 0; r < world_size_; ++r) output[0].push_back(torch::empty_like(input[0]));
     impl_->pg->allgather(output, input)->wait();
     out = output[0];
   });
+  for (auto& t : out) t = t.to(tensor.device());
 #endif
   return out;
 }

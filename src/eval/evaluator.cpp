@@ -77,14 +77,17 @@ class Accumulator {
   std::vector<std::vector<torch::Tensor>> per_row_;
 };
 
-// Scores one batch: the model's per-token nll where the batch's targets are scored.
-torch::Tensor score(models::TransformerLM& model, const data::Batch& batch,
+// Scores one batch on the model's device: the per-token nll (on the CPU) where the batch's
+// targets are scored. The memory stays on the model's device.
+torch::Tensor score(models::TransformerLM& model, const data::Batch& cpu_batch,
                     models::Memory* memory, const models::Context& context) {
+  const auto device = model->parameters().front().device();
+  const data::Batch batch = device.is_cpu() ? cpu_batch : cpu_batch.to(device);
   models::Memory empty;
   auto out = model->forward(batch.tokens, batch.targets, batch.input_mask,
                             memory ? *memory : empty, batch.reset, context);
   if (memory) *memory = std::move(out.memory);
-  return out.nll;
+  return out.nll.to(torch::kCPU);
 }
 
 }  // namespace

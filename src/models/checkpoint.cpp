@@ -36,10 +36,11 @@ std::string read_string(InputArchive& archive, const std::string& key) {
 }
 
 // Opens a checkpoint and checks that it is a txl checkpoint of this format version.
-void open_checkpoint(InputArchive& archive, const std::filesystem::path& path) {
+void open_checkpoint(InputArchive& archive, const std::filesystem::path& path,
+                     const torch::Device& device = torch::kCPU) {
   TXL_CHECK(std::filesystem::exists(path), "checkpoint not found: ", path.string());
   try {
-    archive.load_from(path.string());
+    archive.load_from(path.string(), device);
   } catch (const c10::Error& e) {
     TXL_FAIL("cannot read checkpoint ", path.string(),
              ": not a txl checkpoint or truncated (", std::string(e.what_without_backtrace()).substr(0, 200), ")");
@@ -108,9 +109,9 @@ LoadedModel load_model(const std::filesystem::path& path) {
 }
 
 TrainState load_train_state(const std::filesystem::path& path, TransformerLM& model,
-                            torch::optim::Optimizer& optimizer) {
+                            torch::optim::Optimizer& optimizer, const torch::Device& device) {
   InputArchive archive;
-  open_checkpoint(archive, path);
+  open_checkpoint(archive, path, device);  // every tensor straight onto the model's device
   InputArchive model_archive;
   archive.read("model", model_archive);
   model->load(model_archive);
@@ -136,7 +137,7 @@ TrainState load_train_state(const std::filesystem::path& path, TransformerLM& mo
     state.memory.push_back(t);
   }
   torch::Tensor rng;
-  if (s.try_read("rng_state", rng)) state.rng_state = rng;
+  if (s.try_read("rng_state", rng)) state.rng_state = rng.cpu();  // generators take CPU bytes
   state.elapsed_seconds = read_double(s, "elapsed_seconds");
   state.last_eval_step = read_int(s, "last_eval_step");
   state.interval_loss = read_double(s, "interval_loss");

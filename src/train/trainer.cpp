@@ -21,6 +21,7 @@
 #include "txl/models/checkpoint.h"
 #include "txl/train/schedule.h"
 #include "txl/util/autocast.h"
+#include "txl/util/device.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -101,7 +102,8 @@ models::Memory join_rows(const std::vector<models::Memory>& pieces) {
     for (const auto& p : pieces)
       masks.push_back(p.key_mask.defined()
                           ? p.key_mask
-                          : torch::ones({p.layers.front().size(0), p.length()}, torch::kBool));
+                          : torch::ones({p.layers.front().size(0), p.length()},
+                                        torch::dtype(torch::kBool).device(p.layers.front().device())));
     out.key_mask = torch::cat(masks, 0);
   }
   return out;
@@ -140,17 +142,19 @@ models::Memory unflatten_memory(const std::vector<torch::Tensor>& flat) {
   return join_rows(groups);
 }
 
-// The whole batch's memory from every rank's rows (rank order = row order). Sent as fp32 and
-// uint8, which every backend carries, and returned in the memory's own dtypes.
+// The whole batch's memory from every rank's rows (rank order = row order), for a checkpoint.
+// Sent through the CPU as fp32 and uint8, which every backend carries, and returned on the
+// memory's own device and dtypes.
 models::Memory gather_memory(dist::Group& group, const models::Memory& mine) {
   if (!group.distributed() || mine.empty()) return mine;
   models::Memory out;
   for (const auto& t : mine.layers)
-    out.layers.push_back(group.all_gather_rows(t.to(torch::kFloat)).to(t.scalar_type()));
+    out.layers.push_back(group.all_gather_rows(t.to(torch::kCPU, torch::kFloat)).to(t.device(), t.scalar_type()));
   auto mask = mine.key_mask.defined()
                   ? mine.key_mask
-                  : torch::ones({mine.layers.front().size(0), mine.length()}, torch::kBool);
-  out.key_mask = group.all_gather_rows(mask.to(torch::kUInt8)).to(torch::kBool);
+                  : torch::ones({mine.layers.front().size(0), mine.length()},
+                                torch::dtype(torch::kBool).device(mine.layers.front().device()));
+  out.key_mask = group.all_gather_rows(mask.to(torch::kCPU, torch::kUInt8)).to(mask.device(), torch::kBool);
   return out;
 }
 
@@ -212,9 +216,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
                           : std::max(1, cores / std::max(1, group->env().local_world_size));
   torch::set_num_threads(threads);
   torch::manual_seed(config.run.seed);
-  TXL_CHECK(config.run.device == "cpu" || config.run.device == "auto",
-            "run.device: '", config.run.device, "' needs a CUDA build of LibTorch; use cpu");
-  const torch::Device device(torch::kCPU);
+  const torch::Device device = resolve_device(config.run.device, group->env().local_rank);
   const bool bf16 = config.run.precision == "bf16";
 
   // config -> tokenizer -> cached token ids (rank 0 trains the tokenizer and writes the cache
@@ -252,7 +254,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   // Resumable with another number of processes: the stream position and the memory are those of
   // the whole batch, re-sharded here; only the dropout streams start afresh.
   if (options.resume && stdfs::exists(last_path)) {
-    state = models::load_train_state(last_path, model, *optimizer);
+    state = models::load_train_state(last_path, model, *optimizer, device);
     stream.restore(data::StreamState::from_string(state.stream_state));
     const models::Memory all = unflatten_memory(state.memory);
     if (!all.empty()) {
@@ -264,17 +266,24 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
     }
     if (state.rng_state.defined()) {
       const auto states = state.rng_state.dim() == 2 ? state.rng_state : state.rng_state.unsqueeze(0);
-      if (states.size(0) == world) {
-        at::Generator generator = at::detail::getDefaultCPUGenerator();
+      at::Generator generator = default_generator(device);
+      const auto own_state = states.size(0) == world ? states[rank].contiguous() : torch::Tensor();
+      bool restored = false;
+      if (own_state.defined()) {
         std::lock_guard<std::mutex> lock(generator.mutex());
-        generator.set_state(states[rank].contiguous());
-      } else {
+        try {  // a CPU generator's state does not fit a GPU's and the other way round
+          generator.set_state(own_state);
+          restored = true;
+        } catch (const c10::Error&) {
+        }
+      }
+      if (!restored) {
         torch::manual_seed(config.run.seed + 7919 * static_cast<std::uint64_t>(rank) +
                            104729 * static_cast<std::uint64_t>(state.step));
         if (main_rank)
-          log::warn("train", "the checkpoint was written by {} processes and this job has {}: "
-                    "memory and data position are re-sharded exactly, dropout draws start afresh",
-                    states.size(0), world);
+          log::warn("train", "the checkpoint was written by {} processes on another device kind "
+                    "or count than this job's {}: memory and data position are restored exactly, "
+                    "dropout draws start afresh", states.size(0), world);
       }
     }
     if (main_rank) truncate_metrics(metrics_path, state.step);
@@ -297,10 +306,11 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   };
 
   log::info("train", "{}: {} layers, d_model {}, {} heads of {}, attn {}, {:.2f}M parameters, "
-            "vocab {}, {} train tokens, batch {} x {} (mem {}), {} threads{}{}",
+            "vocab {}, {} train tokens, batch {} x {} (mem {}), {}{}{}",
             config.run.name, m.n_layer, m.d_model, m.n_head, m.d_head, m.attn_type,
             n_params / 1e6, vocab, dataset.train.ids.numel(), t.batch_size, m.tgt_len,
-            m.mem_len, threads, bf16 ? ", bf16 autocast" : "",
+            m.mem_len, device.is_cuda() ? device.str() : fmt::format("{} threads", threads),
+            bf16 ? ", bf16 autocast" : "",
             group->distributed()
                 ? fmt::format(", {} processes ({} rows each, gradients in {} buckets)", world,
                               mine.size(), reducer.buckets())
@@ -318,9 +328,9 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
     state.memory = flatten_memory(gather_memory(*group, join_rows(memory)));
     torch::Tensor rng;
     {
-      at::Generator generator = at::detail::getDefaultCPUGenerator();
+      at::Generator generator = default_generator(device);
       std::lock_guard<std::mutex> lock(generator.mutex());
-      rng = generator.get_state();  // uint8 [S]
+      rng = generator.get_state();  // uint8 [S], on the CPU
     }
     state.rng_state = group->distributed() ? torch::stack(group->all_gather(rng)) : rng;  // [W, S]
     if (main_rank) models::save_checkpoint(path, config, vocab, model, optimizer.get(), &state);
@@ -410,7 +420,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
     }
 
     const data::Batch global = stream.next();
-    const data::Batch batch = global.narrow_rows(mine.begin, mine.size());
+    const data::Batch batch = global.narrow_rows(mine.begin, mine.size()).to(device);
     const double lr = learning_rate(t, state.step + 1, state.lr_scale);
     set_learning_rate(*optimizer, lr);
     // Gradients are reset rather than zero-filled (LibTorch 1.13's zero_grad fills): the first

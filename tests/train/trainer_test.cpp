@@ -154,3 +154,34 @@ TEST(Trainer, RunDirDefaultsToRunsSlashName) {
 }
 
 }  // namespace
+
+// On a machine with a GPU (and a CUDA LibTorch): training on the GPU gives the CPU's losses, and
+// a resume there is exact. Skipped elsewhere.
+TEST(Trainer, TrainsOnTheGpuLikeOnTheCpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA GPU";
+  txl::log::set_level(txl::log::Level::kQuiet);
+  TempDir dir;
+  auto cpu = txl::test::tiny_experiment(dir.path(), "cpu");
+  cpu.model.dropout = 0.0;  // the GPU draws other dropout masks
+  auto gpu = cpu;
+  gpu.run.name = "gpu";
+  gpu.run.output_dir = (dir / "runs/gpu").string();
+  gpu.run.device = "cuda";
+  txl::train::train(cpu, {false, true});
+  txl::train::train(gpu, {false, true});
+  auto a = parameters_of(dir / "runs/cpu/checkpoint_last.pt");
+  auto b = parameters_of(dir / "runs/gpu/checkpoint_last.pt");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_near(b[i], a[i], 1e-4, 1e-3)) << i;
+
+  auto whole = txl::test::tiny_experiment(dir.path(), "gpu_whole");  // dropout on
+  whole.run.device = "cuda";
+  auto split = txl::test::tiny_experiment(dir.path(), "gpu_split");
+  split.run.device = "cuda";
+  txl::train::train(whole, {false, true});
+  txl::train::TrainOptions pause{false, true, 9};
+  txl::train::train(split, pause);
+  txl::train::train(split, {true, true});
+  EXPECT_EQ(metrics_without_timing(dir / "runs/gpu_whole"), metrics_without_timing(dir / "runs/gpu_split"));
+  txl::log::set_level(txl::log::Level::kInfo);
+}

@@ -10,6 +10,7 @@
 #include "txl/config/load.h"
 #include "txl/dist/group.h"
 #include "txl/train/trainer.h"
+#include "txl/util/device.h"
 #include "txl/util/error.h"
 #include "txl/util/log.h"
 
@@ -43,7 +44,8 @@ int main(int argc, char** argv) {
     options.resume = resume;
     options.quiet = quiet;
     options.pause_at_step = pause_at_step;
-    options.group = txl::dist::Group::create(env, std::chrono::seconds(config.run.dist_timeout));
+    const bool cuda = txl::resolve_device(config.run.device, env.local_rank).is_cuda();
+    options.group = txl::dist::Group::create(env, std::chrono::seconds(config.run.dist_timeout), cuda);
     txl::train::install_stop_handlers();  // after the rendezvous, which a signal simply ends
     auto summary = txl::train::train(config, options);
     if (summary.status == txl::train::TrainStatus::kInterrupted) {

@@ -19,7 +19,7 @@ struct RunConfig {
   std::string output_dir;           // "" = runs/<name>
   std::uint64_t seed = 1234;        // seeds torch, data order and dropout
   int threads = 0;                  // intra-op threads; 0 = all cores
-  std::string device = "cpu";       // cpu | cuda | auto
+  std::string device = "cpu";       // cpu | cuda | auto (GPU LOCAL_RANK; auto = GPU if visible)
   std::string precision = "fp32";   // fp32 | bf16 (autocast, fp32 master weights)
   int log_interval = 50;            // steps between progress lines
   int dist_timeout = 600;           // seconds a rank waits for the others (rendezvous and every

@@ -20,6 +20,8 @@ namespace txl::dist {
 
 // Whether this build has c10d with Gloo (TXL_WITH_GLOO): without it only a world of 1 runs.
 bool gloo_available();
+// Whether this build has c10d's NCCL process group (CUDA LibTorch, TXL_WITH_NCCL).
+bool nccl_available();
 
 class Group {
  public:
@@ -29,10 +31,13 @@ class Group {
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
-  // Joins the job described by `env`: rank 0 serves a TCPStore at master_addr:master_port, the
-  // others connect, then every rank builds a Gloo process group over it. `timeout` bounds the
-  // rendezvous and every later collective. A world of 1 returns a single-process Group.
-  static std::shared_ptr<Group> create(const LaunchEnv& env, std::chrono::milliseconds timeout);
+  // Joins the job described by `env`: rank 0 serves a TCPStore at master_addr:master_port (or
+  // torchrun's agent does), the others connect, then every rank builds a Gloo process group
+  // over it, and with `cuda` an NCCL one for GPU tensors when the build has NCCL (else GPU
+  // tensors go through Gloo via the CPU). `timeout` bounds the rendezvous and every later
+  // collective. A world of 1 returns a single-process Group.
+  static std::shared_ptr<Group> create(const LaunchEnv& env, std::chrono::milliseconds timeout,
+                                       bool cuda = false);
 
   const LaunchEnv& env() const { return env_; }
   int rank() const { return rank_; }
@@ -42,8 +47,8 @@ class Group {
 
   enum class Op { kSum, kMax };
 
-  // In place: every tensor becomes the reduction over the ranks (CPU, contiguous, same shapes
-  // and dtypes on every rank). Several tensors are one collective.
+  // In place: every tensor becomes the reduction over the ranks (contiguous, same shapes and
+  // dtypes on every rank; CPU or GPU).
   void all_reduce(std::vector<torch::Tensor>& tensors, Op op = Op::kSum);
   void all_reduce(torch::Tensor& tensor, Op op = Op::kSum);
 

@@ -27,7 +27,7 @@ struct TrainState {
   std::int64_t plateau_bad_evals = 0;   // evaluations since the last plateau decay
   std::string stream_state;          // the training stream's serialised position
   std::vector<torch::Tensor> memory; // per batch chunk: layer tensors then key mask
-  torch::Tensor rng_state;           // torch's CPU generator state (dropout)
+  torch::Tensor rng_state;           // dropout's generator state (CPU or GPU), one row per rank
   double elapsed_seconds = 0.0;      // training wall time before this invocation
   std::int64_t last_eval_step = -1;  // step of the latest validation (-1 = none)
   double interval_loss = 0.0;        // summed loss since the last progress record
@@ -49,8 +49,10 @@ struct LoadedModel {
 // missing, truncated, of another format version, or not a txl checkpoint.
 LoadedModel load_model(const std::filesystem::path& path);
 
-// Restores optimizer and training state into existing objects (for --resume).
+// Restores optimizer and training state into existing objects (for --resume); the model and
+// optimizer live on `device`, and so will the memory tensors.
 TrainState load_train_state(const std::filesystem::path& path, TransformerLM& model,
-                            torch::optim::Optimizer& optimizer);
+                            torch::optim::Optimizer& optimizer,
+                            const torch::Device& device = torch::kCPU);
 
 }  // namespace txl::models

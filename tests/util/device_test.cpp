@@ -1,0 +1,39 @@
+#include "txl/util/device.h"
+
+#include "support/test_support.h"
+
+namespace {
+
+TEST(ResolveDevice, CpuAutoAndCuda) {
+  EXPECT_TRUE(txl::resolve_device("cpu").is_cpu());
+  TXL_EXPECT_THROW_WITH(txl::resolve_device("tpu"), "cpu | cuda | auto");
+  if (torch::cuda::is_available()) {
+    const auto n = static_cast<int>(torch::cuda::device_count());
+    EXPECT_TRUE(txl::resolve_device("auto").is_cuda());
+    EXPECT_EQ(txl::resolve_device("cuda", n + 1).index(), (n + 1) % n);  // local rank -> GPU
+  } else {
+    EXPECT_TRUE(txl::resolve_device("auto").is_cpu());
+    TXL_EXPECT_THROW_WITH(txl::resolve_device("cuda"), "no CUDA GPU is available");
+  }
+}
+
+TEST(DefaultGenerator, SavingAndRestoringItsStateRepeatsTheDraws) {
+  for (const auto& device : {torch::Device(torch::kCPU), torch::Device(torch::kCUDA, 0)}) {
+    if (device.is_cuda() && !torch::cuda::is_available()) continue;
+    auto generator = txl::default_generator(device);
+    torch::Tensor state;
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      state = generator.get_state();
+    }
+    auto first = torch::rand({8}, torch::TensorOptions().device(device));
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(state);
+    }
+    auto again = torch::rand({8}, torch::TensorOptions().device(device));
+    EXPECT_TRUE(txl::test::tensor_equal(first.cpu(), again.cpu())) << device;
+  }
+}
+
+}  // namespace
