@@ -86,6 +86,15 @@ std::string read_text(const stdfs::path& path) {
   return s.str();
 }
 
+// Waits (up to a minute) until rank 0 has written its first metrics record.
+void wait_for_first_record(const stdfs::path& metrics) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  std::error_code ec;
+  while (std::chrono::steady_clock::now() < deadline &&
+         !(stdfs::exists(metrics) && stdfs::file_size(metrics, ec) > 0))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 // Runs a job to its end and expects every rank to exit with `code`.
 void run_job(int world, const stdfs::path& config, const std::vector<std::string>& args,
              const stdfs::path& log_dir, int code = 0) {
@@ -188,11 +197,7 @@ TEST(DataParallel, ARankThatDiesStopsTheOthersWithAClearError) {
     auto job = start_job(2, config, {"--set", "train.max_steps=1000000", "--set", "train.eval_interval=0"},
                          dir / "log");
     const auto metrics = dir / "runs" / "dies" / "metrics.jsonl";
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    std::error_code ec;
-    while (std::chrono::steady_clock::now() < deadline &&
-           !(stdfs::exists(metrics) && stdfs::file_size(metrics, ec) > 0))
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    wait_for_first_record(metrics);
     ASSERT_TRUE(stdfs::exists(metrics)) << read_text(job.logs[0]);
     kill(job.pids[static_cast<size_t>(victim)], SIGKILL);
     const int survivor = 1 - victim;
@@ -214,11 +219,7 @@ TEST(DataParallel, ASignalToOneRankStopsEveryRankAtTheSameStepWithACheckpoint) {
   auto job = start_job(2, config, {"--set", "train.max_steps=1000000", "--set", "train.eval_interval=0"},
                        dir / "log");
   const auto run = dir / "runs" / "signal";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  std::error_code ec;
-  while (std::chrono::steady_clock::now() < deadline &&
-         !(stdfs::exists(run / "metrics.jsonl") && stdfs::file_size(run / "metrics.jsonl", ec) > 0))
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  wait_for_first_record(run / "metrics.jsonl");
   kill(job.pids[1], SIGINT);  // rank 1 only, as a user's kill of one process would
   EXPECT_EQ(wait_exit(job.pids[0]), 130) << read_text(job.logs[0]);
   EXPECT_EQ(wait_exit(job.pids[1]), 130) << read_text(job.logs[1]);
