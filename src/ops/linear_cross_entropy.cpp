@@ -74,8 +74,13 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
       const std::int64_t n = std::min(block, rows - r);
       torch::Tensor out = d_logits.narrow(0, r, n);                                 // [n, V]
       torch::Tensor p = same_dtype ? out : buffer.narrow(0, 0, n);                  // [n, V]
-      // softmax - onehot, scaled by the upstream gradient of each row.
-      torch::sub_out(p, logits.narrow(0, r, n), lse.narrow(0, r, n).unsqueeze(1));  // [n, V]
+      // softmax - onehot, scaled by the upstream gradient of each row. (A plain copy then an
+      // fp32 subtraction: a bf16 - fp32 subtraction into fp32 takes the slower mixed-dtype loop.)
+      if (same_dtype) {
+        torch::sub_out(p, logits.narrow(0, r, n), lse.narrow(0, r, n).unsqueeze(1));  // [n, V]
+      } else {
+        p.copy_(logits.narrow(0, r, n)).sub_(lse.narrow(0, r, n).unsqueeze(1));  // [n, V]
+      }
       p.exp_();
       p.scatter_add_(1, target.narrow(0, r, n).unsqueeze(1), torch::full({n, 1}, -1.0, p.options()));
       p.mul_(grad.narrow(0, r, n).unsqueeze(1));
