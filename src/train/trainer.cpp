@@ -19,6 +19,7 @@
 #include "txl/models/transformer_lm.h"
 #include "txl/models/checkpoint.h"
 #include "txl/train/schedule.h"
+#include "txl/util/allocator.h"
 #include "txl/util/autocast.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
@@ -144,6 +145,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
                           ? config.run.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(threads);
+  keep_freed_memory();
   torch::manual_seed(config.run.seed);
   TXL_CHECK(config.run.device == "cpu" || config.run.device == "auto",
             "run.device: '", config.run.device, "' needs a CUDA build of LibTorch; use cpu");
