@@ -12,6 +12,7 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/flops.h"
 #include "txl/models/transformer_lm.h"
+#include "txl/util/allocator.h"
 #include "txl/util/error.h"
 #include "txl/util/log.h"
 
@@ -56,6 +57,7 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
               r.load_average, cores, r.threads);
   }
   torch::set_num_threads(r.threads);
+  keep_freed_memory();  // as the trainer does
 
   const auto& m = config.model;
   const auto eo = eval::resolve_eval_options(config);

@@ -12,6 +12,7 @@
 #include "txl/data/synthetic.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
+#include "txl/util/allocator.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -76,6 +77,7 @@ void run(const EvalRequest& request, std::ostream& out) {
                           ? request.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(threads);
+  keep_freed_memory();
   auto loaded = models::load_model(request.checkpoint);
   auto config = loaded.config;
   auto& e = config.eval;

@@ -15,6 +15,7 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/train/trainer.h"
+#include "txl/util/allocator.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -254,6 +255,7 @@ void set_threads(const config::ExperimentConfig& cfg) {
                           ? cfg.run.threads
                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   torch::set_num_threads(threads);
+  keep_freed_memory();
 }
 
 // Loads datasets once per distinct data section (variants normally share one).

@@ -114,7 +114,7 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
                       n_token, d, d, config.cutoffs, config.div_val, config.tie_weight,
                       config.tie_projs, config.init_std, config.proj_init_std, config.init},
                   word_emb));
-  drop = register_module("drop", torch::nn::Dropout(config.dropout));
+  drop = register_module("drop", modules::Dropout(config.dropout));
 }
 
 void TransformerLMImpl::check_inputs(const torch::Tensor& tokens, const torch::Tensor& targets,

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "txl/ops/linear_cross_entropy.h"
 #include "txl/util/error.h"
 
 // Shapes: N rows scored, d_proj model width, V vocabulary, d_k width of cluster k, V_k words in
@@ -121,13 +122,17 @@ const torch::Tensor& AdaptiveLogSoftmaxImpl::table(std::int64_t t) const {
   return tables_[t];
 }
 
+std::pair<torch::Tensor, torch::Tensor> AdaptiveLogSoftmaxImpl::head_table() const {
+  if (layout_.n_clusters() == 1) return {cluster_words(0), cluster_words_bias(0)};  // [V, d_embed], [V]
+  // Head words, then one row per tail cluster (Grave et al. 2017, section 4.1).
+  return {torch::cat({cluster_words(0), cluster_weight_}),          // [c_1 + n, d_embed]
+          torch::cat({cluster_words_bias(0), cluster_bias_})};      // [c_1 + n]
+}
+
 torch::Tensor AdaptiveLogSoftmaxImpl::head_logits(const torch::Tensor& hidden) const {
   const torch::Tensor projected = project(hidden, projs_[0]);  // [R, d_embed]
-  if (layout_.n_clusters() == 1) return torch::linear(projected, cluster_words(0), cluster_words_bias(0));  // [R, V]
-  // Head words, then one row per tail cluster (Grave et al. 2017, section 4.1).
-  const torch::Tensor weight = torch::cat({cluster_words(0), cluster_weight_});    // [c_1 + n, d_embed]
-  const torch::Tensor bias = torch::cat({cluster_words_bias(0), cluster_bias_});   // [c_1 + n]
-  return torch::linear(projected, weight, bias);                                   // [R, c_1 + n]
+  const auto [weight, bias] = head_table();
+  return torch::linear(projected, weight, bias);  // [R, c_1 + n] or [R, V]
 }
 
 torch::Tensor AdaptiveLogSoftmaxImpl::tail_logits(const torch::Tensor& hidden, std::int64_t k) const {
@@ -144,15 +149,17 @@ torch::Tensor AdaptiveLogSoftmaxImpl::nll(const torch::Tensor& hidden, const tor
   const torch::Tensor h = hidden.reshape({-1, options_.d_proj});  // [N, d_proj]
   const torch::Tensor t = target.reshape({-1});                   // [N]
 
+  // Every softmax below is one fused linear + log-softmax + nll (ops/linear_cross_entropy.h):
+  // no [N, V] log-probabilities are kept for backward.
+  const torch::Tensor projected = project(h, projs_[0]);  // [N, d_embed]
+  const auto [head_weight, head_bias] = head_table();
   if (layout_.n_clusters() == 1) {
-    // Plain (tied) softmax: one log_softmax + nll_loss over h E^T + b.
-    return torch::nll_loss(stable_log_softmax(head_logits(h)), t, {}, at::Reduction::None)  // [N]
-        .view(target.sizes());
+    // Plain (tied) softmax over h E^T + b.
+    return ops::linear_cross_entropy(projected, head_weight, head_bias, t).view(target.sizes());  // [N]
   }
 
   const std::int64_t n_tail = layout_.n_clusters() - 1;
   const std::int64_t head_words = layout_.end(0);
-  const torch::Tensor head_logprob = stable_log_softmax(head_logits(h));  // [N, c_1 + n]
   // Column of each target in the head: its own for head words, its cluster's for tail words.
   torch::Tensor head_column = t.clone();  // [N]
   std::vector<torch::Tensor> rows(layout_.n_clusters());
@@ -161,18 +168,18 @@ torch::Tensor AdaptiveLogSoftmaxImpl::nll(const torch::Tensor& hidden, const tor
     rows[k] = in_k.nonzero().reshape({-1});                                               // [N_k]
     if (rows[k].numel() > 0) head_column.index_fill_(0, rows[k], head_words + n_tail - k);
   }
-  // log p(word) for head targets, log p(cluster) for tail targets.
-  torch::Tensor logprob = head_logprob.gather(1, head_column.unsqueeze(1)).squeeze(1);  // [N]
+  // -log p(word) for head targets, -log p(cluster) for tail targets.
+  torch::Tensor nll = ops::linear_cross_entropy(projected, head_weight, head_bias, head_column);  // [N]
   for (std::int64_t k = 1; k <= n_tail; ++k) {
     if (rows[k].numel() == 0) continue;
     // Only the rows whose target is in cluster k pay for its softmax.
-    const torch::Tensor h_k = h.index_select(0, rows[k]);                                   // [N_k, d_proj]
-    const torch::Tensor local = t.index_select(0, rows[k]) - layout_.begin(k);             // [N_k]
-    const torch::Tensor tail_logprob = stable_log_softmax(tail_logits(h_k, k));            // [N_k, V_k]
-    const torch::Tensor word = tail_logprob.gather(1, local.unsqueeze(1)).squeeze(1);      // [N_k]
-    logprob = logprob.index_add(0, rows[k], word.to(logprob.scalar_type()));              // [N]
+    const torch::Tensor h_k = project(h.index_select(0, rows[k]), projs_[k]);  // [N_k, d_k]
+    const torch::Tensor local = t.index_select(0, rows[k]) - layout_.begin(k);  // [N_k]
+    const torch::Tensor word =
+        ops::linear_cross_entropy(h_k, cluster_words(k), cluster_words_bias(k), local);  // [N_k]
+    nll = nll.index_add(0, rows[k], word.to(nll.scalar_type()));                       // [N]
   }
-  return logprob.neg().view(target.sizes());  // [N]
+  return nll.view(target.sizes());  // [N]
 }
 
 torch::Tensor AdaptiveLogSoftmaxImpl::log_prob(const torch::Tensor& hidden) {

@@ -32,7 +32,7 @@ MultiHeadAttentionImpl::MultiHeadAttentionImpl(const AttentionOptions& options)
         "rel_key",
         LearnedPositions(options.max_rel_dist + 1, std::vector<int64_t>{h, dh}, options.init));
   }
-  dropatt = register_module("dropatt", torch::nn::Dropout(options.dropatt));
+  dropatt = register_module("dropatt", Dropout(options.dropatt));
   reset_parameters(options.init);
 }
 

@@ -17,7 +17,7 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderLayerOptions& options) : options
     pos_emb = register_module(
         "pos_emb", LearnedPositions(options.abs_positions, std::vector<int64_t>{d}, options.init));
   }
-  drop = register_module("drop", torch::nn::Dropout(options.dropout));
+  drop = register_module("drop", Dropout(options.dropout));
   reset_parameters(options.init);
 }
 

@@ -10,7 +10,7 @@ FeedForwardImpl::FeedForwardImpl(const FeedForwardOptions& options) {
             options.d_inner);
   fc1 = register_module("fc1", torch::nn::Linear(options.d_model, options.d_inner));
   fc2 = register_module("fc2", torch::nn::Linear(options.d_inner, options.d_model));
-  drop = register_module("drop", torch::nn::Dropout(options.dropout));
+  drop = register_module("drop", Dropout(options.dropout));
   reset_parameters(options.init);
 }
 

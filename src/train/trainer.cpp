@@ -20,6 +20,7 @@
 #include "txl/models/transformer_lm.h"
 #include "txl/models/checkpoint.h"
 #include "txl/train/schedule.h"
+#include "txl/util/allocator.h"
 #include "txl/util/autocast.h"
 #include "txl/util/device.h"
 #include "txl/util/error.h"
@@ -215,6 +216,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
                           ? config.run.threads
                           : std::max(1, cores / std::max(1, group->env().local_world_size));
   torch::set_num_threads(threads);
+  keep_freed_memory();
   torch::manual_seed(config.run.seed);
   const torch::Device device = resolve_device(config.run.device, group->env().local_rank);
   const bool bf16 = config.run.precision == "bf16";

@@ -11,6 +11,7 @@ namespace {
 bool is_enabled(bool cuda) { return at::autocast::is_autocast_enabled(cuda ? at::kCUDA : at::kCPU); }
 void set_enabled(bool cuda, bool on) { at::autocast::set_autocast_enabled(cuda ? at::kCUDA : at::kCPU, on); }
 void set_dtype(bool cuda, at::ScalarType dtype) { at::autocast::set_autocast_dtype(cuda ? at::kCUDA : at::kCPU, dtype); }
+at::ScalarType get_dtype(bool cuda) { return at::autocast::get_autocast_dtype(cuda ? at::kCUDA : at::kCPU); }
 #else
 bool is_enabled(bool cuda) { return cuda ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
 void set_enabled(bool cuda, bool on) {
@@ -18,6 +19,9 @@ void set_enabled(bool cuda, bool on) {
 }
 void set_dtype(bool cuda, at::ScalarType dtype) {
   if (cuda) at::autocast::set_autocast_gpu_dtype(dtype); else at::autocast::set_autocast_cpu_dtype(dtype);
+}
+at::ScalarType get_dtype(bool cuda) {
+  return cuda ? at::autocast::get_autocast_gpu_dtype() : at::autocast::get_autocast_cpu_dtype();
 }
 #endif
 
@@ -37,5 +41,11 @@ AutocastGuard::~AutocastGuard() {
   // Cached bf16 copies of the weights must not outlive the scope (the weights change).
   if (!previous_) at::autocast::clear_cache();
 }
+
+bool autocast_enabled(torch::Device device) {
+  return (device.is_cpu() || device.is_cuda()) && is_enabled(device.is_cuda());
+}
+
+torch::ScalarType autocast_dtype(torch::Device device) { return get_dtype(device.is_cuda()); }
 
 }  // namespace txl

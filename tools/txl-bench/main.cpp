@@ -16,6 +16,7 @@
 #include "txl/bench/profile.h"
 #include "txl/bench/sweep.h"
 #include "txl/config/load.h"
+#include "txl/util/allocator.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
     const int n_threads =
         threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     torch::set_num_threads(n_threads);
+    txl::keep_freed_memory();  // as the trainer does
 
     if (profile) {
       txl::bench::PhaseOptions phase;

@@ -21,6 +21,7 @@
 #include "txl/modules/adaptive_softmax.h"
 #include "txl/modules/attention.h"
 #include "txl/modules/decoder_layer.h"
+#include "txl/modules/dropout.h"
 
 namespace txl::models {
 
@@ -88,7 +89,7 @@ class TransformerLMImpl : public torch::nn::Module {
   modules::AdaptiveLogSoftmax crit{nullptr};
   torch::Tensor u_bias, v_bias;              // xl, shared by all layers (not untie_r): [H, D]
   torch::nn::LayerNorm final_norm{nullptr};  // pre_norm only
-  torch::nn::Dropout drop{nullptr};
+  modules::Dropout drop{nullptr};
 
  private:
   void check_inputs(const torch::Tensor& tokens, const torch::Tensor& targets,

@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "txl/modules/adaptive_embedding.h"
@@ -82,6 +83,9 @@ class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
   const torch::Tensor& cluster_bias() const { return cluster_bias_; }
 
  private:
+  // The head's weight [c_1 + n, d_embed] and bias [c_1 + n]: head words, then one row per tail
+  // cluster ([V, d_embed], [V] without cutoffs).
+  std::pair<torch::Tensor, torch::Tensor> head_table() const;
   // h [R, d_proj] -> logits of cluster k's words [R, V_k] (the head: [R, c_1 + n]).
   torch::Tensor head_logits(const torch::Tensor& hidden) const;
   torch::Tensor tail_logits(const torch::Tensor& hidden, std::int64_t k) const;

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "txl/modules/dropout.h"
 #include "txl/modules/param_init.h"
 #include "txl/modules/positions.h"
 
@@ -68,7 +69,7 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   torch::nn::Linear r_net{nullptr};   // kRelative: W_R, d -> H D
   LearnedPositions rel_key{nullptr};  // kShaw: [max_rel_dist + 1, H, D]
   torch::Tensor u_bias, v_bias;       // kRelative with own_biases: [H, D]
-  torch::nn::Dropout dropatt{nullptr};
+  Dropout dropatt{nullptr};
 
  private:
   AttentionOptions options_;

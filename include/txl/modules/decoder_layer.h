@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "txl/modules/attention.h"
+#include "txl/modules/dropout.h"
 #include "txl/modules/feed_forward.h"
 #include "txl/modules/positions.h"
 
@@ -41,7 +42,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   FeedForward ff{nullptr};
   torch::nn::LayerNorm attn_norm{nullptr}, ff_norm{nullptr};
   LearnedPositions pos_emb{nullptr};  // vanilla_learned only: [abs_positions, d]
-  torch::nn::Dropout drop{nullptr};
+  Dropout drop{nullptr};
 
  private:
   DecoderLayerOptions options_;

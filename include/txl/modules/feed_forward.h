@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "txl/modules/dropout.h"
 #include "txl/modules/param_init.h"
 
 namespace txl::modules {
@@ -24,7 +25,7 @@ class FeedForwardImpl : public torch::nn::Module {
   void reset_parameters(const InitOptions& init);
 
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
-  torch::nn::Dropout drop{nullptr};
+  Dropout drop{nullptr};
 };
 TORCH_MODULE(FeedForward);
 

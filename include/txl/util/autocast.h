@@ -21,4 +21,9 @@ class AutocastGuard {
   bool previous_;
 };
 
+// Whether autocast is on for `device`'s type in this thread, and the lower-precision dtype it casts
+// to (for code that does by hand what autocast would do: custom autograd functions).
+bool autocast_enabled(torch::Device device);
+torch::ScalarType autocast_dtype(torch::Device device);
+
 }  // namespace txl

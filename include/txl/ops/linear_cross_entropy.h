@@ -1,0 +1,37 @@
+#pragma once
+// The output layer's cross-entropy as one fused, differentiable call (MODEL.md section 5):
+//
+//     nll[i] = logsumexp_v(z[i, v]) - z[i, target[i]],     z = h W^T + b
+//
+// the same numbers as log_softmax(linear(h, W, b)) followed by nll_loss(reduction none), without
+// the [N, V] log-probabilities and their [N, V] gradients. Forward keeps the logits (in the
+// product's dtype: bf16 under autocast) and the log-sum-exp [N]; backward forms
+//     d_z = (softmax(z) - onehot(target)) * d_nll
+// a block of rows at a time in the statistics dtype (the block stays in cache), writes it once in
+// the product's dtype, and finishes with d_h = d_z W, d_W = d_z^T h, d_b = sum of d_z over rows.
+//
+// Precision, as the unfused path under autocast: the matrix products run in the autocast dtype
+// when autocast is on for h's device (fp32 inputs are cast, like torch::linear would be), else in
+// the promoted dtype of h and W. The statistics (max, log-sum-exp, softmax) are fp32 when the
+// products are bf16/fp16 and the products' own dtype otherwise (fp64 stays fp64 for gradient
+// checks); nll is returned in that dtype.
+//
+// Targets are not masked here: every row is scored, and a row whose nll the caller masks out
+// gets a zero upstream gradient and so contributes nothing (the trainer's masked_fill does that).
+//
+// Shapes: N rows, d input width, V classes.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+namespace txl::ops {
+
+// hidden [N, d], weight [V, d], bias [V], target int64 [N] with values in [0, V) -> nll [N].
+// chunk_rows: rows per block of the softmax statistics and its gradient; 0 picks about 1 MiB of
+// fp32 per block. Differentiable in hidden, weight and bias.
+torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                   const torch::Tensor& bias, const torch::Tensor& target,
+                                   std::int64_t chunk_rows = 0);
+
+}  // namespace txl::ops
