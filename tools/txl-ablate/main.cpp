@@ -12,8 +12,10 @@
 #include "txl/experiment/ablation.h"
 #include "txl/train/trainer.h"
 #include "txl/util/error.h"
+#include "txl/util/openmp.h"
 
 int main(int argc, char** argv) {
+  txl::limit_openmp_spinning(argv);
   CLI::App app{
       "txl-ablate: train and evaluate every variant of an ablation, then write "
       "runs/<ablation>/report.md, results.json, results.csv and plots"};

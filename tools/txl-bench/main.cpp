@@ -20,8 +20,10 @@
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
+#include "txl/util/openmp.h"
 
 int main(int argc, char** argv) {
+  txl::limit_openmp_spinning(argv);
   CLI::App app{
       "txl-bench: training and evaluation throughput, MFU, memory, and the cost of "
       "sliding-window against memory evaluation"};

@@ -9,8 +9,10 @@
 
 #include "txl/eval/run.h"
 #include "txl/util/error.h"
+#include "txl/util/openmp.h"
 
 int main(int argc, char** argv) {
+  txl::limit_openmp_spinning(argv);
   CLI::App app{"txl-eval: perplexity of a txl checkpoint"};
   txl::eval::EvalRequest request;
   app.add_option("checkpoint", request.checkpoint, "checkpoint file (.pt)")->required();

@@ -14,8 +14,10 @@
 #include "txl/config/config.h"
 #include "txl/data/dataset.h"
 #include "txl/util/error.h"
+#include "txl/util/openmp.h"
 
 int main(int argc, char** argv) {
+  txl::limit_openmp_spinning(argv);
   txl::config::DataConfig cfg;
   auto& tok = cfg.tokenizer;
   auto& syn = cfg.synthetic;

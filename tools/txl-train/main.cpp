@@ -13,8 +13,10 @@
 #include "txl/util/device.h"
 #include "txl/util/error.h"
 #include "txl/util/log.h"
+#include "txl/util/openmp.h"
 
 int main(int argc, char** argv) {
+  txl::limit_openmp_spinning(argv);
   CLI::App app{"txl-train: train a Transformer-XL or baseline language model from a YAML experiment"};
   std::string config_path;
   std::vector<std::string> overrides;
