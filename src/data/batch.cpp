@@ -22,6 +22,7 @@ Batch Batch::to(const torch::Device& device, bool non_blocking) const {
 Batch Batch::narrow_rows(std::int64_t begin, std::int64_t count) const {
   TXL_CHECK(begin >= 0 && count >= 0 && begin + count <= rows(), "Batch::narrow_rows: rows [",
             begin, ", ", begin + count, ") of a batch of ", rows());
+  if (begin == 0 && count == rows()) return *this;  // the whole batch: nothing to recount
   Batch out;
   out.tokens = tokens.narrow(0, begin, count);
   out.targets = targets.narrow(0, begin, count);

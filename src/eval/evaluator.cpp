@@ -77,12 +77,12 @@ class Accumulator {
   std::vector<std::vector<torch::Tensor>> per_row_;
 };
 
-// Scores one batch on the model's device: the per-token nll (on the CPU) where the batch's
+// Scores one batch on `device` (the model's): the per-token nll (on the CPU) where the batch's
 // targets are scored. The memory stays on the model's device.
-torch::Tensor score(models::TransformerLM& model, const data::Batch& cpu_batch,
-                    models::Memory* memory, const models::Context& context) {
-  const auto device = model->parameters().front().device();
-  const data::Batch batch = device.is_cpu() ? cpu_batch : cpu_batch.to(device);
+torch::Tensor score(models::TransformerLM& model, const torch::Device& device,
+                    const data::Batch& cpu_batch, models::Memory* memory,
+                    const models::Context& context) {
+  const data::Batch batch = cpu_batch.to(device);
   models::Memory empty;
   auto out = model->forward(batch.tokens, batch.targets, batch.input_mask,
                             memory ? *memory : empty, batch.reset, context);
@@ -126,6 +126,7 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
               " entries for ", n_full, " tokens");
   }
   Accumulator acc(options.batch_size, token_losses != nullptr || want_recall);
+  const torch::Device device = model->parameters().front().device();
   dist::Group* group = options.group != nullptr && options.group->distributed() ? options.group : nullptr;
   TXL_CHECK(group == nullptr || options.mode != "sliding" || (token_losses == nullptr && !want_recall),
             "data-parallel sliding-window evaluation gives no per-token losses or recall");
@@ -152,7 +153,7 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
       auto all = stream.next();
       if (!all) break;
       auto batch = my_rows(*all);
-      if (batch) acc.add(score(model, *batch, nullptr, context), batch->target_mask, true);
+      if (batch) acc.add(score(model, device, *batch, nullptr, context), batch->target_mask, true);
     }
   } else {
     const bool with_memory = options.mode == "memory" && options.mem_len > 0;
@@ -173,8 +174,8 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
       if (!all) break;
       auto batch = my_rows(*all);  // the same rows every batch, so memory stays with them
       if (batch)
-        acc.add(score(model, *batch, with_memory ? &memory : nullptr, context), batch->target_mask,
-                false);
+        acc.add(score(model, device, *batch, with_memory ? &memory : nullptr, context),
+                batch->target_mask, false);
     }
   }
 

@@ -12,7 +12,7 @@
 #include "txl/data/synthetic.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
-#include "txl/util/allocator.h"
+#include "txl/util/openmp.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -73,11 +73,7 @@ std::string npy_float32(const torch::Tensor& values) {
 }  // namespace
 
 void run(const EvalRequest& request, std::ostream& out) {
-  const int threads = request.threads > 0
-                          ? request.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(threads);
-  keep_freed_memory();
+  use_threads(request.threads);
   auto loaded = models::load_model(request.checkpoint);
   auto config = loaded.config;
   auto& e = config.eval;

@@ -15,7 +15,7 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/train/trainer.h"
-#include "txl/util/allocator.h"
+#include "txl/util/openmp.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -250,13 +250,6 @@ void reset_variant(const stdfs::path& dir) {
   }
 }
 
-void set_threads(const config::ExperimentConfig& cfg) {
-  const int threads = cfg.run.threads > 0
-                          ? cfg.run.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  torch::set_num_threads(threads);
-  keep_freed_memory();
-}
 
 // Loads datasets once per distinct data section (variants normally share one).
 class DatasetCache {
@@ -386,7 +379,7 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
       done->params = params;
       write_done(dir, *done);
     }
-    set_threads(cfg);
+    use_threads(cfg.run.threads);
     const data::Dataset& dataset = datasets.get(cfg.data);
     TXL_CHECK(dataset.tokenizer->vocab_size() == loaded.vocab_size, "variant ", name,
               ": the tokenizer has ", dataset.tokenizer->vocab_size(), " ids but ",

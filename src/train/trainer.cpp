@@ -20,12 +20,12 @@
 #include "txl/models/transformer_lm.h"
 #include "txl/models/checkpoint.h"
 #include "txl/train/schedule.h"
-#include "txl/util/allocator.h"
 #include "txl/util/autocast.h"
 #include "txl/util/device.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
+#include "txl/util/openmp.h"
 
 namespace txl::train {
 
@@ -211,12 +211,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   const std::int64_t chunk_rows = mine.size() / t.batch_chunk;
 
   // Threads: all cores by default, shared among the processes of one node.
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = config.run.threads > 0
-                          ? config.run.threads
-                          : std::max(1, cores / std::max(1, group->env().local_world_size));
-  torch::set_num_threads(threads);
-  keep_freed_memory();
+  const int threads = use_threads(config.run.threads, group->env().local_world_size);
   torch::manual_seed(config.run.seed);
   const torch::Device device = resolve_device(config.run.device, group->env().local_rank);
   const bool bf16 = config.run.precision == "bf16";
@@ -236,19 +231,13 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
   for (const auto& p : model->parameters()) n_params += p.numel();
   dist::GradientReducer reducer(group, model->parameters());
   // Dropout draws differ between ranks, as their rows do; rank 0 keeps the single-process stream.
-  if (rank > 0) torch::manual_seed(config.run.seed + 7919 * static_cast<std::uint64_t>(rank));
+  const std::uint64_t rank_seed = config.run.seed + 7919 * static_cast<std::uint64_t>(rank);
+  if (rank > 0) torch::manual_seed(rank_seed);
 
   // -> ordered segment stream
-  data::TrainStreamOptions so;
-  so.batch_size = t.batch_size;
-  so.tgt_len = m.tgt_len;
-  so.ext_len = m.ext_len;
-  so.var_len = t.var_len;
-  so.roll = t.roll;
-  so.seed = config.run.seed;
-  so.pad_id = dataset.tokenizer->pad_id();
   // Every rank reads the same global stream and keeps its own rows.
-  data::TrainStream stream(dataset.train.ids, so,
+  data::TrainStream stream(dataset.train.ids,
+                           data::train_stream_options(config, dataset.tokenizer->pad_id()),
                            config.data.document_mode ? dataset.train.doc_starts : torch::Tensor());
 
   models::TrainState state;
@@ -280,8 +269,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
         }
       }
       if (!restored) {
-        torch::manual_seed(config.run.seed + 7919 * static_cast<std::uint64_t>(rank) +
-                           104729 * static_cast<std::uint64_t>(state.step));
+        torch::manual_seed(rank_seed + 104729 * static_cast<std::uint64_t>(state.step));
         if (main_rank)
           log::warn("train", "the checkpoint was written by {} processes on another device kind "
                     "or count than this job's {}: memory and data position are restored exactly, "

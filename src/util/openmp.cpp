@@ -1,8 +1,13 @@
 #include "txl/util/openmp.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 
+#include <torch/torch.h>
 #include <unistd.h>
+
+#include "txl/util/allocator.h"
 
 namespace txl {
 
@@ -13,6 +18,14 @@ void limit_openmp_spinning(char** argv) {
   execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default
 #endif
   (void)argv;
+}
+
+int use_threads(int requested, int processes_per_node) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = requested > 0 ? requested : std::max(1, cores / std::max(1, processes_per_node));
+  torch::set_num_threads(threads);
+  keep_freed_memory();
+  return threads;
 }
 
 }  // namespace txl

@@ -79,12 +79,6 @@ int wait_exit(pid_t pid, std::chrono::seconds timeout = std::chrono::seconds(120
   return -1;
 }
 
-std::string read_text(const stdfs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Waits (up to a minute) until rank 0 has written its first metrics record.
 void wait_for_first_record(const stdfs::path& metrics) {
@@ -100,7 +94,7 @@ void run_job(int world, const stdfs::path& config, const std::vector<std::string
              const stdfs::path& log_dir, int code = 0) {
   auto job = start_job(world, config, args, log_dir);
   for (size_t r = 0; r < job.pids.size(); ++r)
-    ASSERT_EQ(wait_exit(job.pids[r]), code) << "rank " << r << ":\n" << read_text(job.logs[r]);
+    ASSERT_EQ(wait_exit(job.pids[r]), code) << "rank " << r << ":\n" << txl::fs::read_file(job.logs[r]);
 }
 
 stdfs::path write_config(const TempDir& dir, const std::string& name, double dropout) {
@@ -118,7 +112,7 @@ stdfs::path write_config(const TempDir& dir, const std::string& name, double dro
 // The values of `field` in metrics.jsonl records of `kind` ("train" or "eval").
 std::vector<double> metric(const stdfs::path& run, const std::string& kind, const std::string& field) {
   std::vector<double> out;
-  std::istringstream in(read_text(run / "metrics.jsonl"));
+  std::istringstream in(txl::fs::read_file(run / "metrics.jsonl"));
   const std::regex value("\"" + field + "\":([-0-9.e+]+)");
   std::string line;
   while (std::getline(in, line)) {
@@ -158,8 +152,8 @@ TEST(DataParallel, TwoRanksReachTheParametersAndPerplexityOfOne) {
           dir / "log3");
   run_job(1, config, {"--set", "run.output_dir=" + (runs / "mixed").string(), "--resume"},
           dir / "log4");
-  EXPECT_NE(read_text(dir / "log2" / "rank0.log").find("2 processes"), std::string::npos);
-  EXPECT_EQ(read_text(dir / "log2" / "rank1.log").find("[train]"), std::string::npos)
+  EXPECT_NE(txl::fs::read_file(dir / "log2" / "rank0.log").find("2 processes"), std::string::npos);
+  EXPECT_EQ(txl::fs::read_file(dir / "log2" / "rank1.log").find("[train]"), std::string::npos)
       << "rank 1 must leave the logging to rank 0";
 
   for (const std::string other : {"two", "mixed"}) {
@@ -198,14 +192,14 @@ TEST(DataParallel, ARankThatDiesStopsTheOthersWithAClearError) {
                          dir / "log");
     const auto metrics = dir / "runs" / "dies" / "metrics.jsonl";
     wait_for_first_record(metrics);
-    ASSERT_TRUE(stdfs::exists(metrics)) << read_text(job.logs[0]);
+    ASSERT_TRUE(stdfs::exists(metrics)) << txl::fs::read_file(job.logs[0]);
     kill(job.pids[static_cast<size_t>(victim)], SIGKILL);
     const int survivor = 1 - victim;
     const auto start = std::chrono::steady_clock::now();
     const int code = wait_exit(job.pids[static_cast<size_t>(survivor)], std::chrono::seconds(30));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     wait_exit(job.pids[static_cast<size_t>(victim)]);
-    const auto log = read_text(job.logs[static_cast<size_t>(survivor)]);
+    const auto log = txl::fs::read_file(job.logs[static_cast<size_t>(survivor)]);
     EXPECT_EQ(code, 1) << "rank " << survivor << " after rank " << victim << " died:\n" << log;
     EXPECT_LT(seconds, 30.0);
     EXPECT_NE(log.find("error: rank " + std::to_string(survivor) + ": distributed"), std::string::npos) << log;
@@ -221,10 +215,10 @@ TEST(DataParallel, ASignalToOneRankStopsEveryRankAtTheSameStepWithACheckpoint) {
   const auto run = dir / "runs" / "signal";
   wait_for_first_record(run / "metrics.jsonl");
   kill(job.pids[1], SIGINT);  // rank 1 only, as a user's kill of one process would
-  EXPECT_EQ(wait_exit(job.pids[0]), 130) << read_text(job.logs[0]);
-  EXPECT_EQ(wait_exit(job.pids[1]), 130) << read_text(job.logs[1]);
+  EXPECT_EQ(wait_exit(job.pids[0]), 130) << txl::fs::read_file(job.logs[0]);
+  EXPECT_EQ(wait_exit(job.pids[1]), 130) << txl::fs::read_file(job.logs[1]);
   auto resumed = txl::models::load_model(run / "checkpoint_last.pt");  // written and loadable
-  EXPECT_NE(read_text(job.logs[0]).find("resume with"), std::string::npos);
+  EXPECT_NE(txl::fs::read_file(job.logs[0]).find("resume with"), std::string::npos);
 }
 
 TEST(DataParallel, TorchrunStartsAJob) {
@@ -239,8 +233,8 @@ TEST(DataParallel, TorchrunStartsAJob) {
                               std::to_string(txl::test::free_port()) + " --redirects 1 --tee 1 " +
                               binary.string() + " --config " + config.string() + " --quiet > " +
                               (dir / "torchrun.log").string() + " 2>&1";
-  ASSERT_EQ(std::system(command.c_str()), 0) << read_text(dir / "torchrun.log");
-  const auto log = read_text(dir / "torchrun.log");
+  ASSERT_EQ(std::system(command.c_str()), 0) << txl::fs::read_file(dir / "torchrun.log");
+  const auto log = txl::fs::read_file(dir / "torchrun.log");
   EXPECT_NE(log.find("2 processes"), std::string::npos) << log;
   EXPECT_EQ(metric(dir / "runs" / "torchrun", "eval", "ppl").size(), 2u);
 }

@@ -16,7 +16,6 @@
 #include "txl/bench/profile.h"
 #include "txl/bench/sweep.h"
 #include "txl/config/load.h"
-#include "txl/util/allocator.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -59,10 +58,7 @@ int main(int argc, char** argv) {
     }
     // --threads, else run.threads of the experiment, else every core.
     if (threads <= 0) threads = config.run.threads;
-    const int n_threads =
-        threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    torch::set_num_threads(n_threads);
-    txl::keep_freed_memory();  // as the trainer does
+    const int n_threads = txl::use_threads(threads);  // as the trainer does
 
     if (profile) {
       txl::bench::PhaseOptions phase;

@@ -21,4 +21,10 @@ namespace txl {
 // needs doing or the re-execution failed. Settings the user made are kept.
 void limit_openmp_spinning(char** argv);
 
+// Sets LibTorch's intra-op threads to `requested`, or when it is <= 0 to this machine's cores
+// divided among `processes_per_node` processes (at least 1), keeps freed memory in the heap
+// (keep_freed_memory), and returns the thread count. Every program and library entry point that
+// computes calls it once.
+int use_threads(int requested, int processes_per_node = 1);
+
 }  // namespace txl
