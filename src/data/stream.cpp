@@ -11,6 +11,7 @@
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
+#include "txl/util/random.h"
 
 namespace txl::data {
 
@@ -24,17 +25,11 @@ constexpr double kPi = 3.14159265358979323846;
 constexpr std::uint64_t kVarLenSalt = 0x7661726c656e0001ull;
 constexpr std::uint64_t kRollSalt = 0x726f6c6c00000002ull;
 
-// splitmix64: tiny, fully specified, so an epoch plan is the same on every platform (the
-// distributions of <random> are implementation-defined).
-class Rng {
+// SplitMix64, so an epoch plan is the same on every platform (the distributions of <random>
+// are implementation-defined).
+class Rng : public SplitMix64 {
  public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  using SplitMix64::SplitMix64;
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   std::int64_t below(std::int64_t n) {  // [0, n); the modulo bias is below 2^-40 for n < 2^24
     return static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(n));
@@ -44,9 +39,6 @@ class Rng {
     const double u2 = uniform();
     return mean + stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * kPi * u2);
   }
-
- private:
-  std::uint64_t state_;
 };
 
 // The generator of one epoch's plan: a pure function of (seed, epoch, purpose).

@@ -5,6 +5,7 @@
 
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
+#include "txl/util/random.h"
 
 namespace txl::data {
 
@@ -12,15 +13,9 @@ namespace {
 
 // SplitMix64 (Steele, Lea, Flood 2014) with rejection sampling for bounded draws: unlike
 // std::uniform_int_distribution, its output is the same on every standard library.
-class Rng {
+class Rng : public SplitMix64 {
  public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  using SplitMix64::SplitMix64;
   // Uniform in [0, n).
   int below(int n) {
     const std::uint64_t bound = static_cast<std::uint64_t>(n);
@@ -35,9 +30,6 @@ class Rng {
     for (int i = static_cast<int>(v->size()) - 1; i > 0; --i)
       std::swap((*v)[i], (*v)[below(i + 1)]);
   }
-
- private:
-  std::uint64_t state_;
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "txl/ops/dropout.h"
 
+#include "txl/util/random.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -13,14 +15,6 @@ namespace txl::ops {
 
 namespace {
 
-// splitmix64 (Steele, Lea, Flood 2014): a bijective mix of a Weyl sequence; each call is
-// independent of the others, so any range of elements can be filled by any thread.
-inline std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 std::uint64_t draw_seed() {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
@@ -38,7 +32,7 @@ void fill_noise(scalar_t* noise, std::int64_t numel, std::uint64_t seed, std::ui
   const scalar_t zero(0);
   at::parallel_for(0, (numel + 1) / 2, kGrainPairs, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t j = begin; j < end; ++j) {
-      const std::uint64_t bits = splitmix64(seed + static_cast<std::uint64_t>(j) * 0x9E3779B97F4A7C15ULL);
+      const std::uint64_t bits = splitmix64(seed + static_cast<std::uint64_t>(j) * kGoldenGamma);
       noise[2 * j] = (bits & 0xFFFFFFFFULL) < threshold ? keep_value : zero;
       if (2 * j + 1 < numel) noise[2 * j + 1] = (bits >> 32) < threshold ? keep_value : zero;
     }
