@@ -152,46 +152,13 @@ PhaseResult measure_training(const config::ExperimentConfig& config, std::int64_
 
 namespace {
 
-// Memory-mode evaluation of `model` on random ids: B streams of segments of Q with memory M.
-// The memory starts full (random hidden states of the right shape: the cost of a segment does
-// not depend on their values), so only `options.warmup` segments run untimed instead of the
-// ceil(M / Q) a real pass needs to fill it; the stream starts at its second batch, which does
-// not reset the memory, as almost every batch of a real pass.
+// Memory-mode evaluation of `model` on random ids (detail::EvalLoop), timed.
 PhaseResult time_memory_eval(models::TransformerLM& model, std::int64_t vocab,
                              const eval::EvalOptions& eo, const PhaseOptions& options) {
-  torch::NoGradGuard no_grad;
-  model->eval();
-  const std::int64_t q = eo.tgt_len, m = eo.mem_len;
-  const std::int64_t segments = 1 + options.warmup + options.repetitions;
-  data::EvalStreamOptions so;
-  so.batch_size = options.batch_size;
-  so.tgt_len = q;
-  data::EvalStream stream(
-      detail::random_ids(options.batch_size * segments * q + 1, vocab, options.seed), so);
-  models::Context context;
-  context.mem_len = m;
-  context.clamp_len = eo.clamp_len;
-  context.same_length = m > 0 && eo.same_length;
-  models::Memory memory;
-  for (int l = 0; m > 0 && l < model->config().n_layer; ++l) {
-    memory.layers.push_back(
-        torch::randn({options.batch_size, m, model->config().d_model}));  // [B, M, d]
-  }
+  detail::EvalLoop loop(model, vocab, eo, options, options.warmup + options.repetitions);
   PhaseResult r;
-  std::int64_t index = 1;
-  auto segment = [&] {
-    auto batch = stream.batch(index++);
-    AutocastGuard autocast(options.bf16, torch::Device(torch::kCPU));
-    auto out =
-        model->forward(batch.tokens, batch.targets, batch.input_mask, memory, batch.reset, context);
-    memory = std::move(out.memory);
-    // What the evaluator's accumulator does with every batch.
-    auto nll = out.nll.to(torch::kDouble).masked_fill(batch.target_mask.logical_not(), 0.0);
-    r.loss =
-        nll.sum().item<double>() / static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1));
-  };
-  r.timing = time_repeated(segment, options.warmup, options.repetitions);
-  r.tokens_per_step = options.batch_size * q;
+  r.timing = time_repeated([&] { r.loss = loop.segment(); }, options.warmup, options.repetitions);
+  r.tokens_per_step = loop.tokens_per_segment();
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) / r.timing.median_s;
   TXL_CHECK(std::isfinite(r.loss), "bench: evaluation loss is ", r.loss);
   return r;
@@ -199,16 +166,20 @@ PhaseResult time_memory_eval(models::TransformerLM& model, std::int64_t vocab,
 
 }  // namespace
 
+eval::EvalOptions memory_eval_options(const config::ExperimentConfig& config) {
+  auto eo = eval::resolve_eval_options(config);
+  eo.mode = "memory";
+  eo.mem_len = config.eval.mem_len >= 0 ? config.eval.mem_len : config.model.mem_len;
+  return eo;
+}
+
 PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vocab,
                          const PhaseOptions& options) {
   check_phase(options);
   RssWindow rss;
   torch::manual_seed(options.seed);
   models::TransformerLM model(config.model, vocab);
-  auto eo = eval::resolve_eval_options(config);
-  eo.mode = "memory";
-  eo.mem_len = config.eval.mem_len >= 0 ? config.eval.mem_len : config.model.mem_len;
-  auto r = time_memory_eval(model, vocab, eo, options);
+  auto r = time_memory_eval(model, vocab, memory_eval_options(config), options);
   rss.finish(r);
   return r;
 }

@@ -3,6 +3,7 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 
 #include <fmt/format.h>
@@ -101,27 +102,50 @@ StepProfile summarize_ops(const std::vector<std::pair<std::string, double>>& sel
   return p;
 }
 
-StepProfile profile_training_step(const config::ExperimentConfig& config, std::int64_t vocab,
-                                  const PhaseOptions& options, bool by_shape) {
+namespace {
+
+// Runs `fn` once under the legacy CPU profiler and folds its ops.
+StepProfile profile_call(const std::function<void()>& fn, bool by_shape) {
   namespace profiler = torch::autograd::profiler;
-  detail::TrainingLoop loop(config, vocab, options, options.warmup + 1);
-  for (int i = 0; i < options.warmup; ++i) loop.step();
   profiler::enableProfilerLegacy(
       torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU, by_shape));
   try {
-    loop.step();
+    fn();
   } catch (...) {
     profiler::disableProfilerLegacy();
     throw;
   }
   auto profile = summarize_ops(self_times(profiler::disableProfilerLegacy(), by_shape));
   TXL_CHECK(!profile.ops.empty(), "bench: the profiler recorded no op");
+  return profile;
+}
+
+}  // namespace
+
+StepProfile profile_training_step(const config::ExperimentConfig& config, std::int64_t vocab,
+                                  const PhaseOptions& options, bool by_shape) {
+  detail::TrainingLoop loop(config, vocab, options, options.warmup + 1);
+  for (int i = 0; i < options.warmup; ++i) loop.step();
+  auto profile = profile_call([&] { loop.step(); }, by_shape);
+  profile.what = "one training step";
+  profile.bf16 = options.bf16;
+  return profile;
+}
+
+StepProfile profile_eval_segment(const config::ExperimentConfig& config, std::int64_t vocab,
+                                 const PhaseOptions& options, bool by_shape) {
+  torch::manual_seed(options.seed);
+  models::TransformerLM model(config.model, vocab);
+  detail::EvalLoop loop(model, vocab, memory_eval_options(config), options, options.warmup + 1);
+  for (int i = 0; i < options.warmup; ++i) loop.segment();
+  auto profile = profile_call([&] { loop.segment(); }, by_shape);
+  profile.what = "one evaluation segment (memory mode)";
   profile.bf16 = options.bf16;
   return profile;
 }
 
 std::string format_profile(const StepProfile& p, int top) {
-  std::string s = fmt::format("one training step ({}), self CPU time by op: {:.1f} ms\n",
+  std::string s = fmt::format("{} ({}), self CPU time by op: {:.1f} ms\n", p.what,
                               p.bf16 ? "bf16 autocast" : "fp32", p.total_ms);
   // Ops told apart by shape need a wider name column.
   size_t width = 44;

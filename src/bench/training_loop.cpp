@@ -16,7 +16,6 @@ torch::Tensor random_ids(std::int64_t n, std::int64_t vocab, std::uint64_t seed)
   return torch::randint(vocab, {n}, generator, torch::kLong);  // [n]
 }
 
-
 TrainingLoop::TrainingLoop(const config::ExperimentConfig& config, std::int64_t vocab,
                            const PhaseOptions& options, std::int64_t steps)
     : config_(config),
@@ -64,6 +63,42 @@ double TrainingLoop::step() {
   }
   optimizer_->step();
   return loss;
+}
+
+EvalLoop::EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::EvalOptions& eo,
+                   const PhaseOptions& options, std::int64_t segments)
+    : model_(std::move(model)),
+      bf16_(options.bf16),
+      batch_size_(options.batch_size),
+      tgt_len_(eo.tgt_len) {
+  TXL_CHECK(options.batch_size >= 1 && segments >= 1,
+            "bench: needs batch >= 1 and segments >= 1, got ", options.batch_size, " and ", segments);
+  data::EvalStreamOptions so;
+  so.batch_size = batch_size_;
+  so.tgt_len = tgt_len_;
+  // Segment 0 is skipped (it would reset the memory).
+  stream_ = std::make_unique<data::EvalStream>(
+      random_ids(batch_size_ * (segments + 1) * tgt_len_ + 1, vocab, options.seed), so);
+  const std::int64_t m = eo.mem_len;
+  context_.mem_len = m;
+  context_.clamp_len = eo.clamp_len;
+  context_.same_length = m > 0 && eo.same_length;
+  for (int l = 0; m > 0 && l < model_->config().n_layer; ++l) {
+    memory_.layers.push_back(torch::randn({batch_size_, m, model_->config().d_model}));  // [B, M, d]
+  }
+}
+
+double EvalLoop::segment() {
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  auto batch = stream_->batch(index_++);
+  AutocastGuard autocast(bf16_, torch::Device(torch::kCPU));
+  auto out =
+      model_->forward(batch.tokens, batch.targets, batch.input_mask, memory_, batch.reset, context_);
+  memory_ = std::move(out.memory);
+  // What the evaluator's accumulator does with every batch.
+  auto nll = out.nll.to(torch::kDouble).masked_fill(batch.target_mask.logical_not(), 0.0);
+  return nll.sum().item<double>() / static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1));
 }
 
 }  // namespace txl::bench::detail

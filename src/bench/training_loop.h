@@ -1,6 +1,6 @@
 #pragma once
-// The trainer's step on random token ids, shared by the throughput measurement and the profile.
-// Private to src/bench.
+// The trainer's step and the evaluator's memory-mode segment on random token ids, shared by the
+// throughput measurements and the profiles. Private to src/bench.
 
 #include <torch/torch.h>
 
@@ -10,6 +10,7 @@
 #include "txl/bench/measure.h"
 #include "txl/config/config.h"
 #include "txl/data/stream.h"
+#include "txl/eval/evaluator.h"
 #include "txl/models/transformer_lm.h"
 
 namespace txl::bench::detail {
@@ -38,6 +39,33 @@ class TrainingLoop {
   models::TransformerLM model_{nullptr};
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<data::TrainStream> stream_;
+  models::Context context_;
+  models::Memory memory_;
+};
+
+// Memory-mode evaluation of a model on random ids: B streams of segments of Q = eo.tgt_len with
+// memory M = eo.mem_len, in eval mode and without gradients, as the evaluator runs them. The
+// memory starts full (random hidden states of the right shape: the cost of a segment does not
+// depend on their values), so a few untimed segments stand in for the ceil(M / Q) a real pass
+// needs to fill it; the stream starts at its second batch, which does not reset the memory, as
+// almost every batch of a real pass.
+class EvalLoop {
+ public:
+  // Enough random ids for `segments` segments (the stream must not run out).
+  EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::EvalOptions& eo,
+           const PhaseOptions& options, std::int64_t segments);
+
+  // One segment; returns its mean nll over the scored tokens (a sanity check: finite).
+  double segment();
+
+  std::int64_t tokens_per_segment() const { return batch_size_ * tgt_len_; }
+
+ private:
+  models::TransformerLM model_;
+  bool bf16_;
+  std::int64_t batch_size_, tgt_len_;
+  std::unique_ptr<data::EvalStream> stream_;
+  std::int64_t index_ = 1;
   models::Context context_;
   models::Memory memory_;
 };

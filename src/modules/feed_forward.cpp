@@ -20,7 +20,8 @@ void FeedForwardImpl::reset_parameters(const InitOptions& init) {
 }
 
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  return fc2(drop(torch::relu(fc1(x))));  // [..., d_inner] -> [..., d]
+  // relu_ in place: its backward needs only the output, so no second [..., d_inner] tensor.
+  return fc2(drop(fc1(x).relu_()));  // [..., d_inner] -> [..., d]
 }
 
 }  // namespace txl::modules

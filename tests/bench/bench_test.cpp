@@ -211,6 +211,29 @@ TEST(Bench, ProfileOfATrainingStepFindsTheMatrixProducts) {
   EXPECT_GT(shaped.copy_share + shaped.fill_share, 0.0);
 }
 
+// One evaluation segment: forward only (no backward node, no optimizer), products present, and
+// the output layer's no-gradient path writes no softmax (no aten::div_ of its blocks).
+TEST(Bench, ProfileOfAnEvaluationSegmentHasNoBackward) {
+  PhaseOptions o;
+  o.batch_size = 2;
+  o.warmup = 1;
+  const auto p = profile_eval_segment(tiny(), kVocab, o);
+  ASSERT_FALSE(p.ops.empty());
+  bool products = false;
+  for (const auto& op : p.ops) {
+    EXPECT_EQ(op.name.find("Backward"), std::string::npos) << op.name;
+    EXPECT_NE(op.name, "aten::div_");
+    EXPECT_NE(op.name, "aten::addcdiv_");  // Adam
+    products |= op.name == "aten::mm" || op.name == "aten::bmm";
+  }
+  EXPECT_TRUE(products) << format_profile(p);
+  EXPECT_NE(format_profile(p).find("evaluation segment"), std::string::npos);
+  const auto step = profile_training_step(tiny(), kVocab, o);
+  bool backward = false;
+  for (const auto& op : step.ops) backward |= op.name.find("Backward") != std::string::npos;
+  EXPECT_TRUE(backward) << format_profile(step);  // the check above can see a backward node
+}
+
 TEST(Bench, SweepWritesTablesAndData) {
   test::TempDir dir;
   SweepOptions o;

@@ -59,6 +59,10 @@ TEST(BenchTool, ProfilePrintsOpsAndCopyShare) {
   EXPECT_NE(r.out.find("self CPU time"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("copies"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fills"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("one training step"), std::string::npos) << r.out;
+  const auto both = run_bench("--profile --profile-eval --top 5 " + kTiny);
+  ASSERT_EQ(both.status, 0) << both.out;
+  EXPECT_LT(both.out.find("one training step"), both.out.find("one evaluation segment (memory mode)")) << both.out;
 }
 
 TEST(BenchTool, ErrorsExitNonZeroWithTheReason) {

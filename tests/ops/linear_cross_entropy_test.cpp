@@ -117,6 +117,26 @@ TEST(LinearCrossEntropy, MaskedRowsContributeNothing) {
   EXPECT_TRUE(txl::test::tensor_near(all[3], part[3], 1e-12, 1e-12));
 }
 
+// Without gradients (evaluation) the softmax is not written and nothing is saved: the same nll
+// to the bit, in fp32 and under bf16 autocast.
+TEST(LinearCrossEntropy, NoGradGivesTheSameNll) {
+  torch::manual_seed(9);
+  const Case c = make_case(33, 16, 70, torch::kFloat);
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 autocast" : "fp32");
+    AutocastGuard autocast(bf16, torch::kCPU);
+    const torch::Tensor with_grad = linear_cross_entropy(c.hidden, c.weight, c.bias, c.target, 4);
+    ASSERT_TRUE(with_grad.requires_grad());
+    torch::Tensor without;
+    {
+      torch::NoGradGuard no_grad;
+      without = linear_cross_entropy(c.hidden, c.weight, c.bias, c.target, 4);
+    }
+    EXPECT_FALSE(without.requires_grad());
+    EXPECT_TRUE(txl::test::tensor_equal(without, with_grad.detach()));
+  }
+}
+
 // Backward leaves what it saved untouched: a second backward through the same graph agrees.
 TEST(LinearCrossEntropy, BackwardTwiceAgrees) {
   torch::manual_seed(5);
@@ -150,6 +170,31 @@ TEST(LinearCrossEntropy, Bfloat16AutocastMatchesUnfusedPath) {
     EXPECT_TRUE(txl::test::tensor_near(fused[i], amp[i], i == 0 ? 1e-4 : 0.01 * scale, 0.01));
     EXPECT_TRUE(txl::test::tensor_near(fused[i], fp32[i], 0.03 * scale, 0.03));
   }
+}
+
+// Confident rows under bf16 autocast: the target's softmax is 0.9955, so its gradient 1 - p is
+// 0.0045, below the bf16 spacing near 1 (0.0039). It must be formed in fp32 and rounded once:
+// rounding p first and then subtracting 1 would be off by up to 40%.
+TEST(LinearCrossEntropy, Bfloat16ConfidentTargetsKeepTheirGradient) {
+  torch::manual_seed(8);
+  const std::int64_t rows = 64, classes = 100;
+  Case c;
+  c.hidden = torch::zeros({rows, 8}).requires_grad_();
+  c.weight = (torch::randn({classes, 8}) * 0.01).requires_grad_();
+  c.bias = torch::zeros({classes}).index_fill_(0, torch::tensor({0}), 10.0).requires_grad_();
+  c.target = torch::zeros({rows}, torch::kLong);
+  c.upstream = torch::full({rows}, 1.0 / rows);
+  const auto fp32 = run(c, false);
+  std::vector<torch::Tensor> fused;
+  {
+    AutocastGuard autocast(true, torch::kCPU);
+    fused = run(c, true, 16);
+  }
+  const double want = fp32[3][0].item<double>(), got = fused[3][0].item<double>();
+  ASSERT_NEAR(want, -0.00446, 0.0001);
+  EXPECT_NEAR(got, want, 0.01 * std::abs(want));
+  // The other classes: p of about 4.5e-5 each, a relative error of bf16 rounding.
+  EXPECT_TRUE(txl::test::tensor_near(fused[3].narrow(0, 1, classes - 1), fp32[3].narrow(0, 1, classes - 1), 0, 0.01));
 }
 
 // A layer converted to bf16 as a whole: bf16 products, fp32 statistics and nll, bf16 gradients.

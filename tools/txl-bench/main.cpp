@@ -2,6 +2,7 @@
 //   txl-bench [--config FILE] [--set key.path=value ...] [--json] [--quick] [--threads N]
 //             [--vocab V] [--no-bf16] [--save out.json]
 //   txl-bench --profile [--top N] [--by-shape]   one training step under the autograd profiler
+//   txl-bench --profile-eval [--top N] [--by-shape]   one memory-mode evaluation segment
 //   txl-bench --sweep [--out runs/bench]  scaling tables and plot
 // Default: the bench model (4 layers, d_model 256, 4 heads of 64, FF 1024, tgt_len = mem_len =
 // 128, batch 16) on random token ids of a 12,871-word vocabulary. Progress goes to stderr, the
@@ -28,8 +29,8 @@ int main(int argc, char** argv) {
       "sliding-window against memory evaluation"};
   std::string config_path, out_dir = "runs/bench", save;
   std::vector<std::string> overrides;
-  bool json = false, quick = false, by_shape = false, profile = false, sweep = false, quiet = false,
-       no_bf16 = false;
+  bool json = false, quick = false, by_shape = false, profile = false, profile_eval = false,
+       sweep = false, quiet = false, no_bf16 = false;
   int threads = 0, top = 25;
   std::int64_t vocab = txl::bench::kBenchVocab;
   app.add_option("--config,-c", config_path, "experiment YAML file (default: the bench model)");
@@ -40,8 +41,10 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", vocab, "vocabulary size of the random token ids");
   app.add_flag("--no-bf16", no_bf16, "skip the bf16 autocast measurements");
   app.add_flag("--profile", profile, "profile one training step (run.precision) and print top ops");
-  app.add_option("--top", top, "--profile: ops listed");
-  app.add_flag("--by-shape", by_shape, "--profile: tell ops apart by their input shapes");
+  app.add_flag("--profile-eval", profile_eval,
+               "profile one memory-mode evaluation segment (run.precision) and print top ops");
+  app.add_option("--top", top, "--profile, --profile-eval: ops listed");
+  app.add_flag("--by-shape", by_shape, "--profile, --profile-eval: tell ops apart by their input shapes");
   app.add_flag("--sweep", sweep, "scaling sweep: tables, csv, json and plot into --out");
   app.add_option("--out", out_dir, "--sweep: output folder");
   app.add_option("--save", save, "also write the JSON object to this file");
@@ -60,13 +63,20 @@ int main(int argc, char** argv) {
     if (threads <= 0) threads = config.run.threads;
     const int n_threads = txl::use_threads(threads);  // as the trainer does
 
-    if (profile) {
+    if (profile || profile_eval) {
       txl::bench::PhaseOptions phase;
-      phase.batch_size = config.train.batch_size;
+      phase.batch_size = profile ? config.train.batch_size : config.eval.batch_size;
       phase.bf16 = config.run.precision == "bf16";
       phase.seed = config.run.seed;
-      auto p = txl::bench::profile_training_step(config, vocab, phase, by_shape);
-      std::cout << txl::bench::format_profile(p, top);
+      phase.warmup = 5;  // until the allocator has settled: no more page faults
+      if (profile) {
+        std::cout << txl::bench::format_profile(
+            txl::bench::profile_training_step(config, vocab, phase, by_shape), top);
+      }
+      if (profile_eval) {
+        std::cout << txl::bench::format_profile(
+            txl::bench::profile_eval_segment(config, vocab, phase, by_shape), top);
+      }
     }
     if (sweep) {
       txl::bench::SweepOptions options;
@@ -76,7 +86,7 @@ int main(int argc, char** argv) {
       std::cout << txl::bench::sweep_markdown(s) << "\n";
       for (const auto& f : s.files) std::cout << "wrote " << f.string() << "\n";
     }
-    if (!profile && !sweep) {
+    if (!profile && !profile_eval && !sweep) {
       txl::bench::BenchOptions options;
       options.vocab = vocab;
       options.threads = n_threads;

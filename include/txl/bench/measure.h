@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "txl/config/config.h"
+#include "txl/eval/evaluator.h"
 
 namespace txl::bench {
 
@@ -77,6 +78,10 @@ struct PhaseResult {
 // model rejects (e.g. smaller than the last adaptive cutoff).
 PhaseResult measure_training(const config::ExperimentConfig& config, std::int64_t vocab,
                              const PhaseOptions& options);
+
+// The evaluation options of memory mode for `config`: eval.tgt_len, eval.mem_len (else the
+// model's), eval.clamp_len, eval.same_length.
+eval::EvalOptions memory_eval_options(const config::ExperimentConfig& config);
 
 // Evaluation in memory mode as eval::evaluate runs it: eval mode, no gradient, EvalStream
 // segments of Q (eval.tgt_len) with memory M (eval.mem_len, resolved from the model), the

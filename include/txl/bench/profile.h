@@ -1,5 +1,5 @@
 #pragma once
-// Where one training step spends its time: the step runs under LibTorch's autograd profiler
+// Where one training step or one evaluation segment spends its time: it runs under LibTorch's autograd profiler
 // (the legacy CPU profiler, present in 1.13 and 2.x) and every op is charged its self time
 // (its own time minus the ops nested inside it: aten::matmul -> aten::bmm, backward nodes ->
 // aten ops), so the column adds up to the profiled time of the calling thread.
@@ -26,6 +26,7 @@ struct StepProfile {
   double copy_share = 0.0;  // aten::copy_, contiguous, clone, cat, _to_copy, constant_pad_nd
   double fill_share = 0.0;  // aten::fill_, zero_, zeros, zeros_like, full, full_like, ones
   double masked_fill_share = 0.0;  // aten::masked_fill(_), the attention masks
+  std::string what;  // "one training step", "one evaluation segment (memory mode)"
   bool bf16 = false;
 };
 
@@ -38,6 +39,11 @@ StepProfile summarize_ops(const std::vector<std::pair<std::string, double>>& sel
 // to find which copy or fill is the expensive one.
 StepProfile profile_training_step(const config::ExperimentConfig& config, std::int64_t vocab,
                                   const PhaseOptions& options, bool by_shape = false);
+
+// Takes options.warmup memory-mode evaluation segments as measure_eval does (same model, batch
+// options.batch_size, eval.tgt_len and memory), then profiles one more.
+StepProfile profile_eval_segment(const config::ExperimentConfig& config, std::int64_t vocab,
+                                 const PhaseOptions& options, bool by_shape = false);
 
 // A table of the `top` largest ops and the copy / fill shares.
 std::string format_profile(const StepProfile& profile, int top = 20);

@@ -4,11 +4,14 @@
 //     nll[i] = logsumexp_v(z[i, v]) - z[i, target[i]],     z = h W^T + b
 //
 // the same numbers as log_softmax(linear(h, W, b)) followed by nll_loss(reduction none), without
-// the [N, V] log-probabilities and their [N, V] gradients. Forward keeps the logits (in the
-// product's dtype: bf16 under autocast) and the log-sum-exp [N]; backward forms
+// the [N, V] log-probabilities and their [N, V] gradients. Forward forms the logits, then, a
+// block of rows at a time in the statistics dtype (the block stays in cache), the log-sum-exp
+// [N] and the softmax, written over the logits in the product's dtype (bf16 under autocast): the
+// softmax is all backward needs, so it does not recompute it. Backward forms
 //     d_z = (softmax(z) - onehot(target)) * d_nll
-// a block of rows at a time in the statistics dtype (the block stays in cache), writes it once in
-// the product's dtype, and finishes with d_h = d_z W, d_W = d_z^T h, d_b = sum of d_z over rows.
+// a block at a time, the target entries from the log-sum-exp in the statistics dtype (a bf16
+// softmax near 1 minus 1 would lose the difference), writes it once in the product's dtype, and
+// finishes with d_h = d_z W, d_W = d_z^T h, d_b = sum of d_z over rows.
 //
 // Precision, as the unfused path under autocast: the matrix products run in the autocast dtype
 // when autocast is on for h's device (fp32 inputs are cast, like torch::linear would be), else in
