@@ -128,9 +128,8 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
   Accumulator acc(options.batch_size, token_losses != nullptr || want_recall);
   const torch::Device device = model->parameters().front().device();
   dist::Group* group = options.group != nullptr && options.group->distributed() ? options.group : nullptr;
-  TXL_CHECK(group == nullptr || options.mode != "sliding" || (token_losses == nullptr && !want_recall),
-            "data-parallel sliding-window evaluation gives no per-token losses or recall");
-  // This rank's rows of a batch (all of them in one process).
+  // Memory and segments: this rank's rows of every batch, which stay with their memory (all of
+  // them in one process).
   auto my_rows = [&](const data::Batch& batch) -> std::optional<data::Batch> {
     if (group == nullptr) return batch;
     auto range = dist::shard_rows(batch.rows(), group->rank(), group->world_size());
@@ -149,11 +148,13 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
     result.window = options.window;
     result.stride = options.stride;
     result.tgt_len = options.window;
-    while (true) {
-      auto all = stream.next();
-      if (!all) break;
-      auto batch = my_rows(*all);
-      if (batch) acc.add(score(model, device, *batch, nullptr, context), batch->target_mask, true);
+    // Windows stand alone, so each rank takes one stretch of whole batches: its losses are one
+    // stretch of the text, and the ranks' stretches gathered in rank order are the text's.
+    const auto mine = group == nullptr ? dist::RowRange{0, stream.size()}
+                                       : dist::shard_rows(stream.size(), group->rank(), group->world_size());
+    for (std::int64_t i = mine.begin; i < mine.end; ++i) {
+      const data::Batch batch = stream.batch(i);
+      acc.add(score(model, device, batch, nullptr, context), batch.target_mask, true);
     }
   } else {
     const bool with_memory = options.mode == "memory" && options.mem_len > 0;

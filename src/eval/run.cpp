@@ -10,6 +10,7 @@
 
 #include "txl/data/dataset.h"
 #include "txl/data/synthetic.h"
+#include "txl/dist/group.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/util/openmp.h"
@@ -73,7 +74,9 @@ std::string npy_float32(const torch::Tensor& values) {
 }  // namespace
 
 void run(const EvalRequest& request, std::ostream& out) {
-  use_threads(request.threads);
+  const auto group = request.group ? request.group : std::make_shared<dist::Group>();
+  const bool main_rank = group->is_main();
+  use_threads(request.threads, group->env().local_world_size);  // the node's cores shared
   auto loaded = models::load_model(request.checkpoint);
   auto config = loaded.config;
   auto& e = config.eval;
@@ -88,8 +91,12 @@ void run(const EvalRequest& request, std::ostream& out) {
   if (request.batch_size) e.batch_size = *request.batch_size;
   EvalOptions options = resolve_eval_options(config);
   if (request.max_tokens > 0) options.max_tokens = request.max_tokens;
+  options.group = group.get();
 
+  // Rank 0 rebuilds a missing tokenizer or cache first; the other ranks then read it.
+  if (!main_rank) group->barrier();
   data::Dataset dataset = data::load_dataset(config.data);
+  if (main_rank) group->barrier();
   TXL_CHECK(dataset.tokenizer->vocab_size() == loaded.vocab_size, "the tokenizer has ",
             dataset.tokenizer->vocab_size(), " ids but the checkpoint's model has ",
             loaded.vocab_size, "; was data.cache_dir or data.tokenizer changed?");
@@ -130,9 +137,11 @@ void run(const EvalRequest& request, std::ostream& out) {
     for (size_t i = 0; i < results.size(); ++i)
       json += "  " + to_json(results[i]) + (i + 1 < results.size() ? ",\n" : "\n");
     json += "]\n";
-    fs::write_atomic(dir / "context_sweep.json", json);
-    plot_sweep(dir / "context_sweep.json", dir / "context_sweep.png");
-    log::info("eval", "sweep written to {}", (dir / "context_sweep.json").string());
+    if (main_rank) {
+      fs::write_atomic(dir / "context_sweep.json", json);
+      plot_sweep(dir / "context_sweep.json", dir / "context_sweep.png");
+      log::info("eval", "sweep written to {}", (dir / "context_sweep.json").string());
+    }
   } else {
     for (const auto& target : targets) {
       torch::Tensor losses;
@@ -145,7 +154,7 @@ void run(const EvalRequest& request, std::ostream& out) {
                         recall);
       r.split = target.name;
       results.push_back(r);
-      if (!request.token_losses_path.empty()) {
+      if (!request.token_losses_path.empty() && main_rank) {
         stdfs::path path = request.token_losses_path;
         if (targets.size() > 1) path += "." + target.name;
         fs::write_atomic(path, npy_float32(losses));
@@ -153,6 +162,7 @@ void run(const EvalRequest& request, std::ostream& out) {
       }
     }
   }
+  if (!main_rank) return;  // rank 0 speaks for all
   if (request.json) {
     for (const auto& r : results) out << to_json(r) << "\n";
   } else {

@@ -1,5 +1,5 @@
-// Whole data-parallel jobs: txl-train started as 1 and 2 processes over loopback, as torchrun
-// or srun would start it (issue 6). Dropout is off where runs of different world sizes are
+// Whole data-parallel jobs: txl-train and txl-eval started as 1 and 2 processes over loopback,
+// as torchrun or srun would start them (issue 6). Dropout is off where runs of different world sizes are
 // compared: each rank draws its own dropout masks, so only a dropout-free run can match.
 #include <fcntl.h>
 #include <signal.h>
@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -29,21 +31,23 @@ struct Job {
   std::vector<stdfs::path> logs;  // each rank's stderr
 };
 
-// Starts `world` txl-train processes as the ranks of one job (torchrun's variables) on
-// `config`; world 0 starts one process with no launcher variables at all.
-Job start_job(int world, const stdfs::path& config, const std::vector<std::string>& args,
-              const stdfs::path& log_dir) {
+// Starts `world` processes of build/bin/`tool` with `args` as the ranks of one job (torchrun's
+// variables); world 0 starts one process with no launcher variables at all. Each rank's stderr
+// goes to log_dir/rankR.log, its stdout to log_dir/rankR.out.
+Job start_tool(int world, const std::string& tool, const std::vector<std::string>& args,
+               const stdfs::path& log_dir) {
   stdfs::create_directories(log_dir);
   const int port = txl::test::free_port();
-  const auto binary = txl::test::bin_dir() / "txl-train";
+  const auto binary = txl::test::bin_dir() / tool;
   Job job;
   for (int r = 0; r < std::max(world, 1); ++r) {
     const auto log = log_dir / ("rank" + std::to_string(r) + ".log");
+    const auto out = log_dir / ("rank" + std::to_string(r) + ".out");
     job.logs.push_back(log);
     pid_t pid = fork();
     if (pid == 0) {
-      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 2);
+      dup2(::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 2);
+      dup2(::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 1);
       if (world > 0) {
         setenv("RANK", std::to_string(r).c_str(), 1);
         setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
@@ -52,7 +56,7 @@ Job start_job(int world, const stdfs::path& config, const std::vector<std::strin
         setenv("MASTER_ADDR", "127.0.0.1", 1);
         setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       }
-      std::vector<std::string> argv_s{binary.string(), "--config", config.string(), "--quiet"};
+      std::vector<std::string> argv_s{binary.string()};
       argv_s.insert(argv_s.end(), args.begin(), args.end());
       std::vector<char*> argv;
       for (auto& a : argv_s) argv.push_back(a.data());
@@ -63,6 +67,14 @@ Job start_job(int world, const stdfs::path& config, const std::vector<std::strin
     job.pids.push_back(pid);
   }
   return job;
+}
+
+// txl-train --config `config` --quiet `args` as `world` ranks (see start_tool).
+Job start_job(int world, const stdfs::path& config, const std::vector<std::string>& args,
+              const stdfs::path& log_dir) {
+  std::vector<std::string> all{"--config", config.string(), "--quiet"};
+  all.insert(all.end(), args.begin(), args.end());
+  return start_tool(world, "txl-train", all, log_dir);
 }
 
 // Exit status of `pid`, or -1 (after killing it) when it runs past `timeout`.
@@ -89,12 +101,17 @@ void wait_for_first_record(const stdfs::path& metrics) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
-// Runs a job to its end and expects every rank to exit with `code`.
+// Waits for every rank of `job` and expects each to exit with `code`.
+void expect_exits(Job& job, int code) {
+  for (size_t r = 0; r < job.pids.size(); ++r)
+    ASSERT_EQ(wait_exit(job.pids[r]), code) << "rank " << r << ":\n" << txl::fs::read_file(job.logs[r]);
+}
+
+// Runs a training job to its end and expects every rank to exit with `code`.
 void run_job(int world, const stdfs::path& config, const std::vector<std::string>& args,
              const stdfs::path& log_dir, int code = 0) {
   auto job = start_job(world, config, args, log_dir);
-  for (size_t r = 0; r < job.pids.size(); ++r)
-    ASSERT_EQ(wait_exit(job.pids[r]), code) << "rank " << r << ":\n" << txl::fs::read_file(job.logs[r]);
+  expect_exits(job, code);
 }
 
 stdfs::path write_config(const TempDir& dir, const std::string& name, double dropout) {
@@ -219,6 +236,63 @@ TEST(DataParallel, ASignalToOneRankStopsEveryRankAtTheSameStepWithACheckpoint) {
   EXPECT_EQ(wait_exit(job.pids[1]), 130) << txl::fs::read_file(job.logs[1]);
   auto resumed = txl::models::load_model(run / "checkpoint_last.pt");  // written and loadable
   EXPECT_NE(txl::fs::read_file(job.logs[0]).find("resume with"), std::string::npos);
+}
+
+// The float32 values of a NumPy .npy file as txl-eval writes it (format 1.0).
+std::vector<float> read_npy(const stdfs::path& path) {
+  const std::string bytes = txl::fs::read_file(path);
+  const size_t header = 10 + static_cast<unsigned char>(bytes[8]) + 256 * static_cast<unsigned char>(bytes[9]);
+  std::vector<float> out((bytes.size() - header) / sizeof(float));
+  std::memcpy(out.data(), bytes.data() + header, out.size() * sizeof(float));
+  return out;
+}
+
+// txl-eval as 2 ranks prints the figures of 1 process and writes the same per-token losses; rank
+// 1 prints nothing. Memory mode with per-token losses, then sliding mode; batches of 5 rows, so
+// the ranks' shares differ (3 and 2).
+TEST(DataParallel, TwoRankEvaluationGivesTheFiguresOfOne) {
+  TempDir dir;
+  const auto config = write_config(dir, "ev", 0.0);
+  const auto run = dir / "runs" / "ev";
+  run_job(0, config, {"--set", "run.output_dir=" + run.string()}, dir / "train");
+  const std::string checkpoint = (run / "checkpoint_last.pt").string();
+  for (const std::string mode : {"memory", "sliding"}) {
+    SCOPED_TRACE(mode);
+    std::vector<std::string> args{checkpoint, "--split", "valid,test", "--mode", mode, "--json", "--batch-size", "5"};
+    if (mode == "sliding") args.insert(args.end(), {"--window", "12", "--stride", "4", "--max-tokens", "300"});
+    std::map<int, std::string> out;
+    for (int world : {0, 2}) {
+      auto a = args;
+      if (mode == "memory") a.insert(a.end(), {"--token-losses", (dir / ("losses" + std::to_string(world))).string()});
+      const auto logs = dir / (mode + std::to_string(world));
+      auto job = start_tool(world, "txl-eval", a, logs);
+      expect_exits(job, 0);
+      out[world] = txl::fs::read_file(logs / "rank0.out");
+      if (world == 2) {
+        EXPECT_EQ(txl::fs::read_file(logs / "rank1.out"), "") << "rank 0 speaks for all";
+      }
+    }
+    const std::regex ppl("\"ppl\":([0-9.e+]+)"), tokens("\"tokens\":([0-9]+)");
+    std::vector<double> p0, p2;
+    for (auto [text, into] : {std::pair{&out[0], &p0}, std::pair{&out[2], &p2}}) {
+      for (std::sregex_iterator it(text->begin(), text->end(), ppl), end; it != end; ++it)
+        into->push_back(std::stod((*it)[1]));
+    }
+    ASSERT_EQ(p0.size(), 2u) << out[0];
+    expect_near_all(p2, p0, 1e-5, mode + " ppl");
+    std::smatch t0, t2;
+    ASSERT_TRUE(std::regex_search(out[0], t0, tokens) && std::regex_search(out[2], t2, tokens));
+    EXPECT_EQ(t0[1], t2[1]) << "the same tokens scored";
+    if (mode == "memory") {
+      for (const std::string split : {"valid", "test"}) {
+        const auto one = read_npy(dir / ("losses0." + split)), two = read_npy(dir / ("losses2." + split));
+        ASSERT_EQ(one.size(), two.size()) << split;
+        ASSERT_GT(one.size(), 100u) << split;
+        for (size_t i = 0; i < one.size(); ++i)
+          ASSERT_NEAR(two[i], one[i], 1e-4 * std::abs(one[i]) + 1e-6) << split << " token " << i;
+      }
+    }
+  }
 }
 
 TEST(DataParallel, TorchrunStartsAJob) {

@@ -113,29 +113,24 @@ TEST(ShardedEvaluation, EveryModeGivesTheSingleProcessResult) {
     o.mem_len = mode == "memory" ? 16 : 0;
     o.window = 16;
     o.stride = 4;
-    o.batch_size = 5;  // 5 rows over 3 ranks: 2, 2, 1
-    const bool per_token = mode != "sliding";
+    o.batch_size = 5;  // 5 rows over 3 ranks: 2, 2, 1; sliding: 16 batches, 6, 5, 5
     torch::Tensor want_losses;
-    auto want = txl::eval::evaluate(reference, ids, o, 1000, 0, per_token ? &want_losses : nullptr,
-                                    per_token ? recall : torch::Tensor());
+    auto want = txl::eval::evaluate(reference, ids, o, 1000, 0, &want_losses, recall);
     std::mutex lock;
     run_ranks(3, [&](Group& g) {
       auto options = o;
       options.group = &g;
       torch::Tensor losses;
       auto got = txl::eval::evaluate(copies[static_cast<size_t>(g.rank())], ids, options, 1000, 0,
-                                     per_token ? &losses : nullptr,
-                                     per_token ? recall : torch::Tensor());
+                                     &losses, recall);
       std::lock_guard<std::mutex> guard(lock);
       EXPECT_EQ(got.tokens, want.tokens) << mode << " rank " << g.rank();
       EXPECT_NEAR(got.loss, want.loss, 1e-6) << mode << " rank " << g.rank();
       EXPECT_NEAR(got.bits_per_byte, want.bits_per_byte, 1e-6) << mode;
-      if (per_token) {
-        EXPECT_TRUE(tensor_near(losses, want_losses, 1e-5, 1e-5)) << mode << " rank " << g.rank();
-        EXPECT_GT(got.recall_tokens, 0);
-        EXPECT_EQ(got.recall_tokens, want.recall_tokens);
-        EXPECT_NEAR(got.recall_loss, want.recall_loss, 1e-6) << mode;
-      }
+      EXPECT_TRUE(tensor_near(losses, want_losses, 1e-5, 1e-5)) << mode << " rank " << g.rank();
+      EXPECT_GT(got.recall_tokens, 0);
+      EXPECT_EQ(got.recall_tokens, want.recall_tokens);
+      EXPECT_NEAR(got.recall_loss, want.recall_loss, 1e-6) << mode;
     });
   }
 }

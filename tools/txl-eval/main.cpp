@@ -2,13 +2,17 @@
 //   txl-eval runs/kjv_xl/checkpoint_best.pt --split test --mode memory --mem-len 256
 //   txl-eval CKPT --file some.txt --json --token-losses losses.npy
 //   txl-eval CKPT --sweep            # perplexity against evaluation mem_len (0, Q, 2Q, 4Q, 8Q)
+//   torchrun --no_python --nproc_per_node 2 txl-eval CKPT   # data-parallel: the same figures
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <iostream>
 
+#include "txl/dist/group.h"
+#include "txl/dist/launch.h"
 #include "txl/eval/run.h"
 #include "txl/util/error.h"
+#include "txl/util/log.h"
 #include "txl/util/openmp.h"
 
 int main(int argc, char** argv) {
@@ -34,12 +38,22 @@ int main(int argc, char** argv) {
   app.add_option("--sweep-mem-lens", request.sweep_mem_lens, "mem_len values of the sweep")->delimiter(',');
   app.add_option("--out", request.out_dir, "folder for sweep results (default: the checkpoint's folder)");
   app.add_flag("--json", request.json, "print results as JSON lines");
+  int dist_timeout = 600;
+  app.add_option("--dist-timeout", dist_timeout,
+                 "data-parallel: seconds a rank waits for the others before giving up");
   CLI11_PARSE(app, argc, argv);
+  std::string who;  // "rank R: " in a data-parallel job
   try {
+    const auto env = txl::dist::launch_env();
+    if (env.world_size > 1) {
+      who = "rank " + std::to_string(env.rank) + ": ";
+      if (env.rank != 0) txl::log::set_level(txl::log::Level::kQuiet);  // rank 0 speaks for all
+    }
+    request.group = txl::dist::Group::create(env, std::chrono::seconds(dist_timeout), /*cuda=*/false);
     txl::eval::run(request, std::cout);
     return 0;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());
+    std::fprintf(stderr, "error: %s%s\n", who.c_str(), txl::error_message(e).c_str());
     return 1;
   }
 }

@@ -29,8 +29,10 @@ struct EvalOptions {
   std::int64_t max_tokens = 0;  // score only the text's first max_tokens targets (0 = all);
                                 // bytes and characters are prorated
   // Data-parallel evaluation: each rank of `group` scores its share of every batch's rows
-  // (dist::shard_rows) and the sums are reduced, so every rank returns the single-process
-  // result. Sliding mode then gives no per-token losses or recall. Null = this process alone.
+  // (memory, segments: dist::shard_rows, so each stream's memory stays on one rank) or its
+  // stretch of whole batches (sliding: windows stand alone), and the sums are reduced and the
+  // per-token losses gathered in text order, so every rank returns the single-process result.
+  // Null = this process alone.
   dist::Group* group = nullptr;
 };
 

@@ -3,9 +3,14 @@
 // a text file in the requested mode, optionally sweep the evaluation memory length.
 
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace txl::dist {
+class Group;
+}
 
 namespace txl::eval {
 
@@ -23,6 +28,10 @@ struct EvalRequest {
   std::vector<int> sweep_mem_lens;        // empty = 0, Q, 2Q, 4Q, 8Q
   std::string out_dir;                    // sweep output folder ("" = the checkpoint's folder)
   bool json = false;                      // JSON lines instead of a table
+  // Data-parallel evaluation (txl-eval under torchrun or srun): every rank scores its share of
+  // each batch's rows and the sums are reduced, so the figures are those of one process; rank
+  // 0 alone prints and writes files. Null = this process alone.
+  std::shared_ptr<dist::Group> group;
 };
 
 // Runs the request, printing a table (or JSON lines) to `out`. Throws txl::Error on bad input.
