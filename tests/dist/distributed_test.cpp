@@ -313,4 +313,25 @@ TEST(DataParallel, TorchrunStartsAJob) {
   EXPECT_EQ(metric(dir / "runs" / "torchrun", "eval", "ppl").size(), 2u);
 }
 
+// Under Slurm: srun starts 2 tasks of txl-train, which find their rank, the world size and the
+// master from SLURM_* alone. Skipped unless a Slurm cluster answers (tools/slurm_local.sh starts
+// a one-node one on Debian; CI has none).
+TEST(DataParallel, SrunStartsAJob) {
+  if (std::system("timeout 5 sinfo > /dev/null 2>&1") != 0 || access("/usr/bin/srun", X_OK) != 0)
+    GTEST_SKIP() << "no Slurm cluster (tools/slurm_local.sh starts one)";
+  TempDir dir;
+  const auto config = write_config(dir, "srun", 0.0);
+  const auto binary = txl::test::bin_dir() / "txl-train";
+  const std::string command = "timeout 300 srun --ntasks 2 --cpus-per-task 1 " + binary.string() +
+                              " --config " + config.string() + " > " + (dir / "srun.log").string() + " 2>&1";
+  ASSERT_EQ(std::system(command.c_str()), 0) << txl::fs::read_file(dir / "srun.log");
+  const auto log = txl::fs::read_file(dir / "srun.log");
+  EXPECT_NE(log.find("(slurm)"), std::string::npos) << log;
+  EXPECT_NE(log.find("2 processes"), std::string::npos) << log;
+  // The same run in one process: the same validation perplexity.
+  run_job(0, config, {"--set", "run.output_dir=" + (dir / "one").string()}, dir / "log1");
+  expect_near_all(metric(dir / "runs" / "srun", "eval", "ppl"), metric(dir / "one", "eval", "ppl"), 1e-5,
+                  "srun valid ppl");
+}
+
 }  // namespace
