@@ -94,9 +94,7 @@ void run(const EvalRequest& request, std::ostream& out) {
   options.group = group.get();
 
   // Rank 0 rebuilds a missing tokenizer or cache first; the other ranks then read it.
-  if (!main_rank) group->barrier();
-  data::Dataset dataset = data::load_dataset(config.data);
-  if (main_rank) group->barrier();
+  data::Dataset dataset = dist::main_rank_first(*group, [&] { return data::load_dataset(config.data); });
   TXL_CHECK(dataset.tokenizer->vocab_size() == loaded.vocab_size, "the tokenizer has ",
             dataset.tokenizer->vocab_size(), " ids but the checkpoint's model has ",
             loaded.vocab_size, "; was data.cache_dir or data.tokenizer changed?");

@@ -218,9 +218,7 @@ TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& o
 
   // config -> tokenizer -> cached token ids (rank 0 trains the tokenizer and writes the cache
   // first; the other ranks then read it)
-  if (!main_rank) group->barrier();
-  data::Dataset dataset = data::load_dataset(config.data);
-  if (main_rank) group->barrier();
+  data::Dataset dataset = dist::main_rank_first(*group, [&] { return data::load_dataset(config.data); });
   const std::int64_t vocab = dataset.tokenizer->vocab_size();
 
   // -> model and optimizer (every rank starts from rank 0's parameters)

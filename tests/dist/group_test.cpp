@@ -2,12 +2,16 @@
 // thread of this process with its own TCPStore client and Gloo context.
 #include "txl/dist/group.h"
 
+#include <atomic>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "dist_test_support.h"
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
 #include "txl/eval/evaluator.h"
+#include "txl/util/error.h"
 
 namespace {
 
@@ -91,6 +95,37 @@ TEST(GradientReducer, ShardedLossesSumToTheWholeBatchGradient) {
     EXPECT_TRUE(tensor_near(p[2].grad(), with_u[2].grad(), 1e-6, 1e-6)) << "rank " << g.rank();
     EXPECT_FALSE(p[3].grad().defined()) << "no rank produced it: the optimizer must skip it";
   });
+}
+
+// Rank 0 runs first, the others after it; when rank 0 fails, the others are released rather
+// than left at the barrier, and rank 0 rethrows its own error.
+TEST(MainRankFirst, RankZeroRunsFirstAndAFailureReleasesTheOthers) {
+  if (!txl::dist::gloo_available()) GTEST_SKIP() << "built without c10d Gloo";
+  std::atomic<int> order{0};
+  std::vector<int> seen(3, -1);
+  run_ranks(3, [&](Group& g) {
+    const int got = txl::dist::main_rank_first(g, [&] { return order.fetch_add(1); });
+    seen[static_cast<size_t>(g.rank())] = got;
+  });
+  EXPECT_EQ(seen[0], 0) << "rank 0 went first";
+  EXPECT_GE(seen[1], 1);
+  EXPECT_GE(seen[2], 1);
+
+  std::atomic<int> others_ran{0};
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](Group& g) {
+    try {
+      txl::dist::main_rank_first(g, [&] {
+        if (g.is_main()) throw txl::Error("no corpus at /nowhere");
+        others_ran += 1;
+      });
+    } catch (const std::exception& e) {
+      errors[static_cast<size_t>(g.rank())] = e.what();
+    }
+  });
+  EXPECT_NE(errors[0].find("no corpus at /nowhere"), std::string::npos) << errors[0];
+  EXPECT_EQ(others_ran.load(), 1);
+  EXPECT_EQ(errors[1], "");
 }
 
 TEST(ShardedEvaluation, EveryModeGivesTheSingleProcessResult) {

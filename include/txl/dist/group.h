@@ -10,8 +10,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "txl/dist/launch.h"
@@ -71,6 +74,39 @@ class Group {
   int rank_ = 0;
   int world_size_ = 1;
 };
+
+// Runs `fn` on rank 0 first and on the other ranks after it (each waits at a barrier): rank 0
+// builds what the others then read (a tokenizer, an encoded cache). When rank 0's `fn` throws,
+// the others are still released (they run `fn` themselves, which usually fails with the same
+// message, instead of waiting out the timeout), then rank 0 rethrows.
+template <class Fn>
+auto main_rank_first(Group& group, Fn&& fn) -> decltype(fn()) {
+  using Result = decltype(fn());
+  if (!group.is_main()) {
+    group.barrier();
+    return fn();
+  }
+  std::exception_ptr failed;
+  if constexpr (std::is_void_v<Result>) {
+    try {
+      fn();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    group.barrier();
+    if (failed) std::rethrow_exception(failed);
+  } else {
+    std::optional<Result> result;
+    try {
+      result.emplace(fn());
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    group.barrier();
+    if (failed) std::rethrow_exception(failed);
+    return std::move(*result);
+  }
+}
 
 // Rows [begin, end) of a global batch of `rows` that `rank` of `world` owns: contiguous, in rank
 // order, sizes differing by at most one (the first rows % world ranks take one more).
