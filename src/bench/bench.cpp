@@ -86,7 +86,8 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
   r.flops_per_token = train_flops.training;
   r.flops_per_token_forward = train_flops.forward;
   r.eval_flops_per_token =
-      models::count_flops_per_token(m, options.vocab, r.eval_tgt_len, r.eval_mem_len).forward;
+      models::count_flops_per_token(m, options.vocab, r.eval_tgt_len, r.eval_mem_len, /*memory_kv_cached=*/true)
+          .forward;  // the evaluator carries the memory's keys and values
 
   PhaseOptions train;
   train.batch_size = config.train.batch_size;

@@ -262,7 +262,7 @@ EvalCostComparison sliding_over_memory_cost(const config::ExperimentConfig& conf
     const double sliding_flops =
         static_cast<double>(l) * models::count_flops_per_token(vanilla_config, vocab, l, 0).forward;
     const double memory_flops =
-        models::count_flops_per_token(xl_config, vocab, q, c.mem_len).forward;
+        models::count_flops_per_token(xl_config, vocab, q, c.mem_len, /*memory_kv_cached=*/true).forward;
     c.flop_ratio = sliding_flops / memory_flops;
   }
   return c;

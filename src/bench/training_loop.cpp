@@ -83,6 +83,7 @@ EvalLoop::EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::
   context_.mem_len = m;
   context_.clamp_len = eo.clamp_len;
   context_.same_length = m > 0 && eo.same_length;
+  context_.cache_kv = m > 0 && eo.cache_kv && model_->can_cache_kv();  // as the evaluator
   for (int l = 0; m > 0 && l < model_->config().n_layer; ++l) {
     memory_.layers.push_back(torch::randn({batch_size_, m, model_->config().d_model}));  // [B, M, d]
   }

@@ -167,6 +167,7 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
     context.mem_len = with_memory ? options.mem_len : 0;
     context.clamp_len = options.clamp_len;
     context.same_length = with_memory && options.same_length;
+    context.cache_kv = with_memory && options.cache_kv && model->can_cache_kv();
     result.tgt_len = options.tgt_len;
     result.mem_len = context.mem_len;
     models::Memory memory;

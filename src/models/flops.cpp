@@ -5,14 +5,16 @@
 namespace txl::models {
 
 FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab, int64_t tgt_len,
-                                    int64_t mem_len) {
+                                    int64_t mem_len, bool memory_kv_cached) {
   TXL_CHECK(vocab > 0 && tgt_len > 0 && mem_len >= 0, "count_flops_per_token: needs vocab > 0, ",
             "tgt_len > 0, mem_len >= 0, got ", vocab, ", ", tgt_len, ", ", mem_len);
   const double d = c.d_model, hd = static_cast<double>(c.n_head) * c.d_head, f = c.d_inner;
   const double q = static_cast<double>(tgt_len), k = q + mem_len;
   const bool relative = c.attn_type == "xl" || c.attn_type == "shaw";
+  // Keys and values projected: every key row, or only the segment's when the memory's are cached.
+  const double projected = memory_kv_cached && c.attn_type != "vanilla_learned" ? q : k;
   double layer = 2 * d * hd                       // queries over the segment
-                 + 2 * d * 2 * hd * k / q         // keys and values over concat(memory, segment)
+                 + 2 * d * 2 * hd * projected / q  // keys and values
                  + 2 * hd * k                     // content scores
                  + (relative ? 2 * hd * k : 0.0)  // position scores
                  + 2 * hd * k                     // weighted values

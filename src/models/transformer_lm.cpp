@@ -153,6 +153,15 @@ void TransformerLMImpl::check_inputs(const torch::Tensor& tokens, const torch::T
               " positions): absolute positions need mem_len 0 unless "
               "model.allow_abs_with_memory is set");
   }
+  if (ctx.cache_kv) {
+    TXL_CHECK(can_cache_kv(), "model context: cache_kv with learned absolute positions "
+              "(attn_type ", config_.attn_type, "), which change the memory's keys every segment");
+    TXL_CHECK(!torch::GradMode::is_enabled(), "model context: cache_kv is for evaluation without "
+              "gradients (cached keys and values would take no gradient)");
+    TXL_CHECK(memory.kv.empty() || static_cast<int64_t>(memory.kv.size()) == config_.n_layer,
+              "model memory: cached keys and values of ", memory.kv.size(),
+              " layers, the model has n_layer = ", config_.n_layer);
+  }
   if (memory.empty()) return;
   TXL_CHECK(static_cast<int64_t>(memory.layers.size()) == config_.n_layer, "model memory: has ",
             memory.layers.size(), " layers, the model has n_layer = ", config_.n_layer,
@@ -206,6 +215,7 @@ modules::AttentionInputs TransformerLMImpl::segment_inputs(int64_t q_len, int64_
 
 Memory TransformerLMImpl::update_memory(const Memory& memory,
                                         const std::vector<torch::Tensor>& hiddens,
+                                        const std::vector<torch::Tensor>& kv,
                                         const torch::Tensor& key_mask, int64_t q_len,
                                         const Context& ctx) const {
   Memory next;
@@ -227,6 +237,8 @@ Memory TransformerLMImpl::update_memory(const Memory& memory,
           1);
     }
     next.layers.push_back(kept.detach());
+    // Keys and values cover every position of concat(memory, segment): the same window.
+    if (!kv.empty()) next.kv.push_back(kv[l].narrow(3, begin, length));  // [2, H, B, length, D]
   }
   next.key_mask = key_mask.narrow(1, begin, length);  // [B, length]
   return next;
@@ -263,6 +275,7 @@ LMOutput TransformerLMImpl::forward(const torch::Tensor& tokens, const torch::Te
 
   std::vector<torch::Tensor> hiddens;  // the input of every layer: the next memory
   hiddens.reserve(layer_list_.size());
+  std::vector<torch::Tensor> kv;  // with cache_kv: every layer's keys and values [2, H, B, K, D]
   for (size_t l = 0; l < layer_list_.size(); ++l) {
     hiddens.push_back(x);
     // The dtype of each layer's input is fixed by the model (and autocast): memory made by the
@@ -272,13 +285,20 @@ LMOutput TransformerLMImpl::forward(const torch::Tensor& tokens, const torch::Te
               " but the layer input is ", x.scalar_type(),
               " (memory made before the model was converted, or under other "
               "autocast settings?)");
-    x = layer_list_[l](x, m_len > 0 ? memory.layers[l] : torch::Tensor(), inputs);  // [B, Q, d]
+    if (ctx.cache_kv) {
+      modules::KeyValueCache cache;
+      if (m_len > 0 && !memory.kv.empty()) cache.memory = memory.kv[l];
+      x = layer_list_[l](x, m_len > 0 ? memory.layers[l] : torch::Tensor(), inputs, nullptr, &cache);
+      kv.push_back(cache.all);
+    } else {
+      x = layer_list_[l](x, m_len > 0 ? memory.layers[l] : torch::Tensor(), inputs);  // [B, Q, d]
+    }
   }
   if (final_norm) x = final_norm(x);
   x = drop(x);
 
   LMOutput out;
-  out.memory = update_memory(memory, hiddens, key_mask, q_len, ctx);
+  out.memory = update_memory(memory, hiddens, kv, key_mask, q_len, ctx);
   out.hidden = x;
   auto flat = x.reshape({batch * q_len, d});  // [B Q, d]
   if (targets.defined()) out.nll = crit->nll(flat, targets.reshape({-1})).view({batch, q_len});

@@ -46,7 +46,8 @@ void MultiHeadAttentionImpl::reset_parameters(const InitOptions& init) {
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
-                                              const AttentionInputs& inputs, torch::Tensor* probs) {
+                                              const AttentionInputs& inputs, torch::Tensor* probs,
+                                              KeyValueCache* cache) {
   const int64_t d = options_.d_model, n_head = options_.n_head, d_head = options_.d_head;
   TXL_CHECK(x.dim() == 3 && x.size(2) == d, "attention: input must be [B, Q, d = ", d, "], got ",
             x.sizes());
@@ -65,11 +66,22 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
   // Paper 3.2: keys and values over concat(memory, segment), queries over the segment.
   const int64_t hd = n_head * d_head;
   torch::Tensor q, k, v;  // q: [H, B, Q, D]; k, v: [H, B, K, D]
+  TXL_CHECK(cache == nullptr || !torch::GradMode::is_enabled(),
+            "attention: a key/value cache is for evaluation without gradients only");
+  const bool cached = cache != nullptr && cache->memory.defined() && m_len > 0;
+  if (cached) {
+    TXL_CHECK(cache->memory.dim() == 5 && cache->memory.size(0) == 2 && cache->memory.size(1) == n_head &&
+                  cache->memory.size(2) == batch && cache->memory.size(3) == m_len &&
+                  cache->memory.size(4) == d_head,
+              "attention: cached keys and values must be [2, H = ", n_head, ", B = ", batch,
+              ", M = ", m_len, ", D = ", d_head, "], got ", cache->memory.sizes());
+  }
   if (m_len == 0) {
     auto heads = qkv(x)  // [B, Q, 3 H D]
                      .view({batch, q_len, 3, n_head, d_head})
                      .permute({2, 3, 0, 1, 4})
                      .contiguous();  // [3, H, B, Q, D]
+    if (cache != nullptr) cache->all = heads.narrow(0, 1, 2);  // [2, H, B, Q, D]
     // unbind, not three selects: its backward is one stack, not three zero-filled buffers.
     auto parts = heads.unbind(0);
     q = parts[0];
@@ -77,18 +89,29 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
     v = parts[2];
   } else {
     const auto& w = qkv->weight;              // [3 H D, d], rows q | k | v
-    auto h = torch::cat({memory, x}, 1);      // [B, K, d]
     q = torch::linear(x, w.narrow(0, 0, hd))  // [B, Q, H D]
             .view({batch, q_len, n_head, d_head})
             .permute({2, 0, 1, 3})
-            .contiguous();                               // [H, B, Q, D]
-    auto kv = torch::linear(h, w.narrow(0, hd, 2 * hd))  // [B, K, 2 H D]
-                  .view({batch, k_len, 2, n_head, d_head})
-                  .permute({2, 3, 0, 1, 4})
-                  .contiguous()  // [2, H, B, K, D]
-                  .unbind(0);
-    k = kv[0];
-    v = kv[1];
+            .contiguous();  // [H, B, Q, D]
+    torch::Tensor kv;       // [2, H, B, K, D]
+    if (cached) {
+      auto fresh = torch::linear(x, w.narrow(0, hd, 2 * hd))  // [B, Q, 2 H D]
+                       .view({batch, q_len, 2, n_head, d_head})
+                       .permute({2, 3, 0, 1, 4});  // [2, H, B, Q, D], a view
+      TXL_CHECK(cache->memory.scalar_type() == fresh.scalar_type(), "attention: cached keys and values are ",
+                cache->memory.scalar_type(), " but the new ones ", fresh.scalar_type(),
+                " (cache made under other autocast settings?)");
+      kv = torch::cat({cache->memory, fresh}, 3);  // one copy, already in the heads' layout
+    } else {
+      kv = torch::linear(torch::cat({memory, x}, 1), w.narrow(0, hd, 2 * hd))  // [B, K, 2 H D]
+               .view({batch, k_len, 2, n_head, d_head})
+               .permute({2, 3, 0, 1, 4})
+               .contiguous();  // [2, H, B, K, D]
+    }
+    if (cache != nullptr) cache->all = kv;
+    auto parts = kv.unbind(0);
+    k = parts[0];
+    v = parts[1];
   }
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
 

@@ -30,19 +30,25 @@ void DecoderLayerImpl::reset_parameters(const InitOptions& init) {
 }
 
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
-                                        const AttentionInputs& inputs, torch::Tensor* probs) {
+                                        const AttentionInputs& inputs, torch::Tensor* probs,
+                                        KeyValueCache* cache) {
   torch::Tensor h = x, mem = memory;
   const int64_t m_len = memory.defined() ? memory.size(1) : 0;
+  TXL_CHECK(cache == nullptr || !pos_emb,
+            "decoder layer: learned absolute positions change the memory's keys every segment; "
+            "no key/value cache");
   if (pos_emb) {
     auto table = pos_emb->first(m_len + x.size(1));        // [K, d]
     if (m_len > 0) mem = mem + table.narrow(0, 0, m_len);  // [B, M, d]
     h = h + table.narrow(0, m_len, x.size(1));             // [B, Q, d]
   }
   if (options_.pre_norm) {
-    auto a = h + drop(attn(attn_norm(h), m_len > 0 ? attn_norm(mem) : mem, inputs, probs));
+    // With a cache the memory's keys and values come from it: no need to normalise the memory.
+    const bool cached = cache != nullptr && cache->memory.defined();
+    auto a = h + drop(attn(attn_norm(h), m_len > 0 && !cached ? attn_norm(mem) : mem, inputs, probs, cache));
     return a + drop(ff(ff_norm(a)));  // [B, Q, d]
   }
-  auto a = attn_norm(h + drop(attn(h, mem, inputs, probs)));  // [B, Q, d]
+  auto a = attn_norm(h + drop(attn(h, mem, inputs, probs, cache)));  // [B, Q, d]
   return ff_norm(a + drop(ff(a)));                            // [B, Q, d]
 }
 

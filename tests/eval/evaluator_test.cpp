@@ -103,6 +103,24 @@ TEST(Evaluator, MemoryModeTokenLossesFollowTheText) {
   EXPECT_TRUE(txl::test::tensor_near(a.narrow(0, 0, 10), b.narrow(0, 0, 10), 1e-5, 1e-5));
 }
 
+// Memory mode carries the memory's keys and values between segments by default; projecting
+// them anew gives the same per-token losses (fp32: the same products over fewer rows), with
+// warm-up and with a memory longer than the segment.
+TEST(Evaluator, CachedKeysAndValuesGiveTheLossesOfRecomputingThem) {
+  auto f = make("xl", 241);
+  for (int m : {10, 25}) {
+    auto o = options("memory", 10, m, 3);
+    o.warmup = 7;
+    torch::Tensor cached, fresh;
+    const auto a = evaluate(f.model, f.ids, o, 0, 0, &cached);
+    o.cache_kv = false;
+    const auto b = evaluate(f.model, f.ids, o, 0, 0, &fresh);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_NEAR(a.loss, b.loss, 1e-6 * b.loss) << "mem_len " << m;
+    EXPECT_TRUE(txl::test::tensor_near(cached, fresh, 1e-5, 1e-5)) << "mem_len " << m;
+  }
+}
+
 TEST(Evaluator, MaxTokensScoresTheSamePrefixInEveryMode) {
   auto f = make("xl", 400);
   for (auto o : {options("memory", 16, 16, 2), options("segments", 16, 0, 3), options("sliding", 16, 0, 2)}) {

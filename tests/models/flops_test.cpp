@@ -26,6 +26,16 @@ TEST(Flops, XlByHand) {
   EXPECT_DOUBLE_EQ(f.training, 3 * 3696.0);
 }
 
+TEST(Flops, CachedMemoryKeysAndValuesAreProjectedForTheSegmentOnly) {
+  // KV over the segment's 5 rows: 2*8*16 = 256 instead of 512 per layer.
+  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny("xl"), 11, 5, 5, true).forward, 3696.0 - 2 * 256.0);
+  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny("xl"), 11, 5, 0, true).forward,
+                   count_flops_per_token(tiny("xl"), 11, 5, 0).forward);  // no memory, nothing saved
+  // vanilla_learned never caches.
+  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny("vanilla_learned"), 11, 5, 5, true).forward,
+                   count_flops_per_token(tiny("vanilla_learned"), 11, 5, 5).forward);
+}
+
 TEST(Flops, VanillaByHand) {
   // Per layer: QKV 384, scores 80, values 80, W_o 128, FF 512 -> 1184.
   EXPECT_DOUBLE_EQ(count_flops_per_token(tiny("vanilla"), 11, 5, 0).forward, 2 * 1184.0 + 176.0);

@@ -471,5 +471,70 @@ TEST(TransformerLM, BadInputsAreClearErrors) {
                         "5 positions requested but the table has 4");
 }
 
+// Evaluation with the memory's keys and values carried between segments (Context::cache_kv)
+// gives the numbers of projecting them anew, segment after segment, for every scheme that can
+// cache, post- and pre-norm, with ext_len, a reset row and padding; and the cache is really
+// used: changing it changes the output.
+TEST(TransformerLM, CachedKeysAndValuesGiveTheSameNumbers) {
+  torch::NoGradGuard no_grad;
+  struct Case {
+    std::string attn;
+    bool pre_norm;
+    int64_t ext_len;
+  };
+  for (const Case& k : {Case{"xl", false, 0}, Case{"xl", true, 0}, Case{"xl", false, 2},
+                        Case{"shaw", false, 0}, Case{"vanilla", false, 0}}) {
+    SCOPED_TRACE(k.attn + (k.pre_norm ? " pre_norm" : "") + " ext_len " + std::to_string(k.ext_len));
+    auto c = tiny(k.attn, 7);
+    c.pre_norm = k.pre_norm;
+    c.allow_abs_with_memory = k.attn == "vanilla";
+    auto model = make(c, 31, torch::kDouble);
+    ASSERT_TRUE(model->can_cache_kv());
+    Context plain = ctx_with(7);
+    plain.ext_len = k.ext_len;
+    Context cached = plain;
+    cached.cache_kv = true;
+    Memory m_plain, m_cached;
+    auto reset = torch::tensor({false, true});  // row 1 starts a new stream at segment 2
+    auto mask = torch::ones({2, 5}, torch::kBool);
+    mask[0][4] = false;  // padding in row 0 of segment 3
+    for (int segment = 0; segment < 4; ++segment) {
+      auto tokens = random_tokens(2, 5, 40 + segment);
+      const auto r = segment == 2 ? reset : torch::Tensor();
+      const auto im = segment == 3 ? mask : torch::Tensor();
+      auto a = run(model, tokens, m_plain, plain, im, r);
+      auto b = run(model, tokens, m_cached, cached, im, r);
+      EXPECT_TRUE(tensor_near(b.nll, a.nll, 1e-12, 1e-12)) << "segment " << segment;
+      EXPECT_TRUE(a.memory.kv.empty());
+      ASSERT_EQ(b.memory.kv.size(), 2u);
+      EXPECT_EQ(b.memory.kv[0].sizes(), (std::vector<int64_t>{2, 2, 2, b.memory.length(), 4}));
+      m_plain = a.memory;
+      m_cached = b.memory;
+    }
+    // Used, not recomputed: other cached values give other outputs.
+    auto tokens = random_tokens(2, 5, 50);
+    Memory changed = m_cached;
+    for (auto& kv : changed.kv) kv = kv + 0.5;
+    EXPECT_FALSE(tensor_near(run(model, tokens, changed, cached).nll,
+                             run(model, tokens, m_cached, cached).nll, 1e-6, 1e-6));
+  }
+}
+
+TEST(TransformerLM, CachedKeysAndValuesAreForEvaluationOnly) {
+  auto model = make(tiny("xl", 4), 32);
+  Context ctx = ctx_with(4);
+  ctx.cache_kv = true;
+  auto tokens = random_tokens(2, 5, 51);
+  TXL_EXPECT_THROW_WITH(run(model, tokens, {}, ctx), "cache_kv is for evaluation without gradients");
+  auto c = tiny("vanilla_learned", 0);
+  auto learned = make(c, 33);
+  EXPECT_FALSE(learned->can_cache_kv());
+  torch::NoGradGuard no_grad;
+  EXPECT_NO_THROW(run(learned, tokens, {}, ctx_with(0)));  // without the cache it runs
+  Context bad = ctx_with(0);
+  bad.cache_kv = true;
+  TXL_EXPECT_THROW_WITH(run(learned, tokens, {}, bad), "cache_kv with learned absolute positions");
+}
+
 }  // namespace
 }  // namespace txl::models

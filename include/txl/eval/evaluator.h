@@ -28,6 +28,8 @@ struct EvalOptions {
   int batch_size = 16;          // streams (memory, segments) or windows (sliding) per batch
   std::int64_t max_tokens = 0;  // score only the text's first max_tokens targets (0 = all);
                                 // bytes and characters are prorated
+  bool cache_kv = true;         // memory: carry the memory's keys and values between segments
+                                // (models::Context::cache_kv); false projects them anew each time
   // Data-parallel evaluation: each rank of `group` scores its share of every batch's rows
   // (memory, segments: dist::shard_rows, so each stream's memory stays on one rank) or its
   // stretch of whole batches (sliding: windows stand alone), and the sums are reduced and the

@@ -5,7 +5,8 @@
 // Per query token, with Q = tgt_len, M = mem_len, K = M + Q, H heads of D, d model width,
 // F = d_inner, V vocabulary, per layer:
 //   queries over the segment                2 d (H D)
-//   keys, values over concat(memory, seg.)  2 d (2 H D) K / Q
+//   keys, values over concat(memory, seg.)  2 d (2 H D) K / Q    (2 d (2 H D) when the memory's
+//                                                                 keys and values are cached)
 //   scores q.k over K keys                  2 H D K        (computed for all K; causal masking
 //   position scores (xl, shaw)              2 H D K         does not skip work)
 //   weighted sum of values                  2 H D K
@@ -30,8 +31,10 @@ struct FlopsPerToken {
   double training = 0.0;  // forward + backward = 3 x forward
 };
 
-// Throws txl::Error for a negative length or vocabulary.
+// memory_kv_cached: evaluation with Context::cache_kv, which projects keys and values for the
+// segment's rows only (vanilla_learned never caches). Throws txl::Error for a negative length
+// or vocabulary.
 FlopsPerToken count_flops_per_token(const config::ModelConfig& config, int64_t vocab,
-                                    int64_t tgt_len, int64_t mem_len);
+                                    int64_t tgt_len, int64_t mem_len, bool memory_kv_cached = false);
 
 }  // namespace txl::models

@@ -33,6 +33,9 @@ struct Memory {
   // bool [B, M], true = a real token; padding that moved into memory stays invisible.
   // Undefined with non-empty layers = all real.
   torch::Tensor key_mask;
+  // With Context::cache_kv: L tensors [2, H, B, M, D], each layer's keys and values of the same
+  // M positions, so that the next segment does not project them again. Empty = not cached.
+  std::vector<torch::Tensor> kv;
 
   bool empty() const { return layers.empty(); }
   int64_t length() const { return layers.empty() ? 0 : layers.front().size(1); }
@@ -47,6 +50,12 @@ struct Context {
   // Optional extra restriction, bool [Q, K] or [B, Q, K], true = allowed; ANDed with the causal,
   // padding and same_length masks (custom windows, tests).
   torch::Tensor extra_mask;
+  // Evaluation: carry each layer's keys and values of the memory to the next segment (in
+  // Memory::kv) instead of projecting the memory again: the same numbers for the K / Q share of
+  // the key/value projections' work (most of a layer's work at long memory). Only without
+  // gradients, with weights that do not change between the segments, and not with learned
+  // absolute positions (vanilla_learned), which change the memory's keys every segment.
+  bool cache_kv = false;
 
   static Context from_config(const config::ModelConfig& config);
 };
@@ -80,6 +89,9 @@ class TransformerLMImpl : public torch::nn::Module {
                                           torch::ScalarType dtype, torch::Device device);
 
   const config::ModelConfig& config() const { return config_; }
+  // Whether Context::cache_kv is allowed: every attn_type but vanilla_learned, whose layers add
+  // learned positions to the memory anew each segment.
+  bool can_cache_kv() const { return config_.attn_type != "vanilla_learned"; }
   int64_t n_token() const { return n_token_; }
   Context default_context() const { return Context::from_config(config_); }
   const std::vector<modules::DecoderLayer>& layer_list() const { return layer_list_; }
@@ -96,7 +108,8 @@ class TransformerLMImpl : public torch::nn::Module {
                     const torch::Tensor& input_mask, const Memory& memory,
                     const torch::Tensor& reset, const Context& ctx) const;
   Memory update_memory(const Memory& memory, const std::vector<torch::Tensor>& hiddens,
-                       const torch::Tensor& key_mask, int64_t q_len, const Context& ctx) const;
+                       const std::vector<torch::Tensor>& kv, const torch::Tensor& key_mask,
+                       int64_t q_len, const Context& ctx) const;
 
   config::ModelConfig config_;
   int64_t n_token_;

@@ -51,15 +51,30 @@ struct AttentionInputs {
   torch::Tensor u, v;        // kRelative without own_biases: the shared biases [H, D]
 };
 
+// Keys and values of the memory carried from one segment to the next (evaluation, where the
+// weights do not change between segments): the memory's keys and values are then not projected
+// again. K/V rows are position-free (positions enter through R or the Shaw table), so the rows a
+// segment projected for its own positions are exactly those the next segment needs for them.
+// Both are kept in the heads' layout, so that the next segment's keys and values are one
+// concatenation of the cached and the new rows.
+struct KeyValueCache {
+  torch::Tensor memory;  // in: [2, H, B, M, D], keys and values of the memory rows; undefined =
+                         // project them from the memory as usual
+  torch::Tensor all;     // out: [2, H, B, K, D], keys and values of concat(memory, segment)
+};
+
 class MultiHeadAttentionImpl : public torch::nn::Module {
  public:
   explicit MultiHeadAttentionImpl(const AttentionOptions& options);
 
   // x [B, Q, d] (the segment), memory [B, M, d] or undefined (M = 0) -> [B, Q, d].
   // When `probs` is given it receives the attention probabilities [B, H, Q, K] (before
-  // dropout), for inspection.
+  // dropout), for inspection. With `cache`, cache->memory (when defined) stands for the
+  // memory's keys and values, and cache->all receives those of every key row; only without
+  // gradients (a cached projection would take no gradient).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory,
-                        const AttentionInputs& inputs, torch::Tensor* probs = nullptr);
+                        const AttentionInputs& inputs, torch::Tensor* probs = nullptr,
+                        KeyValueCache* cache = nullptr);
 
   void reset_parameters(const InitOptions& init);
   const AttentionOptions& options() const { return options_; }

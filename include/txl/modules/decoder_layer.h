@@ -32,9 +32,12 @@ class DecoderLayerImpl : public torch::nn::Module {
  public:
   explicit DecoderLayerImpl(const DecoderLayerOptions& options);
 
-  // x [B, Q, d], memory [B, M, d] or undefined -> [B, Q, d]. `probs` as in attention.
+  // x [B, Q, d], memory [B, M, d] or undefined -> [B, Q, d]. `probs` and `cache` as in
+  // attention; a layer with learned absolute positions (pos_emb) adds them to the memory anew
+  // each segment, so it takes no cache (a cache on it is an error).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory,
-                        const AttentionInputs& inputs, torch::Tensor* probs = nullptr);
+                        const AttentionInputs& inputs, torch::Tensor* probs = nullptr,
+                        KeyValueCache* cache = nullptr);
 
   void reset_parameters(const InitOptions& init);
 
