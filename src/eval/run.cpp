@@ -141,6 +141,14 @@ void run(const EvalRequest& request, std::ostream& out) {
       log::info("eval", "sweep written to {}", (dir / "context_sweep.json").string());
     }
   } else {
+    // Written once every split is scored, so that a failed write on rank 0 cannot leave the other
+    // ranks waiting in the next split's collectives; the folder is checked first, on every rank.
+    std::vector<std::pair<stdfs::path, torch::Tensor>> token_losses;
+    if (!request.token_losses_path.empty()) {
+      const auto folder = stdfs::path(request.token_losses_path).parent_path();
+      TXL_CHECK(folder.empty() || stdfs::is_directory(folder), "--token-losses: the folder ",
+                folder.string(), " does not exist");
+    }
     for (const auto& target : targets) {
       torch::Tensor losses;
       // On the synthetic corpus the recalled values are scored on their own too.
@@ -152,12 +160,16 @@ void run(const EvalRequest& request, std::ostream& out) {
                         recall);
       r.split = target.name;
       results.push_back(r);
-      if (!request.token_losses_path.empty() && main_rank) {
+      if (!request.token_losses_path.empty()) {
         stdfs::path path = request.token_losses_path;
         if (targets.size() > 1) path += "." + target.name;
-        fs::write_atomic(path, npy_float32(losses));
-        log::info("eval", "per-token losses of {} written to {}", target.name, path.string());
+        token_losses.emplace_back(path, losses);
       }
+    }
+    for (const auto& [path, losses] : token_losses) {
+      if (!main_rank) break;
+      fs::write_atomic(path, npy_float32(losses));
+      log::info("eval", "per-token losses written to {}", path.string());
     }
   }
   if (!main_rank) return;  // rank 0 speaks for all

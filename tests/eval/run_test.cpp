@@ -58,6 +58,10 @@ TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
     sum += v;
   }
   EXPECT_NEAR(sum / tokens, loss, 1e-5);
+
+  // A folder that does not exist is named before anything is evaluated.
+  request.token_losses_path = (dir / "no_such_folder" / "losses.npy").string();
+  TXL_EXPECT_THROW_WITH(txl::eval::run(request, out), "no_such_folder does not exist");
   txl::log::set_level(txl::log::Level::kInfo);
 }
 

@@ -497,11 +497,12 @@ TEST(TransformerLM, CachedKeysAndValuesGiveTheSameNumbers) {
     Memory m_plain, m_cached;
     auto reset = torch::tensor({false, true});  // row 1 starts a new stream at segment 2
     auto mask = torch::ones({2, 5}, torch::kBool);
-    mask[0][4] = false;  // padding in row 0 of segment 3
-    for (int segment = 0; segment < 4; ++segment) {
+    mask[0][4] = false;  // padding in row 0 of segment 1, which the later segments remember
+    for (int segment = 0; segment < 5; ++segment) {
       auto tokens = random_tokens(2, 5, 40 + segment);
       const auto r = segment == 2 ? reset : torch::Tensor();
-      const auto im = segment == 3 ? mask : torch::Tensor();
+      const auto im = segment == 1 ? mask : torch::Tensor();
+      if (segment == 3) m_cached.kv.clear();  // a memory without its keys: projected, then cached
       auto a = run(model, tokens, m_plain, plain, im, r);
       auto b = run(model, tokens, m_cached, cached, im, r);
       EXPECT_TRUE(tensor_near(b.nll, a.nll, 1e-12, 1e-12)) << "segment " << segment;
@@ -517,6 +518,13 @@ TEST(TransformerLM, CachedKeysAndValuesGiveTheSameNumbers) {
     for (auto& kv : changed.kv) kv = kv + 0.5;
     EXPECT_FALSE(tensor_near(run(model, tokens, changed, cached).nll,
                              run(model, tokens, m_cached, cached).nll, 1e-6, 1e-6));
+    // A cache of the wrong length or dtype is a clear error.
+    Memory shorter = m_cached;
+    for (auto& kv : shorter.kv) kv = kv.narrow(3, 1, kv.size(3) - 1);
+    TXL_EXPECT_THROW_WITH(run(model, tokens, shorter, cached), "cached keys and values must be");
+    Memory other_dtype = m_cached;
+    for (auto& kv : other_dtype.kv) kv = kv.to(torch::kFloat);
+    TXL_EXPECT_THROW_WITH(run(model, tokens, other_dtype, cached), "cached keys and values are Float");
   }
 }
 

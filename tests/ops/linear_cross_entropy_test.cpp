@@ -179,7 +179,7 @@ TEST(LinearCrossEntropy, Bfloat16ConfidentTargetsKeepTheirGradient) {
   torch::manual_seed(8);
   const std::int64_t rows = 64, classes = 100;
   Case c;
-  c.hidden = torch::zeros({rows, 8}).requires_grad_();
+  c.hidden = (torch::randn({rows, 8}) * 0.5).requires_grad_();  // small logits next to the bias
   c.weight = (torch::randn({classes, 8}) * 0.01).requires_grad_();
   c.bias = torch::zeros({classes}).index_fill_(0, torch::tensor({0}), 10.0).requires_grad_();
   c.target = torch::zeros({rows}, torch::kLong);
@@ -195,6 +195,11 @@ TEST(LinearCrossEntropy, Bfloat16ConfidentTargetsKeepTheirGradient) {
   EXPECT_NEAR(got, want, 0.01 * std::abs(want));
   // The other classes: p of about 4.5e-5 each, a relative error of bf16 rounding.
   EXPECT_TRUE(txl::test::tensor_near(fused[3].narrow(0, 1, classes - 1), fp32[3].narrow(0, 1, classes - 1), 0, 0.01));
+  // d_weight of the target class is the target column of the bf16 d_logits times hidden: it
+  // shows the column as written down, not only the fp32 sum d_bias is taken from.
+  const torch::Tensor want_row = fp32[2][0], got_row = fused[2][0];  // [d]
+  EXPECT_LT((got_row - want_row).abs().max().item<double>(), 0.02 * want_row.abs().max().item<double>())
+      << got_row << want_row;
 }
 
 // A layer converted to bf16 as a whole: bf16 products, fp32 statistics and nll, bf16 gradients.

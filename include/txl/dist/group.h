@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "txl/dist/launch.h"
+#include "txl/util/error.h"
 
 namespace txl::dist {
 
@@ -75,15 +76,23 @@ class Group {
   int world_size_ = 1;
 };
 
-// Runs `fn` on rank 0 first and on the other ranks after it (each waits at a barrier): rank 0
-// builds what the others then read (a tokenizer, an encoded cache). When rank 0's `fn` throws,
-// the others are still released (they run `fn` themselves, which usually fails with the same
-// message, instead of waiting out the timeout), then rank 0 rethrows.
+// Runs `fn` on rank 0 first and on the other ranks after it: rank 0 builds what the others then
+// read (a tokenizer, an encoded cache). The ranks wait on one all-reduced flag instead of a plain
+// barrier, so that when rank 0's `fn` throws the others learn it at once and stop with an error
+// that points to rank 0's (instead of waiting out the timeout, or building the same files
+// themselves); rank 0 rethrows its own error.
 template <class Fn>
 auto main_rank_first(Group& group, Fn&& fn) -> decltype(fn()) {
   using Result = decltype(fn());
+  auto rank0_failed = [&group](bool failed) {
+    torch::Tensor flag = torch::full({1}, failed ? 1.0f : 0.0f);  // [1]
+    group.all_reduce(flag, Group::Op::kMax);
+    return flag.item<float>() > 0.0f;
+  };
   if (!group.is_main()) {
-    group.barrier();
+    if (rank0_failed(false)) {
+      throw Error("rank 0 failed while preparing the data for every rank (its error says why)");
+    }
     return fn();
   }
   std::exception_ptr failed;
@@ -93,7 +102,7 @@ auto main_rank_first(Group& group, Fn&& fn) -> decltype(fn()) {
     } catch (...) {
       failed = std::current_exception();
     }
-    group.barrier();
+    rank0_failed(failed != nullptr);
     if (failed) std::rethrow_exception(failed);
   } else {
     std::optional<Result> result;
@@ -102,7 +111,7 @@ auto main_rank_first(Group& group, Fn&& fn) -> decltype(fn()) {
     } catch (...) {
       failed = std::current_exception();
     }
-    group.barrier();
+    rank0_failed(failed != nullptr);
     if (failed) std::rethrow_exception(failed);
     return std::move(*result);
   }

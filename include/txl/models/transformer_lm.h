@@ -51,10 +51,11 @@ struct Context {
   // padding and same_length masks (custom windows, tests).
   torch::Tensor extra_mask;
   // Evaluation: carry each layer's keys and values of the memory to the next segment (in
-  // Memory::kv) instead of projecting the memory again: the same numbers for the K / Q share of
-  // the key/value projections' work (most of a layer's work at long memory). Only without
-  // gradients, with weights that do not change between the segments, and not with learned
-  // absolute positions (vanilla_learned), which change the memory's keys every segment.
+  // Memory::kv) instead of projecting the memory again. The same numbers; the key/value
+  // projections then cover Q rows instead of K = M + Q (at long memory they are most of a
+  // layer's work). Only without gradients, with weights that do not change between the
+  // segments, and not with learned absolute positions (vanilla_learned), which change the
+  // memory's keys every segment.
   bool cache_kv = false;
 
   static Context from_config(const config::ModelConfig& config);

@@ -53,8 +53,10 @@ struct AttentionInputs {
 
 // Keys and values of the memory carried from one segment to the next (evaluation, where the
 // weights do not change between segments): the memory's keys and values are then not projected
-// again. K/V rows are position-free (positions enter through R or the Shaw table), so the rows a
-// segment projected for its own positions are exactly those the next segment needs for them.
+// again. A key/value row is a function of its layer input row alone, and the memory is those
+// very rows (relative positions enter through R or the Shaw table; vanilla's sinusoid is already
+// in the stored rows), so the rows a segment projected for its own positions are exactly those
+// the next segment needs for them.
 // Both are kept in the heads' layout, so that the next segment's keys and values are one
 // concatenation of the cached and the new rows.
 struct KeyValueCache {

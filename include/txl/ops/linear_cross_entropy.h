@@ -17,7 +17,9 @@
 // when autocast is on for h's device (fp32 inputs are cast, like torch::linear would be), else in
 // the promoted dtype of h and W. The statistics (max, log-sum-exp, softmax) are fp32 when the
 // products are bf16/fp16 and the products' own dtype otherwise (fp64 stays fp64 for gradient
-// checks); nll is returned in that dtype.
+// checks); nll is returned in that dtype. The softmax kept for backward is in the products'
+// dtype: right for bf16; under fp16 autocast (not a run.precision txl offers) probabilities below
+// fp16's normal range (6e-5) would keep fewer bits.
 //
 // Targets are not masked here: every row is scored, and a row whose nll the caller masks out
 // gets a zero upstream gradient and so contributes nothing (the trainer's masked_fill does that).
