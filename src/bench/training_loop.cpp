@@ -79,11 +79,8 @@ EvalLoop::EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::
   // Segment 0 is skipped (it would reset the memory).
   stream_ = std::make_unique<data::EvalStream>(
       random_ids(batch_size_ * (segments + 1) * tgt_len_ + 1, vocab, options.seed), so);
-  const std::int64_t m = eo.mem_len;
-  context_.mem_len = m;
-  context_.clamp_len = eo.clamp_len;
-  context_.same_length = m > 0 && eo.same_length;
-  context_.cache_kv = m > 0 && eo.cache_kv && model_->can_cache_kv();  // as the evaluator
+  context_ = eval::segment_context(eo, model_);  // as the evaluator
+  const std::int64_t m = context_.mem_len;
   for (int l = 0; m > 0 && l < model_->config().n_layer; ++l) {
     memory_.layers.push_back(torch::randn({batch_size_, m, model_->config().d_model}));  // [B, M, d]
   }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "txl/util/error.h"
+#include "txl/util/log.h"
 
 namespace txl::dist {
 
@@ -78,6 +79,15 @@ LaunchEnv launch_env(const std::function<const char*(const char*)>& getenv) {
 
 LaunchEnv launch_env() {
   return launch_env([](const char* name) { return std::getenv(name); });
+}
+
+LaunchEnv enter_job(std::string& who) {
+  const LaunchEnv env = launch_env();
+  if (env.world_size > 1) {
+    who = "rank " + std::to_string(env.rank) + ": ";
+    if (env.rank != 0) log::set_level(log::Level::kQuiet);
+  }
+  return env;
 }
 
 }  // namespace txl::dist

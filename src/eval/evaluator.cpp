@@ -92,6 +92,16 @@ torch::Tensor score(models::TransformerLM& model, const torch::Device& device,
 
 }  // namespace
 
+models::Context segment_context(const EvalOptions& options, const models::TransformerLM& model) {
+  const bool with_memory = options.mode == "memory" && options.mem_len > 0;
+  models::Context context;
+  context.mem_len = with_memory ? options.mem_len : 0;
+  context.clamp_len = options.clamp_len;
+  context.same_length = with_memory && options.same_length;
+  context.cache_kv = with_memory && options.cache_kv && model->can_cache_kv();
+  return context;
+}
+
 EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
                     const EvalOptions& options, std::int64_t n_bytes, std::int64_t n_chars,
                     torch::Tensor* token_losses, const torch::Tensor& full_recall_mask,
@@ -163,11 +173,7 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
     so.tgt_len = options.tgt_len;
     so.warmup = with_memory ? options.warmup : 0;
     data::EvalStream stream(ids, so, doc_starts);
-    models::Context context;
-    context.mem_len = with_memory ? options.mem_len : 0;
-    context.clamp_len = options.clamp_len;
-    context.same_length = with_memory && options.same_length;
-    context.cache_kv = with_memory && options.cache_kv && model->can_cache_kv();
+    const models::Context context = segment_context(options, model);
     result.tgt_len = options.tgt_len;
     result.mem_len = context.mem_len;
     models::Memory memory;

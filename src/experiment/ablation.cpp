@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "txl/config/load.h"
 #include "txl/data/dataset.h"
@@ -249,7 +248,6 @@ void reset_variant(const stdfs::path& dir) {
     TXL_CHECK(!ec, "cannot remove ", (dir / name).string(), ": ", ec.message());
   }
 }
-
 
 // Loads datasets once per distinct data section (variants normally share one).
 class DatasetCache {

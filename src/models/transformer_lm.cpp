@@ -285,14 +285,11 @@ LMOutput TransformerLMImpl::forward(const torch::Tensor& tokens, const torch::Te
               " but the layer input is ", x.scalar_type(),
               " (memory made before the model was converted, or under other "
               "autocast settings?)");
-    if (ctx.cache_kv) {
-      modules::KeyValueCache cache;
-      if (m_len > 0 && !memory.kv.empty()) cache.memory = memory.kv[l];
-      x = layer_list_[l](x, m_len > 0 ? memory.layers[l] : torch::Tensor(), inputs, nullptr, &cache);
-      kv.push_back(cache.all);
-    } else {
-      x = layer_list_[l](x, m_len > 0 ? memory.layers[l] : torch::Tensor(), inputs);  // [B, Q, d]
-    }
+    modules::KeyValueCache cache;
+    if (ctx.cache_kv && m_len > 0 && !memory.kv.empty()) cache.memory = memory.kv[l];
+    x = layer_list_[l](x, m_len > 0 ? memory.layers[l] : torch::Tensor(), inputs, nullptr,
+                       ctx.cache_kv ? &cache : nullptr);  // [B, Q, d]
+    if (ctx.cache_kv) kv.push_back(cache.all);
   }
   if (final_norm) x = final_norm(x);
   x = drop(x);

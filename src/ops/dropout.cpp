@@ -15,7 +15,6 @@ namespace txl::ops {
 
 namespace {
 
-
 std::uint64_t draw_seed() {
   at::Generator generator = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(generator.mutex());

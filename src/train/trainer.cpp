@@ -7,7 +7,6 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>

@@ -12,7 +12,6 @@
 #include "txl/dist/launch.h"
 #include "txl/eval/run.h"
 #include "txl/util/error.h"
-#include "txl/util/log.h"
 #include "txl/util/openmp.h"
 
 int main(int argc, char** argv) {
@@ -44,11 +43,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   std::string who;  // "rank R: " in a data-parallel job
   try {
-    const auto env = txl::dist::launch_env();
-    if (env.world_size > 1) {
-      who = "rank " + std::to_string(env.rank) + ": ";
-      if (env.rank != 0) txl::log::set_level(txl::log::Level::kQuiet);  // rank 0 speaks for all
-    }
+    const auto env = txl::dist::enter_job(who);
     request.group = txl::dist::Group::create(env, std::chrono::seconds(dist_timeout), /*cuda=*/false);
     txl::eval::run(request, std::cout);
     return 0;

@@ -12,7 +12,6 @@
 #include "txl/train/trainer.h"
 #include "txl/util/device.h"
 #include "txl/util/error.h"
-#include "txl/util/log.h"
 #include "txl/util/openmp.h"
 
 int main(int argc, char** argv) {
@@ -37,11 +36,7 @@ int main(int argc, char** argv) {
       std::cout << txl::config::dump_experiment(config);
       return 0;
     }
-    const auto env = txl::dist::launch_env();
-    if (env.world_size > 1) {
-      who = "rank " + std::to_string(env.rank) + ": ";
-      if (env.rank != 0) txl::log::set_level(txl::log::Level::kQuiet);  // rank 0 speaks for all
-    }
+    const auto env = txl::dist::enter_job(who);
     txl::train::TrainOptions options;
     options.resume = resume;
     options.quiet = quiet;

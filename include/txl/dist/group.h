@@ -84,28 +84,25 @@ class Group {
 template <class Fn>
 auto main_rank_first(Group& group, Fn&& fn) -> decltype(fn()) {
   using Result = decltype(fn());
-  auto rank0_failed = [&group](bool failed) {
-    torch::Tensor flag = torch::full({1}, failed ? 1.0f : 0.0f);  // [1]
-    group.all_reduce(flag, Group::Op::kMax);
-    return flag.item<float>() > 0.0f;
-  };
-  if (!group.is_main()) {
-    if (rank0_failed(false)) {
-      throw Error("rank 0 failed while preparing the data for every rank (its error says why)");
-    }
-    return fn();
-  }
-  std::exception_ptr failed;
   if constexpr (std::is_void_v<Result>) {
-    try {
+    main_rank_first(group, [&fn] {
       fn();
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    rank0_failed(failed != nullptr);
-    if (failed) std::rethrow_exception(failed);
+      return true;
+    });
   } else {
+    auto rank0_failed = [&group](bool failed) {
+      torch::Tensor flag = torch::full({1}, failed ? 1.0f : 0.0f);  // [1]
+      group.all_reduce(flag, Group::Op::kMax);
+      return flag.item<float>() > 0.0f;
+    };
+    if (!group.is_main()) {
+      if (rank0_failed(false)) {
+        throw Error("rank 0 failed while preparing the data for every rank (its error says why)");
+      }
+      return fn();
+    }
     std::optional<Result> result;
+    std::exception_ptr failed;
     try {
       result.emplace(fn());
     } catch (...) {

@@ -34,6 +34,10 @@ struct LaunchEnv {
 LaunchEnv launch_env();
 LaunchEnv launch_env(const std::function<const char*(const char*)>& getenv);
 
+// For a program's main: launch_env(), with the log quiet on every rank but 0 (rank 0 speaks for
+// all) and `who` set to "rank R: " in a job of several processes (the prefix of its error lines).
+LaunchEnv enter_job(std::string& who);
+
 // The first host of a Slurm node list: "node[003-005,9],gpu1" -> "node003".
 std::string first_slurm_host(const std::string& nodelist);
 

@@ -41,6 +41,11 @@ struct EvalOptions {
 // Fills an EvalOptions from the experiment's eval section, inheriting from the model section.
 EvalOptions resolve_eval_options(const config::ExperimentConfig& config);
 
+// The model context of memory and segments mode: memory (mem_len, same_length and the carried
+// keys and values) only in memory mode with mem_len > 0, clamp_len always. What evaluate() runs
+// every segment with, and the bench with it.
+models::Context segment_context(const EvalOptions& options, const models::TransformerLM& model);
+
 struct EvalResult {
   std::string split;              // "valid", "test" or a file name
   std::string mode;               // memory | segments | sliding
