@@ -1,5 +1,7 @@
 #include "txl/eval/evaluator.h"
 
+#include "txl/util/json.h"
+
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -228,14 +230,20 @@ EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
 }
 
 std::string to_json(const EvalResult& r) {
-  return fmt::format(
-      "{{\"split\":\"{}\",\"mode\":\"{}\",\"tgt_len\":{},\"mem_len\":{},\"window\":{},"
-      "\"stride\":{},\"loss\":{:.6f},\"ppl\":{:.4f},\"bits_per_token\":{:.6f},"
-      "\"bits_per_byte\":{:.6f},\"bits_per_char\":{:.6f},\"tokens\":{},\"seconds\":{:.3f},"
-      "\"tokens_per_s\":{:.1f},\"recall_loss\":{:.6f},\"recall_tokens\":{}}}",
-      r.split, r.mode, r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl, r.bits_per_token,
-      r.bits_per_byte, r.bits_per_char, r.tokens, r.seconds, r.tokens_per_s, r.recall_loss,
-      r.recall_tokens);
+  json::Json j = {{"split", r.split},   {"mode", r.mode},     {"tgt_len", r.tgt_len},
+                  {"mem_len", r.mem_len}, {"window", r.window}, {"stride", r.stride},
+                  {"tokens", r.tokens},   {"recall_tokens", r.recall_tokens}};
+  const std::pair<const char*, double> numbers[] = {
+      {"loss", r.loss},
+      {"ppl", r.ppl},
+      {"bits_per_token", r.bits_per_token},
+      {"bits_per_byte", r.bits_per_byte},
+      {"bits_per_char", r.bits_per_char},
+      {"seconds", r.seconds},
+      {"tokens_per_s", r.tokens_per_s},
+      {"recall_loss", r.recall_loss}};
+  for (const auto& [key, value] : numbers) json::put_number(j, key, value);
+  return j.dump();
 }
 
 }  // namespace txl::eval

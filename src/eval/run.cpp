@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "txl/config/load.h"
+#include "txl/data/corpus.h"
 #include "txl/data/dataset.h"
 #include "txl/data/synthetic.h"
 #include "txl/dist/group.h"
@@ -71,14 +73,46 @@ std::string npy_float32(const torch::Tensor& values) {
   return out;
 }
 
+// The experiment to evaluate with: the checkpoint's own, with the request's --set overrides.
+// Only what evaluation reads may change (eval.*, data.* to find the corpus, run.threads); the
+// model and its training are fixed by the checkpoint.
+config::ExperimentConfig evaluation_config(const models::LoadedModel& loaded,
+                                           const EvalRequest& request) {
+  if (request.overrides.empty()) return loaded.config;
+  auto config = config::parse_experiment_string(config::dump_experiment(loaded.config),
+                                                request.checkpoint + " (stored experiment)",
+                                                request.overrides);
+  for (const auto& line : config::diff_experiments(loaded.config, config)) {
+    const bool allowed = line.rfind("eval.", 0) == 0 || line.rfind("data.", 0) == 0 ||
+                         line.rfind("run.threads", 0) == 0;
+    TXL_CHECK(allowed, "txl-eval --set: ", line.substr(0, 120),
+              ": only eval.*, data.* and run.threads may be set; the model and its training are "
+              "those of the checkpoint");
+  }
+  return config;
+}
+
+// Text given on the command line, encoded like a file (one line a line, eos after each).
+data::EncodedSplit encode_text(const std::string& text, const data::Tokenizer& tokenizer,
+                               bool add_eos) {
+  TXL_CHECK(!text.empty(), "--text: the text is empty");
+  data::CorpusSplit split;
+  split.n_bytes = static_cast<std::int64_t>(text.size());
+  split.n_chars = data::count_utf8_chars(text);
+  split.lines = data::split_lines(text);
+  split.doc_starts = {0};
+  return data::encode_split(split, tokenizer, add_eos);
+}
+
 }  // namespace
 
 void run(const EvalRequest& request, std::ostream& out) {
   const auto group = request.group ? request.group : std::make_shared<dist::Group>();
   const bool main_rank = group->is_main();
   use_threads(request.threads, group->env().local_world_size);  // the node's cores shared
+  // The model and the tokenizer it was trained with, from the checkpoint alone.
   auto loaded = models::load_model(request.checkpoint);
-  auto config = loaded.config;
+  auto config = evaluation_config(loaded, request);
   auto& e = config.eval;
   if (request.mode) e.mode = *request.mode;
   if (request.tgt_len) e.tgt_len = *request.tgt_len;
@@ -92,22 +126,27 @@ void run(const EvalRequest& request, std::ostream& out) {
   EvalOptions options = resolve_eval_options(config);
   if (request.max_tokens > 0) options.max_tokens = request.max_tokens;
   options.group = group.get();
-
-  // Rank 0 rebuilds a missing tokenizer or cache first; the other ranks then read it.
-  data::Dataset dataset = dist::main_rank_first(*group, [&] { return data::load_dataset(config.data); });
-  TXL_CHECK(dataset.tokenizer->vocab_size() == loaded.vocab_size, "the tokenizer has ",
-            dataset.tokenizer->vocab_size(), " ids but the checkpoint's model has ",
-            loaded.vocab_size, "; was data.cache_dir or data.tokenizer changed?");
+  const data::Tokenizer& tokenizer = *loaded.tokenizer;
 
   struct Target {
     std::string name;
     data::EncodedSplit split;
   };
   std::vector<Target> targets;
-  if (!request.file.empty()) {
+  data::Dataset dataset;  // only for splits: a file or a text needs no corpus
+  if (!request.text.empty()) {
+    targets.push_back({"text", encode_text(request.text, tokenizer, config.data.add_eos)});
+  } else if (!request.file.empty()) {
     targets.push_back({stdfs::path(request.file).filename().string(),
-                       data::encode_text_file(request.file, *dataset.tokenizer, config.data.add_eos)});
+                       data::encode_text_file(request.file, tokenizer, config.data.add_eos)});
   } else {
+    // Encoded with the checkpoint's tokenizer, whatever the corpus's cache holds; rank 0
+    // encodes a missing cache first, the other ranks then read it.
+    dataset = dist::main_rank_first(*group, [&] { return data::load_dataset(config.data, loaded.tokenizer); });
+    if (!loaded.corpus_fingerprint.empty() && dataset.corpus_fingerprint != loaded.corpus_fingerprint)
+      log::warn("eval", "the corpus in {} is not the one the model was trained on (fingerprint {} "
+                "against {}); it is encoded with the model's own tokenizer",
+                dataset.stats.cache_path.string(), dataset.corpus_fingerprint, loaded.corpus_fingerprint);
     auto names = request.splits.empty() ? config.eval.splits : request.splits;
     for (const auto& name : names) targets.push_back({name, dataset.split(name)});
   }
@@ -154,7 +193,7 @@ void run(const EvalRequest& request, std::ostream& out) {
       // On the synthetic corpus the recalled values are scored on their own too.
       torch::Tensor recall;
       if (config.data.corpus == "synthetic")
-        recall = data::synthetic_recall_mask(target.split.ids, *dataset.tokenizer);
+        recall = data::synthetic_recall_mask(target.split.ids, tokenizer);
       auto r = evaluate(loaded.model, target.split.ids, options, target.split.n_bytes,
                         target.split.n_chars, request.token_losses_path.empty() ? nullptr : &losses,
                         recall);

@@ -189,22 +189,6 @@ ScoredText scored_text(const data::EncodedSplit& split, std::int64_t max_tokens)
           std::llround(static_cast<double>(split.n_chars) * fraction)};
 }
 
-// Total training wall time and tokens as the trainer logged them (its last train record covers
-// every invocation, resumed ones included); nullopt when metrics.jsonl has no train record.
-std::optional<std::pair<double, std::int64_t>> logged_training(const stdfs::path& metrics) {
-  std::error_code ec;
-  if (!stdfs::exists(metrics, ec)) return std::nullopt;
-  std::istringstream in(fs::read_file(metrics));
-  std::optional<std::pair<double, std::int64_t>> last;
-  for (std::string line; std::getline(in, line);) {
-    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || j.value("kind", "") != "train") continue;
-    if (!j.contains("seconds") || !j["seconds"].is_number()) continue;
-    last = std::make_pair(j["seconds"].get<double>(), j.value("tokens", std::int64_t{0}));
-  }
-  return last;
-}
-
 // The settings that differ between the run directory's config.yaml and `cfg`, training ones only.
 std::string describe_changes(const stdfs::path& dir, const config::ExperimentConfig& cfg) {
   const stdfs::path path = dir / "config.yaml";
@@ -242,22 +226,24 @@ bool same_training(const stdfs::path& dir, const std::string& fingerprint) {
 // Clears what a previous training of the variant left, so that it starts from scratch.
 void reset_variant(const stdfs::path& dir) {
   for (const char* name :
-       {kDoneFile, kEvalFile, "checkpoint_last.pt", "checkpoint_best.pt", "metrics.jsonl"}) {
+       {kDoneFile, kEvalFile, train::kLastCheckpoint, train::kBestCheckpoint, train::kMetricsFile}) {
     std::error_code ec;
     stdfs::remove(dir / name, ec);
     TXL_CHECK(!ec, "cannot remove ", (dir / name).string(), ": ", ec.message());
   }
 }
 
-// Loads datasets once per distinct data section (variants normally share one).
+// Loads datasets once per distinct data section and tokenizer (variants normally share one),
+// encoded with the tokenizer of the checkpoint that is evaluated.
 class DatasetCache {
  public:
-  const data::Dataset& get(const config::DataConfig& cfg) {
+  const data::Dataset& get(const config::DataConfig& cfg,
+                           const std::shared_ptr<data::Tokenizer>& tokenizer) {
     config::ExperimentConfig probe;
     probe.data = cfg;
-    const std::string key = config::fingerprint(probe);
+    const std::string key = config::fingerprint(probe) + ":" + tokenizer->fingerprint();
     if (key_ != key) {
-      dataset_ = data::load_dataset(cfg);
+      dataset_ = data::load_dataset(cfg, tokenizer);
       key_ = key;
     }
     return dataset_;
@@ -321,7 +307,7 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
               name, describe_changes(dir, cfg));
     reset_variant(dir);
     done.reset();
-  } else if (!done && stdfs::exists(dir / "checkpoint_last.pt", ec) &&
+  } else if (!done && stdfs::exists(dir / train::kLastCheckpoint, ec) &&
              !same_training(dir, fingerprint)) {
     log::warn(kTag,
               "variant {} was started with other settings ({}); starting it again from "
@@ -332,10 +318,15 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
 
   // Training (resumed where a previous run stopped; skipped when finished).
   if (!done) {
+    const bool resume = stdfs::exists(dir / train::kLastCheckpoint, ec);
     log::info(kTag, "variant {}: {} ({}, Q {}, M {}) in {}", name,
-              stdfs::exists(dir / "checkpoint_last.pt", ec) ? "resuming training" : "training",
-              cfg.model.attn_type, cfg.model.tgt_len, cfg.model.mem_len, dir.string());
-    train::TrainSummary summary = train::train(cfg, {/*resume=*/true, options.quiet});
+              resume ? "resuming training" : "training", cfg.model.attn_type, cfg.model.tgt_len,
+              cfg.model.mem_len, dir.string());
+    train::TrainOptions train_options;
+    // Without a checkpoint, whatever an earlier attempt left before its first one is replaced.
+    train_options.start = resume ? train::StartMode::kResume : train::StartMode::kOverwrite;
+    train_options.quiet = options.quiet;
+    train::TrainSummary summary = train::train(cfg, train_options);
     if (summary.status == train::TrainStatus::kInterrupted) {
       outcome.interrupted = true;
       return outcome;
@@ -346,8 +337,7 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
     d.steps = summary.step;
     d.tokens = summary.tokens;
     d.stop_reason = summary.stop_reason;
-    d.train_seconds = summary.seconds;
-    if (auto logged = logged_training(dir / "metrics.jsonl")) d.train_seconds = logged->first;
+    d.train_seconds = summary.total_seconds;
     d.train_tokens_per_s = d.train_seconds > 0 ? d.tokens / d.train_seconds : 0.0;
     done = d;
     write_done(dir, *done);
@@ -366,8 +356,8 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
                                    [&](const auto& k) { return cache.records.count(k) == 0; });
   if (missing) {
     // The best validation checkpoint, as in the paper; the last one if validation never ran.
-    stdfs::path checkpoint = dir / "checkpoint_best.pt";
-    if (!stdfs::exists(checkpoint, ec)) checkpoint = dir / "checkpoint_last.pt";
+    stdfs::path checkpoint = dir / train::kBestCheckpoint;
+    if (!stdfs::exists(checkpoint, ec)) checkpoint = dir / train::kLastCheckpoint;
     TXL_CHECK(stdfs::exists(checkpoint, ec), "variant ", name, ": no checkpoint in ", dir.string(),
               " to evaluate; delete ", (dir / kDoneFile).string(), " to train it again");
     models::LoadedModel loaded = models::load_model(checkpoint);
@@ -378,11 +368,7 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
       write_done(dir, *done);
     }
     use_threads(cfg.run.threads);
-    const data::Dataset& dataset = datasets.get(cfg.data);
-    TXL_CHECK(dataset.tokenizer->vocab_size() == loaded.vocab_size, "variant ", name,
-              ": the tokenizer has ", dataset.tokenizer->vocab_size(), " ids but ",
-              checkpoint.string(), " has ", loaded.vocab_size,
-              "; did data.cache_dir or data.tokenizer change?");
+    const data::Dataset& dataset = datasets.get(cfg.data, loaded.tokenizer);
     log::info(kTag, "variant {}: evaluating {}", name, checkpoint.string());
     for (size_t i = 0; i < plan.size(); ++i) {
       if (cache.records.count(keys[i]) != 0) continue;

@@ -1,28 +1,29 @@
 #include "txl/train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <fstream>
+#include <limits>
 #include <optional>
-#include <sstream>
-
-#include <ATen/CPUGeneratorImpl.h>
-#include <fmt/format.h>
 
 #include "txl/config/load.h"
 #include "txl/data/dataset.h"
 #include "txl/data/stream.h"
 #include "txl/data/synthetic.h"
 #include "txl/eval/evaluator.h"
-#include "txl/models/transformer_lm.h"
 #include "txl/models/checkpoint.h"
+#include "txl/models/transformer_lm.h"
 #include "txl/train/schedule.h"
+#include "txl/train/state.h"
 #include "txl/util/autocast.h"
 #include "txl/util/device.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
+#include "txl/util/json.h"
 #include "txl/util/log.h"
 #include "txl/util/openmp.h"
 
@@ -49,11 +50,6 @@ void install_stop_handlers() {
   std::signal(SIGTERM, handler);
 }
 
-stdfs::path run_dir(const config::ExperimentConfig& config) {
-  return config.run.output_dir.empty() ? stdfs::path("runs") / config.run.name
-                                       : stdfs::path(config.run.output_dir);
-}
-
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfig& t,
                                                         std::vector<torch::Tensor> params) {
   if (t.optimizer == "adam") {
@@ -73,73 +69,12 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfi
 
 namespace {
 
-void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
-  for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
-}
-
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   auto s = static_cast<std::int64_t>(seconds + 0.5);
   if (s >= 3600) return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
   if (s >= 60) return fmt::format("{}m{:02}s", s / 60, s % 60);
   return fmt::format("{}s", s);
-}
-
-// Memory pieces (gradient-accumulation chunks, ranks) of consecutive rows joined into one:
-// layers [rows, M, d], key mask bool [rows, M] (defined when any piece has one).
-models::Memory join_rows(const std::vector<models::Memory>& pieces) {
-  models::Memory out;
-  if (pieces.empty() || pieces.front().empty()) return out;
-  bool any_mask = false;
-  for (const auto& p : pieces) any_mask = any_mask || p.key_mask.defined();
-  for (size_t l = 0; l < pieces.front().layers.size(); ++l) {
-    std::vector<torch::Tensor> rows;
-    for (const auto& p : pieces) rows.push_back(p.layers.at(l));
-    out.layers.push_back(torch::cat(rows, 0));
-  }
-  if (any_mask) {
-    std::vector<torch::Tensor> masks;
-    for (const auto& p : pieces)
-      masks.push_back(p.key_mask.defined()
-                          ? p.key_mask
-                          : torch::ones({p.layers.front().size(0), p.length()},
-                                        torch::dtype(torch::kBool).device(p.layers.front().device())));
-    out.key_mask = torch::cat(masks, 0);
-  }
-  return out;
-}
-
-// Rows [begin, begin + count) of a memory.
-models::Memory narrow_rows(const models::Memory& memory, std::int64_t begin, std::int64_t count) {
-  models::Memory out;
-  for (const auto& t : memory.layers) out.layers.push_back(t.narrow(0, begin, count));
-  if (memory.key_mask.defined()) out.key_mask = memory.key_mask.narrow(0, begin, count);
-  return out;
-}
-
-// Checkpoints hold the memory of the whole batch (every rank's rows, every chunk) as groups:
-// the number of layer tensors, the layers, the key mask. Checkpoints of older versions held
-// one group per chunk; concatenated in order they are the same rows.
-std::vector<torch::Tensor> flatten_memory(const models::Memory& m) {
-  std::vector<torch::Tensor> flat;
-  flat.push_back(torch::tensor(static_cast<std::int64_t>(m.layers.size())));
-  for (const auto& t : m.layers) flat.push_back(t);
-  flat.push_back(m.key_mask.defined() ? m.key_mask : torch::zeros({0}, torch::kBool));
-  return flat;
-}
-
-models::Memory unflatten_memory(const std::vector<torch::Tensor>& flat) {
-  std::vector<models::Memory> groups;
-  size_t i = 0;
-  while (i < flat.size()) {
-    models::Memory g;
-    auto n = flat[i++].item<std::int64_t>();
-    for (std::int64_t l = 0; l < n; ++l) g.layers.push_back(flat.at(i++));
-    auto mask = flat.at(i++);
-    if (n > 0 && mask.numel() > 0) g.key_mask = mask;
-    if (n > 0) groups.push_back(std::move(g));
-  }
-  return join_rows(groups);
 }
 
 // The whole batch's memory from every rank's rows (rank order = row order), for a checkpoint.
@@ -150,355 +85,478 @@ models::Memory gather_memory(dist::Group& group, const models::Memory& mine) {
   models::Memory out;
   for (const auto& t : mine.layers)
     out.layers.push_back(group.all_gather_rows(t.to(torch::kCPU, torch::kFloat)).to(t.device(), t.scalar_type()));
-  auto mask = mine.key_mask.defined()
-                  ? mine.key_mask
-                  : torch::ones({mine.layers.front().size(0), mine.length()},
-                                torch::dtype(torch::kBool).device(mine.layers.front().device()));
+  const auto mask = mine.mask_or_ones();  // [rows, M]
   out.key_mask = group.all_gather_rows(mask.to(torch::kCPU, torch::kUInt8)).to(mask.device(), torch::kBool);
   return out;
 }
 
-// metrics.jsonl keeps one JSON object per line; on resume, the records after the checkpoint's
-// step are dropped so the file continues exactly as an uninterrupted run's would.
-void truncate_metrics(const stdfs::path& path, std::int64_t step) {
-  if (!stdfs::exists(path)) return;
-  std::istringstream in(fs::read_file(path));
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    auto pos = line.find("\"step\":");
-    if (pos == std::string::npos) continue;
-    if (std::stoll(line.substr(pos + 7)) <= step) kept += line + "\n";
-  }
-  fs::write_atomic(path, kept);
+bool all_finite(const std::vector<torch::Tensor>& tensors) {
+  torch::NoGradGuard no_grad;
+  for (const auto& t : tensors)
+    if (!torch::isfinite(t).all().item<bool>()) return false;
+  return true;
 }
 
+// Appends one JSON record a line to metrics.jsonl, flushed at once.
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const stdfs::path& path) : out_(path, std::ios::app) {
+  explicit MetricsWriter(const stdfs::path& path) : path_(path), out_(path, std::ios::app) {
     TXL_CHECK(out_.good(), "cannot open ", path.string(), " for writing");
   }
-  void write(const std::string& line) {
-    out_ << line << '\n';
+  void write(const json::Json& record) {
+    out_ << record.dump() << '\n';
     out_.flush();
-    TXL_CHECK(out_.good(), "cannot write metrics (disk full?)");
+    TXL_CHECK(out_.good(), "cannot write ", path_.string(), " (disk full?)");
   }
 
  private:
+  stdfs::path path_;
   std::ofstream out_;
 };
+
+class Trainer {
+ public:
+  Trainer(const config::ExperimentConfig& config, const TrainOptions& options);
+  TrainSummary run();
+
+ private:
+  void build();                 // data, model, optimizer, stream
+  void start();                 // run-folder rules, resume, config.yaml and metrics
+  void restore_rng(const torch::Tensor& states);
+  std::string stop_reason();    // "" = keep going; agreed by every rank
+  // What a checkpoint of the current step holds besides weights, optimizer and TrainState.
+  struct Snapshot {
+    std::string stream_state;
+    std::vector<models::Memory> memory;  // this rank's rows, per chunk
+    torch::Tensor rng;                   // this rank's generator state, uint8 [S]
+  };
+  Snapshot snapshot() const;
+  void step();                  // one optimizer step over the global batch
+  void check_finite(double mean_loss, double grad_norm);  // throws when either is not finite
+  bool above_bound(double mean_loss) const;  // above train.divergence_factor x ln(vocabulary)
+  void count_divergence(bool above, double mean_loss);  // throws after divergence_patience
+  [[noreturn]] void fail_diverged(const std::string& what);
+  void log_progress(double lr);
+  bool validate();              // true when early stopping triggers
+  void save(const stdfs::path& path, const Snapshot& snapshot);
+  void save(const stdfs::path& path) { save(path, snapshot()); }
+  double elapsed() const;
+
+  const config::ExperimentConfig& config_;
+  const config::TrainConfig& t_;
+  TrainOptions options_;
+  stdfs::path dir_;
+  std::shared_ptr<dist::Group> group_;
+  bool main_rank_ = true;
+  dist::RowRange mine_{};
+  std::int64_t chunk_rows_ = 0;
+  std::uint64_t rank_seed_ = 0;
+  torch::Device device_{torch::kCPU};
+  int threads_ = 0;
+
+  data::Dataset dataset_;
+  std::int64_t vocab_ = 0;
+  models::TransformerLM model_{nullptr};
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<dist::GradientReducer> reducer_;
+  std::unique_ptr<data::TrainStream> stream_;
+  models::Context context_;
+  eval::EvalOptions valid_options_;
+  torch::Tensor recall_mask_;  // synthetic corpus: the recalled values of valid
+
+  TrainState state_;
+  std::vector<models::Memory> memory_;  // this rank's rows, per chunk
+  std::optional<MetricsWriter> metrics_;
+  std::int64_t last_ckpt_step_ = -1;    // step of checkpoint_last (-1 = none)
+  bool checkpoint_due_ = false;         // checkpoint_last is written during the next step
+  Clock::time_point start_time_ = Clock::now(), interval_start_ = Clock::now();
+  double elapsed_before_ = 0.0;
+  std::int64_t start_step_ = 0, start_tokens_ = 0;
+  TrainSummary summary_;
+};
+
+Trainer::Trainer(const config::ExperimentConfig& config, const TrainOptions& options)
+    : config_(config), t_(config.train), options_(options), dir_(run_dir(config)) {
+  group_ = options.group ? options.group : std::make_shared<dist::Group>();
+  main_rank_ = group_->is_main();
+  const int rank = group_->rank(), world = group_->world_size();
+  TXL_CHECK(t_.batch_size % world == 0, "train.batch_size = ", t_.batch_size,
+            " must be divisible by the number of processes (", world, ")");
+  mine_ = dist::shard_rows(t_.batch_size, rank, world);
+  TXL_CHECK(mine_.size() % t_.batch_chunk == 0, "train.batch_chunk = ", t_.batch_chunk,
+            " must divide the rows of each process (train.batch_size / processes = ",
+            mine_.size(), ")");
+  chunk_rows_ = mine_.size() / t_.batch_chunk;
+  // Dropout draws differ between ranks, as their rows do; rank 0 keeps the single-process stream.
+  rank_seed_ = config.run.seed + 7919 * static_cast<std::uint64_t>(rank);
+  // Threads: all cores by default, shared among the processes of one node.
+  threads_ = use_threads(config.run.threads, group_->env().local_world_size);
+  device_ = resolve_device(config.run.device, group_->env().local_rank);
+  memory_.resize(static_cast<size_t>(t_.batch_chunk));
+}
+
+void Trainer::build() {
+  torch::manual_seed(config_.run.seed);
+  // config -> tokenizer -> cached token ids (rank 0 trains the tokenizer and writes the cache
+  // first; the other ranks then read it)
+  dataset_ = dist::main_rank_first(*group_, [&] { return data::load_dataset(config_.data); });
+  vocab_ = dataset_.tokenizer->vocab_size();
+  // -> model and optimizer (every rank starts from rank 0's parameters)
+  model_ = models::TransformerLM(config_.model, vocab_);
+  model_->to(device_);
+  optimizer_ = make_optimizer(t_, model_->parameters());
+  for (const auto& p : model_->parameters()) summary_.params += p.numel();
+  reducer_ = std::make_unique<dist::GradientReducer>(group_, model_->parameters());
+  if (group_->rank() > 0) torch::manual_seed(rank_seed_);
+  // -> ordered segment stream: every rank reads the same global stream and keeps its own rows.
+  stream_ = std::make_unique<data::TrainStream>(
+      dataset_.train.ids, data::train_stream_options(config_, dataset_.tokenizer->pad_id()),
+      config_.data.document_mode ? dataset_.train.doc_starts : torch::Tensor());
+  context_ = models::Context::from_config(config_.model);
+  valid_options_ = eval::resolve_eval_options(config_);
+  if (t_.eval_max_tokens > 0) valid_options_.max_tokens = t_.eval_max_tokens;
+  if (valid_options_.mode == "sliding") valid_options_.mode = "segments";  // periodic eval stays cheap
+  valid_options_.group = group_.get();
+  if (config_.data.corpus == "synthetic")
+    recall_mask_ = data::synthetic_recall_mask(dataset_.valid.ids, *dataset_.tokenizer);
+}
+
+// Resumable with another number of processes: the stream position and the memory are those of
+// the whole batch, re-sharded here; only the dropout streams start afresh.
+void Trainer::start() {
+  check_start(dir_, options_.start);
+  const auto last_path = dir_ / kLastCheckpoint;
+  if (options_.start == StartMode::kResume) {
+    const ResumePoint point = restore_training(models::read_checkpoint(last_path), config_, model_,
+                                               *optimizer_, device_, last_path.string());
+    state_ = point.state;
+    stream_->restore(data::StreamState::from_string(state_.stream_state));
+    if (!point.memory.empty()) {
+      TXL_CHECK(point.memory.rows() == t_.batch_size, last_path.string(), " holds memory for ",
+                point.memory.rows(), " rows, but train.batch_size is ", t_.batch_size);
+      for (std::int64_t c = 0; c < t_.batch_chunk; ++c)
+        memory_[static_cast<size_t>(c)] = point.memory.narrow_rows(mine_.begin + c * chunk_rows_, chunk_rows_);
+    }
+    if (point.rng.defined()) restore_rng(point.rng);
+    last_ckpt_step_ = state_.step;
+  }
+  // The start is valid: only now is the run folder changed.
+  if (main_rank_) {
+    fs::ensure_dir(dir_);
+    if (options_.start == StartMode::kOverwrite) clear_run(dir_);
+    remove_stale_temporaries(dir_);
+    truncate_metrics(dir_ / kMetricsFile, options_.start == StartMode::kResume ? state_.step : -1);
+    fs::write_atomic(dir_ / kConfigFile, config::dump_experiment(config_));
+    metrics_.emplace(dir_ / kMetricsFile);
+  }
+  if (options_.start == StartMode::kResume)
+    log::info("train", "resumed {} at step {} ({} tokens)", dir_.string(), state_.step, state_.tokens);
+  if (group_->distributed()) {
+    torch::NoGradGuard no_grad;
+    auto params = model_->parameters();
+    group_->broadcast(params);
+  }
+  elapsed_before_ = state_.elapsed_seconds;
+  start_step_ = state_.step;
+  start_tokens_ = state_.tokens;
+}
+
+void Trainer::restore_rng(const torch::Tensor& states) {
+  const int rank = group_->rank(), world = group_->world_size();
+  at::Generator generator = default_generator(device_);
+  bool restored = false;
+  if (states.size(0) == world) {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    try {  // a CPU generator's state does not fit a GPU's and the other way round
+      generator.set_state(states[rank].contiguous());
+      restored = true;
+    } catch (const c10::Error&) {
+    }
+  }
+  if (restored) return;
+  torch::manual_seed(rank_seed_ + 104729 * static_cast<std::uint64_t>(state_.step));
+  if (main_rank_)
+    log::warn("train", "the checkpoint was written by {} processes on another device kind or "
+              "count than this job's {}: memory and data position are restored exactly, dropout "
+              "draws start afresh", states.size(0), world);
+}
+
+double Trainer::elapsed() const {
+  return elapsed_before_ + std::chrono::duration<double>(Clock::now() - start_time_).count();
+}
+
+// Stop conditions every rank agrees on: steps and tokens are equal everywhere; rank 0's clock
+// and any rank's signal are shared by one small all-reduce.
+std::string Trainer::stop_reason() {
+  const int local = stop_signal().load();
+  auto control = torch::tensor(  // [3] SIGINT seen, other signal seen, rank 0 out of time
+      {local == SIGINT ? 1.0 : 0.0, local != 0 && local != SIGINT ? 1.0 : 0.0,
+       main_rank_ && t_.max_minutes > 0 && elapsed() >= t_.max_minutes * 60 ? 1.0 : 0.0},
+      torch::kDouble);
+  group_->all_reduce(control, dist::Group::Op::kMax);
+  const int sig = control[0].item<double>() > 0   ? SIGINT
+                  : control[1].item<double>() > 0 ? (local != 0 ? local : SIGTERM)
+                                                  : 0;
+  if (t_.max_steps > 0 && state_.step >= t_.max_steps) return "max_steps";
+  if (t_.max_tokens > 0 && state_.tokens >= t_.max_tokens) return "max_tokens";
+  if (control[2].item<double>() > 0) return "max_minutes";
+  summary_.signal = sig;
+  if (sig != 0) return fmt::format("signal {}", sig);
+  if (options_.pause_at_step > 0 && state_.step >= options_.pause_at_step) return "pause_at_step";
+  return "";
+}
+
+Trainer::Snapshot Trainer::snapshot() const {
+  Snapshot s{stream_->state().to_string(), memory_, {}};
+  at::Generator generator = default_generator(device_);
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  s.rng = generator.get_state();  // uint8 [S], on the CPU
+  return s;
+}
+
+// A periodic checkpoint of step s is written during step s + 1, once the weights it holds have
+// given a finite loss and gradient under the divergence bound: every checkpoint_last written
+// while training is good, and a diverging run never names one that is not.
+void Trainer::step() {
+  std::optional<Snapshot> before;
+  if (checkpoint_due_) before = snapshot();
+  const data::Batch global = stream_->next();
+  const data::Batch batch = global.narrow_rows(mine_.begin, mine_.size()).to(device_);
+  const double lr = learning_rate(t_, state_.step + 1, state_.lr_scale);
+  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+  // Gradients are reset rather than zero-filled (LibTorch 1.13's zero_grad fills): the first
+  // backward then writes them without a read-modify-write.
+  for (auto& p : model_->parameters()) p.mutable_grad().reset();
+  const bool bf16 = config_.run.precision == "bf16";
+  double batch_loss = 0.0;
+  for (std::int64_t c = 0; c < t_.batch_chunk; ++c) {
+    auto rows = [&](const torch::Tensor& x) { return x.narrow(0, c * chunk_rows_, chunk_rows_); };
+    auto& mem = memory_[static_cast<size_t>(c)];
+    torch::Tensor nll_sum;  // [] summed over the chunk's scored tokens
+    {
+      AutocastGuard autocast(bf16, device_);
+      auto out = model_->forward(rows(batch.tokens), rows(batch.targets), rows(batch.input_mask),
+                                 mem, rows(batch.reset), context_);
+      nll_sum = out.nll.to(torch::kFloat).masked_fill(rows(batch.target_mask).logical_not(), 0.0).sum();
+      mem = std::move(out.memory);
+    }
+    // The loss is the mean over every scored token of the whole (global) batch, whatever the
+    // chunking and sharding: the ranks' gradients then sum to exactly its gradient.
+    (nll_sum / static_cast<double>(std::max<std::int64_t>(global.n_scored, 1))).backward();
+    batch_loss += nll_sum.item<double>();
+  }
+  if (group_->distributed()) {
+    auto total = torch::tensor({batch_loss}, torch::kDouble);  // [1]
+    group_->all_reduce(total);
+    batch_loss = total.item<double>();
+    reducer_->reduce();
+  }
+  // The norm is measured (and clipped when train.clip > 0) before the update: a non-finite
+  // gradient must never reach the weights.
+  const double max_norm = t_.clip > 0 ? t_.clip : std::numeric_limits<double>::infinity();
+  const double grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
+  const double mean_loss = batch_loss / std::max<std::int64_t>(global.n_scored, 1);
+  check_finite(mean_loss, grad_norm);
+  const bool above = above_bound(mean_loss);
+  if (before) {
+    checkpoint_due_ = false;
+    if (!above) {
+      save(dir_ / kLastCheckpoint, *before);
+    } else if (main_rank_) {
+      log::warn("train", "checkpoint of step {} not written: the loss with its weights is above "
+                "the divergence bound", state_.step);
+    }
+  }
+  count_divergence(above, mean_loss);
+  optimizer_->step();
+  ++state_.step;
+  state_.tokens += global.n_scored;
+  state_.interval_loss += batch_loss;
+  state_.interval_tokens += global.n_scored;
+  if (state_.step % config_.run.log_interval == 0 || state_.step == t_.max_steps) log_progress(lr);
+}
+
+void Trainer::check_finite(double mean_loss, double grad_norm) {
+  const std::int64_t at = state_.step + 1;
+  if (!std::isfinite(mean_loss)) fail_diverged(fmt::format("the loss is {} at step {}", mean_loss, at));
+  if (!std::isfinite(grad_norm))
+    fail_diverged(fmt::format("the gradient norm is {} at step {} (loss {:.4f})", grad_norm, at, mean_loss));
+}
+
+bool Trainer::above_bound(double mean_loss) const {
+  return t_.divergence_factor > 0 &&
+         mean_loss > t_.divergence_factor * std::log(static_cast<double>(vocab_));
+}
+
+void Trainer::count_divergence(bool above, double mean_loss) {
+  state_.diverging_steps = above ? state_.diverging_steps + 1 : 0;
+  if (state_.diverging_steps < t_.divergence_patience) return;
+  fail_diverged(fmt::format("the loss has exceeded {:.2f} = {} x ln({}) for {} steps in a row (at "
+                            "step {}: {:.4f})", t_.divergence_factor * std::log(static_cast<double>(vocab_)),
+                            t_.divergence_factor, vocab_, state_.diverging_steps, state_.step + 1, mean_loss));
+}
+
+// A checkpoint is good when the weights it holds gave a finite loss afterwards: checkpoint_last
+// of step s unless the failing step is s + 1 (its loss came from those very weights), and
+// checkpoint_best, whose validation loss was finite.
+void Trainer::fail_diverged(const std::string& what) {
+  const std::int64_t failing = state_.step + 1;
+  std::string good = "none: no checkpoint was written before the divergence";
+  if (last_ckpt_step_ >= 0 && last_ckpt_step_ + 1 < failing) {
+    good = fmt::format("{} (step {})", (dir_ / kLastCheckpoint).string(), last_ckpt_step_);
+  } else if (state_.best_step >= 0) {
+    good = fmt::format("{} (step {}, valid loss {:.4f})", (dir_ / kBestCheckpoint).string(),
+                       state_.best_step, state_.best_valid_loss);
+    if (last_ckpt_step_ >= 0)
+      good += fmt::format("; {} (step {}) holds the weights that gave this loss", kLastCheckpoint, last_ckpt_step_);
+  }
+  TXL_FAIL("training diverged: ", what, ". The last good checkpoint is ", good,
+           ". Try a lower train.lr, a warm-up (train.warmup_steps) or train.clip, and start "
+           "again with --overwrite.");
+}
+
+void Trainer::log_progress(double lr) {
+  const double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
+  const double loss = state_.interval_loss / std::max<std::int64_t>(state_.interval_tokens, 1);
+  const double tps = secs > 0 ? state_.interval_tokens / secs : 0.0;
+  const double run_s = elapsed() - elapsed_before_;
+  double eta = -1;
+  if (t_.max_steps > 0) eta = (t_.max_steps - state_.step) * run_s / std::max<std::int64_t>(state_.step - start_step_, 1);
+  if (t_.max_tokens > 0) eta = (t_.max_tokens - state_.tokens) / std::max((state_.tokens - start_tokens_) / std::max(run_s, 1e-9), 1e-9);
+  if (t_.max_minutes > 0) eta = std::min(eta < 0 ? 1e18 : eta, t_.max_minutes * 60 - elapsed());
+  if (metrics_) {
+    json::Json r = {{"kind", "train"}, {"step", state_.step}, {"tokens", state_.tokens}};
+    json::put_number(r, "loss", loss);
+    json::put_number(r, "ppl", std::exp(loss));
+    json::put_number(r, "lr", lr);
+    json::put_number(r, "tokens_per_s", tps);
+    json::put_number(r, "seconds", elapsed());
+    metrics_->write(r);
+  }
+  if (!options_.quiet) {
+    log::info("train", "step {:>6}{} | {:>7.0f} tok/s | loss {:.4f} | ppl {:>8.2f} | lr {:.3g} | ETA {}",
+              state_.step, t_.max_steps > 0 ? fmt::format("/{}", t_.max_steps) : std::string(), tps,
+              loss, std::exp(loss), lr, format_duration(eta));
+  }
+  state_.interval_loss = 0.0;
+  state_.interval_tokens = 0;
+  interval_start_ = Clock::now();
+}
+
+bool Trainer::validate() {
+  auto r = eval::evaluate(model_, dataset_.valid.ids, valid_options_, dataset_.valid.n_bytes,
+                          dataset_.valid.n_chars, nullptr, recall_mask_);
+  if (config_.data.document_mode) {  // also as training sees the text: documents on their own
+    auto d = eval::evaluate(model_, dataset_.valid.ids, valid_options_, 0, 0, nullptr, {},
+                            dataset_.valid.doc_starts);
+    log::info("eval", "step {} | valid loss {:.4f} with documents on their own", state_.step, d.loss);
+  }
+  r.split = "valid";
+  state_.last_eval_step = state_.step;
+  // Only a finite loss can be the best: checkpoint_best is always a good checkpoint.
+  const bool improved = std::isfinite(r.loss) && (state_.best_step < 0 || r.loss < state_.best_valid_loss);
+  if (improved) {
+    state_.best_valid_loss = r.loss;
+    state_.best_step = state_.step;
+    state_.evals_without_gain = 0;
+  } else {
+    ++state_.evals_without_gain;
+  }
+  if (t_.schedule == "plateau") {
+    if (improved) {
+      state_.plateau_bad_evals = 0;
+    } else if (++state_.plateau_bad_evals > t_.plateau_patience) {
+      state_.lr_scale *= t_.decay_rate;
+      state_.plateau_bad_evals = 0;
+      log::info("train", "validation stalled: learning rate x{}", t_.decay_rate);
+    }
+  }
+  if (metrics_) {
+    json::Json record = {{"kind", "eval"}, {"step", state_.step}};
+    record.update(json::Json::parse(eval::to_json(r)));
+    metrics_->write(record);
+  }
+  log::info("eval", "step {} | valid loss {:.4f} | ppl {:.2f} | bpb {:.4f} | {:.0f} tok/s{}{}",
+            state_.step, r.loss, r.ppl, r.bits_per_byte, r.tokens_per_s,
+            r.recall_tokens > 0 ? fmt::format(" | recall loss {:.3f}", r.recall_loss) : "",
+            improved ? " | best" : "");
+  if (improved) save(dir_ / kBestCheckpoint);
+  return t_.patience > 0 && state_.evals_without_gain >= t_.patience;
+}
+
+// Every rank takes part (the memory and RNG states are gathered); rank 0 writes.
+void Trainer::save(const stdfs::path& path, const Snapshot& snapshot) {
+  TXL_CHECK(all_finite(model_->parameters()), "training diverged: the weights after step ",
+            state_.step, " are not finite; they were not written. The last good checkpoint is ",
+            last_ckpt_step_ >= 0 ? (dir_ / kLastCheckpoint).string() : std::string("(none)"),
+            ". Try a lower train.lr or train.clip.");
+  TrainState state = state_;
+  state.elapsed_seconds = elapsed();
+  state.stream_state = snapshot.stream_state;
+  const models::Memory memory = gather_memory(*group_, models::Memory::join_rows(snapshot.memory));
+  const torch::Tensor rng = group_->distributed() ? torch::stack(group_->all_gather(snapshot.rng))
+                                                  : snapshot.rng.unsqueeze(0);  // [W, S]
+  if (main_rank_) {
+    auto checkpoint = models::model_checkpoint(config_, model_, *dataset_.tokenizer,
+                                               dataset_.corpus_fingerprint);
+    add_training_state(checkpoint, state, memory, rng, *optimizer_, model_);
+    models::write_checkpoint(path, checkpoint);
+  }
+  if (path.filename() == kLastCheckpoint) last_ckpt_step_ = state_.step;
+}
+
+TrainSummary Trainer::run() {
+  build();
+  start();
+  log::info("train", "{}: {} layers, d_model {}, {} heads of {}, attn {}, {:.2f}M parameters, "
+            "vocab {}, {} train tokens, batch {} x {} (mem {}), {}{}{}",
+            config_.run.name, config_.model.n_layer, config_.model.d_model, config_.model.n_head,
+            config_.model.d_head, config_.model.attn_type, summary_.params / 1e6, vocab_,
+            dataset_.train.ids.numel(), t_.batch_size, config_.model.tgt_len, config_.model.mem_len,
+            device_.is_cuda() ? device_.str() : fmt::format("{} threads", threads_),
+            config_.run.precision == "bf16" ? ", bf16 autocast" : "",
+            group_->distributed() ? fmt::format(", {} processes ({} rows each, gradients in {} buckets)",
+                                                group_->world_size(), mine_.size(), reducer_->buckets())
+                                  : std::string());
+  model_->train();
+  std::string reason;
+  while ((reason = stop_reason()).empty()) {
+    step();
+    if (t_.eval_interval > 0 && state_.step % t_.eval_interval == 0 && validate()) {
+      reason = "early stop";
+      break;
+    }
+    if (t_.checkpoint_interval > 0 && state_.step % t_.checkpoint_interval == 0) checkpoint_due_ = true;
+  }
+  if (summary_.signal != 0 || reason == "pause_at_step") {
+    save(dir_ / kLastCheckpoint);
+    summary_.status = TrainStatus::kInterrupted;
+    log::info("train", "stopped ({}) at step {}; checkpoint written to {}", reason, state_.step,
+              (dir_ / kLastCheckpoint).string());
+  } else {
+    if (state_.last_eval_step != state_.step && reason != "early stop") validate();
+    if (last_ckpt_step_ != state_.step) save(dir_ / kLastCheckpoint);
+    checkpoint_due_ = false;
+    log::info("train", "done: {} steps, {} tokens, best valid loss {:.4f} (ppl {:.2f}), stop: {}",
+              state_.step, state_.tokens, state_.best_valid_loss, std::exp(state_.best_valid_loss), reason);
+  }
+  summary_.step = state_.step;
+  summary_.tokens = state_.tokens;
+  summary_.best_valid_loss = state_.best_valid_loss;
+  summary_.best_step = state_.best_step;
+  summary_.seconds = elapsed() - elapsed_before_;
+  summary_.total_seconds = elapsed();
+  summary_.tokens_per_s = (state_.tokens - start_tokens_) / std::max(summary_.seconds, 1e-9);
+  summary_.stop_reason = reason;
+  summary_.run_dir = dir_;
+  return summary_;
+}
 
 }  // namespace
 
 TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& options) {
-  const auto& t = config.train;
-  const auto& m = config.model;
-  const auto dir = run_dir(config);
-  fs::ensure_dir(dir);
-  const auto last_path = dir / "checkpoint_last.pt";
-  const auto best_path = dir / "checkpoint_best.pt";
-  const auto metrics_path = dir / "metrics.jsonl";
-
-  // Data parallel: rank r trains rows `mine` of every global batch; rank 0 writes the files.
-  const auto group = options.group ? options.group : std::make_shared<dist::Group>();
-  const int rank = group->rank(), world = group->world_size();
-  const bool main_rank = group->is_main();
-  TXL_CHECK(t.batch_size % world == 0, "train.batch_size = ", t.batch_size,
-            " must be divisible by the number of processes (", world, ")");
-  const dist::RowRange mine = dist::shard_rows(t.batch_size, rank, world);
-  TXL_CHECK(mine.size() % t.batch_chunk == 0, "train.batch_chunk = ", t.batch_chunk,
-            " must divide the rows of each process (train.batch_size / processes = ", mine.size(), ")");
-  const std::int64_t chunk_rows = mine.size() / t.batch_chunk;
-
-  // Threads: all cores by default, shared among the processes of one node.
-  const int threads = use_threads(config.run.threads, group->env().local_world_size);
-  torch::manual_seed(config.run.seed);
-  const torch::Device device = resolve_device(config.run.device, group->env().local_rank);
-  const bool bf16 = config.run.precision == "bf16";
-
-  // config -> tokenizer -> cached token ids (rank 0 trains the tokenizer and writes the cache
-  // first; the other ranks then read it)
-  data::Dataset dataset = dist::main_rank_first(*group, [&] { return data::load_dataset(config.data); });
-  const std::int64_t vocab = dataset.tokenizer->vocab_size();
-
-  // -> model and optimizer (every rank starts from rank 0's parameters)
-  models::TransformerLM model(m, vocab);
-  model->to(device);
-  auto optimizer = make_optimizer(t, model->parameters());
-  std::int64_t n_params = 0;
-  for (const auto& p : model->parameters()) n_params += p.numel();
-  dist::GradientReducer reducer(group, model->parameters());
-  // Dropout draws differ between ranks, as their rows do; rank 0 keeps the single-process stream.
-  const std::uint64_t rank_seed = config.run.seed + 7919 * static_cast<std::uint64_t>(rank);
-  if (rank > 0) torch::manual_seed(rank_seed);
-
-  // -> ordered segment stream
-  // Every rank reads the same global stream and keeps its own rows.
-  data::TrainStream stream(dataset.train.ids,
-                           data::train_stream_options(config, dataset.tokenizer->pad_id()),
-                           config.data.document_mode ? dataset.train.doc_starts : torch::Tensor());
-
-  models::TrainState state;
-  std::vector<models::Memory> memory(static_cast<size_t>(t.batch_chunk));  // this rank's, per chunk
-  // Resumable with another number of processes: the stream position and the memory are those of
-  // the whole batch, re-sharded here; only the dropout streams start afresh.
-  if (options.resume && stdfs::exists(last_path)) {
-    state = models::load_train_state(last_path, model, *optimizer, device);
-    stream.restore(data::StreamState::from_string(state.stream_state));
-    const models::Memory all = unflatten_memory(state.memory);
-    if (!all.empty()) {
-      TXL_CHECK(all.layers.front().size(0) == t.batch_size, "checkpoint ", last_path.string(),
-                " holds memory for ", all.layers.front().size(0), " rows, but train.batch_size is ",
-                t.batch_size, "; resume with the batch size it was trained with");
-      for (std::int64_t c = 0; c < t.batch_chunk; ++c)
-        memory[static_cast<size_t>(c)] = narrow_rows(all, mine.begin + c * chunk_rows, chunk_rows);
-    }
-    if (state.rng_state.defined()) {
-      const auto states = state.rng_state.dim() == 2 ? state.rng_state : state.rng_state.unsqueeze(0);
-      at::Generator generator = default_generator(device);
-      const auto own_state = states.size(0) == world ? states[rank].contiguous() : torch::Tensor();
-      bool restored = false;
-      if (own_state.defined()) {
-        std::lock_guard<std::mutex> lock(generator.mutex());
-        try {  // a CPU generator's state does not fit a GPU's and the other way round
-          generator.set_state(own_state);
-          restored = true;
-        } catch (const c10::Error&) {
-        }
-      }
-      if (!restored) {
-        torch::manual_seed(rank_seed + 104729 * static_cast<std::uint64_t>(state.step));
-        if (main_rank)
-          log::warn("train", "the checkpoint was written by {} processes on another device kind "
-                    "or count than this job's {}: memory and data position are restored exactly, "
-                    "dropout draws start afresh", states.size(0), world);
-      }
-    }
-    if (main_rank) truncate_metrics(metrics_path, state.step);
-    log::info("train", "resumed {} at step {} ({} tokens)", dir.string(), state.step, state.tokens);
-  } else if (main_rank && stdfs::exists(metrics_path)) {
-    stdfs::remove(metrics_path);
-  }
-  if (group->distributed()) {
-    torch::NoGradGuard no_grad;
-    auto params = model->parameters();
-    group->broadcast(params);
-  }
-  std::optional<MetricsWriter> metrics;
-  if (main_rank) {
-    fs::write_atomic(dir / "config.yaml", config::dump_experiment(config));
-    metrics.emplace(metrics_path);
-  }
-  auto record = [&](const std::string& line) {
-    if (metrics) metrics->write(line);
-  };
-
-  log::info("train", "{}: {} layers, d_model {}, {} heads of {}, attn {}, {:.2f}M parameters, "
-            "vocab {}, {} train tokens, batch {} x {} (mem {}), {}{}{}",
-            config.run.name, m.n_layer, m.d_model, m.n_head, m.d_head, m.attn_type,
-            n_params / 1e6, vocab, dataset.train.ids.numel(), t.batch_size, m.tgt_len,
-            m.mem_len, device.is_cuda() ? device.str() : fmt::format("{} threads", threads),
-            bf16 ? ", bf16 autocast" : "",
-            group->distributed()
-                ? fmt::format(", {} processes ({} rows each, gradients in {} buckets)", world,
-                              mine.size(), reducer.buckets())
-                : std::string());
-
-  const models::Context context = models::Context::from_config(m);
-  eval::EvalOptions valid_options = eval::resolve_eval_options(config);
-  if (t.eval_max_tokens > 0) valid_options.max_tokens = t.eval_max_tokens;
-  if (valid_options.mode == "sliding") valid_options.mode = "segments";  // periodic eval stays cheap
-  valid_options.group = group.get();
-
-  // Every rank takes part (the memory and RNG states are gathered); rank 0 writes.
-  auto save = [&](const stdfs::path& path) {
-    state.stream_state = stream.state().to_string();
-    state.memory = flatten_memory(gather_memory(*group, join_rows(memory)));
-    torch::Tensor rng;
-    {
-      at::Generator generator = default_generator(device);
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      rng = generator.get_state();  // uint8 [S], on the CPU
-    }
-    state.rng_state = group->distributed() ? torch::stack(group->all_gather(rng)) : rng;  // [W, S]
-    if (main_rank) models::save_checkpoint(path, config, vocab, model, optimizer.get(), &state);
-  };
-
-  TrainSummary summary;
-  summary.run_dir = dir;
-  const auto start = Clock::now();
-  const double elapsed_before = state.elapsed_seconds;
-  auto elapsed = [&] {
-    return elapsed_before + std::chrono::duration<double>(Clock::now() - start).count();
-  };
-  const std::int64_t start_step = state.step, start_tokens = state.tokens;
-  double& interval_loss = state.interval_loss;
-  std::int64_t& interval_tokens = state.interval_tokens;
-  auto interval_start = Clock::now();
-  std::int64_t& last_eval_step = state.last_eval_step;
-  std::int64_t last_ckpt_step = state.step;
-
-  // On the synthetic corpus, validation also reports the loss on the recalled values.
-  torch::Tensor recall_mask;
-  if (config.data.corpus == "synthetic")
-    recall_mask = data::synthetic_recall_mask(dataset.valid.ids, *dataset.tokenizer);
-
-  auto run_eval = [&]() -> bool {  // returns true when early stopping triggers
-    auto r = eval::evaluate(model, dataset.valid.ids, valid_options, dataset.valid.n_bytes,
-                            dataset.valid.n_chars, nullptr, recall_mask);
-    if (config.data.document_mode) {
-      // Also as training sees the text: documents on their own.
-      auto d = eval::evaluate(model, dataset.valid.ids, valid_options, 0, 0, nullptr, {},
-                              dataset.valid.doc_starts);
-      log::info("eval", "step {} | valid loss {:.4f} with documents on their own", state.step, d.loss);
-    }
-    r.split = "valid";
-    last_eval_step = state.step;
-    const bool improved = state.best_valid_loss == 0.0 || r.loss < state.best_valid_loss;
-    if (improved) {
-      state.best_valid_loss = r.loss;
-      state.evals_without_gain = 0;
-    } else {
-      ++state.evals_without_gain;
-    }
-    if (t.schedule == "plateau") {
-      if (improved) {
-        state.plateau_bad_evals = 0;
-      } else if (++state.plateau_bad_evals > t.plateau_patience) {
-        state.lr_scale *= t.decay_rate;
-        state.plateau_bad_evals = 0;
-        log::info("train", "validation stalled: learning rate x{}", t.decay_rate);
-      }
-    }
-    record(fmt::format("{{\"kind\":\"eval\",\"step\":{},{}", state.step, eval::to_json(r).substr(1)));
-    log::info("eval", "step {} | valid loss {:.4f} | ppl {:.2f} | bpb {:.4f} | {:.0f} tok/s{}{}",
-              state.step, r.loss, r.ppl, r.bits_per_byte, r.tokens_per_s,
-              r.recall_tokens > 0 ? fmt::format(" | recall loss {:.3f}", r.recall_loss) : "",
-              improved ? " | best" : "");
-    if (improved) save(best_path);
-    return t.patience > 0 && state.evals_without_gain >= t.patience;
-  };
-
-  model->train();
-  std::string stop_reason;
-  while (true) {
-    // Stop conditions every rank agrees on: steps and tokens are equal everywhere; rank 0's
-    // clock and any rank's signal are shared by one small all-reduce.
-    const int local_signal = stop_signal().load();
-    auto control = torch::tensor(  // [3] SIGINT seen, other signal seen, rank 0 out of time
-        {local_signal == SIGINT ? 1.0 : 0.0, local_signal != 0 && local_signal != SIGINT ? 1.0 : 0.0,
-         main_rank && t.max_minutes > 0 && elapsed() >= t.max_minutes * 60 ? 1.0 : 0.0},
-        torch::kDouble);
-    group->all_reduce(control, dist::Group::Op::kMax);
-    const int sig = control[0].item<double>() > 0 ? SIGINT
-                    : control[1].item<double>() > 0 ? (local_signal != 0 ? local_signal : SIGTERM)
-                                                    : 0;
-    if (t.max_steps > 0 && state.step >= t.max_steps) { stop_reason = "max_steps"; break; }
-    if (t.max_tokens > 0 && state.tokens >= t.max_tokens) { stop_reason = "max_tokens"; break; }
-    if (control[2].item<double>() > 0) { stop_reason = "max_minutes"; break; }
-    if (sig != 0 || (options.pause_at_step > 0 && state.step >= options.pause_at_step)) {
-      state.elapsed_seconds = elapsed();
-      save(last_path);
-      summary.status = TrainStatus::kInterrupted;
-      summary.signal = sig;
-      stop_reason = sig != 0 ? fmt::format("signal {}", sig) : std::string("pause_at_step");
-      log::info("train", "stopped ({}) at step {}; checkpoint written to {}", stop_reason,
-                state.step, last_path.string());
-      break;
-    }
-
-    const data::Batch global = stream.next();
-    const data::Batch batch = global.narrow_rows(mine.begin, mine.size()).to(device);
-    const double lr = learning_rate(t, state.step + 1, state.lr_scale);
-    set_learning_rate(*optimizer, lr);
-    // Gradients are reset rather than zero-filled (LibTorch 1.13's zero_grad fills): the first
-    // backward then writes them without a read-modify-write.
-    for (auto& p : model->parameters()) p.mutable_grad().reset();
-    double batch_loss = 0.0;
-    for (std::int64_t c = 0; c < t.batch_chunk; ++c) {
-      auto rows = [&](const torch::Tensor& x) { return x.narrow(0, c * chunk_rows, chunk_rows); };
-      auto& mem = memory[static_cast<size_t>(c)];
-      torch::Tensor nll_sum;
-      {
-        AutocastGuard autocast(bf16, device);
-        auto out = model->forward(rows(batch.tokens), rows(batch.targets), rows(batch.input_mask),
-                                  mem, rows(batch.reset), context);
-        nll_sum = out.nll.to(torch::kFloat).masked_fill(rows(batch.target_mask).logical_not(), 0.0).sum();
-        mem = std::move(out.memory);
-      }
-      // The loss is the mean over every scored token of the whole (global) batch, whatever the
-      // chunking and sharding: the ranks' gradients then sum to exactly its gradient.
-      (nll_sum / static_cast<double>(std::max<std::int64_t>(global.n_scored, 1))).backward();
-      batch_loss += nll_sum.item<double>();
-    }
-    if (group->distributed()) {
-      auto total = torch::tensor({batch_loss}, torch::kDouble);  // [1]
-      group->all_reduce(total);
-      batch_loss = total.item<double>();
-      reducer.reduce();
-    }
-    if (!std::isfinite(batch_loss)) {
-      TXL_FAIL("loss is ", batch_loss, " at step ", state.step + 1,
-               "; training stopped. The last good checkpoint is ",
-               stdfs::exists(last_path) ? last_path.string() : std::string("(none yet)"),
-               ". Try a lower train.lr or train.clip.");
-    }
-    if (t.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), t.clip);
-    optimizer->step();
-    ++state.step;
-    state.tokens += global.n_scored;
-    interval_loss += batch_loss;
-    interval_tokens += global.n_scored;
-
-    if (state.step % config.run.log_interval == 0 || state.step == t.max_steps) {
-      const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
-      const double loss = interval_loss / std::max<std::int64_t>(interval_tokens, 1);
-      const double tps = secs > 0 ? interval_tokens / secs : 0.0;
-      const double run_tps = (state.tokens - start_tokens) / std::max(elapsed() - elapsed_before, 1e-9);
-      double eta = -1;
-      if (t.max_steps > 0) eta = (t.max_steps - state.step) * (elapsed() - elapsed_before) / std::max<std::int64_t>(state.step - start_step, 1);
-      if (t.max_tokens > 0) eta = (t.max_tokens - state.tokens) / std::max(run_tps, 1e-9);
-      if (t.max_minutes > 0) eta = std::min(eta < 0 ? 1e18 : eta, t.max_minutes * 60 - elapsed());
-      record(fmt::format(
-          "{{\"kind\":\"train\",\"step\":{},\"loss\":{:.6f},\"ppl\":{:.4f},\"lr\":{:.6g},"
-          "\"tokens\":{},\"tokens_per_s\":{:.1f},\"seconds\":{:.3f}}}",
-          state.step, loss, std::exp(loss), lr, state.tokens, tps, elapsed()));
-      if (!options.quiet) {
-        log::info("train", "step {:>6}{} | {:>7.0f} tok/s | loss {:.4f} | ppl {:>8.2f} | lr {:.3g} | ETA {}",
-                  state.step, t.max_steps > 0 ? fmt::format("/{}", t.max_steps) : std::string(),
-                  tps, loss, std::exp(loss), lr, format_duration(eta));
-      }
-      interval_loss = 0.0;
-      interval_tokens = 0;
-      interval_start = Clock::now();
-    }
-    if (t.eval_interval > 0 && state.step % t.eval_interval == 0) {
-      if (run_eval()) {
-        stop_reason = "early stop";
-        break;
-      }
-    }
-    if (t.checkpoint_interval > 0 && state.step % t.checkpoint_interval == 0) {
-      state.elapsed_seconds = elapsed();
-      save(last_path);
-      last_ckpt_step = state.step;
-    }
-  }
-
-  if (summary.status == TrainStatus::kCompleted) {
-    if (last_eval_step != state.step && stop_reason != "early stop") run_eval();
-    state.elapsed_seconds = elapsed();
-    if (last_ckpt_step != state.step || !stdfs::exists(last_path)) save(last_path);
-    log::info("train", "done: {} steps, {} tokens, best valid loss {:.4f} (ppl {:.2f}), stop: {}",
-              state.step, state.tokens, state.best_valid_loss, std::exp(state.best_valid_loss),
-              stop_reason);
-  }
-  summary.step = state.step;
-  summary.tokens = state.tokens;
-  summary.best_valid_loss = state.best_valid_loss;
-  summary.seconds = elapsed() - elapsed_before;
-  summary.tokens_per_s = (state.tokens - start_tokens) / std::max(summary.seconds, 1e-9);
-  summary.stop_reason = stop_reason;
-  return summary;
+  Trainer trainer(config, options);
+  return trainer.run();
 }
 
 }  // namespace txl::train

@@ -174,7 +174,7 @@ TEST(DataParallel, TwoRanksReachTheParametersAndPerplexityOfOne) {
       << "rank 1 must leave the logging to rank 0";
 
   for (const std::string other : {"two", "mixed"}) {
-    expect_same_parameters(runs / "one" / "checkpoint_last.pt", runs / other / "checkpoint_last.pt", 1e-5);
+    expect_same_parameters(runs / "one" / "checkpoint_last.safetensors", runs / other / "checkpoint_last.safetensors", 1e-5);
     expect_near_all(metric(runs / other, "eval", "ppl"), metric(runs / "one", "eval", "ppl"), 1e-5,
                     other + " valid ppl");
     expect_near_all(metric(runs / other, "train", "loss"), metric(runs / "one", "train", "loss"),
@@ -191,10 +191,10 @@ TEST(DataParallel, AResumedTwoRankRunContinuesExactly) {
   run_job(2, config, {"--set", "run.output_dir=" + (runs / "whole").string()}, dir / "log1");
   run_job(2, config, {"--set", "run.output_dir=" + (runs / "split").string(), "--pause-at-step", "7"},
           dir / "log2");
-  EXPECT_TRUE(stdfs::exists(runs / "split" / "checkpoint_last.pt"));
+  EXPECT_TRUE(stdfs::exists(runs / "split" / "checkpoint_last.safetensors"));
   run_job(2, config, {"--set", "run.output_dir=" + (runs / "split").string(), "--resume"},
           dir / "log3");
-  expect_same_parameters(runs / "whole" / "checkpoint_last.pt", runs / "split" / "checkpoint_last.pt", 0);
+  expect_same_parameters(runs / "whole" / "checkpoint_last.safetensors", runs / "split" / "checkpoint_last.safetensors", 0);
   expect_near_all(metric(runs / "split", "train", "loss"), metric(runs / "whole", "train", "loss"), 0,
                   "train loss");
   expect_near_all(metric(runs / "split", "eval", "ppl"), metric(runs / "whole", "eval", "ppl"), 0,
@@ -234,7 +234,7 @@ TEST(DataParallel, ASignalToOneRankStopsEveryRankAtTheSameStepWithACheckpoint) {
   kill(job.pids[1], SIGINT);  // rank 1 only, as a user's kill of one process would
   EXPECT_EQ(wait_exit(job.pids[0]), 130) << txl::fs::read_file(job.logs[0]);
   EXPECT_EQ(wait_exit(job.pids[1]), 130) << txl::fs::read_file(job.logs[1]);
-  auto resumed = txl::models::load_model(run / "checkpoint_last.pt");  // written and loadable
+  auto resumed = txl::models::load_model(run / "checkpoint_last.safetensors");  // written and loadable
   EXPECT_NE(txl::fs::read_file(job.logs[0]).find("resume with"), std::string::npos);
 }
 
@@ -255,7 +255,7 @@ TEST(DataParallel, TwoRankEvaluationGivesTheFiguresOfOne) {
   const auto config = write_config(dir, "ev", 0.0);
   const auto run = dir / "runs" / "ev";
   run_job(0, config, {"--set", "run.output_dir=" + run.string()}, dir / "train");
-  const std::string checkpoint = (run / "checkpoint_last.pt").string();
+  const std::string checkpoint = (run / "checkpoint_last.safetensors").string();
   for (const std::string mode : {"memory", "sliding"}) {
     SCOPED_TRACE(mode);
     std::vector<std::string> args{checkpoint, "--split", "valid,test", "--mode", mode, "--json", "--batch-size", "5"};

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "support/test_support.h"
@@ -19,10 +21,10 @@ TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
   txl::test::TempDir dir;
   auto config = txl::test::tiny_experiment(dir.path());
   config.train.max_steps = 3;
-  txl::train::train(config, {false, true});
+  txl::train::train(config, txl::test::quiet_run());
 
   txl::eval::EvalRequest request;
-  request.checkpoint = (dir / "runs/tiny/checkpoint_last.pt").string();
+  request.checkpoint = (dir / "runs/tiny/checkpoint_last.safetensors").string();
   request.splits = {"valid"};
   request.mode = "sliding";
   request.stride = 4;
@@ -62,6 +64,108 @@ TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
   // A folder that does not exist is named before anything is evaluated.
   request.token_losses_path = (dir / "no_such_folder" / "losses.npy").string();
   TXL_EXPECT_THROW_WITH(txl::eval::run(request, out), "no_such_folder does not exist");
+  txl::log::set_level(txl::log::Level::kInfo);
+}
+
+// A `text` corpus of a few hundred words in a folder, and a tiny model trained on it.
+struct TextRun {
+  std::filesystem::path corpus, checkpoint;
+  txl::config::ExperimentConfig config;
+};
+
+std::string words(int lines, int offset) {
+  std::string text;
+  for (int i = 0; i < lines; ++i) {
+    for (int j = 0; j < 8; ++j) text += "w" + std::to_string((i * 7 + j * 3 + offset) % 40) + " ";
+    text += "\n";
+  }
+  return text;
+}
+
+TextRun train_on_text(const txl::test::TempDir& dir) {
+  TextRun r;
+  r.corpus = dir / "corpus";
+  txl::test::write_text(r.corpus / "train.txt", words(120, 0));
+  txl::test::write_text(r.corpus / "valid.txt", words(20, 5));
+  txl::test::write_text(r.corpus / "test.txt", words(20, 9));
+  r.config = txl::test::tiny_experiment(dir.path(), "text");
+  r.config.data.corpus = "text";
+  r.config.data.path = r.corpus.string();
+  r.config.train.max_steps = 3;
+  txl::train::train(r.config, txl::test::quiet_run());
+  r.checkpoint = dir / "runs/text/checkpoint_last.safetensors";
+  return r;
+}
+
+double json_number(const std::string& json, const std::string& key) {
+  auto pos = json.find("\"" + key + "\":");
+  EXPECT_NE(pos, std::string::npos) << json;
+  return pos == std::string::npos ? 0.0 : std::stod(json.substr(pos + key.size() + 3));
+}
+
+std::string evaluate_json(txl::eval::EvalRequest request) {
+  request.threads = 1;
+  request.json = true;
+  std::ostringstream out;
+  txl::eval::run(request, out);
+  return out.str();
+}
+
+// The corpus changed after training (another train split: a tokenizer trained now would differ).
+// Evaluation still uses the checkpoint's own tokenizer, gives the same perplexity, and leaves
+// the corpus's cached tokenizer alone.
+TEST(EvalRun, AChangedCorpusIsEncodedWithTheCheckpointsOwnTokenizer) {
+  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::test::TempDir dir;
+  const TextRun run = train_on_text(dir);
+  txl::eval::EvalRequest request;
+  request.checkpoint = run.checkpoint.string();
+  request.splits = {"valid"};
+  const double before = json_number(evaluate_json(request), "ppl");
+
+  std::map<std::string, std::string> cached;  // the corpus cache's tokenizer files
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir / "cache"))
+    if (entry.path().filename().string().rfind("tokenizer", 0) == 0)
+      cached[entry.path().string()] = txl::fs::read_file(entry.path());
+  ASSERT_FALSE(cached.empty());
+  txl::test::write_text(run.corpus / "train.txt", words(200, 17) + "brand new words here\n");
+  EXPECT_EQ(json_number(evaluate_json(request), "ppl"), before);
+  for (const auto& [path, bytes] : cached) EXPECT_EQ(txl::fs::read_file(path), bytes) << path;
+  txl::log::set_level(txl::log::Level::kInfo);
+}
+
+TEST(EvalRun, AFileOrATextNeedsNoCorpus) {
+  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::test::TempDir dir;
+  const TextRun run = train_on_text(dir);
+  txl::test::write_text(dir / "some.txt", words(3, 2));
+  std::filesystem::remove_all(run.corpus);
+  std::filesystem::remove_all(dir / "cache");
+  txl::eval::EvalRequest request;
+  request.checkpoint = run.checkpoint.string();
+  request.file = (dir / "some.txt").string();
+  const double from_file = json_number(evaluate_json(request), "loss");
+  request.file.clear();
+  request.text = words(3, 2);
+  EXPECT_NEAR(json_number(evaluate_json(request), "loss"), from_file, 1e-9);
+  EXPECT_GT(json_number(evaluate_json(request), "tokens"), 20);
+  EXPECT_FALSE(std::filesystem::exists(dir / "cache"));
+  txl::log::set_level(txl::log::Level::kInfo);
+}
+
+TEST(EvalRun, SetChangesEvaluationButNeverTheModel) {
+  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::test::TempDir dir;
+  const TextRun run = train_on_text(dir);
+  txl::eval::EvalRequest request;
+  request.checkpoint = run.checkpoint.string();
+  request.splits = {"valid"};
+  request.overrides = {"eval.mem_len=4"};
+  EXPECT_EQ(json_number(evaluate_json(request), "mem_len"), 4);
+  request.overrides = {"model.d_inner=8"};
+  TXL_EXPECT_THROW_WITH(evaluate_json(request), "model.d_inner");
+  request.overrides = {"train.lr=1"};
+  TXL_EXPECT_THROW_WITH(evaluate_json(request), "only eval.*, data.* and run.threads");
   txl::log::set_level(txl::log::Level::kInfo);
 }
 

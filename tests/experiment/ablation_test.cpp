@@ -174,7 +174,7 @@ TEST_F(Ablation, RerunSkipsFinishedWorkAndRedoesOnlyWhatChanged) {
   std::map<std::string, std::string> metrics, checkpoints;
   for (const std::string name : {"vanilla", "rel_no_memory", "xl"}) {
     metrics[name] = read(run_dir(a, name) / "metrics.jsonl");
-    checkpoints[name] = read(run_dir(a, name) / "checkpoint_last.pt");
+    checkpoints[name] = read(run_dir(a, name) / "checkpoint_last.safetensors");
   }
 
   // Nothing changed: nothing is trained or evaluated again; the results are the cached ones.
@@ -195,8 +195,8 @@ TEST_F(Ablation, RerunSkipsFinishedWorkAndRedoesOnlyWhatChanged) {
   auto third = txl::experiment::run_ablation(a, quiet_options());
   ASSERT_EQ(third.status, AblationStatus::kCompleted);
   EXPECT_EQ(read(run_dir(a, "vanilla") / "metrics.jsonl"), metrics["vanilla"]);
-  EXPECT_EQ(read(run_dir(a, "vanilla") / "checkpoint_last.pt"), checkpoints["vanilla"]);
-  EXPECT_EQ(read(run_dir(a, "rel_no_memory") / "checkpoint_last.pt"), checkpoints["rel_no_memory"]);
+  EXPECT_EQ(read(run_dir(a, "vanilla") / "checkpoint_last.safetensors"), checkpoints["vanilla"]);
+  EXPECT_EQ(read(run_dir(a, "rel_no_memory") / "checkpoint_last.safetensors"), checkpoints["rel_no_memory"]);
   EXPECT_NE(read(run_dir(a, "xl") / "metrics.jsonl"), metrics["xl"]);
   for (size_t i = 0; i < third.records.size(); ++i) {
     const auto& r = third.records[i];
@@ -221,7 +221,7 @@ TEST_F(Ablation, HalfFinishedVariantResumesAndAChangedOneRestarts) {
   // What an interrupted run leaves: a checkpoint at step 3 and config.yaml of the full run.
   auto partial = xl;
   partial.train.max_steps = 3;
-  txl::train::train(partial, {false, true});
+  txl::train::train(partial, txl::test::quiet_run());
   txl::fs::write_atomic(run_dir(a, "xl") / "config.yaml", txl::config::dump_experiment(xl));
   // A line only the partial run wrote: kept by a resume, gone after a restart.
   std::ofstream(run_dir(a, "xl") / "metrics.jsonl", std::ios::app)
@@ -245,7 +245,7 @@ TEST_F(Ablation, HalfFinishedVariantResumesAndAChangedOneRestarts) {
   auto other = xl2;
   other.train.max_steps = 3;
   other.train.lr = 5e-3;
-  txl::train::train(other, {false, true});
+  txl::train::train(other, txl::test::quiet_run());
   std::ofstream(run_dir(b, "xl") / "metrics.jsonl", std::ios::app)
       << R"({"kind":"note","step":1,"loss":0})"
       << "\n";
@@ -377,7 +377,7 @@ TEST(TxlAblate, SigintCheckpointsAndExits130WithTheResumeCommand) {
   EXPECT_EQ(WEXITSTATUS(status), 130);
   std::string err = read(dir / "err");
   EXPECT_NE(err.find("Resume with the same command"), std::string::npos) << err;
-  EXPECT_TRUE(stdfs::exists(dir / "runs" / "cli" / "vanilla" / "checkpoint_last.pt"));
+  EXPECT_TRUE(stdfs::exists(dir / "runs" / "cli" / "vanilla" / "checkpoint_last.safetensors"));
   EXPECT_FALSE(stdfs::exists(dir / "runs" / "cli" / "report.md"));
 }
 

@@ -37,4 +37,12 @@ config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir, const
   return c;
 }
 
+train::TrainOptions quiet_run(train::StartMode start, std::int64_t pause_at_step) {
+  train::TrainOptions options;
+  options.start = start;
+  options.quiet = true;
+  options.pause_at_step = pause_at_step;
+  return options;
+}
+
 }  // namespace txl::test

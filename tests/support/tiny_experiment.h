@@ -5,11 +5,16 @@
 #include <filesystem>
 
 #include "txl/config/config.h"
+#include "txl/train/trainer.h"
 
 namespace txl::test {
 
 // 2 layers, d_model 32, synthetic corpus of 200 documents, word tokenizer, 20 steps.
 config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir,
                                          const std::string& name = "tiny");
+
+// Options of a quiet training run: a new run by default, or a resume; pause_at_step 0 = none.
+train::TrainOptions quiet_run(train::StartMode start = train::StartMode::kNew,
+                              std::int64_t pause_at_step = 0);
 
 }  // namespace txl::test

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -14,6 +15,8 @@
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
 #include "txl/config/load.h"
+#include "txl/data/dataset.h"
+#include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -41,22 +44,22 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
   TempDir dir;
   auto whole = txl::test::tiny_experiment(dir.path(), "whole");
   whole.train.checkpoint_interval = 7;  // not a multiple of log or eval intervals
-  auto summary = txl::train::train(whole, {false, true});
+  auto summary = txl::train::train(whole, txl::test::quiet_run());
   EXPECT_EQ(summary.step, 20);
 
   auto split = txl::test::tiny_experiment(dir.path(), "split");
   split.train.checkpoint_interval = 7;
   // Interrupted at step 8 (mid log and eval interval, after a periodic checkpoint), then at 13.
-  txl::train::TrainOptions pause{false, true, 8};
+  auto pause = txl::test::quiet_run(txl::train::StartMode::kNew, 8);
   EXPECT_EQ(txl::train::train(split, pause).status, txl::train::TrainStatus::kInterrupted);
-  pause = {true, true, 13};
+  pause = txl::test::quiet_run(txl::train::StartMode::kResume, 13);
   EXPECT_EQ(txl::train::train(split, pause).status, txl::train::TrainStatus::kInterrupted);
-  auto resumed = txl::train::train(split, {true, true});
+  auto resumed = txl::train::train(split, txl::test::quiet_run(txl::train::StartMode::kResume));
   EXPECT_EQ(resumed.step, 20);
 
   EXPECT_EQ(metrics_without_timing(dir / "runs/whole"), metrics_without_timing(dir / "runs/split"));
-  auto a = parameters_of(dir / "runs/whole/checkpoint_last.pt");
-  auto b = parameters_of(dir / "runs/split/checkpoint_last.pt");
+  auto a = parameters_of(dir / "runs/whole/checkpoint_last.safetensors");
+  auto b = parameters_of(dir / "runs/split/checkpoint_last.safetensors");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(a[i], b[i])) << i;
   txl::log::set_level(txl::log::Level::kInfo);
@@ -75,30 +78,151 @@ TEST(Trainer, GradientAccumulationEqualsOneBatch) {
   two.run.name = "two";
   two.run.output_dir = (dir / "runs/two").string();
   two.train.batch_chunk = 2;
-  txl::train::train(one, {false, true});
-  txl::train::train(two, {false, true});
-  auto a = parameters_of(dir / "runs/one/checkpoint_last.pt");
-  auto b = parameters_of(dir / "runs/two/checkpoint_last.pt");
+  txl::train::train(one, txl::test::quiet_run());
+  txl::train::train(two, txl::test::quiet_run());
+  auto a = parameters_of(dir / "runs/one/checkpoint_last.safetensors");
+  auto b = parameters_of(dir / "runs/two/checkpoint_last.safetensors");
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_near(a[i], b[i], 1e-6, 1e-5)) << i;
   txl::log::set_level(txl::log::Level::kInfo);
 }
 
-TEST(Trainer, NonFiniteLossStopsNamingTheStepAndKeepsTheLastCheckpoint) {
+// Every file of a folder, by name, with its bytes.
+std::map<std::string, std::string> folder_bytes(const stdfs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : stdfs::directory_iterator(dir))
+    out[entry.path().filename().string()] = txl::fs::read_file(entry.path());
+  return out;
+}
+
+// lr 1e30: the first update sends the weights to ~1e30, the next loss is NaN. Nothing those
+// weights made may be called good: no checkpoint holds them, and the message says there is none.
+TEST(Trainer, NonFiniteLossStopsNamingTheStepAndWritesNoBadCheckpoint) {
   txl::log::set_level(txl::log::Level::kQuiet);
   TempDir dir;
   auto c = txl::test::tiny_experiment(dir.path(), "nan");
   c.train.optimizer = "sgd";
   c.train.schedule = "constant";
   c.train.warmup_steps = 0;
-  c.train.lr = 1e30;  // the first update sends the weights to infinity
+  c.train.lr = 1e30;
   c.train.clip = 0;
   c.train.checkpoint_interval = 1;
   c.train.eval_interval = 0;
-  TXL_EXPECT_THROW_WITH(txl::train::train(c, {false, true}), "at step 2");
-  const auto last = dir / "runs/nan/checkpoint_last.pt";
-  ASSERT_TRUE(stdfs::exists(last));
-  auto loaded = txl::models::load_model(last);  // intact and loadable
-  EXPECT_EQ(loaded.config.train.lr, 1e30);
+  TXL_EXPECT_THROW_WITH(txl::train::train(c, txl::test::quiet_run()), "at step 2");
+  TXL_EXPECT_THROW_WITH(txl::train::train(c, txl::test::quiet_run(txl::train::StartMode::kOverwrite)),
+                        "The last good checkpoint is none");
+  EXPECT_FALSE(stdfs::exists(dir / "runs/nan/checkpoint_last.safetensors"));
+  txl::log::set_level(txl::log::Level::kInfo);
+}
+
+// A run that learns for a while and then diverges names a checkpoint, and that checkpoint
+// evaluates to a finite loss (the weights one step before the failure would not: they gave it).
+TEST(Trainer, DivergenceNamesACheckpointThatEvaluatesToAFiniteLoss) {
+  txl::log::set_level(txl::log::Level::kQuiet);
+  TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path(), "diverge");
+  c.train.optimizer = "sgd";
+  c.train.schedule = "constant";
+  c.train.warmup_steps = 0;
+  c.train.lr = 10;  // slowly unstable: a few sound steps, then the loss explodes
+  c.train.clip = 0;
+  c.train.max_steps = 200;
+  c.train.checkpoint_interval = 1;
+  c.train.eval_interval = 0;
+  c.train.divergence_patience = 1;
+  std::string message;
+  try {
+    txl::train::train(c, txl::test::quiet_run());
+  } catch (const txl::Error& e) {
+    message = e.what();
+  }
+  ASSERT_NE(message.find("training diverged"), std::string::npos) << message;
+  const std::string marker = "The last good checkpoint is ";
+  const auto at = message.find(marker);
+  ASSERT_NE(at, std::string::npos) << message;
+  const std::string named = message.substr(at + marker.size(), message.find(" (step", at) - at - marker.size());
+  ASSERT_TRUE(stdfs::exists(named)) << message;
+  auto loaded = txl::models::load_model(named);
+  auto data = txl::data::load_dataset(loaded.config.data, loaded.tokenizer);
+  auto options = txl::eval::resolve_eval_options(loaded.config);
+  auto r = txl::eval::evaluate(loaded.model, data.valid.ids, options);
+  EXPECT_TRUE(std::isfinite(r.loss)) << message;
+  EXPECT_LT(r.loss, 3 * std::log(static_cast<double>(loaded.vocab_size))) << message;
+  txl::log::set_level(txl::log::Level::kInfo);
+}
+
+TEST(Trainer, ARerunWithoutResumeRefusesAndTouchesNothing) {
+  txl::log::set_level(txl::log::Level::kQuiet);
+  TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path(), "again");
+  c.train.max_steps = 4;
+  txl::train::train(c, txl::test::quiet_run());
+  const auto run = dir / "runs/again";
+  const auto before = folder_bytes(run);
+  const auto metrics_before = metrics_without_timing(run);
+  TXL_EXPECT_THROW_WITH(txl::train::train(c, txl::test::quiet_run()), "--resume, or");
+  TXL_EXPECT_THROW_WITH(txl::train::train(c, txl::test::quiet_run()), "--overwrite");
+  EXPECT_EQ(folder_bytes(run), before);
+  // --overwrite starts again from nothing: the same run writes the same records once.
+  txl::train::train(c, txl::test::quiet_run(txl::train::StartMode::kOverwrite));
+  EXPECT_EQ(metrics_without_timing(run), metrics_before);
+  txl::log::set_level(txl::log::Level::kInfo);
+}
+
+TEST(Trainer, ResumeWithAChangedModelKeyNamesItAndTouchesNothing) {
+  txl::log::set_level(txl::log::Level::kQuiet);
+  TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path(), "changed");
+  txl::train::train(c, txl::test::quiet_run(txl::train::StartMode::kNew, 6));
+  const auto run = dir / "runs/changed";
+  const auto before = folder_bytes(run);
+  auto wider = c;
+  wider.model.d_inner = 128;
+  TXL_EXPECT_THROW_WITH(txl::train::train(wider, txl::test::quiet_run(txl::train::StartMode::kResume)),
+                        "model.d_inner: 64 -> 128");
+  auto other_optimizer = c;
+  other_optimizer.train.optimizer = "sgd";
+  TXL_EXPECT_THROW_WITH(
+      txl::train::train(other_optimizer, txl::test::quiet_run(txl::train::StartMode::kResume)),
+      "train.optimizer");
+  EXPECT_EQ(folder_bytes(run), before);
+  // Keys that may change on resume do not stop it.
+  auto longer = c;
+  longer.train.max_steps = 24;
+  longer.run.log_interval = 3;
+  EXPECT_EQ(txl::train::train(longer, txl::test::quiet_run(txl::train::StartMode::kResume)).step, 24);
+  txl::log::set_level(txl::log::Level::kInfo);
+}
+
+TEST(Trainer, ResumeWithoutACheckpointSaysSo) {
+  TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path(), "none");
+  TXL_EXPECT_THROW_WITH(txl::train::train(c, txl::test::quiet_run(txl::train::StartMode::kResume)),
+                        "nothing to resume");
+  EXPECT_FALSE(stdfs::exists(dir / "runs/none/config.yaml"));
+}
+
+// What a kill -9 during a write leaves, and a metrics record cut mid-line: a resume removes the
+// one (but not a live process's temporary) and drops the other, and continues exactly.
+TEST(Trainer, ResumeRepairsWhatAKilledWriteLeft) {
+  txl::log::set_level(txl::log::Level::kQuiet);
+  TempDir dir;
+  auto whole = txl::test::tiny_experiment(dir.path(), "whole");
+  txl::train::train(whole, txl::test::quiet_run());
+  auto split = txl::test::tiny_experiment(dir.path(), "split");
+  txl::train::train(split, txl::test::quiet_run(txl::train::StartMode::kNew, 12));
+  const auto run = dir / "runs/split";
+  pid_t dead = fork();  // a pid that no process has any more
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  const auto stale = run / ("checkpoint_last.safetensors.tmp." + std::to_string(dead));
+  const auto live = run / ("metrics.jsonl.tmp." + std::to_string(getpid()));
+  txl::test::write_text(stale, "half a checkpoint");
+  txl::test::write_text(live, "being written");
+  std::ofstream(run / "metrics.jsonl", std::ios::app) << R"({"kind":"train","step":13,"lo)";
+  txl::train::train(split, txl::test::quiet_run(txl::train::StartMode::kResume));
+  EXPECT_FALSE(stdfs::exists(stale));
+  EXPECT_TRUE(stdfs::exists(live));
+  EXPECT_EQ(metrics_without_timing(dir / "runs/whole"), metrics_without_timing(run));
   txl::log::set_level(txl::log::Level::kInfo);
 }
 
@@ -139,8 +263,8 @@ TEST(Trainer, SignalsCheckpointAndExitWith128PlusTheSignal) {
     txl::fs::write_atomic(config_path, txl::config::dump_experiment(c));
     const auto run = dir / "runs" / name;
     EXPECT_EQ(interrupt_child(config_path, run / "metrics.jsonl", sig), 128 + sig) << name;
-    ASSERT_TRUE(stdfs::exists(run / "checkpoint_last.pt")) << name;
-    auto loaded = txl::models::load_model(run / "checkpoint_last.pt");
+    ASSERT_TRUE(stdfs::exists(run / "checkpoint_last.safetensors")) << name;
+    auto loaded = txl::models::load_model(run / "checkpoint_last.safetensors");
     EXPECT_EQ(loaded.config.run.name, name);
   }
 }
@@ -167,10 +291,10 @@ TEST(Trainer, TrainsOnTheGpuLikeOnTheCpu) {
   gpu.run.name = "gpu";
   gpu.run.output_dir = (dir / "runs/gpu").string();
   gpu.run.device = "cuda";
-  txl::train::train(cpu, {false, true});
-  txl::train::train(gpu, {false, true});
-  auto a = parameters_of(dir / "runs/cpu/checkpoint_last.pt");
-  auto b = parameters_of(dir / "runs/gpu/checkpoint_last.pt");
+  txl::train::train(cpu, txl::test::quiet_run());
+  txl::train::train(gpu, txl::test::quiet_run());
+  auto a = parameters_of(dir / "runs/cpu/checkpoint_last.safetensors");
+  auto b = parameters_of(dir / "runs/gpu/checkpoint_last.safetensors");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_near(b[i], a[i], 1e-4, 1e-3)) << i;
 
@@ -178,10 +302,10 @@ TEST(Trainer, TrainsOnTheGpuLikeOnTheCpu) {
   whole.run.device = "cuda";
   auto split = txl::test::tiny_experiment(dir.path(), "gpu_split");
   split.run.device = "cuda";
-  txl::train::train(whole, {false, true});
-  txl::train::TrainOptions pause{false, true, 9};
+  txl::train::train(whole, txl::test::quiet_run());
+  auto pause = txl::test::quiet_run(txl::train::StartMode::kNew, 9);
   txl::train::train(split, pause);
-  txl::train::train(split, {true, true});
+  txl::train::train(split, txl::test::quiet_run(txl::train::StartMode::kResume));
   EXPECT_EQ(metrics_without_timing(dir / "runs/gpu_whole"), metrics_without_timing(dir / "runs/gpu_split"));
   txl::log::set_level(txl::log::Level::kInfo);
 }

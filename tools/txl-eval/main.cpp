@@ -1,6 +1,8 @@
 // txl-eval: evaluates a checkpoint; the model is rebuilt from the checkpoint alone.
-//   txl-eval runs/kjv_xl/checkpoint_best.pt --split test --mode memory --mem-len 256
+//   txl-eval runs/kjv_xl/checkpoint_best.safetensors --split test --mode memory --mem-len 256
 //   txl-eval CKPT --file some.txt --json --token-losses losses.npy
+//   txl-eval CKPT --text "In the beginning God created the heaven and the earth."
+//   txl-eval CKPT --set data.path=/data/wikitext-103 --split test
 //   txl-eval CKPT --sweep            # perplexity against evaluation mem_len (0, Q, 2Q, 4Q, 8Q)
 //   torchrun --no_python --nproc_per_node 2 txl-eval CKPT   # data-parallel: the same figures
 #include <CLI/CLI.hpp>
@@ -18,9 +20,11 @@ int main(int argc, char** argv) {
   txl::limit_openmp_spinning(argv);
   CLI::App app{"txl-eval: perplexity of a txl checkpoint"};
   txl::eval::EvalRequest request;
-  app.add_option("checkpoint", request.checkpoint, "checkpoint file (.pt)")->required();
+  app.add_option("checkpoint", request.checkpoint, "checkpoint file (.safetensors)")->required();
   app.add_option("--split", request.splits, "splits: valid, test, train (default: the experiment's eval.splits)")->delimiter(',');
-  app.add_option("--file", request.file, "evaluate this text file instead (tokenized with the experiment's tokenizer)");
+  app.add_option("--file", request.file, "evaluate this text file instead (with the checkpoint's own tokenizer)");
+  app.add_option("--text", request.text, "evaluate this text instead (with the checkpoint's own tokenizer)");
+  app.add_option("--set", request.overrides, "override eval.*, data.* or run.threads of the checkpoint's experiment: key.path=value (repeatable)");
   app.add_option("--mode", request.mode, "memory | segments | sliding");
   app.add_option("--tgt-len", request.tgt_len, "segment length Q");
   app.add_option("--mem-len", request.mem_len, "memory length M");

@@ -1,6 +1,8 @@
 #pragma once
-// What txl-eval does, as a library call: rebuild the model from a checkpoint, evaluate splits or
-// a text file in the requested mode, optionally sweep the evaluation memory length.
+// What txl-eval does, as a library call: rebuild the model and its tokenizer from a checkpoint
+// alone, evaluate splits, a text file or a text in the requested mode, optionally sweep the
+// evaluation memory length. A file or a text needs no corpus; splits are encoded with the
+// checkpoint's own tokenizer, whatever the corpus's cache holds.
 
 #include <iosfwd>
 #include <memory>
@@ -19,6 +21,10 @@ struct EvalRequest {
   std::string checkpoint;                 // checkpoint file
   std::vector<std::string> splits;        // empty = the experiment's eval.splits
   std::string file;                       // a text file to evaluate instead of splits
+  std::string text;                       // a text to evaluate instead of splits
+  // `key.path=value` overrides of the checkpoint's experiment: eval.*, data.* (e.g. data.path
+  // to find the corpus) and run.threads; anything else is refused.
+  std::vector<std::string> overrides;
   std::optional<std::string> mode;        // memory | segments | sliding
   std::optional<int> tgt_len, mem_len, clamp_len, same_length, window, stride, warmup, batch_size;
   std::int64_t max_tokens = 0;            // 0 = every token

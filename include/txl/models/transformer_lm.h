@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "txl/config/config.h"
+#include "txl/models/memory.h"
 #include "txl/modules/adaptive_embedding.h"
 #include "txl/modules/adaptive_softmax.h"
 #include "txl/modules/attention.h"
@@ -24,22 +25,6 @@
 #include "txl/modules/dropout.h"
 
 namespace txl::models {
-
-// The recurrent state of paper 3.2, owned by the caller.
-struct Memory {
-  // L tensors [B, M, d]: the input of each layer (the embedding output for layer 1) at the M
-  // most recent positions, detached from the graph. Empty = no memory (M = 0).
-  std::vector<torch::Tensor> layers;
-  // bool [B, M], true = a real token; padding that moved into memory stays invisible.
-  // Undefined with non-empty layers = all real.
-  torch::Tensor key_mask;
-  // With Context::cache_kv: L tensors [2, H, B, M, D], each layer's keys and values of the same
-  // M positions, so that the next segment does not project them again. Empty = not cached.
-  std::vector<torch::Tensor> kv;
-
-  bool empty() const { return layers.empty(); }
-  int64_t length() const { return layers.empty() ? 0 : layers.front().size(1); }
-};
 
 // Run-time settings of one forward pass; evaluation may use other values than training.
 struct Context {

@@ -1,20 +1,28 @@
 #pragma once
-// The training loop. Trainer::run reads top to bottom: config -> tokenizer -> cached token ids
-// -> ordered segment stream -> model(tokens, memory) -> loss -> optimizer and schedule ->
-// periodic evaluation -> checkpoint.
+// The training loop. train() reads top to bottom: run folder -> tokenizer and cached token ids
+// -> ordered segment stream -> model and optimizer (restored on resume) -> while no stop
+// condition: step -> progress record -> validation -> checkpoint.
+//
+// What a run writes (rank 0 of a data-parallel job alone), into run_dir(config):
+//   config.yaml                  the resolved experiment, written once the start is valid
+//   metrics.jsonl                one JSON record per progress line and validation
+//   checkpoint_last.safetensors  every train.checkpoint_interval steps and at the end
+//   checkpoint_best.safetensors  at each validation that improved
+// Checkpoints never hold non-finite weights; a diverging run stops naming a checkpoint whose
+// weights gave a finite loss.
+
+#include <torch/torch.h>
 
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
-#include <string>
-
-#include <torch/torch.h>
-
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "txl/config/config.h"
 #include "txl/dist/group.h"
+#include "txl/train/run_folder.h"
 
 namespace txl::train {
 
@@ -28,7 +36,7 @@ void install_stop_handlers();
 
 enum class TrainStatus {
   kCompleted,    // reached a stop condition (steps, tokens, minutes or early stop)
-  kInterrupted,  // stopped by a signal after checkpointing; resume with --resume
+  kInterrupted,  // stopped by a signal or pause_at_step after checkpointing; resume with --resume
 };
 
 struct TrainSummary {
@@ -36,16 +44,19 @@ struct TrainSummary {
   std::int64_t step = 0;          // optimizer steps done
   std::int64_t tokens = 0;        // training tokens seen
   double best_valid_loss = 0.0;   // best validation loss (nats per token), 0 if never evaluated
+  std::int64_t best_step = -1;    // the step of checkpoint_best (-1 = none)
   double seconds = 0.0;           // wall time of this invocation
+  double total_seconds = 0.0;     // training wall time of every invocation of the run
   double tokens_per_s = 0.0;      // training throughput of this invocation
+  std::int64_t params = 0;        // the model's parameters
   std::string stop_reason;        // e.g. "max_steps", "early stop", "signal 2"
   int signal = 0;                 // the signal that stopped training (any rank's), else 0
   std::filesystem::path run_dir;  // where everything was written
 };
 
 struct TrainOptions {
-  bool resume = false;  // continue from run_dir/checkpoint_last.pt if it exists
-  bool quiet = false;   // no progress lines
+  StartMode start = StartMode::kNew;  // new run, --resume or --overwrite
+  bool quiet = false;                 // no progress lines
   // Stop as a signal would once this step is reached (checkpoint, kInterrupted); 0 = never.
   // For time-sliced or preemptible jobs, and for tests of resumption.
   std::int64_t pause_at_step = 0;
@@ -55,16 +66,14 @@ struct TrainOptions {
   std::shared_ptr<dist::Group> group = nullptr;
 };
 
-// Trains the experiment; writes config.yaml, metrics.jsonl and checkpoints (checkpoint_last.pt,
-// checkpoint_best.pt) into the run directory. Throws txl::Error on user errors, and on a NaN or
-// infinite loss (naming the step; the last good checkpoint is left intact).
+// Trains the experiment. Throws txl::Error on user errors (naming the cause; no file of the run
+// folder is touched when the start is refused), and when training diverges: a non-finite loss
+// or gradient norm, or a loss above train.divergence_factor x ln(vocabulary) for
+// train.divergence_patience steps in a row (the message names the last good checkpoint).
 TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& options = {});
 
 // The optimizer of train.optimizer (adam | adamw | sgd) with its options, over `params`.
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfig& train,
                                                         std::vector<torch::Tensor> params);
-
-// The run directory of an experiment: run.output_dir, or runs/<run.name>.
-std::filesystem::path run_dir(const config::ExperimentConfig& config);
 
 }  // namespace txl::train

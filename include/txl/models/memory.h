@@ -1,0 +1,57 @@
+#pragma once
+// The recurrent state of paper 3.2 (MODEL.md section 3), owned by the caller: the model takes it
+// and returns the next one. It also owns its row operations (gradient-accumulation chunks and
+// data-parallel ranks hold consecutive rows of one batch) and its named-tensor form, in which
+// checkpoints carry it.
+//
+// Legend: B batch rows, M memory length, d model width, L layers, H heads, D head size.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace txl::models {
+
+struct Memory {
+  // L tensors [B, M, d]: the input of each layer (the embedding output for layer 1) at the M
+  // most recent positions, detached from the graph. Empty = no memory (M = 0).
+  std::vector<torch::Tensor> layers;
+  // bool [B, M], true = a real token; padding that moved into memory stays invisible.
+  // Undefined with non-empty layers = all real.
+  torch::Tensor key_mask;
+  // With Context::cache_kv: L tensors [2, H, B, M, D], each layer's keys and values of the same
+  // M positions, so that the next segment does not project them again. Empty = not cached.
+  // Never saved: evaluation rebuilds it.
+  std::vector<torch::Tensor> kv;
+
+  bool empty() const { return layers.empty(); }
+  int64_t length() const { return layers.empty() ? 0 : layers.front().size(1); }
+  int64_t rows() const { return layers.empty() ? 0 : layers.front().size(0); }
+
+  // bool [B, M]: key_mask, or all true when undefined. Requires a non-empty memory.
+  torch::Tensor mask_or_ones() const;
+
+  // Rows [begin, begin + count) (views; kv dropped). An empty memory stays empty.
+  Memory narrow_rows(int64_t begin, int64_t count) const;
+
+  // Pieces of consecutive rows joined in order (chunks, then ranks). Empty pieces must all be
+  // empty; a key mask is kept when any piece has one. Throws txl::Error on mismatched pieces.
+  static Memory join_rows(const std::vector<Memory>& pieces);
+
+  // Named tensors for a checkpoint: "<prefix>layer.<l>" [B, M, d] and, when defined,
+  // "<prefix>key_mask" bool [B, M]. Nothing for an empty memory.
+  std::vector<std::pair<std::string, torch::Tensor>> to_tensors(const std::string& prefix) const;
+
+  // The memory stored under `prefix` among `tensors` (empty when there is none), on `device`.
+  // Checks that layers are numbered 0..L-1 without gaps, share one shape [B, M, d] and dtype,
+  // and that the key mask is bool [B, M]; `n_layer` and `d_model` must match the model. Throws
+  // txl::Error naming `origin` otherwise.
+  static Memory from_tensors(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                             const std::string& prefix, int64_t n_layer, int64_t d_model,
+                             const torch::Device& device, const std::string& origin);
+};
+
+}  // namespace txl::models

@@ -1,0 +1,119 @@
+#include "txl/models/memory.h"
+
+#include <map>
+
+#include "txl/util/error.h"
+
+namespace txl::models {
+
+torch::Tensor Memory::mask_or_ones() const {
+  TXL_CHECK(!empty(), "Memory::mask_or_ones: the memory is empty");
+  if (key_mask.defined()) return key_mask;
+  return torch::ones({rows(), length()},
+                     torch::dtype(torch::kBool).device(layers.front().device()));  // [B, M]
+}
+
+Memory Memory::narrow_rows(int64_t begin, int64_t count) const {
+  Memory out;
+  if (empty()) return out;
+  TXL_CHECK(begin >= 0 && count >= 0 && begin + count <= rows(), "Memory::narrow_rows: rows [",
+            begin, ", ", begin + count, ") outside the memory's ", rows(), " rows");
+  for (const auto& t : layers) out.layers.push_back(t.narrow(0, begin, count));  // [count, M, d]
+  if (key_mask.defined()) out.key_mask = key_mask.narrow(0, begin, count);     // [count, M]
+  return out;
+}
+
+Memory Memory::join_rows(const std::vector<Memory>& pieces) {
+  Memory out;
+  if (pieces.empty() || pieces.front().empty()) {
+    for (const auto& p : pieces)
+      TXL_CHECK(p.empty(), "Memory::join_rows: some pieces hold memory and others none");
+    return out;
+  }
+  const auto& first = pieces.front();
+  bool any_mask = false;
+  for (const auto& p : pieces) {
+    TXL_CHECK(p.layers.size() == first.layers.size() && p.length() == first.length(),
+              "Memory::join_rows: pieces of ", p.layers.size(), " layers x ", p.length(),
+              " positions and ", first.layers.size(), " x ", first.length(), " cannot be joined");
+    any_mask = any_mask || p.key_mask.defined();
+  }
+  for (size_t l = 0; l < first.layers.size(); ++l) {
+    std::vector<torch::Tensor> rows;
+    for (const auto& p : pieces) rows.push_back(p.layers[l]);
+    out.layers.push_back(torch::cat(rows, 0));  // [sum of rows, M, d]
+  }
+  if (any_mask) {
+    std::vector<torch::Tensor> masks;
+    for (const auto& p : pieces) masks.push_back(p.mask_or_ones());
+    out.key_mask = torch::cat(masks, 0);  // [sum of rows, M]
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Memory::to_tensors(
+    const std::string& prefix) const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (size_t l = 0; l < layers.size(); ++l)
+    out.emplace_back(prefix + "layer." + std::to_string(l), layers[l]);  // [B, M, d]
+  if (!empty() && key_mask.defined()) out.emplace_back(prefix + "key_mask", key_mask);  // [B, M]
+  return out;
+}
+
+namespace {
+
+// The layer index of "<prefix>layer.<l>", or -1 for any other name.
+int64_t layer_index(const std::string& name, const std::string& prefix) {
+  const std::string head = prefix + "layer.";
+  if (name.rfind(head, 0) != 0) return -1;
+  const std::string digits = name.substr(head.size());
+  if (digits.empty() || digits.size() > 6 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
+    return -1;
+  return std::stoll(digits);
+}
+
+}  // namespace
+
+Memory Memory::from_tensors(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                            const std::string& prefix, int64_t n_layer, int64_t d_model,
+                            const torch::Device& device, const std::string& origin) {
+  std::map<int64_t, torch::Tensor> by_layer;
+  torch::Tensor mask;
+  for (const auto& [name, t] : tensors) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    if (name == prefix + "key_mask") {
+      mask = t;
+      continue;
+    }
+    const int64_t l = layer_index(name, prefix);
+    TXL_CHECK(l >= 0, origin, ": unexpected memory tensor '", name, "'");
+    by_layer[l] = t;
+  }
+  Memory out;
+  if (by_layer.empty()) {
+    TXL_CHECK(!mask.defined(), origin, ": a memory key mask without memory layers");
+    return out;
+  }
+  TXL_CHECK(static_cast<int64_t>(by_layer.size()) == n_layer && by_layer.rbegin()->first == n_layer - 1,
+            origin, ": the memory has ", by_layer.size(), " layers (numbered up to ",
+            by_layer.rbegin()->first, ") but the model has ", n_layer);
+  const torch::Tensor& first = by_layer.begin()->second;
+  for (const auto& [l, t] : by_layer) {
+    TXL_CHECK(t.dim() == 3 && t.size(2) == d_model && t.sizes() == first.sizes() &&
+                  t.scalar_type() == first.scalar_type() && t.is_floating_point(),
+              origin, ": memory layer ", l, " is ", t.scalar_type(), " ", t.sizes(),
+              "; expected one floating shape [B, M, ", d_model, "] for every layer");
+    out.layers.push_back(t.to(device));  // [B, M, d]
+  }
+  if (mask.defined()) {
+    TXL_CHECK(mask.scalar_type() == torch::kBool && mask.dim() == 2 &&
+                  mask.size(0) == first.size(0) && mask.size(1) == first.size(1),
+              origin, ": the memory key mask is ", mask.scalar_type(), " ", mask.sizes(),
+              "; expected bool [", first.size(0), ", ", first.size(1), "]");
+    out.key_mask = mask.to(device);  // [B, M]
+  }
+  return out;
+}
+
+}  // namespace txl::models

@@ -1,0 +1,139 @@
+// Converting txl's first checkpoint format (a TorchScript archive) once, on the user's word.
+#include "txl/train/legacy.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "support/test_support.h"
+#include "support/tiny_experiment.h"
+#include "txl/config/load.h"
+#include "txl/train/state.h"
+#include "txl/train/trainer.h"
+
+namespace {
+
+namespace stdfs = std::filesystem;
+using torch::serialize::OutputArchive;
+using txl::test::TempDir;
+
+std::shared_ptr<txl::data::Tokenizer> tokenizer30() {
+  std::string line;
+  for (int i = 0; i < 27; ++i) line += "w" + std::to_string(i) + " ";
+  return txl::data::build_word_tokenizer({line}, 0);
+}
+
+void put(OutputArchive& a, const std::string& key, std::int64_t v) { a.write(key, torch::tensor(v)); }
+void put(OutputArchive& a, const std::string& key, double v) {
+  a.write(key, torch::tensor(v, torch::kDouble));
+}
+
+// A version 1 file as txl wrote it before the data-only format: model, optimizer and state.
+void write_version_1(const stdfs::path& path, const txl::config::ExperimentConfig& config,
+                     txl::models::TransformerLM& model, torch::optim::Optimizer& optimizer,
+                     const txl::models::Memory& memory) {
+  OutputArchive archive, model_archive, optimizer_archive, s;
+  archive.write("txl_magic", c10::IValue(std::string("txl-checkpoint")));
+  put(archive, "txl_version", std::int64_t{1});
+  archive.write("config", c10::IValue(txl::config::dump_experiment(config)));
+  put(archive, "vocab_size", std::int64_t{30});
+  model->save(model_archive);
+  archive.write("model", model_archive);
+  optimizer.save(optimizer_archive);
+  archive.write("optimizer", optimizer_archive);
+  put(s, "step", std::int64_t{2});
+  put(s, "tokens", std::int64_t{48});
+  put(s, "lr_scale", 1.0);
+  put(s, "best_valid_loss", 0.0);
+  put(s, "evals_without_gain", std::int64_t{0});
+  put(s, "plateau_bad_evals", std::int64_t{0});
+  s.write("stream_state", c10::IValue(std::string("opaque")));
+  put(s, "memory_size", std::int64_t{2 + static_cast<std::int64_t>(memory.layers.size())});
+  s.write("memory_0", torch::tensor(static_cast<std::int64_t>(memory.layers.size())));
+  for (size_t l = 0; l < memory.layers.size(); ++l) s.write("memory_" + std::to_string(l + 1), memory.layers[l]);
+  s.write("memory_" + std::to_string(memory.layers.size() + 1),
+          memory.empty() ? torch::zeros({0}, torch::kBool) : memory.mask_or_ones());
+  put(s, "elapsed_seconds", 1.5);
+  put(s, "last_eval_step", std::int64_t{-1});
+  put(s, "interval_loss", 0.0);
+  put(s, "interval_tokens", std::int64_t{0});
+  archive.write("state", s);
+  archive.save_to(path.string());
+}
+
+TEST(Legacy, AVersion1CheckpointConvertsToOneThatResumesExactly) {
+  TempDir dir;
+  auto config = txl::test::tiny_experiment(dir.path());
+  config.model.dropout = 0.0;
+  torch::manual_seed(3);
+  txl::models::TransformerLM model(config.model, 30);
+  auto optimizer = txl::train::make_optimizer(config.train, model->parameters());
+  auto tokens = torch::randint(30, {4, 16}, torch::kInt64);  // [4, 16]
+  txl::models::Memory memory;
+  for (int i = 0; i < 2; ++i) {
+    optimizer->zero_grad();
+    auto out = model->forward(tokens, tokens, {}, memory, {}, model->default_context());
+    out.nll.mean().backward();
+    optimizer->step();
+    memory = out.memory;
+  }
+  write_version_1(dir / "old.pt", config, model, *optimizer, memory);
+
+  const auto converted = txl::train::convert_legacy_checkpoint(dir / "old.pt", *tokenizer30());
+  const auto parsed = txl::models::parse_checkpoint(txl::models::serialize_checkpoint(converted), "new");
+  torch::manual_seed(4);
+  txl::models::TransformerLM restored(config.model, 30);
+  auto restored_optimizer = txl::train::make_optimizer(config.train, restored->parameters());
+  auto point = txl::train::restore_training(parsed, config, restored, *restored_optimizer, torch::kCPU, "new");
+  EXPECT_EQ(point.state.step, 2);
+  EXPECT_EQ(point.state.stream_state, "opaque");
+  ASSERT_EQ(point.memory.layers.size(), memory.layers.size());
+  EXPECT_TRUE(txl::test::tensor_equal(point.memory.layers[1], memory.layers[1]));
+  for (auto* m : {&model, &restored}) {  // one more step each: the same weights
+    auto& o = m == &model ? *optimizer : *restored_optimizer;
+    o.zero_grad();
+    (*m)->forward(tokens, tokens, {}, {}, {}, (*m)->default_context()).nll.mean().backward();
+    o.step();
+  }
+  auto a = model->parameters(), b = restored->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(b[i], a[i])) << i;
+
+  TXL_EXPECT_THROW_WITH(txl::train::convert_legacy_checkpoint(dir / "old.pt", *txl::data::make_byte_tokenizer()),
+                        "not the tokenizer it was trained with");
+}
+
+// Runs txl-convert with `args`; returns its exit status.
+int convert_tool(const std::vector<std::string>& args) {
+  const auto binary = txl::test::bin_dir() / "txl-convert";
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv = {const_cast<char*>(binary.c_str())};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(binary.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(Legacy, TheToolConvertsOnlyOnTheUsersWord) {
+  TempDir dir;
+  auto config = txl::test::tiny_experiment(dir.path());
+  torch::manual_seed(3);
+  txl::models::TransformerLM model(config.model, 30);
+  auto optimizer = txl::train::make_optimizer(config.train, model->parameters());
+  write_version_1(dir / "old.pt", config, model, *optimizer, {});
+  tokenizer30()->save(dir / "tok");
+  const auto out = (dir / "new.safetensors").string();
+  EXPECT_EQ(convert_tool({(dir / "old.pt").string(), out, "--tokenizer", (dir / "tok").string()}), 1);
+  EXPECT_FALSE(stdfs::exists(out));
+  EXPECT_EQ(convert_tool({"--trust-old-format", (dir / "old.pt").string(), out, "--tokenizer",
+                          (dir / "tok").string()}), 0);
+  auto loaded = txl::models::load_model(out);
+  EXPECT_EQ(loaded.tokenizer->fingerprint(), tokenizer30()->fingerprint());
+  auto a = model->parameters(), b = loaded.model->parameters();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(b[i], a[i])) << i;
+}
+
+}  // namespace
