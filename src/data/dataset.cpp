@@ -1,6 +1,12 @@
 #include "txl/data/dataset.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -19,7 +25,7 @@ namespace {
 
 constexpr char kMagic[8] = {'T', 'X', 'L', 'T', 'O', 'K', 'S', '\0'};
 constexpr std::uint32_t kDtypeUint16 = 1, kDtypeInt32 = 2;
-constexpr std::size_t kHeaderSize = 56;
+constexpr std::size_t kChecksumOffset = 56, kHeaderSize = 64;
 
 using Clock = std::chrono::steady_clock;
 
@@ -161,7 +167,63 @@ EncodedSplit encode_text_file(const stdfs::path& path, const Tokenizer& tokenize
   }
 }
 
+// ------------------------------------------------------------------------------ xxh64
+
+namespace {
+
+constexpr std::uint64_t kP1 = 0x9E3779B185EBCA87ull, kP2 = 0xC2B2AE3D27D4EB4Full,
+                        kP3 = 0x165667B19E3779F9ull, kP4 = 0x85EBCA77C2B2AE63ull,
+                        kP5 = 0x27D4EB2F165667C5ull;
+
+std::uint64_t rotl(std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+std::uint64_t xxh_round(std::uint64_t acc, std::uint64_t lane) {
+  return rotl(acc + lane * kP2, 31) * kP1;
+}
+std::uint64_t xxh_merge(std::uint64_t h, std::uint64_t lane) {
+  return (h ^ xxh_round(0, lane)) * kP1 + kP4;
+}
+
+}  // namespace
+
+std::uint64_t xxh64(std::string_view data, std::uint64_t seed) {
+  const char* p = data.data();
+  const char* const end = p + data.size();
+  std::uint64_t h;
+  if (data.size() >= 32) {
+    // Four independent lanes of 8 bytes: the multiplies of one stripe overlap.
+    std::uint64_t v1 = seed + kP1 + kP2, v2 = seed + kP2, v3 = seed, v4 = seed - kP1;
+    for (; end - p >= 32; p += 32) {
+      v1 = xxh_round(v1, get<std::uint64_t>(p));
+      v2 = xxh_round(v2, get<std::uint64_t>(p + 8));
+      v3 = xxh_round(v3, get<std::uint64_t>(p + 16));
+      v4 = xxh_round(v4, get<std::uint64_t>(p + 24));
+    }
+    h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
+    h = xxh_merge(xxh_merge(xxh_merge(xxh_merge(h, v1), v2), v3), v4);
+  } else {
+    h = seed + kP5;
+  }
+  h += static_cast<std::uint64_t>(data.size());
+  for (; end - p >= 8; p += 8) h = rotl(h ^ xxh_round(0, get<std::uint64_t>(p)), 27) * kP1 + kP4;
+  if (end - p >= 4) {
+    h = rotl(h ^ (get<std::uint32_t>(p) * kP1), 23) * kP2 + kP3;
+    p += 4;
+  }
+  for (; p < end; ++p) h = rotl(h ^ (static_cast<unsigned char>(*p) * kP5), 11) * kP1;
+  h ^= h >> 33;
+  h *= kP2;
+  h ^= h >> 29;
+  h *= kP3;
+  return h ^ (h >> 32);
+}
+
 // ------------------------------------------------------------------------ cache files
+
+std::uint64_t encoded_split_checksum(std::string_view bytes) {
+  TXL_CHECK(bytes.size() >= kHeaderSize, "a cache file has at least ", kHeaderSize, " bytes, got ",
+            bytes.size());
+  return xxh64(bytes.substr(kHeaderSize), xxh64(bytes.substr(0, kChecksumOffset)));
+}
 
 void write_encoded_split(const stdfs::path& path, const EncodedSplit& split,
                          std::int64_t vocab_size, std::uint64_t fingerprint) {
@@ -169,8 +231,8 @@ void write_encoded_split(const stdfs::path& path, const EncodedSplit& split,
             "encoded ids must be int64 [N]");
   const std::uint32_t dtype = vocab_size <= 65536 ? kDtypeUint16 : kDtypeInt32;
   const size_t elem = dtype == kDtypeUint16 ? 2 : 4;
-  auto ids = split.ids.contiguous();
-  auto starts = split.doc_starts.to(torch::kLong).contiguous();
+  auto ids = split.ids.contiguous();                             // [N]
+  auto starts = split.doc_starts.to(torch::kLong).contiguous();  // [n_docs]
   const auto n = static_cast<std::uint64_t>(ids.numel());
   const auto n_docs = static_cast<std::uint64_t>(starts.numel());
   std::string out;
@@ -183,6 +245,7 @@ void write_encoded_split(const stdfs::path& path, const EncodedSplit& split,
   put<std::int64_t>(&out, split.n_bytes);
   put<std::int64_t>(&out, split.n_chars);
   put<std::uint64_t>(&out, fingerprint);
+  put<std::uint64_t>(&out, 0);  // the checksum, filled in below
   out.append(reinterpret_cast<const char*>(starts.data_ptr<std::int64_t>()), n_docs * 8);
   const auto* src = ids.data_ptr<std::int64_t>();
   const size_t body = out.size();
@@ -199,141 +262,344 @@ void write_encoded_split(const stdfs::path& path, const EncodedSplit& split,
       std::memcpy(dst + i * 4, &v, 4);
     }
   }
+  const std::uint64_t checksum = encoded_split_checksum(out);
+  std::memcpy(out.data() + kChecksumOffset, &checksum, sizeof checksum);
   fs::write_atomic(path, out);
+}
+
+namespace {
+
+// The fields of a cache file's header, checked against the file size.
+struct SplitHeader {
+  std::uint32_t dtype = 0;
+  std::uint64_t n = 0, n_docs = 0;  // token and document counts
+  std::int64_t n_bytes = 0, n_chars = 0;
+  std::uint64_t fingerprint = 0, checksum = 0;
+  size_t elem() const { return dtype == kDtypeUint16 ? 2 : 4; }
+};
+
+std::nullopt_t missed(CacheMiss* miss, CacheMiss::Kind kind, std::string reason) {
+  if (miss) *miss = CacheMiss{kind, std::move(reason)};
+  return std::nullopt;
+}
+
+std::optional<SplitHeader> parse_split_header(std::string_view bytes, CacheMiss* miss) {
+  using Kind = CacheMiss::Kind;
+  const std::string size = std::to_string(bytes.size()) + " bytes";
+  if (bytes.size() < 12) return missed(miss, Kind::kDamaged, "truncated (" + size + ")");
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+    return missed(miss, Kind::kDamaged, "foreign file (bad magic)");
+  const auto version = get<std::uint32_t>(bytes.data() + 8);
+  if (version != kCacheVersion)
+    return missed(miss, Kind::kOutdated,
+                  "format version " + std::to_string(version) + ", expected " +
+                      std::to_string(kCacheVersion));
+  if (bytes.size() < kHeaderSize)
+    return missed(miss, Kind::kDamaged, "truncated (" + size + ", shorter than the header)");
+  const char* h = bytes.data();
+  SplitHeader header;
+  header.dtype = get<std::uint32_t>(h + 12);
+  if (header.dtype != kDtypeUint16 && header.dtype != kDtypeInt32)
+    return missed(miss, Kind::kDamaged,
+                  "foreign file (unknown dtype " + std::to_string(header.dtype) + ")");
+  header.n = get<std::uint64_t>(h + 16);
+  header.n_docs = get<std::uint64_t>(h + 24);
+  header.n_bytes = get<std::int64_t>(h + 32);
+  header.n_chars = get<std::int64_t>(h + 40);
+  header.fingerprint = get<std::uint64_t>(h + 48);
+  header.checksum = get<std::uint64_t>(h + kChecksumOffset);
+  // Guard the multiplication against a garbage header before trusting the sizes.
+  constexpr std::uint64_t kMaxCount = std::uint64_t{1} << 40;
+  if (header.n > kMaxCount || header.n_docs > kMaxCount ||
+      bytes.size() != kHeaderSize + header.n_docs * 8 + header.n * header.elem())
+    return missed(
+        miss, Kind::kDamaged,
+        "truncated or damaged (" + size + ", the header says " +
+            (header.n > kMaxCount || header.n_docs > kMaxCount
+                 ? std::string("more than 2^40 entries")
+                 : std::to_string(kHeaderSize + header.n_docs * 8 + header.n * header.elem())) +
+            ")");
+  return header;
+}
+
+// Copies n little-endian ids of type T from `src` into `dst`; returns the index of the first id
+// outside [0, vocab_size), or -1. The common case is one branch-free pass.
+template <typename T>
+std::int64_t widen_ids(const char* src, std::int64_t n, std::int64_t vocab_size,
+                       std::int64_t* dst) {
+  std::int64_t lo = 0, hi = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, src + i * static_cast<std::int64_t>(sizeof v), sizeof v);
+    dst[i] = v;
+    lo = std::min<std::int64_t>(lo, v);
+    hi = std::max<std::int64_t>(hi, v);
+  }
+  if (n == 0 || (lo >= 0 && hi < vocab_size)) return -1;
+  for (std::int64_t i = 0; i < n; ++i)
+    if (dst[i] < 0 || dst[i] >= vocab_size) return i;
+  return -1;
+}
+
+// A whole file mapped read-only: a 400 MB cache is checked and widened where the kernel keeps
+// it, without a copy.
+class MappedFile {
+ public:
+  MappedFile(const stdfs::path& path, std::string* error) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd_ < 0 || ::fstat(fd_, &st) != 0) {
+      *error = std::strerror(errno);
+      return;
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ == 0) return;
+    void* data = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+    if (data == MAP_FAILED) {
+      *error = std::strerror(errno);
+      size_ = 0;
+      return;
+    }
+    ::madvise(data, size_, MADV_SEQUENTIAL);
+    data_ = static_cast<const char*>(data);
+  }
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<char*>(data_), size_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::string_view bytes() const {
+    return data_ ? std::string_view(data_, size_) : std::string_view();
+  }
+
+ private:
+  int fd_ = -1;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace
+
+std::optional<EncodedSplit> parse_encoded_split(std::string_view bytes,
+                                                std::uint64_t expected_fingerprint,
+                                                std::int64_t vocab_size, CacheMiss* miss) {
+  using Kind = CacheMiss::Kind;
+  auto header = parse_split_header(bytes, miss);
+  if (!header) return std::nullopt;
+  // The checksum first: a damaged fingerprint or count is damage, not staleness.
+  const std::uint64_t checksum = encoded_split_checksum(bytes);
+  if (checksum != header->checksum)
+    return missed(miss, Kind::kDamaged,
+                  "checksum mismatch (header " + fs::hex64(header->checksum) + ", content " +
+                      fs::hex64(checksum) + ")");
+  if (header->fingerprint != expected_fingerprint)
+    return missed(miss, Kind::kStale, "stale (corpus, tokenizer or options changed)");
+  if (header->n_bytes < 0 || header->n_chars < 0)
+    return missed(miss, Kind::kDamaged, "damaged (negative text size in the header)");
+
+  const auto n = static_cast<std::int64_t>(header->n);
+  const auto n_docs = static_cast<std::int64_t>(header->n_docs);
+  EncodedSplit split;
+  split.n_bytes = header->n_bytes;
+  split.n_chars = header->n_chars;
+  split.doc_starts = torch::empty({n_docs}, torch::kLong);  // [n_docs]
+  auto* starts = split.doc_starts.data_ptr<std::int64_t>();
+  if (n_docs > 0) std::memcpy(starts, bytes.data() + kHeaderSize, static_cast<size_t>(n_docs) * 8);
+  // Document starts: 0 first, strictly increasing, inside the ids.
+  bool starts_ok = n_docs > 0 && starts[0] == 0;
+  for (std::int64_t d = 1; starts_ok && d < n_docs; ++d)
+    starts_ok = starts[d] > starts[d - 1] && starts[d] < n;
+  if (!starts_ok)
+    return missed(miss, Kind::kDamaged, "damaged (document starts out of order or range)");
+
+  split.ids = torch::empty({n}, torch::kLong);  // [N]
+  const char* src = bytes.data() + kHeaderSize + n_docs * 8;
+  auto* dst = split.ids.data_ptr<std::int64_t>();
+  const std::int64_t bad = header->dtype == kDtypeUint16
+                               ? widen_ids<std::uint16_t>(src, n, vocab_size, dst)
+                               : widen_ids<std::int32_t>(src, n, vocab_size, dst);
+  if (bad >= 0)
+    return missed(miss, Kind::kDamaged,
+                  "token id " + std::to_string(dst[bad]) + " at " + std::to_string(bad) +
+                      " outside the tokenizer's vocabulary [0, " + std::to_string(vocab_size) +
+                      ")");
+  return split;
 }
 
 std::optional<EncodedSplit> read_encoded_split(const stdfs::path& path,
                                                std::uint64_t expected_fingerprint,
-                                               std::string* why) {
-  auto fail = [&](std::string reason) -> std::optional<EncodedSplit> {
-    if (why) *why = std::move(reason);
-    return std::nullopt;
-  };
+                                               std::int64_t vocab_size, CacheMiss* miss) {
   std::error_code ec;
-  if (!stdfs::is_regular_file(path, ec)) return fail("not cached yet");
-  const auto file_size = stdfs::file_size(path, ec);
-  if (ec) return fail("cannot stat: " + ec.message());
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return fail("cannot open");
-  char header[kHeaderSize];
-  if (file_size < kHeaderSize || !in.read(header, kHeaderSize))
-    return fail("truncated (" + std::to_string(file_size) + " bytes, shorter than the header)");
-  if (std::memcmp(header, kMagic, sizeof kMagic) != 0) return fail("foreign file (bad magic)");
-  const auto version = get<std::uint32_t>(header + 8);
-  if (version != kCacheVersion)
-    return fail("format version " + std::to_string(version) + ", expected " +
-                std::to_string(kCacheVersion));
-  const auto dtype = get<std::uint32_t>(header + 12);
-  if (dtype != kDtypeUint16 && dtype != kDtypeInt32)
-    return fail("foreign file (unknown dtype " + std::to_string(dtype) + ")");
-  const auto n = get<std::uint64_t>(header + 16);
-  const auto n_docs = get<std::uint64_t>(header + 24);
-  const size_t elem = dtype == kDtypeUint16 ? 2 : 4;
-  // Guard the multiplication against a garbage header before trusting the sizes.
-  if (n > (std::uint64_t{1} << 40) || n_docs > (std::uint64_t{1} << 40) ||
-      file_size != kHeaderSize + n_docs * 8 + n * elem)
-    return fail("truncated or damaged (" + std::to_string(file_size) + " bytes, header says " +
-                std::to_string(kHeaderSize + n_docs * 8 + n * elem) + ")");
-  if (get<std::uint64_t>(header + 48) != expected_fingerprint)
-    return fail("stale (corpus, tokenizer or options changed)");
-
-  EncodedSplit split;
-  split.n_bytes = get<std::int64_t>(header + 32);
-  split.n_chars = get<std::int64_t>(header + 40);
-  split.doc_starts = torch::empty({static_cast<std::int64_t>(n_docs)}, torch::kLong);
-  in.read(reinterpret_cast<char*>(split.doc_starts.data_ptr<std::int64_t>()),
-          static_cast<std::streamsize>(n_docs * 8));
-  split.ids = torch::empty({static_cast<std::int64_t>(n)}, torch::kLong);  // [N]
-  auto* dst = split.ids.data_ptr<std::int64_t>();
-  if (dtype == kDtypeInt32) {
-    std::vector<std::int32_t> buffer(n);
-    in.read(reinterpret_cast<char*>(buffer.data()), static_cast<std::streamsize>(n * 4));
-    std::copy(buffer.begin(), buffer.end(), dst);
-  } else {
-    std::vector<std::uint16_t> buffer(n);
-    in.read(reinterpret_cast<char*>(buffer.data()), static_cast<std::streamsize>(n * 2));
-    std::copy(buffer.begin(), buffer.end(), dst);
-  }
-  if (!in) return fail("read error");
-  // Document starts: 0 first, strictly increasing, inside the ids.
-  const auto* starts = split.doc_starts.data_ptr<std::int64_t>();
-  bool starts_ok = n_docs > 0 && starts[0] == 0;
-  for (std::uint64_t d = 1; starts_ok && d < n_docs; ++d)
-    starts_ok = starts[d] > starts[d - 1] && starts[d] < static_cast<std::int64_t>(n);
-  if (!starts_ok) return fail("damaged (document starts out of order or range)");
-  return split;
+  if (!stdfs::is_regular_file(path, ec))
+    return missed(miss, CacheMiss::Kind::kMissing, "not cached yet");
+  std::string error;
+  MappedFile file(path, &error);
+  if (!error.empty()) return missed(miss, CacheMiss::Kind::kDamaged, "cannot read: " + error);
+  return parse_encoded_split(file.bytes(), expected_fingerprint, vocab_size, miss);
 }
 
 // ---------------------------------------------------------------------------- dataset
 
-Dataset load_dataset(const config::DataConfig& cfg) {
-  auto reader = make_corpus_reader(cfg);
-  const std::string options = tokenizer_options_key(cfg.tokenizer);
-  const std::uint64_t corpus_fp = reader->fingerprint();
-  const stdfs::path dir =
-      stdfs::path(cfg.cache_dir) /
-      (reader->name() + "-" + fs::hex64(fs::fnv1a(reader->source_key() + "\n" + options)));
+namespace {
 
-  Dataset ds;
-  ds.corpus = reader->name();
-  ds.stats.cache_path = dir;
-  // The corpus text is read only when something must be built.
-  std::optional<CorpusText> text;
-  auto corpus_text = [&]() -> const CorpusText& {
-    if (!text) {
+// The corpus text, read at most once and only when something must be built.
+class LazyCorpus {
+ public:
+  explicit LazyCorpus(const CorpusReader& reader) : reader_(reader) {}
+  const CorpusText& text() {
+    if (!text_) {
       auto start = Clock::now();
-      text = reader->read();
+      text_ = reader_.read();
       std::int64_t lines = 0;
-      for (const CorpusSplit* s : {&text->train, &text->valid, &text->test})
+      for (const CorpusSplit* s : {&text_->train, &text_->valid, &text_->test})
         lines += static_cast<std::int64_t>(s->lines.size());
-      log::info("data", "read corpus {} in {:.1f} s: {} lines", ds.corpus, seconds_since(start),
-                grouped(lines));
+      log::info("data", "read corpus {} in {:.1f} s: {} lines", reader_.name(),
+                seconds_since(start), grouped(lines));
     }
-    return *text;
-  };
-
-  auto tok_start = Clock::now();
-  ds.tokenizer = make_tokenizer(
-      cfg.tokenizer, [&]() -> const std::vector<std::string>& { return corpus_text().train.lines; },
-      corpus_fp, dir, &ds.stats.tokenizer_reused);
-  if (!ds.stats.tokenizer_reused) ds.stats.tokenizer_seconds = seconds_since(tok_start);
-
-  const std::pair<const char*, EncodedSplit*> parts[] = {
-      {"train", &ds.train}, {"valid", &ds.valid}, {"test", &ds.test}};
-  for (const auto& [name, target] : parts) {
-    const std::uint64_t fp = split_fingerprint(corpus_fp, name, *ds.tokenizer, cfg.add_eos);
-    const stdfs::path file = dir / (std::string(name) + ".bin");
-    std::string why;
-    if (auto cached = read_encoded_split(file, fp, &why)) {
-      *target = std::move(*cached);
-      ++ds.stats.splits_reused;
-      continue;
-    }
-    if (why != "not cached yet") log::info("data", "cache {}: {}; rebuilding", file.string(), why);
-    const CorpusSplit& split = corpus_text().split(name);
-    auto start = Clock::now();
-    *target = encode_split(split, *ds.tokenizer, cfg.add_eos);
-    ds.stats.encode_seconds += seconds_since(start);
-    ds.stats.encoded_tokens += target->ids.numel();
-    write_encoded_split(file, *target, ds.tokenizer->vocab_size(), fp);
+    return *text_;
   }
 
+ private:
+  const CorpusReader& reader_;
+  std::optional<CorpusText> text_;
+};
+
+// <cache_dir>/<corpus><infix><16 hex digits of hash(corpus source, key)>
+stdfs::path cache_folder(const config::DataConfig& cfg, const CorpusReader& reader,
+                         const std::string& infix, const std::string& key) {
+  return stdfs::path(cfg.cache_dir) /
+         (reader.name() + infix + fs::hex64(fs::fnv1a(reader.source_key() + "\n" + key)));
+}
+
+Dataset empty_dataset(const CorpusReader& reader, std::uint64_t corpus_fp, const stdfs::path& dir) {
+  Dataset ds;
+  ds.corpus = reader.name();
+  ds.corpus_fingerprint = fs::hex64(corpus_fp);
+  ds.stats.cache_path = dir;
+  return ds;
+}
+
+void report_miss(const stdfs::path& file, const CacheMiss& miss) {
+  if (miss.kind == CacheMiss::Kind::kMissing) return;
+  if (miss.kind == CacheMiss::Kind::kDamaged)
+    log::warn("data", "cache {} is damaged: {}; rebuilding it", file.string(), miss.reason);
+  else
+    log::info("data", "cache {}: {}; rebuilding", file.string(), miss.reason);
+}
+
+// Each split of *ds from its file in `dir` when that is sound and current, else encoded with
+// ds->tokenizer and written there.
+void load_splits(const stdfs::path& dir, std::uint64_t corpus_fp, bool add_eos, LazyCorpus& corpus,
+                 Dataset* ds) {
+  const Tokenizer& tokenizer = *ds->tokenizer;
+  const std::pair<const char*, EncodedSplit*> parts[] = {
+      {"train", &ds->train}, {"valid", &ds->valid}, {"test", &ds->test}};
   for (const auto& [name, target] : parts) {
-    const EncodedSplit& s = *target;
+    const std::uint64_t fp = split_fingerprint(corpus_fp, name, tokenizer, add_eos);
+    const stdfs::path file = dir / (std::string(name) + ".bin");
+    CacheMiss miss;
+    if (auto cached = read_encoded_split(file, fp, tokenizer.vocab_size(), &miss)) {
+      *target = std::move(*cached);
+      ++ds->stats.splits_reused;
+      continue;
+    }
+    report_miss(file, miss);
+    const CorpusSplit& split = corpus.text().split(name);
+    auto start = Clock::now();
+    *target = encode_split(split, tokenizer, add_eos);
+    ds->stats.encode_seconds += seconds_since(start);
+    ds->stats.encoded_tokens += target->ids.numel();
+    write_encoded_split(file, *target, tokenizer.vocab_size(), fp);
+  }
+}
+
+void log_summary(const Dataset& ds) {
+  for (const char* name : {"train", "valid", "test"}) {
+    const EncodedSplit& s = ds.split(name);
     log::info("data", "{} {}: {} tokens, {} bytes ({:.3f} tokens/byte), {} documents", ds.corpus,
               name, grouped(s.ids.numel()), grouped(s.n_bytes),
               s.n_bytes ? static_cast<double>(s.ids.numel()) / static_cast<double>(s.n_bytes) : 0.0,
               grouped(s.doc_starts.numel()));
   }
+  const std::string where = ds.stats.cache_path.string();
   if (ds.stats.encoded_tokens > 0) {
     log::info("data", "encoded {} tokens in {:.2f} s ({} tokens/s); vocab {}; cache {}",
               grouped(ds.stats.encoded_tokens), ds.stats.encode_seconds,
               grouped(static_cast<std::int64_t>(ds.stats.tokens_per_second())),
-              ds.tokenizer->vocab_size(), dir.string());
+              ds.tokenizer->vocab_size(), where);
   } else {
-    log::info("data", "all splits from cache {}; vocab {}", dir.string(),
-              ds.tokenizer->vocab_size());
+    log::info("data", "all splits from cache {}; vocab {}", where, ds.tokenizer->vocab_size());
   }
+}
+
+// The usual cache folder of cfg when the tokenizer it holds for this corpus (the one
+// load_dataset(cfg) would use) is `fixed`; otherwise empty, with `own` saying what the corpus's
+// own tokenizer is. Writes nothing.
+stdfs::path own_folder_if_same(const config::DataConfig& cfg, const CorpusReader& reader,
+                               std::uint64_t corpus_fp, const Tokenizer& fixed, std::string* own) {
+  std::string options;
+  try {
+    options = tokenizer_options_key(cfg.tokenizer);
+  } catch (const Error& e) {
+    *own = std::string("unavailable: ") + e.what();
+    return {};
+  }
+  const stdfs::path dir = cache_folder(cfg, reader, "-", options);
+  std::string why;
+  auto cached = find_cached_tokenizer(cfg.tokenizer, corpus_fp, dir, &why);
+  if (!cached) {
+    *own = why.empty() ? "not built yet in " + dir.string() : why;
+    return {};
+  }
+  if (cached->kind() == fixed.kind() && cached->fingerprint() == fixed.fingerprint()) return dir;
+  *own = cached->kind() + " " + cached->fingerprint() + " in " + dir.string();
+  return {};
+}
+
+}  // namespace
+
+Dataset load_dataset(const config::DataConfig& cfg) {
+  auto reader = make_corpus_reader(cfg);
+  const std::string options = tokenizer_options_key(cfg.tokenizer);
+  const std::uint64_t corpus_fp = reader->fingerprint();
+  const stdfs::path dir = cache_folder(cfg, *reader, "-", options);
+  Dataset ds = empty_dataset(*reader, corpus_fp, dir);
+  LazyCorpus corpus(*reader);
+
+  auto tok_start = Clock::now();
+  ds.tokenizer = make_tokenizer(
+      cfg.tokenizer, [&]() -> const std::vector<std::string>& { return corpus.text().train.lines; },
+      corpus_fp, dir, &ds.stats.tokenizer_reused);
+  if (!ds.stats.tokenizer_reused) ds.stats.tokenizer_seconds = seconds_since(tok_start);
+
+  load_splits(dir, corpus_fp, cfg.add_eos, corpus, &ds);
+  log_summary(ds);
+  return ds;
+}
+
+Dataset load_dataset(const config::DataConfig& cfg, std::shared_ptr<const Tokenizer> fixed) {
+  TXL_CHECK(fixed != nullptr, "load_dataset: the given tokenizer is null");
+  auto reader = make_corpus_reader(cfg);
+  const std::uint64_t corpus_fp = reader->fingerprint();
+  std::string own;
+  stdfs::path dir = own_folder_if_same(cfg, *reader, corpus_fp, *fixed, &own);
+  if (dir.empty()) {
+    dir = cache_folder(cfg, *reader, "-given-",
+                       "given-tokenizer=" + fixed->kind() + ":" + fixed->fingerprint());
+    log::warn("data",
+              "the tokenizer of corpus {} (data.tokenizer: {}) differs from the given {} "
+              "tokenizer {}; encoding with the given one, cached in {}",
+              reader->name(), own, fixed->kind(), fixed->fingerprint(), dir.string());
+    std::error_code ec;
+    if (!stdfs::is_regular_file(dir / "tokenizer.meta", ec)) fixed->save(dir);
+  }
+  Dataset ds = empty_dataset(*reader, corpus_fp, dir);
+  ds.tokenizer = std::move(fixed);
+  ds.stats.tokenizer_given = true;
+  LazyCorpus corpus(*reader);
+  load_splits(dir, corpus_fp, cfg.add_eos, corpus, &ds);
+  log_summary(ds);
   return ds;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -202,6 +203,19 @@ std::vector<std::string> spm_library_candidates() {
   return out;
 }
 
+#ifdef TXL_SPM_LINKED
+// The fuzz build (tests/fuzz) links the shim and sentencepiece into a binary without torch, so
+// the sanitizers and coverage see sentencepiece's parser; no second namespace is needed there.
+const SpmLibrary& spm() {
+  static const SpmLibrary lib = [] {
+    txl_spm_init();
+    return SpmLibrary{&txl_spm_train,      &txl_spm_load,       &txl_spm_free,
+                      &txl_spm_encode,     &txl_spm_decode,     &txl_spm_piece_size,
+                      &txl_spm_special_id, &txl_spm_id_to_piece};
+  }();
+  return lib;
+}
+#else
 const SpmLibrary& spm() {
   static const SpmLibrary lib = [] {
     std::string tried;
@@ -247,6 +261,7 @@ const SpmLibrary& spm() {
   }();
   return lib;
 }
+#endif
 
 void append_bytes(void* ctx, const char* data, std::size_t size) {
   static_cast<std::string*>(ctx)->append(data, size);
@@ -329,6 +344,7 @@ class SentencePieceTokenizer : public Tokenizer {
     fs::write_atomic(dir / "tokenizer.model", serialized_);
     save_meta(dir, kind(), fingerprint_);
   }
+  std::string serialize() const override { return serialized_; }
 
  private:
   std::string serialized_;
@@ -375,6 +391,7 @@ class ByteTokenizer : public Tokenizer {
     fs::ensure_dir(dir);
     save_meta(dir, kind(), fingerprint());
   }
+  std::string serialize() const override { return {}; }
 };
 
 // -------------------------------------------------------------------------- word
@@ -399,16 +416,18 @@ void for_each_word(std::string_view text, F f) {
 class WordTokenizer : public Tokenizer {
  public:
   // words[0..2] must be <pad>, <unk>, <eos>; counts parallel to words (0 for specials).
-  WordTokenizer(std::vector<std::string> words, std::vector<std::int64_t> counts)
+  // `origin` names the vocabulary in error messages.
+  WordTokenizer(std::vector<std::string> words, std::vector<std::int64_t> counts,
+                const std::string& origin)
       : words_(std::move(words)), counts_(std::move(counts)) {
     TXL_CHECK(words_.size() >= 3 && words_[0] == kPadWord && words_[1] == kUnkWord &&
                   words_[2] == kEosWord,
-              "word vocabulary must start with <pad>, <unk>, <eos>");
+              origin, ": a word vocabulary must start with <pad>, <unk>, <eos>");
     index_.reserve(words_.size() * 2);
     std::uint64_t h = fs::fnv1a("txl-word-tokenizer-v1");
     for (size_t i = 0; i < words_.size(); ++i) {
       bool inserted = index_.emplace(words_[i], static_cast<std::int64_t>(i)).second;
-      TXL_CHECK(inserted, "word vocabulary lists '", words_[i], "' twice");
+      TXL_CHECK(inserted, origin, ": the word vocabulary lists '", words_[i], "' twice");
       h = fs::fnv1a(words_[i] + '\n', h);
     }
     fingerprint_ = fs::hex64(h);
@@ -448,31 +467,39 @@ class WordTokenizer : public Tokenizer {
   std::string fingerprint() const override { return fingerprint_; }
   void save(const stdfs::path& dir) const override {
     fs::ensure_dir(dir);
+    fs::write_atomic(dir / "tokenizer.vocab", serialize());
+    save_meta(dir, kind(), fingerprint_);
+  }
+  std::string serialize() const override {
     std::string text;
     for (size_t i = 0; i < words_.size(); ++i)
       text += words_[i] + "\t" + std::to_string(counts_[i]) + "\n";
-    fs::write_atomic(dir / "tokenizer.vocab", text);
-    save_meta(dir, kind(), fingerprint_);
+    return text;
   }
 
-  static std::shared_ptr<Tokenizer> load(const stdfs::path& file) {
-    std::string text = fs::read_file(file);
+  // Parses serialize()'s text: "word<TAB>count" lines, words without whitespace, counts >= 0.
+  static std::shared_ptr<Tokenizer> parse(std::string_view text, const std::string& origin) {
     std::vector<std::string> words;
     std::vector<std::int64_t> counts;
     size_t line_no = 0;
     for (const auto& line : split_lines(text)) {
       ++line_no;
-      size_t tab = line.find('\t');
-      TXL_CHECK(tab != std::string::npos && tab > 0, file.string(), ":", line_no,
+      const size_t tab = line.find('\t');
+      TXL_CHECK(tab != std::string::npos && tab > 0, origin, ":", line_no,
                 ": expected \"word<TAB>count\"");
-      words.push_back(line.substr(0, tab));
-      char* end = nullptr;
-      const std::string count = line.substr(tab + 1);
-      counts.push_back(std::strtoll(count.c_str(), &end, 10));
-      TXL_CHECK(!count.empty() && *end == '\0', file.string(), ":", line_no, ": bad count '",
-                count, "'");
+      const std::string_view word = std::string_view(line).substr(0, tab);
+      TXL_CHECK(std::none_of(word.begin(), word.end(), is_space), origin, ":", line_no,
+                ": a word holds whitespace (it could never be encoded)");
+      const std::string_view count = std::string_view(line).substr(tab + 1);
+      std::int64_t value = -1;
+      auto [end, ec] = std::from_chars(count.data(), count.data() + count.size(), value);
+      TXL_CHECK(
+          !count.empty() && ec == std::errc() && end == count.data() + count.size() && value >= 0,
+          origin, ":", line_no, ": bad count '", count, "'");
+      words.emplace_back(word);
+      counts.push_back(value);
     }
-    return std::make_shared<WordTokenizer>(std::move(words), std::move(counts));
+    return std::make_shared<WordTokenizer>(std::move(words), std::move(counts), origin);
   }
 
  private:
@@ -610,7 +637,35 @@ std::shared_ptr<Tokenizer> build_word_tokenizer(const std::vector<std::string>& 
   log::info("data", "word vocabulary: {} words{}", words.size(),
             dropped ? fmt::format(" ({} rarer than min_count {} map to <unk>)", dropped, min_count)
                     : std::string());
-  return std::make_shared<WordTokenizer>(std::move(words), std::move(word_counts));
+  return std::make_shared<WordTokenizer>(std::move(words), std::move(word_counts),
+                                         "(built from the training text)");
+}
+
+namespace detail {
+
+std::shared_ptr<Tokenizer> parse_tokenizer(const std::string& kind, std::string_view bytes,
+                                           const std::string& origin) {
+  if (kind == "sentencepiece")
+    return std::make_shared<SentencePieceTokenizer>(std::string(bytes), origin);
+  if (kind == "word") return WordTokenizer::parse(bytes, origin);
+  if (kind == "byte") {
+    TXL_CHECK(bytes.empty(), origin, ": a byte tokenizer has no data, got ", bytes.size(),
+              " bytes");
+    return make_byte_tokenizer();
+  }
+  TXL_FAIL(origin, ": unknown tokenizer kind '", kind, "' (expected sentencepiece, byte or word)");
+}
+
+}  // namespace detail
+
+std::shared_ptr<Tokenizer> deserialize_tokenizer(const std::string& kind, std::string_view bytes,
+                                                 const std::string& expected_fingerprint,
+                                                 const std::string& origin) {
+  auto tok = detail::parse_tokenizer(kind, bytes, origin);
+  TXL_CHECK(tok->fingerprint() == expected_fingerprint, origin, ": the ", kind,
+            " tokenizer is damaged or not the expected one: its fingerprint ", tok->fingerprint(),
+            " differs from the recorded ", expected_fingerprint);
+  return tok;
 }
 
 std::shared_ptr<Tokenizer> load_tokenizer(const stdfs::path& dir) {
@@ -621,21 +676,13 @@ std::shared_ptr<Tokenizer> load_tokenizer(const stdfs::path& dir) {
   TXL_CHECK(meta["format"] == std::to_string(kMetaFormat), dir.string(), "/", kMetaFile,
             " has format '", meta["format"], "', expected ", kMetaFormat);
   const std::string& kind = meta["kind"];
-  std::shared_ptr<Tokenizer> tok;
-  if (kind == "sentencepiece") {
-    tok = std::make_shared<SentencePieceTokenizer>(fs::read_file(dir / "tokenizer.model"),
-                                                   (dir / "tokenizer.model").string());
-  } else if (kind == "byte") {
-    tok = make_byte_tokenizer();
-  } else if (kind == "word") {
-    tok = WordTokenizer::load(dir / "tokenizer.vocab");
-  } else {
-    TXL_FAIL(dir.string(), "/", kMetaFile, " names an unknown tokenizer kind '", kind, "'");
-  }
-  TXL_CHECK(tok->fingerprint() == meta["fingerprint"], "tokenizer in ", dir.string(),
-            " is damaged: its fingerprint ", tok->fingerprint(), " differs from the recorded ",
-            meta["fingerprint"]);
-  return tok;
+  // The file holding the bytes of each kind (the byte tokenizer has none).
+  const char* file = kind == "sentencepiece" ? "tokenizer.model"
+                     : kind == "word"        ? "tokenizer.vocab"
+                                             : nullptr;
+  const stdfs::path origin = dir / (file ? file : kMetaFile);
+  const std::string bytes = file ? fs::read_file(origin) : std::string();
+  return deserialize_tokenizer(kind, bytes, meta["fingerprint"], origin.string());
 }
 
 std::string tokenizer_options_key(const config::TokenizerConfig& cfg) {
@@ -669,34 +716,58 @@ std::uint64_t fingerprint_lines(const std::vector<std::string>& lines) {
   return h;
 }
 
+namespace {
+
+// What a cached tokenizer's tokenizer.source must say: the options, and the fingerprint of the
+// training text ("-" when the tokenizer does not depend on it: byte, or a given .model file).
+Meta tokenizer_source(const config::TokenizerConfig& cfg, std::uint64_t train_fingerprint) {
+  const bool text_free =
+      cfg.type == "byte" || (cfg.type == "sentencepiece" && !cfg.model_path.empty());
+  return {{"options", tokenizer_options_key(cfg)},
+          {"trained_on", text_free ? "-" : hex_of(train_fingerprint)}};
+}
+
+}  // namespace
+
+std::shared_ptr<Tokenizer> find_cached_tokenizer(const config::TokenizerConfig& cfg,
+                                                 std::uint64_t train_fingerprint,
+                                                 const stdfs::path& dir, std::string* why) {
+  std::string reason;
+  Meta expected = tokenizer_source(cfg, train_fingerprint);
+  std::error_code ec;
+  if (!dir.empty() && stdfs::is_regular_file(dir / kSourceFile, ec)) {
+    Meta source = parse_meta(fs::read_file(dir / kSourceFile));
+    if (source["options"] != expected["options"] ||
+        source["trained_on"] != expected["trained_on"]) {
+      reason = "tokenizer in " + dir.string() + " is stale (" +
+               (source["options"] != expected["options"] ? "options" : "training text") +
+               " changed)";
+    } else {
+      try {
+        return load_tokenizer(dir);
+      } catch (const std::exception& e) {
+        reason = std::string("tokenizer cache unusable: ") + e.what();
+      }
+    }
+  }
+  if (why) *why = reason;
+  return nullptr;
+}
+
 std::shared_ptr<Tokenizer> make_tokenizer(
     const config::TokenizerConfig& cfg,
     const std::function<const std::vector<std::string>&()>& train_lines,
     std::uint64_t train_fingerprint, const stdfs::path& dir, bool* reused) {
-  const std::string options = tokenizer_options_key(cfg);
-  // A tokenizer loaded from model_path or the byte tokenizer does not depend on the text.
-  const bool text_free =
-      cfg.type == "byte" || (cfg.type == "sentencepiece" && !cfg.model_path.empty());
-  const std::string trained_on = text_free ? "-" : hex_of(train_fingerprint);
+  const Meta source = tokenizer_source(cfg, train_fingerprint);
   if (reused) *reused = false;
-  std::error_code ec;
-  if (!dir.empty() && stdfs::is_regular_file(dir / kSourceFile, ec)) {
-    Meta source = parse_meta(fs::read_file(dir / kSourceFile));
-    if (source["options"] == options && source["trained_on"] == trained_on) {
-      try {
-        auto tok = load_tokenizer(dir);
-        if (reused) *reused = true;
-        log::info("data", "tokenizer: reusing {} ({}, vocab {})", dir.string(), tok->kind(),
-                  tok->vocab_size());
-        return tok;
-      } catch (const std::exception& e) {
-        log::info("data", "tokenizer cache unusable, rebuilding: {}", e.what());
-      }
-    } else {
-      log::info("data", "tokenizer in {} is stale ({} changed), rebuilding", dir.string(),
-                source["options"] != options ? "options" : "training text");
-    }
+  std::string why;
+  if (auto tok = find_cached_tokenizer(cfg, train_fingerprint, dir, &why)) {
+    if (reused) *reused = true;
+    log::info("data", "tokenizer: reusing {} ({}, vocab {})", dir.string(), tok->kind(),
+              tok->vocab_size());
+    return tok;
   }
+  if (!why.empty()) log::info("data", "{}; rebuilding", why);
   std::shared_ptr<Tokenizer> tok;
   if (cfg.type == "byte") {
     tok = make_byte_tokenizer();
@@ -710,8 +781,8 @@ std::shared_ptr<Tokenizer> make_tokenizer(
   if (!dir.empty()) {
     tok->save(dir);
     // Written last: a crash before this line leaves no claim that the files are complete.
-    fs::write_atomic(dir / kSourceFile,
-                     format_meta({{"options", options}, {"trained_on", trained_on}}));
+    fs::write_atomic(dir / kSourceFile, format_meta({{"options", source.at("options")},
+                                                     {"trained_on", source.at("trained_on")}}));
   }
   return tok;
 }

@@ -1,7 +1,9 @@
 #include "txl/data/dataset.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "data_test_support.h"
 #include "support/test_support.h"
@@ -10,6 +12,7 @@
 
 namespace {
 
+using txl::data::CacheMiss;
 using txl::data::Dataset;
 using txl::data::EncodedSplit;
 using txl::data::load_dataset;
@@ -102,6 +105,7 @@ TEST(Dataset, EncodeErrorNamesTheLine) {
     std::string piece(std::int64_t) const override { return ""; }
     std::string fingerprint() const override { return "0"; }
     void save(const std::filesystem::path&) const override {}
+    std::string serialize() const override { return ""; }
   } failing;
   txl::data::CorpusSplit split;
   split.lines = {"ok", "ok", "bad", "ok"};
@@ -125,6 +129,23 @@ TEST(Dataset, EncodeTextFile) {
 
 // ------------------------------------------------------------------------- cache format
 
+TEST(Dataset, Xxh64MatchesTheReferenceVectors) {
+  // Values of the reference implementation (python-xxhash 3.x), covering every tail path:
+  // empty, 1 and 3 bytes, 4 + 2 bytes with a seed, 32-byte stripes + 4 + 3, stripes + 8 + 4 + 3.
+  using txl::data::xxh64;
+  EXPECT_EQ(xxh64(""), 0xef46db3751d8e999ull);
+  EXPECT_EQ(xxh64("a"), 0xd24ec4f1a98c6e5bull);
+  EXPECT_EQ(xxh64("abc"), 0x44bc2cf5ad770999ull);
+  EXPECT_EQ(xxh64("xxhash", 20141025), 0xb559b98d844e0635ull);
+  EXPECT_EQ(xxh64("Nobody inspects the spammish repetition"), 0xfbcea83c8a378bf1ull);
+  std::string bytes;
+  for (int r = 0; r < 3; ++r)
+    for (int b = 0; b < 256; ++b) bytes += static_cast<char>(b);
+  bytes += "12345678abcdefg";  // 783 bytes: 24 stripes, then 8, 4 and 3 bytes
+  EXPECT_EQ(xxh64(bytes), 0x06493872bbc8ff66ull);
+  EXPECT_EQ(xxh64(std::string_view(bytes).substr(0, 200), 7), 0x38095d110db174ccull);
+}
+
 TEST(Dataset, CacheFileRoundTripBothDtypes) {
   TempDir dir;
   EncodedSplit split;
@@ -133,33 +154,79 @@ TEST(Dataset, CacheFileRoundTripBothDtypes) {
   split.n_bytes = 99;
   split.n_chars = 90;
   txl::data::write_encoded_split(dir / "u16.bin", split, 65536, 0xabc);
-  EXPECT_EQ(stdfs::file_size(dir / "u16.bin"), 56u + 2 * 8 + 5 * 2);  // uint16 ids
-  auto back = txl::data::read_encoded_split(dir / "u16.bin", 0xabc);
+  EXPECT_EQ(stdfs::file_size(dir / "u16.bin"), 64u + 2 * 8 + 5 * 2);  // uint16 ids
+  auto back = txl::data::read_encoded_split(dir / "u16.bin", 0xabc, 65536);
   ASSERT_TRUE(back.has_value());
   EXPECT_TRUE(tensor_equal(back->ids, split.ids));
   EXPECT_TRUE(tensor_equal(back->doc_starts, split.doc_starts));
   EXPECT_EQ(back->n_bytes, 99);
   EXPECT_EQ(back->n_chars, 90);
+  // The header's checksum is the one encoded_split_checksum computes from the rest.
+  const std::string bytes = txl::fs::read_file(dir / "u16.bin");
+  std::uint64_t stored;
+  std::memcpy(&stored, bytes.data() + 56, 8);
+  EXPECT_EQ(stored, txl::data::encoded_split_checksum(bytes));
 
   split.ids = torch::tensor({0, 70000, 267734}, torch::kLong);
   split.doc_starts = torch::tensor({0, 2}, torch::kLong);
   txl::data::write_encoded_split(dir / "i32.bin", split, 267735, 0xabc);
-  EXPECT_EQ(stdfs::file_size(dir / "i32.bin"), 56u + 2 * 8 + 3 * 4);  // int32 ids
-  back = txl::data::read_encoded_split(dir / "i32.bin", 0xabc);
+  EXPECT_EQ(stdfs::file_size(dir / "i32.bin"), 64u + 2 * 8 + 3 * 4);  // int32 ids
+  back = txl::data::read_encoded_split(dir / "i32.bin", 0xabc, 267735);
   ASSERT_TRUE(back.has_value());
   EXPECT_TRUE(tensor_equal(back->ids, split.ids));
 
-  std::string why;
-  EXPECT_FALSE(txl::data::read_encoded_split(dir / "i32.bin", 0xabd, &why).has_value());
-  EXPECT_NE(why.find("stale"), std::string::npos) << why;
+  CacheMiss miss;
+  EXPECT_FALSE(txl::data::read_encoded_split(dir / "i32.bin", 0xabd, 267735, &miss).has_value());
+  EXPECT_EQ(miss.kind, CacheMiss::Kind::kStale);
+  EXPECT_NE(miss.reason.find("stale"), std::string::npos) << miss.reason;
+  EXPECT_FALSE(txl::data::read_encoded_split(dir / "none.bin", 0xabc, 9, &miss).has_value());
+  EXPECT_EQ(miss.kind, CacheMiss::Kind::kMissing);
+  // A smaller vocabulary than the ids need: damage, naming the id and its position.
+  EXPECT_FALSE(txl::data::read_encoded_split(dir / "i32.bin", 0xabc, 70000, &miss).has_value());
+  EXPECT_EQ(miss.kind, CacheMiss::Kind::kDamaged);
+  EXPECT_NE(miss.reason.find("token id 70000 at 1 outside"), std::string::npos) << miss.reason;
   // Document starts beyond the ids are damage.
   split.doc_starts = torch::tensor({0, 3}, torch::kLong);
   txl::data::write_encoded_split(dir / "bad_docs.bin", split, 267735, 0xabc);
-  EXPECT_FALSE(txl::data::read_encoded_split(dir / "bad_docs.bin", 0xabc, &why).has_value());
-  EXPECT_NE(why.find("document starts"), std::string::npos) << why;
+  EXPECT_FALSE(txl::data::read_encoded_split(dir / "bad_docs.bin", 0xabc, 267735, &miss));
+  EXPECT_EQ(miss.kind, CacheMiss::Kind::kDamaged);
+  EXPECT_NE(miss.reason.find("document starts"), std::string::npos) << miss.reason;
   // An id the vocabulary cannot hold is refused at write time.
   TXL_EXPECT_THROW_WITH(txl::data::write_encoded_split(dir / "x.bin", split, 1000, 1),
                         "outside the vocabulary");
+}
+
+// One cache file in memory: flips of any bit of the header or the payload are caught by the
+// checksum (or the size check), whichever byte is hit.
+TEST(Dataset, ParseEncodedSplitDetectsEveryFlippedByte) {
+  TempDir dir;
+  EncodedSplit split;
+  split.ids = torch::tensor({3, 4, 5, 2, 6, 2}, torch::kLong);
+  split.doc_starts = torch::tensor({0, 4}, torch::kLong);
+  split.n_bytes = 20;
+  split.n_chars = 18;
+  txl::data::write_encoded_split(dir / "s.bin", split, 10, 0x5eed);
+  const std::string good = txl::fs::read_file(dir / "s.bin");
+  ASSERT_TRUE(txl::data::parse_encoded_split(good, 0x5eed, 10).has_value());
+  for (size_t i = 0; i < good.size(); ++i) {
+    for (int bit : {0, 7}) {
+      std::string bad = good;
+      bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
+      CacheMiss miss;
+      EXPECT_FALSE(txl::data::parse_encoded_split(bad, 0x5eed, 10, &miss).has_value())
+          << "byte " << i << " bit " << bit;
+      // Only the version field may read as another version; everything else is damage.
+      if (i < 8 || i >= 12) {
+        EXPECT_EQ(miss.kind, CacheMiss::Kind::kDamaged) << i << miss.reason;
+      }
+      if (i >= 64) {
+        EXPECT_NE(miss.reason.find("checksum"), std::string::npos) << miss.reason;
+      }
+    }
+  }
+  // Every prefix is refused too (truncation), and nothing here throws.
+  for (size_t n = 0; n < good.size(); ++n)
+    EXPECT_FALSE(txl::data::parse_encoded_split(good.substr(0, n), 0x5eed, 10)) << n;
 }
 
 // --------------------------------------------------------------------- load_dataset cache
@@ -233,13 +300,17 @@ TEST(Dataset, TruncatedForeignAndOldCachesAreRebuilt) {
   test[8] = static_cast<char>(test[8] + 1);
   txl::fs::write_atomic(f.split_file(first, "test"), test);
 
-  std::string why;
-  EXPECT_FALSE(txl::data::read_encoded_split(train, 0, &why).has_value());
-  EXPECT_NE(why.find("truncated"), std::string::npos) << why;
-  EXPECT_FALSE(txl::data::read_encoded_split(f.split_file(first, "valid"), 0, &why).has_value());
-  EXPECT_NE(why.find("foreign"), std::string::npos) << why;
-  EXPECT_FALSE(txl::data::read_encoded_split(f.split_file(first, "test"), 0, &why).has_value());
-  EXPECT_NE(why.find("version"), std::string::npos) << why;
+  const std::int64_t vocab = first.tokenizer->vocab_size();
+  CacheMiss miss;
+  EXPECT_FALSE(txl::data::read_encoded_split(train, 0, vocab, &miss).has_value());
+  EXPECT_NE(miss.reason.find("truncated"), std::string::npos) << miss.reason;
+  EXPECT_FALSE(
+      txl::data::read_encoded_split(f.split_file(first, "valid"), 0, vocab, &miss).has_value());
+  EXPECT_NE(miss.reason.find("foreign"), std::string::npos) << miss.reason;
+  EXPECT_FALSE(
+      txl::data::read_encoded_split(f.split_file(first, "test"), 0, vocab, &miss).has_value());
+  EXPECT_NE(miss.reason.find("version"), std::string::npos) << miss.reason;
+  EXPECT_EQ(miss.kind, CacheMiss::Kind::kOutdated);
 
   Dataset rebuilt = load_dataset(f.cfg);
   EXPECT_TRUE(rebuilt.stats.tokenizer_reused);
@@ -255,6 +326,231 @@ TEST(Dataset, TruncatedForeignAndOldCachesAreRebuilt) {
   EXPECT_FALSE(retok.stats.tokenizer_reused);
   EXPECT_EQ(retok.stats.splits_reused, 3);
   expect_same(first, retok);
+}
+
+// ------------------------------------------------------------------ cache integrity
+
+// The file's ids and document starts, as the header places them.
+struct SplitLayout {
+  std::uint64_t n = 0, n_docs = 0;
+  size_t starts_at() const { return 64; }
+  size_t ids_at() const { return 64 + n_docs * 8; }
+};
+
+SplitLayout layout_of(const std::string& bytes) {
+  SplitLayout l;
+  std::memcpy(&l.n, bytes.data() + 16, 8);
+  std::memcpy(&l.n_docs, bytes.data() + 24, 8);
+  return l;
+}
+
+// Rewrites the header checksum so that only the other checks can object.
+void reseal(std::string* bytes) {
+  const std::uint64_t sum = txl::data::encoded_split_checksum(*bytes);
+  std::memcpy(bytes->data() + 56, &sum, 8);
+}
+
+std::string captured_load(const txl::config::DataConfig& cfg, Dataset* out) {
+  testing::internal::CaptureStderr();
+  *out = load_dataset(cfg);
+  return testing::internal::GetCapturedStderr();
+}
+
+TEST(Dataset, FlippedInRangeIdIsDetectedAndRebuilt) {
+  Fixture f;
+  Dataset first = load_dataset(f.cfg);
+  const auto file = f.split_file(first, "train");
+  std::string bytes = txl::fs::read_file(file);
+  const SplitLayout l = layout_of(bytes);
+  // One bit of the 10th id (uint16): still a valid id, so only the checksum can tell.
+  const size_t at = l.ids_at() + 2 * 10;
+  std::uint16_t id;
+  std::memcpy(&id, bytes.data() + at, 2);
+  const std::uint16_t flipped = static_cast<std::uint16_t>(id ^ 1);
+  ASSERT_LT(flipped, first.tokenizer->vocab_size());
+  std::memcpy(bytes.data() + at, &flipped, 2);
+  txl::fs::write_atomic(file, bytes);
+
+  Dataset second;
+  const std::string log = captured_load(f.cfg, &second);
+  EXPECT_NE(log.find("warning: cache " + file.string() + " is damaged: checksum mismatch"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(second.stats.splits_reused, 2);
+  EXPECT_EQ(second.stats.encoded_tokens, first.train.ids.numel());
+  expect_same(first, second);  // the ids of a fresh encoding
+  // The rebuilt file is sound again.
+  Dataset third = load_dataset(f.cfg);
+  EXPECT_EQ(third.stats.splits_reused, 3);
+}
+
+TEST(Dataset, OutOfRangeIdIsRebuiltWithAWarningNamingTheFile) {
+  Fixture f;
+  Dataset first = load_dataset(f.cfg);
+  const auto file = f.split_file(first, "valid");
+  std::string bytes = txl::fs::read_file(file);
+  // An id the word vocabulary lacks, with a matching checksum: only the range check objects.
+  const auto vocab = static_cast<std::uint16_t>(first.tokenizer->vocab_size());
+  std::memcpy(bytes.data() + layout_of(bytes).ids_at() + 2 * 1, &vocab, 2);
+  reseal(&bytes);
+  txl::fs::write_atomic(file, bytes);
+
+  Dataset second;
+  const std::string log = captured_load(f.cfg, &second);
+  EXPECT_NE(log.find("warning: cache " + file.string() + " is damaged: token id " +
+                     std::to_string(vocab) + " at 1 outside the tokenizer's vocabulary"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(second.stats.splits_reused, 2);
+  expect_same(first, second);
+}
+
+TEST(Dataset, DamagedHeaderFieldsAndOldVersionsAreRebuilt) {
+  Fixture f;
+  Dataset first = load_dataset(f.cfg);
+  auto damage = [&](const char* split, size_t offset, char value) {
+    std::string bytes = txl::fs::read_file(f.split_file(first, split));
+    bytes[offset] = value;
+    txl::fs::write_atomic(f.split_file(first, split), bytes);
+  };
+  damage("train", 32, 0x7f);  // n_bytes: only the checksum over the header sees it
+  damage("valid", 57, 0x00);  // the checksum itself
+  damage("test", 8, 1);       // format version 1 (no checksum): outdated, rebuilt quietly
+  Dataset second;
+  const std::string log = captured_load(f.cfg, &second);
+  EXPECT_EQ(second.stats.splits_reused, 0);
+  expect_same(first, second);
+  for (const char* split : {"train", "valid"})
+    EXPECT_NE(log.find("warning: cache " + f.split_file(first, split).string() +
+                       " is damaged: checksum mismatch"),
+              std::string::npos)
+        << split << "\n"
+        << log;
+  EXPECT_NE(log.find(f.split_file(first, "test").string() + ": format version 1, expected 2"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("warning: cache " + f.split_file(first, "test").string()), std::string::npos)
+      << "an old version is not damage";
+}
+
+TEST(Dataset, ChecksumCoversDocumentStarts) {
+  Fixture f;
+  Dataset first = load_dataset(f.cfg);
+  std::string bytes = txl::fs::read_file(f.split_file(first, "train"));
+  const SplitLayout l = layout_of(bytes);
+  ASSERT_GE(l.n_docs, 3u);
+  // Move the second document start by one token: still 0-first, increasing and in range.
+  std::int64_t starts[3];
+  std::memcpy(starts, bytes.data() + l.starts_at(), sizeof starts);
+  ASSERT_LT(starts[1] + 1, starts[2]);
+  const std::int64_t moved = starts[1] + 1;
+  std::memcpy(bytes.data() + l.starts_at() + 8, &moved, 8);
+  const std::uint64_t fp = [&] {
+    std::uint64_t v;
+    std::memcpy(&v, bytes.data() + 48, 8);
+    return v;
+  }();
+  const std::int64_t vocab = first.tokenizer->vocab_size();
+  CacheMiss miss;
+  EXPECT_FALSE(txl::data::parse_encoded_split(bytes, fp, vocab, &miss).has_value());
+  EXPECT_EQ(miss.kind, CacheMiss::Kind::kDamaged);
+  EXPECT_NE(miss.reason.find("checksum mismatch"), std::string::npos) << miss.reason;
+  // Resealed, the same bytes pass: the checksum was the only thing that objected.
+  reseal(&bytes);
+  auto parsed = txl::data::parse_encoded_split(bytes, fp, vocab);
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->doc_starts[1].item<std::int64_t>(), moved);
+}
+
+// ------------------------------------------------------------------ a given tokenizer
+
+// What the `text` corpus makes of a file: each line encoded, eos after it; blank lines only
+// separate documents.
+std::vector<std::int64_t> encode_text_lines(const txl::data::Tokenizer& tok,
+                                            const std::string& text) {
+  std::vector<std::int64_t> ids;
+  for (const auto& line : txl::data::split_lines(text)) {
+    if (line.empty()) continue;
+    auto part = tok.encode(line);
+    ids.insert(ids.end(), part.begin(), part.end());
+    ids.push_back(tok.eos_id());
+  }
+  return ids;
+}
+
+std::map<std::string, std::string> tokenizer_files(const stdfs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const char* name : {"tokenizer.meta", "tokenizer.vocab", "tokenizer.source"})
+    files[name] = txl::fs::read_file(dir / name);
+  return files;
+}
+
+TEST(Dataset, GivenTokenizerOnAChangedCorpus) {
+  Fixture f;
+  Dataset first = load_dataset(f.cfg);
+  const auto own_files = tokenizer_files(first.stats.cache_path);
+  // New text: words the old vocabulary lacks, and the old ones in another order.
+  const std::string train = "zebra sat on the cat\n\ndoc 7 the giraffe\nline the line\n";
+  const std::string valid = "the zebra\nsat the\n";
+  write_text(f.dir / "corpus" / "train.txt", train);
+  write_text(f.dir / "corpus" / "valid.txt", valid);
+  std::shared_ptr<const txl::data::Tokenizer> fixed = first.tokenizer;
+
+  testing::internal::CaptureStderr();
+  Dataset given = load_dataset(f.cfg, fixed);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("warning: the tokenizer of corpus text"), std::string::npos) << log;
+  EXPECT_NE(log.find("differs from the given word tokenizer " + fixed->fingerprint() +
+                     "; encoding with the given one"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(given.tokenizer.get(), fixed.get()) << "the given tokenizer, no other";
+  EXPECT_TRUE(given.stats.tokenizer_given);
+  EXPECT_NE(given.stats.cache_path, first.stats.cache_path);
+  EXPECT_EQ(as_vector(given.train.ids), encode_text_lines(*fixed, train));
+  EXPECT_EQ(as_vector(given.valid.ids), encode_text_lines(*fixed, valid));
+  EXPECT_EQ(as_vector(given.train.doc_starts), (std::vector<std::int64_t>{0, 6}));
+  EXPECT_NE(given.corpus_fingerprint, first.corpus_fingerprint);
+  // The corpus's own cache folder keeps its tokenizer files byte for byte.
+  EXPECT_EQ(tokenizer_files(first.stats.cache_path), own_files);
+
+  // Again: the given folder's splits are reused.
+  Dataset again = load_dataset(f.cfg, fixed);
+  EXPECT_EQ(again.stats.cache_path, given.stats.cache_path);
+  EXPECT_EQ(again.stats.splits_reused, 3);
+  EXPECT_EQ(again.stats.encoded_tokens, 0);
+  // The usual load builds the corpus's own tokenizer, which now differs from the given one.
+  Dataset own = load_dataset(f.cfg);
+  EXPECT_NE(own.tokenizer->fingerprint(), fixed->fingerprint());
+  EXPECT_EQ(own.stats.cache_path, first.stats.cache_path);
+}
+
+TEST(Dataset, GivenTokenizerOnTheSameCorpusReusesTheFolder) {
+  Fixture f;
+  Dataset first = load_dataset(f.cfg);
+  EXPECT_EQ(first.corpus_fingerprint,
+            txl::fs::hex64(txl::data::make_corpus_reader(f.cfg)->fingerprint()));
+  // The same tokenizer rebuilt from its bytes (as a checkpoint carries it): another object.
+  std::shared_ptr<const txl::data::Tokenizer> fixed = txl::data::deserialize_tokenizer(
+      "word", first.tokenizer->serialize(), first.tokenizer->fingerprint(), "test");
+  testing::internal::CaptureStderr();
+  Dataset given = load_dataset(f.cfg, fixed);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(log.find("warning"), std::string::npos) << log;
+  EXPECT_EQ(given.tokenizer.get(), fixed.get());
+  EXPECT_EQ(given.stats.cache_path, first.stats.cache_path);
+  EXPECT_EQ(given.stats.splits_reused, 3);
+  EXPECT_EQ(given.stats.encoded_tokens, 0) << "no re-encoding";
+  expect_same(first, given);
+  EXPECT_EQ(given.corpus_fingerprint, first.corpus_fingerprint);
+
+  // Another kind on the same corpus: its own folder, byte ids.
+  Dataset bytes = load_dataset(f.cfg, txl::data::make_byte_tokenizer());
+  EXPECT_NE(bytes.stats.cache_path, first.stats.cache_path);
+  EXPECT_EQ(bytes.tokenizer->kind(), "byte");
+  EXPECT_EQ(as_vector(bytes.test.ids),
+            encode_text_lines(*bytes.tokenizer, txl::fs::read_file(f.dir / "corpus" / "test.txt")));
+  TXL_EXPECT_THROW_WITH(load_dataset(f.cfg, nullptr), "tokenizer is null");
 }
 
 TEST(Dataset, SyntheticCorpusWithWordTokenizer) {

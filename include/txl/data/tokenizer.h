@@ -42,11 +42,30 @@ class Tokenizer {
   // Writes the tokenizer into `dir` (tokenizer.meta plus tokenizer.model or tokenizer.vocab),
   // atomically file by file.
   virtual void save(const std::filesystem::path& dir) const = 0;
+  // The tokenizer as self-contained bytes, e.g. for a checkpoint: the sentencepiece model proto
+  // (the .model file), the word vocabulary text ("word<TAB>count" lines, tokenizer.vocab), empty
+  // for byte. deserialize_tokenizer(kind(), serialize(), fingerprint(), ...) rebuilds it.
+  virtual std::string serialize() const = 0;
 };
 
-// Loads a tokenizer saved by Tokenizer::save. Throws txl::Error naming the directory when it
-// holds none, or a damaged one.
+// The tokenizer of kind `kind` ("sentencepiece" | "byte" | "word") from Tokenizer::serialize
+// bytes, checked against `expected_fingerprint`. Throws txl::Error naming `origin` (a file or
+// "checkpoint runs/x/checkpoint_best.pt") for an unknown kind, malformed bytes or a fingerprint
+// mismatch; never crashes on arbitrary bytes (fuzzed: tests/fuzz/fuzz_tokenizer.cpp).
+std::shared_ptr<Tokenizer> deserialize_tokenizer(const std::string& kind, std::string_view bytes,
+                                                 const std::string& expected_fingerprint,
+                                                 const std::string& origin);
+
+// Loads a tokenizer saved by Tokenizer::save (through deserialize_tokenizer). Throws txl::Error
+// naming the directory when it holds none, or the file of a damaged one.
 std::shared_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& dir);
+
+namespace detail {
+// deserialize_tokenizer without the fingerprint comparison: the fuzz target uses it to reach
+// encode() on whatever parses. Everything else goes through deserialize_tokenizer.
+std::shared_ptr<Tokenizer> parse_tokenizer(const std::string& kind, std::string_view bytes,
+                                           const std::string& origin);
+}  // namespace detail
 
 // ----------------------------------------------------------------------------- building
 // Trains a sentencepiece model on `train_lines` with cfg's options (vocab_size, model_type,
@@ -79,6 +98,14 @@ std::shared_ptr<Tokenizer> make_tokenizer(
     const config::TokenizerConfig& cfg,
     const std::function<const std::vector<std::string>&()>& train_lines,
     std::uint64_t train_fingerprint, const std::filesystem::path& dir, bool* reused = nullptr);
+
+// The tokenizer make_tokenizer would reuse from `dir` (saved there from the same options and
+// training text), or nullptr with `why` saying why not: empty when `dir` holds none, else e.g.
+// "tokenizer in DIR is stale (options changed)". Writes nothing.
+std::shared_ptr<Tokenizer> find_cached_tokenizer(const config::TokenizerConfig& cfg,
+                                                 std::uint64_t train_fingerprint,
+                                                 const std::filesystem::path& dir,
+                                                 std::string* why = nullptr);
 
 // Convenience: the same with the training text at hand (its fingerprint is computed).
 std::shared_ptr<Tokenizer> make_tokenizer(const config::TokenizerConfig& cfg,
