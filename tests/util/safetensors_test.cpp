@@ -1,5 +1,8 @@
 #include "txl/util/safetensors.h"
 
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -9,6 +12,10 @@
 
 #include "support/test_support.h"
 #include "txl/util/error.h"
+#include "txl/util/fs.h"
+#include "txl/util/sha256.h"
+
+extern char** environ;
 
 namespace {
 
@@ -273,6 +280,132 @@ TEST(Safetensors, BadJsonStructureIsRefused) {
   EXPECT_REFUSED(file_with("{" + entry("", "U8", "[8]", "[0,8]") + "}", eight), "empty name");
   EXPECT_REFUSED(file_with("", eight), "not valid JSON");
   EXPECT_REFUSED(std::string("\x02\x00\x00", 3), "shorter than the 8-byte header length");
+}
+
+// ---- the safetensors package from PyPI ----------------------------------------------------------
+
+struct ProgramRun {
+  int status;       // exit status, or -1 when it did not exit normally
+  std::string log;  // stdout and stderr
+};
+
+// Runs `argv` (no shell) with stdout and stderr into `log_path`.
+ProgramRun run_program(const std::vector<std::string>& argv,
+                       const std::filesystem::path& log_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int error = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) return {-1, std::string("posix_spawn: ") + std::strerror(error)};
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, txl::fs::read_file(log_path)};
+}
+
+// The tensors C++ writes for Python: bf16 and bool among them, a 0-d scalar, a zero-size tensor.
+st::NamedTensors cpp_tensors() {
+  st::NamedTensors t;
+  t.emplace_back("cpp.f32", torch::arange(6, torch::kFloat).reshape({2, 3}) / 4 - 0.5);
+  t.emplace_back("cpp.bf16", torch::tensor({-1.5, 0.0, 3.0, 1024.0}).to(torch::kBFloat16));
+  t.emplace_back("cpp.bool", torch::tensor({true, false, true, true}));
+  t.emplace_back("cpp.f64.scalar", torch::tensor(1.0 / 3, torch::kDouble));
+  t.emplace_back("cpp.i64",
+                 torch::tensor({-(std::int64_t{1} << 53) - 1, std::int64_t{7}}, torch::kLong));
+  t.emplace_back("cpp.f16", torch::tensor({0.25, -2.0}).to(torch::kHalf).reshape({1, 2}));
+  t.emplace_back("cpp.u8.empty", torch::zeros({0, 4}, torch::kByte));
+  return t;
+}
+
+// What python_tensors() in safetensors_check.py writes.
+st::NamedTensors python_expected() {
+  st::NamedTensors t;
+  t.emplace_back("py_f32", torch::arange(12, torch::kFloat).reshape({3, 4}) / 8);
+  t.emplace_back("py_bf16", (torch::arange(-4, 4, torch::kFloat) * 0.75).to(torch::kBFloat16));
+  t.emplace_back("py_f64_scalar", torch::tensor(-2.5, torch::kDouble));
+  t.emplace_back("py_f16", torch::tensor({0.5, -1.0, 65504.0}).to(torch::kHalf).reshape({1, 3}));
+  t.emplace_back("py_i64", torch::tensor({-(std::int64_t{1} << 40), std::int64_t{0},
+                                          (std::int64_t{1} << 40) + 3},
+                                         torch::kLong));
+  t.emplace_back("py_i32", torch::tensor({-7, 2147483647}, torch::kInt));
+  t.emplace_back("py_i16", torch::tensor({-32768, 12345}, torch::kShort));
+  t.emplace_back("py_i8", torch::tensor({-128, 127, 0, -1}, torch::kChar).reshape({2, 2}));
+  t.emplace_back("py_u8", torch::arange(256, torch::kLong).to(torch::kByte));
+  t.emplace_back("py_bool", torch::tensor({true, false, true}));
+  t.emplace_back("py_empty", torch::zeros({0, 3}, torch::kFloat));
+  return t;
+}
+
+// Checks one tensor as the Python side described it: dtype name, shape, values, raw bytes.
+void expect_described(const Json& seen, const torch::Tensor& expected) {
+  EXPECT_EQ(seen.at("dtype"), st::dtype_name(expected.scalar_type()));
+  EXPECT_EQ(seen.at("shape").get<std::vector<std::int64_t>>(), expected.sizes().vec());
+  EXPECT_EQ(seen.at("sha256"), txl::sha256_hex(tensor_bytes(expected)));
+  const torch::Tensor flat = expected.flatten();
+  const Json& values = seen.at("values");
+  ASSERT_EQ(values.size(), std::size_t(flat.numel()));
+  for (std::int64_t i = 0; i < flat.numel(); ++i) {
+    if (flat.is_floating_point())
+      EXPECT_EQ(values[i].get<double>(), flat[i].item<double>()) << "element " << i;
+    else if (flat.scalar_type() == torch::kBool)
+      EXPECT_EQ(values[i].get<bool>(), flat[i].item<bool>()) << "element " << i;
+    else
+      EXPECT_EQ(values[i].get<std::int64_t>(), flat[i].item<std::int64_t>()) << "element " << i;
+  }
+}
+
+// txl writes, the `safetensors` package reads (torch and numpy); the package writes, txl reads.
+TEST(Safetensors, PythonPackageReadsOurFilesAndWritesOnesWeRead) {
+  const char* env = std::getenv("TXL_TEST_PYTHON");
+  const std::string python = env != nullptr && *env != '\0' ? env : TXL_TEST_PYTHON;
+  if (!std::filesystem::exists(python))
+    GTEST_SKIP() << "no Python environment at " << python
+                 << "; tools/setup.sh creates it (build/venv, from tools/requirements.txt)";
+  txl::test::TempDir dir;
+  const st::Metadata metadata = {{"format", "txl"},
+                                 {"unicode",
+                                  "Gr\xc3\xbc\xc3\x9f"
+                                  "e"}};
+  txl::fs::write_atomic(dir / "cpp.safetensors", st::serialize(cpp_tensors(), metadata));
+  const ProgramRun run =
+      run_program({python, (txl::test::source_dir() / "tests/util/safetensors_check.py").string(),
+                   (dir / "cpp.safetensors").string(), (dir / "py.safetensors").string(),
+                   (dir / "report.json").string()},
+                  dir / "log.txt");
+  if (run.status == 3) GTEST_SKIP() << python << " lacks a package the check needs: " << run.log;
+  ASSERT_EQ(run.status, 0) << run.log;
+
+  const Json report = Json::parse(txl::fs::read_file(dir / "report.json"));
+  std::cout << "[test] safetensors " << report.at("safetensors_version").get<std::string>() << "\n";
+  EXPECT_EQ(report.at("metadata").get<st::Metadata>(), metadata);
+  EXPECT_EQ(report.at("tensors").size(), cpp_tensors().size());
+  for (const auto& [name, tensor] : cpp_tensors()) {
+    SCOPED_TRACE("python read " + name);
+    expect_described(report.at("tensors").at(name), tensor);
+  }
+
+  const st::File file = st::parse(txl::fs::read_file(dir / "py.safetensors"), "py.safetensors");
+  EXPECT_EQ(file.metadata, (st::Metadata{{"written_by", "safetensors-python"},
+                                         {"format", "pt"},
+                                         {"unicode",
+                                          "Gr\xc3\xbc\xc3\x9f"
+                                          "e \xe2\x9c\x93 \"q\""}}));
+  const st::NamedTensors expected = python_expected();
+  ASSERT_EQ(file.tensors.size(), expected.size());
+  for (const auto& [name, tensor] : expected) {
+    SCOPED_TRACE("txl read " + name);
+    auto found = std::find_if(file.tensors.begin(), file.tensors.end(),
+                              [&](const auto& named) { return named.first == name; });
+    ASSERT_NE(found, file.tensors.end());
+    EXPECT_TRUE(bits_equal(found->second, tensor));
+  }
 }
 
 }  // namespace
