@@ -9,6 +9,8 @@
 #   TXL_BUILD_DIR=dir     build folder (default: build)
 #   CMAKE_PREFIX_PATH     e.g. an official LibTorch 2.x: /opt/libtorch
 #   TXL_JOBS=n            parallel compile jobs (default: number of cores)
+#   TXL_SKIP_PIP=1        do not make the Python environment $build_dir/venv (cross-check tests
+#                         then skip)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,7 +26,7 @@ packages=(
   libtorch-dev libopenblas0-pthread
   libsentencepiece-dev libyaml-cpp-dev libfmt-dev libgtest-dev libcli11-dev nlohmann-json3-dev
   libgloo-dev python3-torch
-  bible-kjv python3-matplotlib
+  bible-kjv python3-matplotlib python3-venv
 )
 
 install_packages() {
@@ -84,6 +86,44 @@ check_blas() {
   fi
 }
 
+# A virtual environment for the Python cross-check tests: Debian's python3 (python3 on PATH may be
+# another interpreter without numpy or torch) with its system packages, plus the pins of
+# tools/requirements.txt from PyPI. Never fatal: offline or failing pip leaves a warning, and the
+# tests that need a package skip. A stamp with the requirements' hash makes a rerun free.
+setup_python_env() {
+  if [ "${TXL_SKIP_PIP:-0}" = "1" ]; then
+    say "TXL_SKIP_PIP=1: not making the Python environment $build_dir/venv"
+    return
+  fi
+  local venv="$build_dir/venv" requirements="tools/requirements.txt" python=/usr/bin/python3
+  [ -x "$python" ] || python="$(command -v python3 || true)"
+  if [ -z "$python" ]; then
+    say "warning: no python3; Python cross-check tests will skip"
+    return
+  fi
+  local stamp="$venv/.txl-requirements" want
+  want="$(sha256sum <"$requirements" | cut -d' ' -f1) $("$python" --version 2>&1 || true)"
+  if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ]; then
+    say "Python environment $venv up to date"
+    return
+  fi
+  if [ ! -x "$venv/bin/python" ]; then
+    mkdir -p "$build_dir"
+    if ! "$python" -m venv --system-site-packages "$venv"; then
+      say "warning: could not make $venv with $python (python3-venv missing?); Python cross-check tests will skip"
+      rm -rf "$venv"
+      return
+    fi
+  fi
+  say "installing $requirements into $venv"
+  if "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
+      --timeout 20 --retries 2 --prefer-binary -r "$requirements"; then
+    printf '%s\n' "$want" >"$stamp"
+  else
+    say "warning: pip could not install $requirements (offline?); Python cross-check tests will skip"
+  fi
+}
+
 configure_and_build() {
   local generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
@@ -103,4 +143,5 @@ configure_and_build() {
 
 install_packages
 check_blas
+setup_python_env
 configure_and_build
