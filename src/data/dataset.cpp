@@ -312,7 +312,11 @@ Dataset load_dataset(const config::DataConfig& cfg) {
     if (why != "not cached yet") log::info("data", "cache {}: {}; rebuilding", file.string(), why);
     const CorpusSplit& split = corpus_text().split(name);
     auto start = Clock::now();
-    *target = encode_split(split, *ds.tokenizer, cfg.add_eos);
+    try {
+      *target = encode_split(split, *ds.tokenizer, cfg.add_eos);
+    } catch (const Error& e) {  // e.g. invalid UTF-8 for sentencepiece: say which split
+      TXL_FAIL("corpus '", ds.corpus, "', ", name, " split: ", e.what());
+    }
     ds.stats.encode_seconds += seconds_since(start);
     ds.stats.encoded_tokens += target->ids.numel();
     write_encoded_split(file, *target, ds.tokenizer->vocab_size(), fp);
