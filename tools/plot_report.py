@@ -11,7 +11,14 @@ Each PNG is written to a temporary file and renamed, so a crash never leaves hal
 
 Also, for txl-eval's context sweep (txl::eval::run):
   plot_report.py sweep context_sweep.json context_sweep.png
-plots perplexity against evaluation memory length, one line per split.
+plots perplexity against evaluation memory length, one line per split; and for txl-bench --sweep
+(txl::bench::run_sweep):
+  plot_report.py bench-sweep sweep.json sweep.png
+plots training tokens/s and peak RSS against tgt_len = mem_len and against the batch, and the
+attention cost per token against mem_len with its least-squares line.
+
+txl runs this script with an argument vector (no shell), found at <bin>/../share/txl/ or at
+$TXL_PLOT_SCRIPT, with the interpreter chosen when txl was configured or $TXL_PYTHON.
 
 Exit status: 0 written; 2 bad arguments or input; 3 matplotlib missing (the caller skips plots).
 """
@@ -120,12 +127,62 @@ def sweep(json_path, png_path):
     return 0
 
 
+def bench_sweep(json_path, png_path):
+    """txl-bench --sweep's sweep.json: throughput and memory against length and batch, and the
+    attention cost against mem_len."""
+    plt = import_pyplot()
+    if plt is None:
+        return 3
+    try:
+        with open(json_path, encoding="utf-8") as f:
+            data = json.load(f)
+        points, att = data["points"], data["attention"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        print(f"cannot read {json_path}: {e!r}", file=sys.stderr)
+        return 2
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    for ax, series, key, label in ((axes[0], "length", "tgt_len", "tgt_len = mem_len"),
+                                   (axes[1], "batch", "batch", "batch")):
+        pts = [p for p in points if p["series"] == series]
+        if not pts:
+            ax.text(0.5, 0.5, f"no {series} points", ha="center", va="center",
+                    transform=ax.transAxes)
+            continue
+        xs = [p[key] for p in pts]
+        ax.plot(xs, [p["tokens_per_s"] for p in pts], "o-", color="tab:blue")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(label)
+        ax.set_ylabel("training tokens/s", color="tab:blue")
+        twin = ax.twinx()
+        twin.plot(xs, [p["peak_rss_mb"] for p in pts], "s--", color="tab:red")
+        twin.set_ylabel("peak RSS (MB)", color="tab:red")
+        fixed = f"batch {pts[0]['batch']}" if series == "length" else f"tgt_len {pts[0]['tgt_len']}"
+        ax.set_title(f"training fp32 vs {label} ({fixed})")
+    ms = [p["mem_len"] for p in att["points"]]
+    axes[2].plot(ms, [p["us_per_token"] for p in att["points"]], "o", label="measured")
+    axes[2].plot(ms, [att["intercept_us"] + att["slope_us"] * m for m in ms], "-",
+                 label=f"least squares, r2 = {att['r2']:.3f}")
+    axes[2].set_xlabel("mem_len")
+    axes[2].set_ylabel("attention block, us per query token")
+    axes[2].set_title(f"attention cost vs memory (tgt_len {att['tgt_len']}, batch {att['batch']})")
+    axes[2].legend()
+    fig.tight_layout()
+    save(fig, os.path.dirname(os.path.abspath(png_path)), os.path.basename(png_path))
+    plt.close(fig)
+    return 0
+
+
+SUBCOMMANDS = {"sweep": (sweep, "RESULTS.json OUT.png"),
+               "bench-sweep": (bench_sweep, "SWEEP.json OUT.png")}
+
+
 def main():
-    if len(sys.argv) >= 2 and sys.argv[1] == "sweep":
+    if len(sys.argv) >= 2 and sys.argv[1] in SUBCOMMANDS:
+        command, usage = SUBCOMMANDS[sys.argv[1]]
         if len(sys.argv) != 4:
-            print("usage: plot_report.py sweep RESULTS.json OUT.png", file=sys.stderr)
+            print(f"usage: plot_report.py {sys.argv[1]} {usage}", file=sys.stderr)
             return 2
-        return sweep(sys.argv[2], sys.argv[3])
+        return command(sys.argv[2], sys.argv[3])
     args = parse_args()
     plt = import_pyplot()
     if plt is None:

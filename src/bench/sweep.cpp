@@ -1,55 +1,16 @@
 #include "txl/bench/sweep.h"
 
-#include <cstdlib>
-
 #include <fmt/format.h>
 
 #include "txl/models/flops.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
+#include "txl/util/plot.h"
 
 namespace txl::bench {
 
 namespace {
-
-// Written next to the data so that the plot can be redrawn (or restyled) without rerunning.
-constexpr const char* kPlotScript = R"PY(#!/usr/bin/env python3
-"""Plots runs/bench/sweep.json written by txl-bench --sweep: usage plot_sweep.py sweep.json out.png"""
-import json
-import sys
-
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-
-data = json.load(open(sys.argv[1]))
-fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-for ax, series, key, label in ((axes[0], "length", "tgt_len", "tgt_len = mem_len"),
-                               (axes[1], "batch", "batch", "batch")):
-    pts = [p for p in data["points"] if p["series"] == series]
-    xs = [p[key] for p in pts]
-    ax.plot(xs, [p["tokens_per_s"] for p in pts], "o-", color="tab:blue")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel(label)
-    ax.set_ylabel("training tokens/s", color="tab:blue")
-    twin = ax.twinx()
-    twin.plot(xs, [p["peak_rss_mb"] for p in pts], "s--", color="tab:red")
-    twin.set_ylabel("peak RSS (MB)", color="tab:red")
-    fixed = f"batch {pts[0]['batch']}" if series == "length" else f"tgt_len {pts[0]['tgt_len']}"
-    ax.set_title(f"training fp32 vs {label} ({fixed})")
-att = data["attention"]
-ms = [p["mem_len"] for p in att["points"]]
-axes[2].plot(ms, [p["us_per_token"] for p in att["points"]], "o", label="measured")
-axes[2].plot(ms, [att["intercept_us"] + att["slope_us"] * m for m in ms], "-",
-             label=f"least squares, r2 = {att['r2']:.3f}")
-axes[2].set_xlabel("mem_len")
-axes[2].set_ylabel("attention block, us per query token")
-axes[2].set_title(f"attention cost vs memory (tgt_len {att['tgt_len']}, batch {att['batch']})")
-axes[2].legend()
-fig.tight_layout()
-fig.savefig(sys.argv[2], dpi=110)
-)PY";
 
 SweepPoint measure_point(const config::ExperimentConfig& base, const SweepOptions& o,
                          const std::string& series, std::int64_t batch, std::int64_t tgt_len,
@@ -100,6 +61,21 @@ std::string sweep_json(const SweepResult& s, std::int64_t attention_batch,
       "\"intercept_us\":{:.7g},\"slope_us\":{:.7g},\"r2\":{:.7g}}}}}\n",
       points, attention_batch, attention_tgt_len, attention, s.attention.intercept_us,
       s.attention.slope_us, s.attention.r2);
+}
+
+// sweep.png from sweep.json with the plot script's bench-sweep subcommand (plot.h); a missing
+// plotter leaves a warning and the data.
+void plot_sweep(const SweepOptions& o, SweepResult* s) {
+  const auto json = o.out_dir / "sweep.json";
+  const auto png = o.out_dir / "sweep.png";
+  const auto run = plot::run_script({"bench-sweep", json.string(), png.string()}, {o.python, {}});
+  if (run.drawn()) {
+    s->plotted = true;
+    s->files.push_back(png);
+    return;
+  }
+  s->plot_message = fmt::format("no plot: {} (the data is in {})", run.note, json.string());
+  log::warn("bench", "{}", s->plot_message);
 }
 
 }  // namespace
@@ -161,29 +137,10 @@ SweepResult run_sweep(const config::ExperimentConfig& config, const SweepOptions
   }
   write("sweep.csv", csv);
   write("sweep.json", sweep_json(s, o.attention_batch, config.model.tgt_len));
-  write("plot_sweep.py", kPlotScript);
-
-  if (!o.plot) {
-    s.plot_message = "plot not requested";
-    return s;
-  }
-  const auto png = o.out_dir / "sweep.png";
-  const std::string check = o.python + " -c 'import matplotlib' >/dev/null 2>&1";
-  if (std::system(check.c_str()) != 0) {
-    s.plot_message = fmt::format("{} with matplotlib not found: no plot (the data is in {})",
-                                 o.python, (o.out_dir / "sweep.json").string());
-    log::warn("bench", "{}", s.plot_message);
-    return s;
-  }
-  const std::string command =
-      fmt::format("{} '{}' '{}' '{}'", o.python, (o.out_dir / "plot_sweep.py").string(),
-                  (o.out_dir / "sweep.json").string(), png.string());
-  if (std::system(command.c_str()) == 0) {
-    s.plotted = true;
-    s.files.push_back(png);
+  if (o.plot) {
+    plot_sweep(o, &s);
   } else {
-    s.plot_message = "plot_sweep.py failed: no plot";
-    log::warn("bench", "{}", s.plot_message);
+    s.plot_message = "plot not requested";
   }
   return s;
 }

@@ -1,20 +1,13 @@
 #include "txl/data/corpus.h"
 
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cctype>
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 
 #include "txl/data/synthetic.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
+#include "txl/util/process.h"
 
 namespace txl::data {
 
@@ -169,33 +162,16 @@ std::uint64_t fingerprint_files(const std::string& corpus, const std::vector<std
 
 // ------------------------------------------------------------------------------ kjv
 
-// True when `program` is an executable file in one of the PATH directories.
-bool on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  if (!path) return false;
-  std::string_view dirs(path);
-  while (!dirs.empty()) {
-    size_t colon = dirs.find(':');
-    std::string dir(dirs.substr(0, colon));
-    if (!dir.empty() && ::access((stdfs::path(dir) / program).c_str(), X_OK) == 0) return true;
-    if (colon == std::string_view::npos) break;
-    dirs.remove_prefix(colon + 1);
-  }
-  return false;
-}
-
-// Runs a shell command and returns its standard output; throws on failure.
-std::string run_command(const std::string& command) {
-  FILE* pipe = ::popen(command.c_str(), "r");
-  TXL_CHECK(pipe != nullptr, "cannot run `", command, "`: ", std::strerror(errno));
-  std::string out;
-  char buffer[1 << 16];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
-  int status = ::pclose(pipe);
-  TXL_CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "`", command,
-            "` failed (exit status ", (WIFEXITED(status) ? WEXITSTATUS(status) : -1), ")");
-  return out;
+// The text of `bible -f Gen1:1-Rev22:21` (bible-kjv), run without a shell (process.h).
+std::string read_bible() {
+  const auto r = process::run_program({"bible", "-f", "Gen1:1-Rev22:21"});
+  TXL_CHECK(r.started, "corpus 'kjv' needs the `bible` program: install the bible-kjv package ",
+            "(sudo apt-get install bible-kjv), or set data.path to a file of `bible -f` output, ",
+            "or choose another data.corpus (see ", kReadme, "; ", r.error, ")");
+  TXL_CHECK(r.ok(), "corpus 'kjv': `bible -f Gen1:1-Rev22:21` failed: it ", r.status(),
+            r.stderr_tail.empty() ? "" : ": ", r.stderr_tail, " (reinstall bible-kjv, see ",
+            kReadme, ")");
+  return r.out;
 }
 
 // The King James Bible from the bible-kjv package (or a file in the same `bible -f` format).
@@ -250,10 +226,7 @@ class KjvReader : public CorpusReader {
   const std::string& raw() const {
     if (!raw_loaded_) {
       if (path_.empty()) {
-        TXL_CHECK(on_path("bible"), "corpus 'kjv' needs the `bible` program: install the ",
-                  "bible-kjv package (sudo apt-get install bible-kjv), or set data.path to a ",
-                  "file of `bible -f` output, or choose another data.corpus (see ", kReadme, ")");
-        raw_ = run_command("bible -f Gen1:1-Rev22:21 2>&1");
+        raw_ = read_bible();
         TXL_CHECK(!raw_.empty(), "corpus 'kjv': `bible -f Gen1:1-Rev22:21` printed nothing; ",
                   "reinstall bible-kjv (see ", kReadme, ")");
       } else {

@@ -507,7 +507,11 @@ void load_splits(const stdfs::path& dir, std::uint64_t corpus_fp, bool add_eos, 
     report_miss(file, miss);
     const CorpusSplit& split = corpus.text().split(name);
     auto start = Clock::now();
-    *target = encode_split(split, tokenizer, add_eos);
+    try {
+      *target = encode_split(split, tokenizer, add_eos);
+    } catch (const Error& e) {  // e.g. invalid UTF-8 for sentencepiece: say which split
+      TXL_FAIL("corpus '", ds->corpus, "', ", name, " split: ", e.what());
+    }
     ds->stats.encode_seconds += seconds_since(start);
     ds->stats.encoded_tokens += target->ids.numel();
     write_encoded_split(file, *target, tokenizer.vocab_size(), fp);

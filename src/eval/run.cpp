@@ -1,7 +1,6 @@
 #include "txl/eval/run.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <ostream>
 #include <sstream>
 #include <thread>
@@ -19,6 +18,7 @@
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
+#include "txl/util/plot.h"
 
 namespace txl::eval {
 
@@ -41,19 +41,11 @@ void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
   }
 }
 
-// Plots ppl against mem_len with the plotting script shipped in tools/ (python3 + matplotlib);
-// a missing plotter is a warning, not an error.
+// Plots ppl against mem_len with the plot script's sweep subcommand (plot.h); a missing plotter
+// is a warning, not an error.
 void plot_sweep(const stdfs::path& json_path, const stdfs::path& png_path) {
-  const stdfs::path script = fs::source_file("tools/plot_report.py");
-  if (!stdfs::exists(script)) {
-    log::warn("eval", "plot skipped: {} not found (set TXL_SOURCE_DIR to the txl checkout)", script.string());
-    return;
-  }
-  std::string cmd = fmt::format("/usr/bin/python3 '{}' sweep '{}' '{}' 2>&1", script.string(),
-                                json_path.string(), png_path.string());
-  if (std::system(cmd.c_str()) != 0) {
-    log::warn("eval", "plot skipped: python3 with matplotlib is needed for {}", png_path.string());
-  }
+  const auto run = plot::run_script({"sweep", json_path.string(), png_path.string()});
+  if (!run.drawn()) log::warn("eval", "plot {} skipped: {}", png_path.string(), run.note);
 }
 
 // A float32 vector as a NumPy .npy file (format 1.0), readable with numpy.load.

@@ -1,17 +1,9 @@
 #include "txl/experiment/report.h"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <fmt/core.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -19,8 +11,7 @@
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
-
-extern char** environ;
+#include "txl/util/plot.h"
 
 namespace txl::experiment {
 
@@ -576,103 +567,26 @@ std::string memory_sweep_sentence(const std::vector<ResultRecord>& records,
 
 // ------------------------------------------------------------------------------------- plots
 
-// $TXL_PLOT_SCRIPT, else tools/plot_report.py of the txl source tree (fs::source_file).
-stdfs::path default_plot_script() {
-  if (const char* env = std::getenv("TXL_PLOT_SCRIPT"); env != nullptr && *env != '\0') return env;
-  return fs::source_file("tools/plot_report.py");
-}
-
-struct ProcessResult {
-  bool started = false;
-  int exit_code = -1;  // -1 when killed by a signal or not started
-  std::string output;  // stdout and stderr together
-  std::string error;   // why it did not start
-};
-
-// Runs argv[0] (an absolute path; no shell, so no quoting pitfalls) and collects its output.
-ProcessResult run_process(const std::vector<std::string>& args) {
-  ProcessResult result;
-  int fds[2];
-  if (::pipe(fds) != 0) {
-    result.error = std::string("pipe: ") + std::strerror(errno);
-    return result;
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[1]);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    result.error = args[0] + ": " + std::strerror(rc);
-    return result;
-  }
-  result.started = true;
-  char buffer[4096];
-  for (;;) {
-    ssize_t n = ::read(fds[0], buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    result.output.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  // 127 is what a failed exec reports on C libraries whose posix_spawn cannot return ENOENT.
-  if (result.exit_code == 127 && result.output.empty()) {
-    result.started = false;
-    result.error = args[0] + ": cannot be executed";
-  }
-  return result;
-}
-
-std::string last_line(const std::string& text) {
-  auto end = text.find_last_not_of(" \n\r\t");
-  if (end == std::string::npos) return "";
-  auto begin = text.rfind('\n', end);
-  return text.substr(begin == std::string::npos ? 0 : begin + 1,
-                     end - (begin == std::string::npos ? 0 : begin + 1) + 1);
-}
-
 constexpr const char* kPlotFiles[] = {"training_loss.png", "context_ppl.png", "eval_cost.png"};
 
-// Draws the plots; returns "" on success, else the reason they were skipped.
+// Draws the plots with the plot script (plot.h); returns "" on success, else the reason they
+// were skipped.
 std::string draw_plots(const stdfs::path& dir, const std::vector<TrainingCurve>& curves,
                        const ReportOptions& options, std::vector<stdfs::path>& plots) {
   if (!options.plots) return "plots were disabled";
-  stdfs::path script = options.plot_script.empty() ? default_plot_script() : options.plot_script;
-  std::error_code ec;
-  if (!stdfs::exists(script, ec)) return "the plot script " + script.string() + " was not found";
-  if (::access(options.python.c_str(), X_OK) != 0) {
-    return options.python + " was not found (install python3 and python3-matplotlib)";
-  }
-  std::vector<std::string> args = {
-      options.python, script.string(), "--results", (dir / "results.json").string(),
-      "--out",        dir.string(),    "--split",   options.plot_split};
+  std::vector<std::string> args = {"--results", (dir / "results.json").string(), "--out",
+                                   dir.string(), "--split", options.plot_split};
   for (const auto& c : curves) {
     args.push_back("--curve");
     args.push_back(c.variant + "=" + c.metrics.string());
   }
-  ProcessResult run = run_process(args);
-  if (!run.started) return run.error;
-  if (run.exit_code != 0) {
-    std::string why = last_line(run.output);
-    return fmt::format("{} exited with status {}{}{}", script.filename().string(), run.exit_code,
-                       why.empty() ? "" : ": ", why);
-  }
+  const plot::ScriptResult run = plot::run_script(args, {options.python, options.plot_script});
+  if (!run.drawn()) return run.note;
+  std::error_code ec;
   for (const char* name : kPlotFiles) {
     if (!stdfs::exists(dir / name, ec)) {
       plots.clear();
+      const auto script = options.plot_script.empty() ? plot::script_path() : options.plot_script;
       return fmt::format("{} did not write {}", script.filename().string(), name);
     }
     plots.push_back(dir / name);

@@ -5,7 +5,6 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -98,12 +97,6 @@ std::uint64_t fingerprint_file(const stdfs::path& path) {
     h = fnv1a(std::string_view(chunk.data(), static_cast<size_t>(in.gcount())), h);
   }
   return h;
-}
-
-stdfs::path source_file(const std::string& relative) {
-  if (const char* env = std::getenv("TXL_SOURCE_DIR"); env != nullptr && *env != '\0')
-    return stdfs::path(env) / relative;
-  return stdfs::path(TXL_SOURCE_DIR) / relative;
 }
 
 std::string hex64(std::uint64_t value) {

@@ -16,6 +16,8 @@
 #include "txl/bench/profile.h"
 #include "txl/bench/sweep.h"
 #include "txl/models/flops.h"
+#include "txl/util/fs.h"
+#include "txl/util/plot.h"
 
 namespace txl::bench {
 namespace {
@@ -264,7 +266,9 @@ TEST(Bench, SweepWritesTablesAndData) {
   EXPECT_GT(s.attention.r2, -1e-9);
   EXPECT_LE(s.attention.r2, 1.0 + 1e-9);
   EXPECT_FALSE(s.plotted);
-  for (const char* name : {"sweep.md", "sweep.csv", "sweep.json", "plot_sweep.py"}) {
+  // Data only: the plot is drawn by the one plot script (plot_report.py bench-sweep).
+  ASSERT_EQ(s.files.size(), 3u);
+  for (const char* name : {"sweep.md", "sweep.csv", "sweep.json"}) {
     EXPECT_TRUE(std::filesystem::exists(o.out_dir / name)) << name;
   }
   std::ifstream csv(o.out_dir / "sweep.csv");
@@ -273,6 +277,34 @@ TEST(Bench, SweepWritesTablesAndData) {
   while (std::getline(csv, line)) ++lines;
   EXPECT_EQ(lines, 1 + 4 + 3);
   EXPECT_NE(sweep_markdown(s).find("| 2 | 8 | 8 |"), std::string::npos) << sweep_markdown(s);
+}
+
+TEST(Bench, SweepPlotIntoAFolderNameAShellWouldSplitRunsNothing) {
+  test::TempDir dir;
+  SweepOptions o;
+  o.out_dir = dir / test::kShellHostileName / test::kShellHostileName;
+  o.vocab = kVocab;
+  o.lengths = {4, 8};
+  o.length_batch = 1;
+  o.batches = {1};
+  o.attention_mem_lens = {0, 8};
+  o.attention_batch = 1;
+  o.warmup = 0;
+  o.repetitions = 1;
+  torch::set_num_threads(1);
+  const auto s = run_sweep(tiny(), o);
+  EXPECT_TRUE(test::nothing_executed(o.out_dir));
+  EXPECT_TRUE(std::filesystem::exists(o.out_dir / "sweep.json"));
+  if (!plot::matplotlib_available()) {
+    EXPECT_FALSE(s.plotted);
+    EXPECT_NE(s.plot_message.find("matplotlib"), std::string::npos) << s.plot_message;
+    GTEST_SKIP() << "PNG part skipped: the plot interpreter " << plot::python_interpreter()
+                 << " cannot import matplotlib";
+  }
+  EXPECT_TRUE(s.plotted) << s.plot_message;
+  ASSERT_EQ(s.files.size(), 4u);
+  EXPECT_EQ(s.files.back(), o.out_dir / "sweep.png");
+  EXPECT_EQ(fs::read_file(o.out_dir / "sweep.png").substr(0, 8), std::string("\x89PNG\r\n\x1a\n"));
 }
 
 }  // namespace

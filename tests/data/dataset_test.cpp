@@ -113,6 +113,24 @@ TEST(Dataset, EncodeErrorNamesTheLine) {
   TXL_EXPECT_THROW_WITH(txl::data::encode_split(split, failing, true), "line 3");
 }
 
+TEST(Dataset, InvalidUtf8InValidOrTestNamesTheSplitAndLine) {
+  // Clean training text, so the sentencepiece model trains; one bad line in a held-out split.
+  for (const std::string bad_split : {"valid", "test"}) {
+    SCOPED_TRACE(bad_split);
+    Fixture f;
+    std::string train;
+    for (int i = 0; i < 200; ++i)
+      train += "line " + std::to_string(i) + " the quick brown fox jumps over the lazy dog\n";
+    write_text(f.dir / "corpus" / "train.txt", train);
+    write_text(f.dir / "corpus" / (bad_split + ".txt"), "fine text\nbroken \xFF byte\nmore\n");
+    f.cfg.tokenizer.type = "sentencepiece";
+    f.cfg.tokenizer.model_type = "char";
+    f.cfg.tokenizer.vocab_size = 40;
+    TXL_EXPECT_THROW_WITH(load_dataset(f.cfg), "corpus 'text', " + bad_split + " split: ");
+    TXL_EXPECT_THROW_WITH(load_dataset(f.cfg), "line 2 of the split: invalid UTF-8 at byte 8");
+  }
+}
+
 TEST(Dataset, EncodeTextFile) {
   TempDir dir;
   write_text(dir / "eval.txt", "the cat\nsat\n");

@@ -13,6 +13,7 @@
 #include "txl/train/trainer.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
+#include "txl/util/plot.h"
 
 namespace {
 
@@ -167,6 +168,35 @@ TEST(EvalRun, SetChangesEvaluationButNeverTheModel) {
   request.overrides = {"train.lr=1"};
   TXL_EXPECT_THROW_WITH(evaluate_json(request), "only eval.*, data.* and run.threads");
   txl::log::set_level(txl::log::Level::kInfo);
+TEST(EvalRun, SweepPlotIntoAFolderNameAShellWouldSplitRunsNothing) {
+  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::test::TempDir dir;
+  auto config = txl::test::tiny_experiment(dir.path());
+  config.train.max_steps = 2;
+  txl::train::train(config, txl::test::quiet_run());
+
+  const auto out = dir / txl::test::kShellHostileName / txl::test::kShellHostileName;
+  std::filesystem::create_directories(out);
+  txl::eval::EvalRequest request;
+  request.checkpoint = (dir / "runs/tiny/checkpoint_last.safetensors").string();
+  request.splits = {"valid"};
+  request.threads = 1;
+  request.max_tokens = 64;
+  request.sweep = true;
+  request.sweep_mem_lens = {0, 8};
+  request.out_dir = out.string();
+  std::ostringstream table;
+  txl::eval::run(request, table);
+  txl::log::set_level(txl::log::Level::kInfo);
+
+  EXPECT_TRUE(txl::test::nothing_executed(out));
+  EXPECT_TRUE(std::filesystem::exists(out / "context_sweep.json"));
+  if (!txl::plot::matplotlib_available()) {
+    GTEST_SKIP() << "PNG part skipped: the plot interpreter " << txl::plot::python_interpreter()
+                 << " cannot import matplotlib";
+  }
+  const std::string png = txl::fs::read_file(out / "context_sweep.png");
+  EXPECT_EQ(png.substr(0, 8), std::string("\x89PNG\r\n\x1a\n"));
 }
 
 TEST(EvalRun, AMissingCheckpointIsNamed) {

@@ -1,8 +1,5 @@
 #include "txl/experiment/report.h"
 
-#include <sys/wait.h>
-
-#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -10,6 +7,8 @@
 #include "support/test_support.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
+#include "txl/util/plot.h"
+#include "txl/util/process.h"
 
 namespace {
 
@@ -93,8 +92,11 @@ bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-bool matplotlib_available() {
-  return std::system("/usr/bin/python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
+bool matplotlib_available() { return txl::plot::matplotlib_available(); }
+
+std::string no_matplotlib() {
+  return "the plot interpreter " + txl::plot::python_interpreter() +
+         " cannot import matplotlib (configure with -DTXL_PYTHON=... or set TXL_PYTHON)";
 }
 
 stdfs::path plot_script() { return txl::test::source_dir() / "tools" / "plot_report.py"; }
@@ -348,7 +350,7 @@ TEST(Margin, AbsentWithoutBothSides) {
 // ------------------------------------------------------------------------------------ plots
 
 TEST(ReportPlots, WritesThreeValidPngs) {
-  if (!matplotlib_available()) GTEST_SKIP() << "/usr/bin/python3 with matplotlib not available";
+  if (!matplotlib_available()) GTEST_SKIP() << no_matplotlib();
   TempDir dir;
   txl::experiment::ReportOptions options;
   options.plot_script = plot_script();
@@ -373,21 +375,38 @@ TEST(ReportPlots, WritesThreeValidPngs) {
 }
 
 TEST(ReportPlots, SweepSubcommandPlotsPerplexityAgainstMemory) {
-  if (!matplotlib_available()) GTEST_SKIP() << "/usr/bin/python3 with matplotlib not available";
+  if (!matplotlib_available()) GTEST_SKIP() << no_matplotlib();
   TempDir dir;
   // The list txl-eval --sweep writes (eval::to_json per result).
   txl::test::write_text(dir / "context_sweep.json",
                         R"([{"split":"valid","mode":"memory","tgt_len":8,"mem_len":0,"ppl":9.5},)"
                         R"({"split":"valid","mode":"memory","tgt_len":8,"mem_len":8,"ppl":7.25}])");
-  std::string command = "/usr/bin/python3 '" + plot_script().string() + "' sweep '" +
-                        (dir / "context_sweep.json").string() + "' '" +
-                        (dir / "context_sweep.png").string() + "' >/dev/null 2>&1";
-  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  const std::string python = txl::plot::python_interpreter();
+  auto run = txl::process::run_program({python, plot_script().string(), "sweep",
+                                        (dir / "context_sweep.json").string(),
+                                        (dir / "context_sweep.png").string()});
+  ASSERT_TRUE(run.ok()) << run.status() << ": " << run.stderr_tail;
   std::string bytes = txl::fs::read_file(dir / "context_sweep.png");
   EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n"));
   // Wrong arguments are a usage error, not a crash.
-  command = "/usr/bin/python3 '" + plot_script().string() + "' sweep >/dev/null 2>&1";
-  EXPECT_EQ(WEXITSTATUS(std::system(command.c_str())), 2);
+  run = txl::process::run_program({python, plot_script().string(), "sweep"});
+  EXPECT_EQ(run.exit_code, 2) << run.status();
+}
+
+TEST(ReportPlots, AFolderNameAShellWouldSplitRunsNothingAndGetsItsPlots) {
+  TempDir dir;
+  const auto out = dir / txl::test::kShellHostileName / txl::test::kShellHostileName;
+  // Default options: the interpreter configured at build time, the script in build/share/txl.
+  auto report = txl::experiment::write_report(out, "toy", sample_records(), sample_curves(dir));
+  EXPECT_TRUE(txl::test::nothing_executed(out));
+  EXPECT_TRUE(stdfs::exists(out / "report.md"));
+  if (!matplotlib_available()) GTEST_SKIP() << "PNG part skipped: " << no_matplotlib();
+  EXPECT_EQ(report.plot_note, "");
+  ASSERT_EQ(report.plots.size(), 3u);
+  for (const auto& png : report.plots) {
+    EXPECT_EQ(png.parent_path(), out);
+    EXPECT_EQ(txl::fs::read_file(png).substr(0, 8), std::string("\x89PNG\r\n\x1a\n")) << png;
+  }
 }
 
 TEST(ReportPlots, MissingPythonSkipsPlotsWithoutFailing) {
@@ -424,7 +443,7 @@ TEST(ReportPlots, MissingMatplotlibOrScriptSkipsPlotsWithTheReason) {
   EXPECT_TRUE(contains(txl::fs::read_file(dir / "out" / "report.md"),
                        "Plots were skipped: plot_report.py exited with status 3"));
 
-  options.python = "/usr/bin/python3";
+  options.python = txl::plot::python_interpreter();
   options.plot_script = dir / "missing.py";
   report = txl::experiment::write_report(dir / "out", "toy", sample_records(), {}, options);
   EXPECT_TRUE(contains(report.plot_note, "missing.py was not found")) << report.plot_note;

@@ -77,6 +77,15 @@ void write_text(const std::filesystem::path& path, const std::string& content) {
   out << content;
 }
 
+::testing::AssertionResult nothing_executed(const std::filesystem::path& dir) {
+  for (const auto& where : {std::filesystem::current_path(), dir, dir.parent_path()}) {
+    std::error_code ec;
+    if (std::filesystem::exists(where / "PWNED", ec))
+      return ::testing::AssertionFailure() << "a shell ran: " << (where / "PWNED") << " exists";
+  }
+  return ::testing::AssertionSuccess();
+}
+
 std::filesystem::path source_dir() {
   const char* dir = std::getenv("TXL_SOURCE_DIR");
   return dir ? std::filesystem::path(dir) : std::filesystem::current_path();

@@ -34,6 +34,14 @@ class TempDir {
 // Writes `content` to `path` (creating parent directories).
 void write_text(const std::filesystem::path& path, const std::string& content);
 
+// A folder name a shell would take apart (quote, `;`, `$(...)`, backticks, spaces): files
+// written under it by a child program (plots) must run nothing; see nothing_executed.
+inline const std::string kShellHostileName = "it's; $(touch PWNED) `touch PWNED` a  b";
+
+// Succeeds when no file PWNED exists in the working directory, in `dir` or in its parent: what
+// a shell given kShellHostileName would have created.
+::testing::AssertionResult nothing_executed(const std::filesystem::path& dir);
+
 // The repository root (from TXL_SOURCE_DIR, set by ctest) and build/bin (TXL_BIN_DIR).
 std::filesystem::path source_dir();
 std::filesystem::path bin_dir();

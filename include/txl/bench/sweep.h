@@ -28,8 +28,8 @@ struct SweepOptions {
   std::int64_t attention_batch = 4;
   int warmup = 1;       // per point
   int repetitions = 2;  // per point (median)
-  bool plot = true;     // run /usr/bin/python3 + matplotlib for sweep.png
-  std::string python = "/usr/bin/python3";
+  bool plot = true;     // draw sweep.png (plot_report.py bench-sweep; python + matplotlib)
+  std::string python;   // plot interpreter; "" = plot::python_interpreter()
 };
 
 struct SweepPoint {
@@ -51,8 +51,9 @@ struct SweepResult {
 };
 
 // Measures every point (training as measure_training, fp32) and writes into out_dir:
-// sweep.md (the tables, ready for the README), sweep.csv, sweep.json, plot_sweep.py and, when
-// matplotlib is available, sweep.png. Throws txl::Error when out_dir cannot be written.
+// sweep.md (the tables, ready for the README), sweep.csv, sweep.json and, when matplotlib is
+// available, sweep.png (redraw it with `plot_report.py bench-sweep sweep.json sweep.png`).
+// Throws txl::Error when out_dir cannot be written; a missing plotter is a warning.
 SweepResult run_sweep(const config::ExperimentConfig& config, const SweepOptions& options);
 
 // The markdown tables of a sweep.

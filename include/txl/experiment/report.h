@@ -94,10 +94,10 @@ std::string to_csv(const std::vector<ResultRecord>& records);
 std::vector<ResultRecord> records_from_json(const std::string& text, const std::string& origin);
 
 struct ReportOptions {
-  bool plots = true;                        // draw PNG plots (needs python3 + matplotlib)
-  std::string python = "/usr/bin/python3";  // interpreter for the plot script
-  std::filesystem::path plot_script;        // "" = $TXL_PLOT_SCRIPT, else $TXL_SOURCE_DIR/tools/...
-  std::string plot_split = "test";          // split of the context and cost plots (falls back)
+  bool plots = true;                  // draw PNG plots (needs python3 + matplotlib)
+  std::string python;                 // plot interpreter; "" = plot::python_interpreter()
+  std::filesystem::path plot_script;  // "" = plot::script_path() (share/txl/plot_report.py)
+  std::string plot_split = "test";    // split of the context and cost plots (falls back)
   // Per variant, in order: what it changes relative to the ablation's base, e.g.
   // {"vanilla", "model.attn_type: xl -> vanilla; model.mem_len: 128 -> 0"} ("" = the base).
   std::vector<std::pair<std::string, std::string>> variant_changes;

@@ -33,10 +33,6 @@ std::uint64_t fnv1a(std::string_view data, std::uint64_t seed = 1469598103934665
 // Fingerprint of a file's bytes (reads it in chunks).
 std::uint64_t fingerprint_file(const stdfs::path& path);
 
-// A file shipped in the txl source tree (e.g. "tools/plot_report.py"): under $TXL_SOURCE_DIR
-// when set, else under the source tree this library was built from.
-stdfs::path source_file(const std::string& relative);
-
 // Hex string of a 64-bit value, 16 characters.
 std::string hex64(std::uint64_t value);
 

@@ -1,0 +1,57 @@
+#pragma once
+// Running another program, without a shell. The program and its arguments travel as an argv
+// vector and reach the child byte for byte: quotes, `;`, `$(...)`, backticks, `*`, spaces and
+// newlines are plain characters, never syntax. Every caller in txl (the plot script, the
+// `bible` reader) goes through run_program.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace txl::process {
+
+// What happens to the child's standard output.
+enum class Stdout {
+  kInherit,  // the parent's stdout
+  kCapture,  // collected whole into ProgramResult::out (any size)
+  kDiscard,  // /dev/null
+};
+
+struct RunOptions {
+  Stdout stdout_mode = Stdout::kCapture;  // e.g. kDiscard for a chatty helper
+  // Lines kept from the end of the child's stderr (at most 8 KiB), for error messages; the rest
+  // of stderr is read and dropped, so the child never blocks on a full pipe.
+  std::size_t stderr_tail_lines = 20;
+  // "NAME=value" entries added to the parent's environment (replacing a variable of that name),
+  // e.g. {"MPLBACKEND=Agg"}.
+  std::vector<std::string> extra_env;
+};
+
+struct ProgramResult {
+  // False when the program could not be started (not on PATH, not executable); `error` says why.
+  bool started = false;
+  int exit_code = -1;       // exit status when the program exited; -1 otherwise
+  int signal = 0;           // the signal that ended it (e.g. 9 for SIGKILL); 0 when it exited
+  std::string out;          // stdout, when captured
+  std::string stderr_tail;  // the last RunOptions::stderr_tail_lines lines of stderr
+  std::string error;        // why it did not start, naming the program: "foo: No such file..."
+  int start_errno = 0;      // errno of the failed start: ENOENT (not found), EACCES, ...
+
+  // Started, exited, status 0.
+  bool ok() const { return started && signal == 0 && exit_code == 0; }
+  // For messages after the program's name: "exited with status 3", "was killed by signal 9
+  // (Killed)" or "could not be started: " + error.
+  std::string status() const;
+};
+
+// Runs argv[0] with arguments argv[1..] and waits for it. argv[0] without a '/' is looked up on
+// PATH (posix_spawnp); no shell is involved. The child's stdin is /dev/null. A program that
+// cannot be started is not an exception: the result says started = false and names it, so
+// callers choose between a warning (plots) and an error (a corpus). Throws txl::Error only for
+// an empty argv or when the operating system refuses pipes or processes.
+ProgramResult run_program(const std::vector<std::string>& argv, const RunOptions& options = {});
+
+// The last `lines` lines of `text` (without a final newline), for quoting stderr in messages.
+std::string last_lines(const std::string& text, std::size_t lines);
+
+}  // namespace txl::process

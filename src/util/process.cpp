@@ -1,0 +1,235 @@
+#include "txl/util/process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "txl/util/error.h"
+
+extern char** environ;
+
+namespace txl::process {
+
+namespace {
+
+constexpr std::size_t kTailBytes = 8192;  // most of stderr kept, whatever the line count
+
+// A file descriptor closed when it goes out of scope.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    reset();
+    fd_ = other.fd_;
+    other.fd_ = -1;
+    return *this;
+  }
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Pipe {
+  UniqueFd read, write;
+};
+
+// A close-on-exec descriptor numbered 3 or above, so that the child's dup2 onto 0, 1 or 2 never
+// meets the same number (where close-on-exec would survive) even when the parent closed those.
+UniqueFd above_stdio(int fd) {
+  if (fd > STDERR_FILENO) return UniqueFd(fd);
+  int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+  const int err = errno;
+  ::close(fd);
+  TXL_CHECK(moved >= 0, "cannot duplicate a pipe descriptor: ", std::strerror(err));
+  return UniqueFd(moved);
+}
+
+// Both ends close-on-exec: no other child spawned meanwhile (by another thread) inherits them.
+Pipe make_pipe() {
+  int fds[2];
+  TXL_CHECK(::pipe2(fds, O_CLOEXEC) == 0, "cannot create a pipe: ", std::strerror(errno));
+  Pipe p;
+  p.read = above_stdio(fds[0]);
+  p.write = above_stdio(fds[1]);
+  return p;
+}
+
+// The parent's environment with `extra` ("NAME=value") added or replacing same-named entries.
+std::vector<std::string> child_environment(const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+  for (const auto& entry : extra) {
+    const auto eq = entry.find('=');
+    TXL_CHECK(eq != std::string::npos && eq > 0, "environment entry '", entry,
+              "' is not NAME=value");
+    const std::string prefix = entry.substr(0, eq + 1);
+    bool replaced = false;
+    for (auto& e : env) {
+      if (e.compare(0, prefix.size(), prefix) == 0) e = entry, replaced = true;
+    }
+    if (!replaced) env.push_back(entry);
+  }
+  return env;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// Where the child's stdout and stderr go; the parent reads the pipes' other ends.
+struct ChildStreams {
+  Pipe out, err;
+};
+
+// Starts the child; returns 0 and sets *pid, or the errno of the failed spawn.
+int spawn(std::vector<std::string> argv, const RunOptions& options, const ChildStreams& streams,
+          pid_t* pid) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (streams.out.write.valid()) {
+    posix_spawn_file_actions_adddup2(&actions, streams.out.write.get(), STDOUT_FILENO);
+  } else if (options.stdout_mode == Stdout::kDiscard) {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  }
+  if (streams.err.write.valid()) {
+    posix_spawn_file_actions_adddup2(&actions, streams.err.write.get(), STDERR_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  }
+  // The child starts with no blocked signals and SIGPIPE at its default, whatever the parent did.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  sigaddset(&defaults, SIGXFSZ);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+
+  std::vector<std::string> env = child_environment(options.extra_env);
+  auto c_argv = c_strings(argv);
+  auto c_env = c_strings(env);
+  const int rc = ::posix_spawnp(pid, c_argv[0], &actions, &attr, c_argv.data(), c_env.data());
+  posix_spawnattr_destroy(&attr);
+  posix_spawn_file_actions_destroy(&actions);
+  return rc;
+}
+
+// Reads both pipes until the child closes them, with poll so that neither can fill up and block
+// the child while the parent waits on the other.
+void drain(UniqueFd out, UniqueFd err, std::size_t tail_lines, ProgramResult* result) {
+  std::string tail;
+  char buffer[1 << 16];
+  while (out.valid() || err.valid()) {
+    pollfd fds[2];
+    UniqueFd* owners[2];
+    nfds_t n = 0;
+    for (UniqueFd* fd : {&out, &err}) {
+      if (!fd->valid()) continue;
+      fds[n] = {fd->get(), POLLIN, 0};
+      owners[n++] = fd;
+    }
+    if (::poll(fds, n, -1) < 0) {
+      TXL_CHECK(errno == EINTR, "cannot wait for a child's output: ", std::strerror(errno));
+      continue;
+    }
+    for (nfds_t i = 0; i < n; ++i) {
+      if (fds[i].revents == 0) continue;
+      const ssize_t got = ::read(fds[i].fd, buffer, sizeof buffer);
+      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (got <= 0) {
+        owners[i]->reset();
+        continue;
+      }
+      std::string& target = owners[i] == &out ? result->out : tail;
+      target.append(buffer, static_cast<std::size_t>(got));
+      if (owners[i] == &err && tail.size() > 2 * kTailBytes)
+        tail.erase(0, tail.size() - kTailBytes);
+    }
+  }
+  tail = last_lines(tail, tail_lines);
+  if (tail.size() > kTailBytes) tail.erase(0, tail.size() - kTailBytes);
+  result->stderr_tail = std::move(tail);
+}
+
+void wait_for(pid_t pid, ProgramResult* result) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    TXL_CHECK(errno == EINTR, "cannot wait for child process ", pid, ": ", std::strerror(errno));
+  }
+  if (WIFEXITED(status)) result->exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result->signal = WTERMSIG(status);
+}
+
+}  // namespace
+
+std::string ProgramResult::status() const {
+  if (!started) return "could not be started: " + error;
+  if (signal != 0) {
+    return "was killed by signal " + std::to_string(signal) + " (" + ::strsignal(signal) + ")";
+  }
+  return "exited with status " + std::to_string(exit_code);
+}
+
+ProgramResult run_program(const std::vector<std::string>& argv, const RunOptions& options) {
+  TXL_CHECK(!argv.empty() && !argv[0].empty(), "run_program needs a program to run");
+  ChildStreams streams;
+  if (options.stdout_mode == Stdout::kCapture) streams.out = make_pipe();
+  if (options.stderr_tail_lines > 0) streams.err = make_pipe();
+  ProgramResult result;
+  pid_t pid = 0;
+  const int rc = spawn(argv, options, streams, &pid);
+  streams.out.write.reset();  // the child holds its own copies; EOF comes when it exits
+  streams.err.write.reset();
+  if (rc != 0) {
+    result.start_errno = rc;
+    result.error = argv[0] + ": " + std::strerror(rc);
+    if (rc == ENOENT && argv[0].find('/') == std::string::npos) result.error += " (not on PATH)";
+    return result;
+  }
+  result.started = true;
+  try {
+    drain(std::move(streams.out.read), std::move(streams.err.read), options.stderr_tail_lines,
+          &result);
+  } catch (...) {
+    ProgramResult ignored;
+    wait_for(pid, &ignored);  // pipes closed above: the child ends (SIGPIPE) and is reaped
+    throw;
+  }
+  wait_for(pid, &result);
+  return result;
+}
+
+std::string last_lines(const std::string& text, std::size_t lines) {
+  std::size_t end = text.size();
+  while (end > 0 && text[end - 1] == '\n') --end;
+  if (lines == 0) return "";
+  std::size_t begin = end;
+  for (std::size_t seen = 0; begin > 0; --begin) {
+    if (text[begin - 1] == '\n' && ++seen == lines) break;
+  }
+  return text.substr(begin, end - begin);
+}
+
+}  // namespace txl::process
