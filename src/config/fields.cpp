@@ -121,6 +121,8 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("train.var_len", tr.var_len);
   t.add("train.roll", tr.roll);
   t.add("train.eval_max_tokens", tr.eval_max_tokens);
+  t.add("train.divergence_factor", tr.divergence_factor);
+  t.add("train.divergence_patience", tr.divergence_patience);
 
   EvalConfig& ev = c.eval;
   t.add("eval.tgt_len", ev.tgt_len);

@@ -173,6 +173,8 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.at_least<std::int64_t>("train.checkpoint_interval", t.checkpoint_interval, 0);
   k.at_least("train.patience", t.patience, 0);
   k.at_least<std::int64_t>("train.eval_max_tokens", t.eval_max_tokens, 0);
+  k.at_least("train.divergence_factor", t.divergence_factor, 0.0);
+  k.at_least("train.divergence_patience", t.divergence_patience, 1);
 
   const EvalConfig& e = c.eval;
   k.at_least("eval.tgt_len", e.tgt_len, 0);

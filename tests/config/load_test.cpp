@@ -122,6 +122,8 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_TRUE(c.train.var_len);
   EXPECT_TRUE(c.train.roll);
   EXPECT_EQ(c.train.eval_max_tokens, 20000);
+  EXPECT_DOUBLE_EQ(c.train.divergence_factor, 5.0);
+  EXPECT_EQ(c.train.divergence_patience, 7);
 
   EXPECT_EQ(c.eval.tgt_len, 48);
   EXPECT_EQ(c.eval.mem_len, 160);
@@ -350,6 +352,10 @@ TEST(LoadExperiment, OutOfRangeValuesAreRejectedWhereTheyWereSet) {
        "x.yaml:2:31: eval.window: vanilla_learned has 256 positions (model.max_positions) but "
        "evaluation needs 300"},
       {"data: {corpus: text}\n", "data.path: corpus 'text' needs the path"},
+      {"train: {divergence_factor: -1}\n",
+       "x.yaml:1:28: train.divergence_factor: must be >= 0.0, got -1.0"},
+      {"train: {divergence_patience: 0}\n",
+       "x.yaml:1:30: train.divergence_patience: must be >= 1, got 0"},
   };
   for (const Case& c : cases) {
     const std::string message = load_error(c.yaml);
@@ -363,6 +369,10 @@ TEST(LoadExperiment, OutOfRangeValuesAreRejectedWhereTheyWereSet) {
   EXPECT_NO_THROW(parse_experiment_string("train: {batch_size: 15, batch_chunk: 3}\n", "x.yaml"));
   EXPECT_NO_THROW(parse_experiment_string(
       "model: {attn_type: vanilla, mem_len: 0}\neval: {mem_len: 0}\n", "x.yaml"));
+  // divergence_factor 0 turns the guard off.
+  EXPECT_EQ(parse_experiment_string("train: {divergence_factor: 0}\n", "x.yaml")
+                .train.divergence_factor,
+            0.0);
 }
 
 TEST(LoadExperiment, AllProblemsOfAFileAreReportedTogether) {
