@@ -93,19 +93,25 @@ bool parse_bool(const std::string& text, bool* out) {
   return false;
 }
 
+enum class Number { kOk, kTooSmall, kTooLarge, kNotANumber };
+
 // Finite decimal numbers only: no setting means anything with .inf or .nan, and a NaN would slip
-// through range checks unnoticed.
-bool parse_double(const std::string& text, double* out) {
+// through range checks unnoticed. A number beyond a double (1e400) is kTooLarge; one too small
+// for it (1e-400) is kTooSmall and reads as the nearest double (0 or a denormal).
+Number read_double(const std::string& text, double* out) {
   const std::string t = lower(text);
   // strtod alone would also take "inf", "nan" and hex floats.
-  if (t.empty() || t.find_first_not_of("0123456789+-.e") != std::string::npos) return false;
-  if (t.find_first_of("0123456789") == std::string::npos) return false;
+  if (t.empty() || t.find_first_not_of("0123456789+-.e") != std::string::npos) {
+    return Number::kNotANumber;
+  }
+  if (t.find_first_of("0123456789") == std::string::npos) return Number::kNotANumber;
   char* end = nullptr;
   errno = 0;
   double value = std::strtod(t.c_str(), &end);
-  if (end != t.c_str() + t.size() || errno == ERANGE) return false;
+  if (end != t.c_str() + t.size()) return Number::kNotANumber;
+  if (errno == ERANGE && std::isinf(value)) return Number::kTooLarge;
   *out = value;
-  return true;
+  return errno == ERANGE ? Number::kTooSmall : Number::kOk;
 }
 
 // Integers as digits, or as an exact float such as 1e6 (researchers write token budgets so).
@@ -132,7 +138,8 @@ bool parse_integer(const std::string& text, T* out) {
     return true;
   }
   double d = 0;
-  if (!parse_double(text, &d) || std::floor(d) != d) return false;
+  // Exact values only: 1e-400 is not 0.
+  if (read_double(text, &d) != Number::kOk || std::floor(d) != d) return false;
   // 2^63 and above do not fit a signed 64-bit integer; doubles that large are not exact anyway.
   if (d < static_cast<double>(std::numeric_limits<T>::min()) ||
       d >= std::ldexp(1.0, std::numeric_limits<T>::digits)) {
@@ -142,17 +149,28 @@ bool parse_integer(const std::string& text, T* out) {
   return true;
 }
 
+// True when `text` is a whole number of any size: digits with an optional sign
+// (99999999999999999999), or a number whose value is whole (1e30) or beyond a double (1e400).
+bool whole_number(const std::string& text) {
+  const std::size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  if (text.size() > sign && text.find_first_not_of("0123456789", sign) == std::string::npos) {
+    return true;
+  }
+  double d = 0;
+  const Number number = read_double(text, &d);
+  return number == Number::kTooLarge || (number == Number::kOk && std::floor(d) == d);
+}
+
 // What an integer field expected, given the text it got: the range when the text is a whole
 // number that does not fit (e.g. 3000000000 for a 32-bit field), else just the kind.
 template <typename T>
 std::string expected_integer(const YAML::Node& value) {
-  if (std::is_unsigned_v<T>) return "expected a non-negative integer";
-  long long wide = 0;
-  if (value.IsScalar() && value.Tag() != "!" && parse_integer(value.Scalar(), &wide)) {
-    return "expected an integer between " + std::to_string(std::numeric_limits<T>::min()) +
-           " and " + std::to_string(std::numeric_limits<T>::max());
-  }
-  return "expected an integer";
+  const bool whole = value.IsScalar() && value.Tag() != "!" && whole_number(value.Scalar());
+  const bool negative = whole && value.Scalar()[0] == '-';
+  if (std::is_unsigned_v<T> && (!whole || negative)) return "expected a non-negative integer";
+  if (!whole) return "expected an integer";
+  return "expected an integer between " + std::to_string(std::numeric_limits<T>::min()) +
+         " and " + std::to_string(std::numeric_limits<T>::max());
 }
 
 // A text the dump must quote: some YAML reader (1.1 or 1.2, yaml-cpp or PyYAML) could otherwise
@@ -406,8 +424,11 @@ class Loader {
   }
 
   std::string assign(double* member, const Field&, const YAML::Node& value) {
-    if (value.IsScalar() && value.Tag() != "!" && parse_double(value.Scalar(), member)) return "";
-    return "expected a number, got " + describe(value);
+    const bool scalar = value.IsScalar() && value.Tag() != "!";
+    const Number number = scalar ? read_double(value.Scalar(), member) : Number::kNotANumber;
+    if (number == Number::kOk || number == Number::kTooSmall) return "";
+    const std::string got = "expected a number, got " + describe(value);
+    return number == Number::kTooLarge ? got + " (beyond a double's range, about 1.8e308)" : got;
   }
 
   template <typename T>

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "config_test_util.h"
 #include "support/test_support.h"
 #include "txl/config/load.h"
@@ -391,6 +393,101 @@ TEST(LoadExperiment, DuplicateKeysAreErrors) {
             "x.yaml:3:3: duplicate key 'model.n_layer' (first at x.yaml:2:3)");
   EXPECT_EQ(load_error("model.n_layer: 2\nmodel:\n  n_layer: 3\n"),
             "x.yaml:3:3: 'model.n_layer' is set twice (first at x.yaml:1:16)");
+}
+
+// ------------------------------------------------------------------------ numbers at the edge
+
+// --set train.lr=1e300 passed the loader and failed in LibTorch's optimizer ("value cannot be
+// converted to type float without overflow") without naming the key.
+TEST(LoadExperiment, SettingsBeyondFloat32NameTheKey) {
+  EXPECT_EQ(load_error("", {"train.lr=1e300"}),
+            "--set train.lr=1e300: train.lr: must be <= 1.0e+30 (it enters float32 arithmetic), "
+            "got 1.0e+300");
+  EXPECT_EQ(load_error("train: {lr: 1e38}\n"),
+            "x.yaml:1:13: train.lr: must be <= 1.0e+30 (it enters float32 arithmetic), got "
+            "1.0e+38");
+  for (const char* key : {"train.weight_decay", "train.clip", "model.init_std",
+                          "model.proj_init_std", "train.divergence_factor"}) {
+    const std::string message = load_error("", {std::string(key) + "=1e300"});
+    EXPECT_EQ(message, "--set " + std::string(key) + "=1e300: " + key +
+                           ": must be <= 1.0e+30 (it enters float32 arithmetic), got 1.0e+300");
+  }
+  // adamw multiplies the weights by 1 - lr * weight_decay every step.
+  EXPECT_EQ(load_error("train: {optimizer: adamw, lr: 0.5, weight_decay: 2}\n"),
+            "x.yaml:1:50: train.weight_decay: adamw needs train.lr * train.weight_decay < 1 (each "
+            "step multiplies the weights by 1 - lr * weight_decay), got 0.5 * 2.0");
+  EXPECT_NO_THROW(parse_experiment_string("train: {optimizer: adam, lr: 0.5, weight_decay: 2}\n",
+                                          "x.yaml"));
+  // The largest allowed values load.
+  const ExperimentConfig edge = parse_experiment_string(
+      "train: {lr: 1e30, clip: 1e30, weight_decay: 1e30, divergence_factor: 1e30}\n"
+      "model: {init_std: 1e30, proj_init_std: 1e30}\n",
+      "x.yaml");
+  EXPECT_EQ(edge.train.lr, 1e30);
+}
+
+// The bound is one LibTorch's float32 updates take: an optimizer step and a clip at 1e30 do not
+// throw (the optimizers are where 1e300 failed).
+TEST(LoadExperiment, Float32BoundIsOneTheOptimizersAccept) {
+  const double big = 1e30;
+  auto step = [](torch::optim::Optimizer& optimizer, torch::Tensor& weight) {
+    weight.mutable_grad() = torch::full({3}, 0.5);
+    optimizer.step();
+  };
+  auto weight = [] { return torch::ones({3}).requires_grad_(); };
+  torch::Tensor a = weight(), b = weight(), c = weight(), d = weight();
+  torch::optim::Adam adam({a}, torch::optim::AdamOptions(big).weight_decay(big));
+  torch::optim::AdamW adamw({b}, torch::optim::AdamWOptions(big).weight_decay(0.5 / big));
+  torch::optim::SGD sgd({c}, torch::optim::SGDOptions(big).momentum(0.9).weight_decay(big));
+  EXPECT_NO_THROW(step(adam, a));
+  EXPECT_NO_THROW(step(adamw, b));
+  EXPECT_NO_THROW(step(sgd, c));
+  d.mutable_grad() = torch::full({3}, 0.5);
+  EXPECT_NO_THROW(torch::nn::utils::clip_grad_norm_(std::vector<torch::Tensor>{d}, big));
+}
+
+TEST(LoadExperiment, NumbersBeyondTheirTypeNameTheKeyAndTheRange) {
+  EXPECT_EQ(load_error("", {"train.lr=1e400"}),
+            "--set train.lr=1e400: train.lr: expected a number, got '1e400' (beyond a double's "
+            "range, about 1.8e308)");
+  EXPECT_EQ(load_error("train: {lr: -1e400}\n"),
+            "x.yaml:1:13: train.lr: expected a number, got '-1e400' (beyond a double's range, "
+            "about 1.8e308)");
+  for (const char* text : {"nan", "NaN", ".nan", "inf", "-inf", ".inf", "-.Inf", "infinity"}) {
+    EXPECT_EQ(load_error("", {std::string("train.clip=") + text}),
+              std::string("--set train.clip=") + text + ": train.clip: expected a number, got '" +
+                  text + "'");
+  }
+  // Too small for a double: the nearest double, here 0, which the range rule then names.
+  EXPECT_EQ(load_error("", {"train.lr=1e-400"}),
+            "--set train.lr=1e-400: train.lr: must be > 0, got 0.0");
+  EXPECT_EQ(parse_experiment_string("", "x.yaml", {"model.dropout=1e-400"}).model.dropout, 0.0);
+
+  const std::string int_range = "expected an integer between -2147483648 and 2147483647";
+  for (const char* text : {"99999999999999", "99999999999999999999999", "-99999999999999999999",
+                           "1e300", "1e400", "3e9"}) {
+    EXPECT_EQ(load_error("", {std::string("model.n_layer=") + text}),
+              std::string("--set model.n_layer=") + text + ": model.n_layer: " + int_range +
+                  ", got '" + text + "'");
+  }
+  EXPECT_EQ(load_error("", {"train.max_tokens=1e19"}),
+            "--set train.max_tokens=1e19: train.max_tokens: expected an integer between "
+            "-9223372036854775808 and 9223372036854775807, got '1e19'");
+  EXPECT_EQ(load_error("", {"run.seed=1e20"}),
+            "--set run.seed=1e20: run.seed: expected an integer between 0 and "
+            "18446744073709551615, got '1e20'");
+  EXPECT_EQ(load_error("", {"run.seed=-5"}),
+            "--set run.seed=-5: run.seed: expected a non-negative integer, got '-5'");
+  EXPECT_EQ(load_error("", {"model.n_layer=1e-400"}),
+            "--set model.n_layer=1e-400: model.n_layer: expected an integer, got '1e-400'");
+  // The largest values that fit still load.
+  const ExperimentConfig edge = parse_experiment_string(
+      "", "x.yaml",
+      {"model.max_positions=2147483647", "train.max_tokens=9223372036854775807",
+       "run.seed=18446744073709551615"});
+  EXPECT_EQ(edge.model.max_positions, 2147483647);
+  EXPECT_EQ(edge.train.max_tokens, std::numeric_limits<std::int64_t>::max());
+  EXPECT_EQ(edge.run.seed, std::numeric_limits<std::uint64_t>::max());
 }
 
 TEST(LoadExperiment, InvalidYamlNamesThePosition) {
