@@ -60,8 +60,8 @@ std::string describe(const YAML::Node& node) {
     case YAML::NodeType::Map:
       return "a mapping";
     default:
-      return node.Tag() == "!" ? "the quoted string '" + node.Scalar() + "'"
-                               : "'" + node.Scalar() + "'";
+      return node.Tag() == "!" ? "the quoted string " + detail::quoted(node.Scalar())
+                               : detail::quoted(node.Scalar());
   }
 }
 
@@ -242,8 +242,9 @@ class Loader {
       const std::string key = key_node.Scalar();
       auto [first, inserted] = seen.emplace(key, key_node.Mark());
       if (!inserted) {
-        error(where(source, key_node.Mark()), "duplicate key '" + join(prefix, key) +
-                                                  "' (first at " + where(source, first->second) +
+        error(where(source, key_node.Mark()), "duplicate key " +
+                                                  detail::quoted(join(prefix, key)) +
+                                                  " (first at " + where(source, first->second) +
                                                   ")");
         continue;
       }
@@ -255,7 +256,7 @@ class Loader {
 
   // One `key.path=value` override; the value is YAML (`[2000, 6000]`, `true`, `kjv`).
   void apply_override(const std::string& text) {
-    const Source source{"--set " + text, false};
+    const Source source{"--set " + detail::shorten(text), false};
     reserved_.clear();  // base: and friends belong to files, not to --set
     const std::size_t equals = text.find('=');
     std::string key = equals == std::string::npos ? "" : trim(text.substr(0, equals));
@@ -336,7 +337,7 @@ class Loader {
   }
 
   std::string unknown_key_message(const std::string& key) const {
-    std::string message = "unknown key '" + key + "'";
+    std::string message = "unknown key " + detail::quoted(key);
     if (key == "variants") {
       return message + " (it belongs in an ablation file: load that with txl-ablate)";
     }
@@ -476,7 +477,8 @@ class Loader {
         std::find(field.choices.begin(), field.choices.end(), text) != field.choices.end()) {
       return "";
     }
-    std::string message = "'" + text + "' is not one of " + detail::join_choices(field.choices);
+    std::string message =
+        detail::quoted(text) + " is not one of " + detail::join_choices(field.choices);
     const std::string suggestion = detail::closest(text, field.choices);
     if (!suggestion.empty()) message += "; did you mean '" + suggestion + "'?";
     return message;
@@ -665,7 +667,7 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
       resolved.apply_override(text);
       for (const char* key : {"run.name", "run.output_dir"}) {
         if (resolved.layer_keys().count(key)) {
-          resolved.error("--set " + text,
+          resolved.error("--set " + detail::shorten(text),
                          std::string(key) +
                              ": an ablation names its variants itself "
                              "(<ablation>/<variant>); set it per variant in the file");

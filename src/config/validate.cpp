@@ -80,7 +80,7 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
     for (const std::string& value : values) {
       bool allowed = false;
       for (const std::string& choice : field.choices) allowed = allowed || choice == value;
-      k.rule(allowed, field.key, "'" + value + "' is not one of " + join_choices(field.choices));
+      k.rule(allowed, field.key, quoted(value) + " is not one of " + join_choices(field.choices));
     }
   }
 
@@ -220,7 +220,7 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.rule(!e.splits.empty(), "eval.splits", "must name at least one split (valid, test, train)");
   std::set<std::string> seen;
   for (const std::string& split : e.splits) {
-    k.rule(seen.insert(split).second, "eval.splits", "lists '" + split + "' twice");
+    k.rule(seen.insert(split).second, "eval.splits", "lists " + quoted(split) + " twice");
   }
   for (int mem_len : e.sweep_mem_lens) {
     k.rule(mem_len >= 0, "eval.sweep_mem_lens", "entries must be >= 0, got " + text(mem_len));

@@ -395,6 +395,79 @@ TEST(LoadExperiment, DuplicateKeysAreErrors) {
             "x.yaml:3:3: 'model.n_layer' is set twice (first at x.yaml:1:16)");
 }
 
+// ------------------------------------------------------------------ long keys and values
+
+// A 10 MB value used to be echoed whole. Quoted texts over 80 bytes show their first 60 bytes
+// and their size, wherever a key or value is quoted.
+TEST(LoadExperiment, HugeValuesAndKeysAreQuotedShortened) {
+  const std::string huge(10 << 20, 'x');
+  EXPECT_EQ(load_error("train: {lr: " + huge + "}\n"),
+            "x.yaml:1:13: train.lr: expected a number, got '" + std::string(60, 'x') +
+                "...' (10485760 bytes)");
+  // 1 MB from here on: the same property at a tenth of the parsing time.
+  const std::string big(1 << 20, 'x');
+  const std::string shown = "'" + std::string(60, 'x') + "...' (1048576 bytes)";
+  EXPECT_EQ(load_error("train: {schedule: " + big + "}\n"),
+            "x.yaml:1:19: train.schedule: " + shown +
+                " is not one of cosine | inv_sqrt | constant | plateau");
+  EXPECT_EQ(load_error("run: {seed: \"" + big + "\"}\n"),
+            "x.yaml:1:13: run.seed: expected a non-negative integer, got the quoted string " +
+                shown);
+  // Keys (YAML wants `? key` for one over 1024 characters): quoted short, and no suggestion is
+  // looked for.
+  const std::string key_shown = "'model." + std::string(54, 'x') + "...' (1048582 bytes)";
+  const std::string unknown = load_error("model:\n  ? " + big + "\n  : 1\n");
+  EXPECT_EQ(unknown.rfind("x.yaml:2:5: unknown key " + key_shown + "; valid keys in 'model': "
+                          "attn_type, ", 0),
+            0u)
+      << unknown.substr(0, 1000);
+  EXPECT_LT(unknown.size(), 1000u);
+  const std::string top = load_error("? " + big + "\n: 1\n");
+  EXPECT_EQ(top.rfind("x.yaml:1:3: unknown key " + shown + "; valid keys at the top: run, ", 0), 0u)
+      << top.substr(0, 1000);
+  EXPECT_LT(top.size(), 1000u);
+  const std::string duplicate =
+      load_error("model:\n  ? " + big + "\n  : 1\n  ? " + big + "\n  : 2\n");
+  EXPECT_NE(duplicate.find("\nx.yaml:4:5: duplicate key " + key_shown + " (first at x.yaml:2:5)"),
+            std::string::npos)
+      << duplicate.substr(0, 1000);
+  EXPECT_LT(duplicate.size(), 2000u);
+}
+
+TEST(LoadExperiment, HugeSetOverridesAreQuotedShortened) {
+  const std::string big(1 << 20, '7');
+  const std::string value = "train.lr=1e" + big;  // 1048587 bytes
+  EXPECT_EQ(load_error("", {value}),
+            "--set train.lr=1e" + std::string(49, '7') + "... (1048587 bytes): train.lr: "
+            "expected a number, got '1e" + std::string(58, '7') +
+                "...' (1048578 bytes) (beyond a double's range, about 1.8e308)");
+  const std::string key = "model." + big + "=1";  // 1048584 bytes
+  const std::string message = load_error("", {key});
+  EXPECT_EQ(message.rfind("--set model." + std::string(54, '7') +
+                              "... (1048584 bytes): unknown key 'model." + std::string(54, '7') +
+                              "...' (1048582 bytes); valid keys in 'model': attn_type, ",
+                          0),
+            0u)
+      << message.substr(0, 1000);
+  EXPECT_LT(message.size(), 1000u);
+}
+
+TEST(LoadExperiment, QuotedTextsUpTo80BytesStayWholeAndCutsKeepUtf8Characters) {
+  const std::string eighty(80, 'a');
+  EXPECT_EQ(load_error("train: {lr: " + eighty + "}\n"),
+            "x.yaml:1:13: train.lr: expected a number, got '" + eighty + "'");
+  EXPECT_EQ(load_error("train: {lr: " + eighty + "b}\n"),
+            "x.yaml:1:13: train.lr: expected a number, got '" + std::string(60, 'a') +
+                "...' (81 bytes)");
+  // "a" then 50 two-byte characters: byte 60 is inside the 30th; the cut keeps 29 whole ones.
+  std::string accents = "a";
+  for (int i = 0; i < 50; ++i) accents += "\xc3\xa9";  // é
+  std::string kept = "a";
+  for (int i = 0; i < 29; ++i) kept += "\xc3\xa9";
+  EXPECT_EQ(load_error("train: {lr: " + accents + "}\n"),
+            "x.yaml:1:13: train.lr: expected a number, got '" + kept + "...' (101 bytes)");
+}
+
 // ------------------------------------------------------------------------ numbers at the edge
 
 // --set train.lr=1e300 passed the loader and failed in LibTorch's optimizer ("value cannot be

@@ -10,7 +10,8 @@
 // Everything is validated once, here: unknown keys (with the closest valid key), wrong types,
 // values outside an enum (listing the allowed ones) and out-of-range values are txl::Error whose
 // message names the file, `line:column` and the dotted key. All problems of a file are reported
-// together, one per line.
+// together, one per line. Messages quote a key or value over 80 bytes as its first 60 bytes and
+// its size ("'abc...' (10485760 bytes)").
 
 #include <string>
 #include <utility>
