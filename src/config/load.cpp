@@ -11,10 +11,13 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 #include <type_traits>
 
 #include "fields.h"
@@ -493,6 +496,37 @@ class Loader {
   std::vector<std::string> errors_;
 };
 
+// ------------------------------------------------------------------------------ files
+
+// The text of the config file at `path`, or a txl::Error saying why there is none: not found, a
+// directory, not a regular file, or the system's reason (permission denied, a symlink loop).
+// `what` names the file's role ("experiment file", "base file"); `prefix` leads the message (the
+// location of the base: naming it, or ""); `hint` follows a not-found message.
+std::string read_config_file(const stdfs::path& path, const std::string& what,
+                             const std::string& prefix, const std::string& hint = "") {
+  const std::string name = detail::shorten(path.string());
+  std::error_code ec;
+  const stdfs::file_status status = stdfs::status(path, ec);
+  if (status.type() == stdfs::file_type::not_found) {
+    // ENOTDIR (a file used as a folder) is also "not found"; say so.
+    const bool plain = !ec || ec == std::errc::no_such_file_or_directory;
+    TXL_FAIL(prefix, what, " not found: ", name, plain ? "" : " (" + ec.message() + ")", hint);
+  }
+  if (ec) TXL_FAIL(prefix, "cannot read ", what, " ", name, ": ", ec.message());
+  if (stdfs::is_directory(status)) {
+    TXL_FAIL(prefix, what, " ", name, " is a directory; expected a YAML file");
+  }
+  if (!stdfs::is_regular_file(status)) {
+    TXL_FAIL(prefix, what, " ", name, " is not a regular file; expected a YAML file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) TXL_FAIL(prefix, "cannot read ", what, " ", name, ": ", std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) TXL_FAIL(prefix, "cannot read ", what, " ", name, ": ", std::strerror(errno));
+  return text.str();
+}
+
 // ------------------------------------------------------------------------------ base chains
 
 std::string chain_text(const std::vector<std::string>& chain, const std::string& last) {
@@ -522,12 +556,12 @@ void apply_experiment_file(Loader& loader, const stdfs::path& path,
                " (remove one of these base: keys)");
     }
   }
-  if (!stdfs::is_regular_file(path, ec)) {
-    if (included_from.empty()) TXL_FAIL("experiment file not found: ", name);
-    TXL_FAIL(included_from, ": base file not found: ", name,
-             " (a base path is relative to the folder of the file naming it)");
-  }
-  const YAML::Node root = parse_yaml(fs::read_file(path), name);
+  const std::string text =
+      included_from.empty()
+          ? read_config_file(path, "experiment file", "")
+          : read_config_file(path, "base file", included_from + ": ",
+                             " (a base path is relative to the folder of the file naming it)");
+  const YAML::Node root = parse_yaml(text, name);
   chain.names.push_back(name);
   chain.resolved.push_back(resolved);
   apply_experiment_node(loader, root, name, path.parent_path(), chain);
@@ -613,9 +647,7 @@ ExperimentConfig parse_experiment_string(const std::string& yaml, const std::str
 }
 
 AblationConfig load_ablation(const std::string& path, const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  if (!stdfs::is_regular_file(path, ec)) TXL_FAIL("ablation file not found: ", path);
-  const YAML::Node root = parse_yaml(fs::read_file(path), path);
+  const YAML::Node root = parse_yaml(read_config_file(path, "ablation file", ""), path);
   const Source source{path};
   TXL_CHECK(root.IsMap(), where(source, root.Mark()),
             ": expected an ablation (name, base, variants), got ", describe(root));

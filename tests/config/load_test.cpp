@@ -2,7 +2,12 @@
 // precedence, and the errors a researcher sees for typos, wrong types and bad values.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <limits>
 
 #include "config_test_util.h"
@@ -561,6 +566,47 @@ TEST(LoadExperiment, NumbersBeyondTheirTypeNameTheKeyAndTheRange) {
   EXPECT_EQ(edge.model.max_positions, 2147483647);
   EXPECT_EQ(edge.train.max_tokens, std::numeric_limits<std::int64_t>::max());
   EXPECT_EQ(edge.run.seed, std::numeric_limits<std::uint64_t>::max());
+}
+
+// ------------------------------------------------------------------------ unreadable files
+
+// --config <a folder> said "file not found".
+TEST(LoadExperiment, DirectoriesAndUnreadablePathsSayWhatTheyAre) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "folder");
+  const std::string folder = (dir / "folder").string();
+  EXPECT_EQ(error_of([&] { load_experiment(folder); }),
+            "experiment file " + folder + " is a directory; expected a YAML file");
+  const std::string path = write_yaml(dir, "exp.yaml", "run: {seed: 2}\nbase: folder\n");
+  EXPECT_EQ(error_of([&] { load_experiment(path); }),
+            path + ":2:7: base file " + folder + " is a directory; expected a YAML file");
+  EXPECT_EQ(error_of([&] { load_ablation(folder); }),
+            "ablation file " + folder + " is a directory; expected a YAML file");
+
+  // A file used as a folder: not found, and why.
+  const std::string inside = path + "/x.yaml";
+  EXPECT_EQ(error_of([&] { load_experiment(inside); }),
+            "experiment file not found: " + inside + " (" + std::strerror(ENOTDIR) + ")");
+  // A symlink loop: the system's reason.
+  std::filesystem::create_symlink(dir / "loop_b.yaml", dir / "loop_a.yaml");
+  std::filesystem::create_symlink(dir / "loop_a.yaml", dir / "loop_b.yaml");
+  const std::string loop = (dir / "loop_a.yaml").string();
+  EXPECT_EQ(error_of([&] { load_experiment(loop); }),
+            "cannot read experiment file " + loop + ": " + std::strerror(ELOOP));
+  // Not a regular file.
+  const std::string fifo = (dir / "fifo.yaml").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { load_experiment(fifo); }),
+            "experiment file " + fifo + " is not a regular file; expected a YAML file");
+}
+
+TEST(LoadExperiment, UnreadableFileGivesTheSystemsReason) {
+  TempDir dir;
+  const std::string path = write_yaml(dir, "secret.yaml", "run: {seed: 2}\n");
+  std::filesystem::permissions(path, std::filesystem::perms::none);
+  if (::access(path.c_str(), R_OK) == 0) GTEST_SKIP() << "running as root: every file is readable";
+  const std::string message = error_of([&] { load_experiment(path); });
+  EXPECT_EQ(message, "cannot read experiment file " + path + ": " + std::strerror(EACCES));
 }
 
 TEST(LoadExperiment, InvalidYamlNamesThePosition) {

@@ -23,6 +23,8 @@ namespace txl::config {
 
 // Loads the experiment at `path`, its `base:` chain and the `key.path=value` overrides (the value
 // is parsed as YAML: `model.cutoffs=[2000,6000]`, `run.name=kjv_small`). Sets `source` to `path`.
+// A path that is missing, a directory or unreadable is an error saying which (with the system's
+// reason).
 ExperimentConfig load_experiment(const std::string& path,
                                  const std::vector<std::string>& overrides = {});
 
