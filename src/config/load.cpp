@@ -221,7 +221,8 @@ class Loader {
   // A top-level mapping of sections; keys in `reserved` are the caller's (base:, variants:).
   void apply_document(const YAML::Node& root, const Source& source,
                       const std::set<std::string>& reserved) {
-    if (!root.IsDefined() || root.IsNull()) return;  // an empty file keeps every default
+    // An empty document sets nothing; apply_experiment_file refuses a file that holds nothing.
+    if (!root.IsDefined() || root.IsNull()) return;
     if (!root.IsMap()) {
       error(
           where(source, root.Mark()),
@@ -540,7 +541,7 @@ struct Chain {
   std::vector<stdfs::path> resolved;  // canonical, for cycle detection
 };
 
-void apply_experiment_node(Loader& loader, const YAML::Node& root, const std::string& name,
+bool apply_experiment_node(Loader& loader, const YAML::Node& root, const std::string& name,
                            const stdfs::path& folder, Chain& chain);
 
 // Reads the experiment file at `path` (its base chain first) into `loader`. `included_from` is
@@ -564,13 +565,25 @@ void apply_experiment_file(Loader& loader, const stdfs::path& path,
   const YAML::Node root = parse_yaml(text, name);
   chain.names.push_back(name);
   chain.resolved.push_back(resolved);
-  apply_experiment_node(loader, root, name, path.parent_path(), chain);
+  const std::size_t errors_before = loader.errors().size();
+  const bool holds_settings =
+      apply_experiment_node(loader, root, name, path.parent_path(), chain);
+  if (!holds_settings && loader.errors().size() == errors_before) {
+    // Else an empty file (or a truncated one, or one of comments) would train the built-in
+    // defaults as if they had been asked for.
+    loader.error(name, std::string("holds no settings (it is empty, or only comments or empty "
+                                   "sections)") +
+                           (included_from.empty() ? "" : "; it is the base named at " +
+                                                             included_from) +
+                           "; an experiment file needs at least one setting or a base:");
+  }
   chain.names.pop_back();
   chain.resolved.pop_back();
 }
 
-// Applies a document of sections (`base:` first) from a file or an ablation's inline base.
-void apply_experiment_node(Loader& loader, const YAML::Node& root, const std::string& name,
+// Applies a document of sections (`base:` first) from a file or an ablation's inline base. True
+// when the document holds a base: or sets at least one key (`model: {}` sets none).
+bool apply_experiment_node(Loader& loader, const YAML::Node& root, const std::string& name,
                            const stdfs::path& folder, Chain& chain) {
   const Source source{name};
   if (root.IsMap() && root["base"]) {
@@ -583,6 +596,7 @@ void apply_experiment_node(Loader& loader, const YAML::Node& root, const std::st
   }
   loader.begin_layer();
   loader.apply_document(root, source, {"base"});
+  return (root.IsMap() && root["base"]) || !loader.layer_keys().empty();
 }
 
 // Applies --set overrides, each a layer of its own so a later one may repeat an earlier key.

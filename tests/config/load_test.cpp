@@ -38,17 +38,50 @@ std::string load_error(const std::string& yaml, const std::vector<std::string>& 
   return error_of([&] { parse_experiment_string(yaml, "x.yaml", overrides); });
 }
 
-TEST(LoadExperiment, EmptyOrCommentOnlyFileKeepsEveryDefault) {
+// An empty file once trained the built-in default experiment as if it had been asked for.
+TEST(LoadExperiment, FileWithoutSettingsIsAnError) {
   TempDir dir;
-  for (const std::string& text : {std::string(""), std::string("# nothing yet\n")}) {
+  for (const char* text : {"", "# nothing yet\n", "\n\n", "model:\n", "model: {}\n"}) {
     const std::string path = write_yaml(dir, "empty.yaml", text);
-    ExperimentConfig config = load_experiment(path);
+    const std::string expected =
+        path + ": holds no settings (it is empty, or only comments or empty sections); an "
+               "experiment file needs at least one setting or a base:";
+    EXPECT_EQ(error_of([&] { load_experiment(path); }), expected) << "text: " << text;
+    // --set does not make the file right: it was most likely not the file meant.
+    EXPECT_EQ(error_of([&] { load_experiment(path, {"model.n_layer=2"}); }), expected);
+  }
+}
+
+TEST(LoadExperiment, FileOfOnlyABaseInheritsEverything) {
+  TempDir dir;
+  const std::string base = write_yaml(dir, "base.yaml", "model: {n_layer: 3}\ntrain: {lr: 0.01}\n");
+  const std::string path = write_yaml(dir, "exp.yaml", "# the base as it is\nbase: base.yaml\n");
+  const ExperimentConfig config = load_experiment(path);
+  EXPECT_EQ(config.model.n_layer, 3);
+  EXPECT_TRUE(same_settings(config, load_experiment(base)));
+  EXPECT_FALSE(same_settings(config, ExperimentConfig{}));
+  EXPECT_EQ(config.source, path);
+}
+
+TEST(LoadExperiment, EmptyBaseFileIsAnErrorNamingItAndItsBase) {
+  TempDir dir;
+  const std::string empty = write_yaml(dir, "empty.yaml", "# to do\n");
+  const std::string path = write_yaml(dir, "exp.yaml", "base: empty.yaml\nmodel: {n_layer: 3}\n");
+  EXPECT_EQ(error_of([&] { load_experiment(path); }),
+            empty + ": holds no settings (it is empty, or only comments or empty sections); it is "
+                    "the base named at " + path + ":1:7; an experiment file needs at least one "
+                    "setting or a base:");
+}
+
+// Text (not a file) may hold nothing: txl-bench builds experiments from "{}" and --set.
+TEST(ParseExperimentString, EmptyTextKeepsEveryDefault) {
+  for (const std::string& text : {std::string(""), std::string("{}"), std::string("# none\n")}) {
+    ExperimentConfig config = parse_experiment_string(text, "x.yaml");
     EXPECT_TRUE(same_settings(config, ExperimentConfig{}))
         << ::testing::PrintToString(diff_experiments(ExperimentConfig{}, config));
-    EXPECT_EQ(config.source, path);
-    EXPECT_EQ(config.model.n_layer, 4);
-    EXPECT_EQ(config.train.schedule, "cosine");
+    EXPECT_EQ(config.source, "x.yaml");
   }
+  EXPECT_EQ(parse_experiment_string("{}", "", {"model.n_layer=2"}).model.n_layer, 2);
 }
 
 TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
