@@ -121,6 +121,8 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("train.var_len", tr.var_len);
   t.add("train.roll", tr.roll);
   t.add("train.eval_max_tokens", tr.eval_max_tokens);
+  t.add("train.divergence_factor", tr.divergence_factor);
+  t.add("train.divergence_patience", tr.divergence_patience);
 
   EvalConfig& ev = c.eval;
   t.add("eval.tgt_len", ev.tgt_len);
@@ -197,21 +199,51 @@ std::string join_choices(const std::vector<std::string>& choices) {
   return text;
 }
 
+namespace {
+
+// Texts up to kQuoteWhole bytes are quoted whole; longer ones as their first kQuoteKeep bytes.
+constexpr std::size_t kQuoteWhole = 80;
+constexpr std::size_t kQuoteKeep = 60;
+
+// The first kQuoteKeep bytes, not splitting a UTF-8 character (continuation bytes are 10xxxxxx).
+std::string head(const std::string& text) {
+  std::size_t cut = kQuoteKeep;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut);
+}
+
+std::string size_note(const std::string& text) {
+  return " (" + std::to_string(text.size()) + " bytes)";
+}
+
+}  // namespace
+
+std::string shorten(const std::string& text) {
+  return text.size() <= kQuoteWhole ? text : head(text) + "..." + size_note(text);
+}
+
+std::string quoted(const std::string& text) {
+  return text.size() <= kQuoteWhole ? "'" + text + "'" : "'" + head(text) + "...'" + size_note(text);
+}
+
 std::size_t edit_distance(const std::string& a, const std::string& b) {
-  // d[i][j] = distance between the first i characters of a and the first j of b.
-  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
-  for (std::size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (std::size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  // Row i holds the distances between the first i characters of a and every prefix of b; three
+  // rows (i - 2, i - 1, i) are all a transposition needs, so memory grows with b alone.
+  std::vector<std::size_t> before(b.size() + 1), previous(b.size() + 1), current(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) previous[j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
+    current[0] = i;
     for (std::size_t j = 1; j <= b.size(); ++j) {
       std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      current[j] = std::min({previous[j] + 1, current[j - 1] + 1, previous[j - 1] + cost});
       if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);  // "modle" -> "model" is one typo
+        current[j] = std::min(current[j], before[j - 2] + 1);  // "modle" -> "model" is one typo
       }
     }
+    std::swap(before, previous);
+    std::swap(previous, current);
   }
-  return d[a.size()][b.size()];
+  return previous[b.size()];
 }
 
 std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
@@ -221,6 +253,11 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
   std::string best;
   std::size_t best_distance = limit + 1;
   for (const std::string& candidate : candidates) {
+    // The distance is at least the difference in length; checking that first also keeps the
+    // (length x length) table of edit_distance small.
+    const std::size_t gap = word.size() > candidate.size() ? word.size() - candidate.size()
+                                                           : candidate.size() - word.size();
+    if (gap >= best_distance) continue;
     std::size_t distance = edit_distance(word, candidate);
     if (distance < best_distance) {
       best = candidate;

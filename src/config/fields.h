@@ -41,11 +41,18 @@ std::string format_double(double value);
 // The allowed values joined for messages: "cosine | inv_sqrt | constant | plateau".
 std::string join_choices(const std::vector<std::string>& choices);
 
+// A user's text as an error message quotes it: whole when short, else its first bytes (cut at a
+// UTF-8 character boundary) and its size, so that a 10 MB value cannot flood the terminal.
+// shorten: "abc" or "abcd... (10485760 bytes)"; quoted: "'abc'" or "'abcd...' (10485760 bytes)".
+std::string shorten(const std::string& text);
+std::string quoted(const std::string& text);
+
 // Optimal-string-alignment edit distance (insertions, deletions, substitutions, transpositions).
 std::size_t edit_distance(const std::string& a, const std::string& b);
 
 // The candidate closest to `word` if it is close enough to be a plausible typo, else the first
-// candidate that `word` abbreviates (at least 2 characters), else "".
+// candidate that `word` abbreviates (at least 2 characters), else "". Candidates whose length alone
+// rules them out are skipped, so a huge `word` costs no more than reading it.
 std::string closest(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace txl::config::detail

@@ -11,10 +11,13 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 #include <type_traits>
 
 #include "fields.h"
@@ -60,8 +63,8 @@ std::string describe(const YAML::Node& node) {
     case YAML::NodeType::Map:
       return "a mapping";
     default:
-      return node.Tag() == "!" ? "the quoted string '" + node.Scalar() + "'"
-                               : "'" + node.Scalar() + "'";
+      return node.Tag() == "!" ? "the quoted string " + detail::quoted(node.Scalar())
+                               : detail::quoted(node.Scalar());
   }
 }
 
@@ -93,19 +96,25 @@ bool parse_bool(const std::string& text, bool* out) {
   return false;
 }
 
+enum class Number { kOk, kTooSmall, kTooLarge, kNotANumber };
+
 // Finite decimal numbers only: no setting means anything with .inf or .nan, and a NaN would slip
-// through range checks unnoticed.
-bool parse_double(const std::string& text, double* out) {
+// through range checks unnoticed. A number beyond a double (1e400) is kTooLarge; one too small
+// for it (1e-400) is kTooSmall and reads as the nearest double (0 or a denormal).
+Number read_double(const std::string& text, double* out) {
   const std::string t = lower(text);
   // strtod alone would also take "inf", "nan" and hex floats.
-  if (t.empty() || t.find_first_not_of("0123456789+-.e") != std::string::npos) return false;
-  if (t.find_first_of("0123456789") == std::string::npos) return false;
+  if (t.empty() || t.find_first_not_of("0123456789+-.e") != std::string::npos) {
+    return Number::kNotANumber;
+  }
+  if (t.find_first_of("0123456789") == std::string::npos) return Number::kNotANumber;
   char* end = nullptr;
   errno = 0;
   double value = std::strtod(t.c_str(), &end);
-  if (end != t.c_str() + t.size() || errno == ERANGE) return false;
+  if (end != t.c_str() + t.size()) return Number::kNotANumber;
+  if (errno == ERANGE && std::isinf(value)) return Number::kTooLarge;
   *out = value;
-  return true;
+  return errno == ERANGE ? Number::kTooSmall : Number::kOk;
 }
 
 // Integers as digits, or as an exact float such as 1e6 (researchers write token budgets so).
@@ -132,7 +141,8 @@ bool parse_integer(const std::string& text, T* out) {
     return true;
   }
   double d = 0;
-  if (!parse_double(text, &d) || std::floor(d) != d) return false;
+  // Exact values only: 1e-400 is not 0.
+  if (read_double(text, &d) != Number::kOk || std::floor(d) != d) return false;
   // 2^63 and above do not fit a signed 64-bit integer; doubles that large are not exact anyway.
   if (d < static_cast<double>(std::numeric_limits<T>::min()) ||
       d >= std::ldexp(1.0, std::numeric_limits<T>::digits)) {
@@ -142,17 +152,28 @@ bool parse_integer(const std::string& text, T* out) {
   return true;
 }
 
+// True when `text` is a whole number of any size: digits with an optional sign
+// (99999999999999999999), or a number whose value is whole (1e30) or beyond a double (1e400).
+bool whole_number(const std::string& text) {
+  const std::size_t sign = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  if (text.size() > sign && text.find_first_not_of("0123456789", sign) == std::string::npos) {
+    return true;
+  }
+  double d = 0;
+  const Number number = read_double(text, &d);
+  return number == Number::kTooLarge || (number == Number::kOk && std::floor(d) == d);
+}
+
 // What an integer field expected, given the text it got: the range when the text is a whole
 // number that does not fit (e.g. 3000000000 for a 32-bit field), else just the kind.
 template <typename T>
 std::string expected_integer(const YAML::Node& value) {
-  if (std::is_unsigned_v<T>) return "expected a non-negative integer";
-  long long wide = 0;
-  if (value.IsScalar() && value.Tag() != "!" && parse_integer(value.Scalar(), &wide)) {
-    return "expected an integer between " + std::to_string(std::numeric_limits<T>::min()) +
-           " and " + std::to_string(std::numeric_limits<T>::max());
-  }
-  return "expected an integer";
+  const bool whole = value.IsScalar() && value.Tag() != "!" && whole_number(value.Scalar());
+  const bool negative = whole && value.Scalar()[0] == '-';
+  if (std::is_unsigned_v<T> && (!whole || negative)) return "expected a non-negative integer";
+  if (!whole) return "expected an integer";
+  return "expected an integer between " + std::to_string(std::numeric_limits<T>::min()) +
+         " and " + std::to_string(std::numeric_limits<T>::max());
 }
 
 // A text the dump must quote: some YAML reader (1.1 or 1.2, yaml-cpp or PyYAML) could otherwise
@@ -200,7 +221,8 @@ class Loader {
   // A top-level mapping of sections; keys in `reserved` are the caller's (base:, variants:).
   void apply_document(const YAML::Node& root, const Source& source,
                       const std::set<std::string>& reserved) {
-    if (!root.IsDefined() || root.IsNull()) return;  // an empty file keeps every default
+    // An empty document sets nothing; apply_experiment_file refuses a file that holds nothing.
+    if (!root.IsDefined() || root.IsNull()) return;
     if (!root.IsMap()) {
       error(
           where(source, root.Mark()),
@@ -224,8 +246,9 @@ class Loader {
       const std::string key = key_node.Scalar();
       auto [first, inserted] = seen.emplace(key, key_node.Mark());
       if (!inserted) {
-        error(where(source, key_node.Mark()), "duplicate key '" + join(prefix, key) +
-                                                  "' (first at " + where(source, first->second) +
+        error(where(source, key_node.Mark()), "duplicate key " +
+                                                  detail::quoted(join(prefix, key)) +
+                                                  " (first at " + where(source, first->second) +
                                                   ")");
         continue;
       }
@@ -237,7 +260,7 @@ class Loader {
 
   // One `key.path=value` override; the value is YAML (`[2000, 6000]`, `true`, `kjv`).
   void apply_override(const std::string& text) {
-    const Source source{"--set " + text, false};
+    const Source source{"--set " + detail::shorten(text), false};
     reserved_.clear();  // base: and friends belong to files, not to --set
     const std::size_t equals = text.find('=');
     std::string key = equals == std::string::npos ? "" : trim(text.substr(0, equals));
@@ -318,7 +341,7 @@ class Loader {
   }
 
   std::string unknown_key_message(const std::string& key) const {
-    std::string message = "unknown key '" + key + "'";
+    std::string message = "unknown key " + detail::quoted(key);
     if (key == "variants") {
       return message + " (it belongs in an ablation file: load that with txl-ablate)";
     }
@@ -406,8 +429,11 @@ class Loader {
   }
 
   std::string assign(double* member, const Field&, const YAML::Node& value) {
-    if (value.IsScalar() && value.Tag() != "!" && parse_double(value.Scalar(), member)) return "";
-    return "expected a number, got " + describe(value);
+    const bool scalar = value.IsScalar() && value.Tag() != "!";
+    const Number number = scalar ? read_double(value.Scalar(), member) : Number::kNotANumber;
+    if (number == Number::kOk || number == Number::kTooSmall) return "";
+    const std::string got = "expected a number, got " + describe(value);
+    return number == Number::kTooLarge ? got + " (beyond a double's range, about 1.8e308)" : got;
   }
 
   template <typename T>
@@ -455,7 +481,8 @@ class Loader {
         std::find(field.choices.begin(), field.choices.end(), text) != field.choices.end()) {
       return "";
     }
-    std::string message = "'" + text + "' is not one of " + detail::join_choices(field.choices);
+    std::string message =
+        detail::quoted(text) + " is not one of " + detail::join_choices(field.choices);
     const std::string suggestion = detail::closest(text, field.choices);
     if (!suggestion.empty()) message += "; did you mean '" + suggestion + "'?";
     return message;
@@ -470,6 +497,37 @@ class Loader {
   std::vector<std::string> errors_;
 };
 
+// ------------------------------------------------------------------------------ files
+
+// The text of the config file at `path`, or a txl::Error saying why there is none: not found, a
+// directory, not a regular file, or the system's reason (permission denied, a symlink loop).
+// `what` names the file's role ("experiment file", "base file"); `prefix` leads the message (the
+// location of the base: naming it, or ""); `hint` follows a not-found message.
+std::string read_config_file(const stdfs::path& path, const std::string& what,
+                             const std::string& prefix, const std::string& hint = "") {
+  const std::string name = detail::shorten(path.string());
+  std::error_code ec;
+  const stdfs::file_status status = stdfs::status(path, ec);
+  if (status.type() == stdfs::file_type::not_found) {
+    // ENOTDIR (a file used as a folder) is also "not found"; say so.
+    const bool plain = !ec || ec == std::errc::no_such_file_or_directory;
+    TXL_FAIL(prefix, what, " not found: ", name, plain ? "" : " (" + ec.message() + ")", hint);
+  }
+  if (ec) TXL_FAIL(prefix, "cannot read ", what, " ", name, ": ", ec.message());
+  if (stdfs::is_directory(status)) {
+    TXL_FAIL(prefix, what, " ", name, " is a directory; expected a YAML file");
+  }
+  if (!stdfs::is_regular_file(status)) {
+    TXL_FAIL(prefix, what, " ", name, " is not a regular file; expected a YAML file");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) TXL_FAIL(prefix, "cannot read ", what, " ", name, ": ", std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) TXL_FAIL(prefix, "cannot read ", what, " ", name, ": ", std::strerror(errno));
+  return text.str();
+}
+
 // ------------------------------------------------------------------------------ base chains
 
 std::string chain_text(const std::vector<std::string>& chain, const std::string& last) {
@@ -483,7 +541,7 @@ struct Chain {
   std::vector<stdfs::path> resolved;  // canonical, for cycle detection
 };
 
-void apply_experiment_node(Loader& loader, const YAML::Node& root, const std::string& name,
+bool apply_experiment_node(Loader& loader, const YAML::Node& root, const std::string& name,
                            const stdfs::path& folder, Chain& chain);
 
 // Reads the experiment file at `path` (its base chain first) into `loader`. `included_from` is
@@ -499,21 +557,33 @@ void apply_experiment_file(Loader& loader, const stdfs::path& path,
                " (remove one of these base: keys)");
     }
   }
-  if (!stdfs::is_regular_file(path, ec)) {
-    if (included_from.empty()) TXL_FAIL("experiment file not found: ", name);
-    TXL_FAIL(included_from, ": base file not found: ", name,
-             " (a base path is relative to the folder of the file naming it)");
-  }
-  const YAML::Node root = parse_yaml(fs::read_file(path), name);
+  const std::string text =
+      included_from.empty()
+          ? read_config_file(path, "experiment file", "")
+          : read_config_file(path, "base file", included_from + ": ",
+                             " (a base path is relative to the folder of the file naming it)");
+  const YAML::Node root = parse_yaml(text, name);
   chain.names.push_back(name);
   chain.resolved.push_back(resolved);
-  apply_experiment_node(loader, root, name, path.parent_path(), chain);
+  const std::size_t errors_before = loader.errors().size();
+  const bool holds_settings =
+      apply_experiment_node(loader, root, name, path.parent_path(), chain);
+  if (!holds_settings && loader.errors().size() == errors_before) {
+    // Else an empty file (or a truncated one, or one of comments) would train the built-in
+    // defaults as if they had been asked for.
+    loader.error(name, std::string("holds no settings (it is empty, or only comments or empty "
+                                   "sections)") +
+                           (included_from.empty() ? "" : "; it is the base named at " +
+                                                             included_from) +
+                           "; an experiment file needs at least one setting or a base:");
+  }
   chain.names.pop_back();
   chain.resolved.pop_back();
 }
 
-// Applies a document of sections (`base:` first) from a file or an ablation's inline base.
-void apply_experiment_node(Loader& loader, const YAML::Node& root, const std::string& name,
+// Applies a document of sections (`base:` first) from a file or an ablation's inline base. True
+// when the document holds a base: or sets at least one key (`model: {}` sets none).
+bool apply_experiment_node(Loader& loader, const YAML::Node& root, const std::string& name,
                            const stdfs::path& folder, Chain& chain) {
   const Source source{name};
   if (root.IsMap() && root["base"]) {
@@ -526,6 +596,7 @@ void apply_experiment_node(Loader& loader, const YAML::Node& root, const std::st
   }
   loader.begin_layer();
   loader.apply_document(root, source, {"base"});
+  return (root.IsMap() && root["base"]) || !loader.layer_keys().empty();
 }
 
 // Applies --set overrides, each a layer of its own so a later one may repeat an earlier key.
@@ -590,9 +661,7 @@ ExperimentConfig parse_experiment_string(const std::string& yaml, const std::str
 }
 
 AblationConfig load_ablation(const std::string& path, const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  if (!stdfs::is_regular_file(path, ec)) TXL_FAIL("ablation file not found: ", path);
-  const YAML::Node root = parse_yaml(fs::read_file(path), path);
+  const YAML::Node root = parse_yaml(read_config_file(path, "ablation file", ""), path);
   const Source source{path};
   TXL_CHECK(root.IsMap(), where(source, root.Mark()),
             ": expected an ablation (name, base, variants), got ", describe(root));
@@ -644,7 +713,7 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
       resolved.apply_override(text);
       for (const char* key : {"run.name", "run.output_dir"}) {
         if (resolved.layer_keys().count(key)) {
-          resolved.error("--set " + text,
+          resolved.error("--set " + detail::shorten(text),
                          std::string(key) +
                              ": an ablation names its variants itself "
                              "(<ablation>/<variant>); set it per variant in the file");

@@ -19,6 +19,12 @@ std::string text(T value) {
   }
 }
 
+// Settings that reach float32 tensor arithmetic (the optimizer's update, gradient clipping, weight
+// initialisation) stay far below float32's largest value, 3.4e38: LibTorch refuses a larger one
+// ("value cannot be converted to type float without overflow") without naming the setting, and
+// Adam divides the learning rate by up to 10 in its first steps.
+constexpr double kMaxFloatSetting = 1e30;
+
 // Collects violations. Every comparison is written so that NaN fails it.
 class Checker {
  public:
@@ -42,6 +48,12 @@ class Checker {
   void open_closed(const std::string& key, double value, double low, double high) {
     rule(value > low && value <= high, key,
          "must be in (" + text(low) + ", " + text(high) + "], got " + text(value));
+  }
+  // A setting that enters float32 arithmetic (see kMaxFloatSetting).
+  void fits_float(const std::string& key, double value) {
+    rule(value <= kMaxFloatSetting, key,
+         "must be <= " + text(kMaxFloatSetting) + " (it enters float32 arithmetic), got " +
+             text(value));
   }
   std::vector<Violation> take() { return std::move(out_); }
 
@@ -68,7 +80,7 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
     for (const std::string& value : values) {
       bool allowed = false;
       for (const std::string& choice : field.choices) allowed = allowed || choice == value;
-      k.rule(allowed, field.key, "'" + value + "' is not one of " + join_choices(field.choices));
+      k.rule(allowed, field.key, quoted(value) + " is not one of " + join_choices(field.choices));
     }
   }
 
@@ -118,7 +130,9 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   }
   k.at_least("model.div_val", m.div_val, 1);
   k.positive("model.init_std", m.init_std);
+  k.fits_float("model.init_std", m.init_std);
   k.positive("model.proj_init_std", m.proj_init_std);
+  k.fits_float("model.proj_init_std", m.proj_init_std);
   if (absolute_positions(m.attn_type) && !m.allow_abs_with_memory) {
     // Absolute positions restart at 0 in every segment, so cached states would collide with the
     // current ones (paper 3.3): a vanilla model with memory is a known-wrong setup.
@@ -149,7 +163,16 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
 
   const TrainConfig& t = c.train;
   k.positive("train.lr", t.lr);
+  k.fits_float("train.lr", t.lr);
   k.at_least("train.weight_decay", t.weight_decay, 0.0);
+  k.fits_float("train.weight_decay", t.weight_decay);
+  if (t.optimizer == "adamw") {
+    // Decoupled decay multiplies every weight by 1 - lr * weight_decay each step: at 1 or more
+    // it zeroes the weights or flips their sign (and a huge product overflows float32).
+    k.rule(!(t.lr * t.weight_decay >= 1.0), "train.weight_decay",
+           "adamw needs train.lr * train.weight_decay < 1 (each step multiplies the weights by "
+           "1 - lr * weight_decay), got " + text(t.lr) + " * " + text(t.weight_decay));
+  }
   k.half_open("train.momentum", t.momentum, 0.0, 1.0);
   k.at_least<std::int64_t>("train.warmup_steps", t.warmup_steps, 0);
   k.at_least("train.lr_min", t.lr_min, 0.0);
@@ -158,6 +181,7 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.open_closed("train.decay_rate", t.decay_rate, 0.0, 1.0);
   k.at_least("train.plateau_patience", t.plateau_patience, 0);
   k.at_least("train.clip", t.clip, 0.0);
+  k.fits_float("train.clip", t.clip);
   k.at_least("train.batch_size", t.batch_size, 1);
   k.at_least("train.batch_chunk", t.batch_chunk, 1);
   if (t.batch_size >= 1 && t.batch_chunk >= 1) {
@@ -173,6 +197,9 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.at_least<std::int64_t>("train.checkpoint_interval", t.checkpoint_interval, 0);
   k.at_least("train.patience", t.patience, 0);
   k.at_least<std::int64_t>("train.eval_max_tokens", t.eval_max_tokens, 0);
+  k.at_least("train.divergence_factor", t.divergence_factor, 0.0);
+  k.fits_float("train.divergence_factor", t.divergence_factor);
+  k.at_least("train.divergence_patience", t.divergence_patience, 1);
 
   const EvalConfig& e = c.eval;
   k.at_least("eval.tgt_len", e.tgt_len, 0);
@@ -193,7 +220,7 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.rule(!e.splits.empty(), "eval.splits", "must name at least one split (valid, test, train)");
   std::set<std::string> seen;
   for (const std::string& split : e.splits) {
-    k.rule(seen.insert(split).second, "eval.splits", "lists '" + split + "' twice");
+    k.rule(seen.insert(split).second, "eval.splits", "lists " + quoted(split) + " twice");
   }
   for (int mem_len : e.sweep_mem_lens) {
     k.rule(mem_len >= 0, "eval.sweep_mem_lens", "entries must be >= 0, got " + text(mem_len));

@@ -89,6 +89,8 @@ train:
   var_len: true
   roll: true
   eval_max_tokens: 20000
+  divergence_factor: 5.0
+  divergence_patience: 7
 eval:
   tgt_len: 48
   mem_len: 160

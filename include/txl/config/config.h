@@ -114,6 +114,9 @@ struct TrainConfig {
   bool var_len = false;            // paper recipe: segment length mostly Q, sometimes Q/2
   bool roll = false;               // roll stream offsets every epoch
   std::int64_t eval_max_tokens = 0;  // tokens of valid used by periodic evaluation (0 = all)
+  double divergence_factor = 3.0;  // a training loss above this x ln(vocabulary size) counts as
+                                   // diverging (3.0: three times a uniform guess); 0 = off
+  int divergence_patience = 20;    // stop after this many consecutive diverging steps, e.g. 20
 };
 
 // ----------------------------------------------------------------------------------- eval

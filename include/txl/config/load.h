@@ -10,7 +10,8 @@
 // Everything is validated once, here: unknown keys (with the closest valid key), wrong types,
 // values outside an enum (listing the allowed ones) and out-of-range values are txl::Error whose
 // message names the file, `line:column` and the dotted key. All problems of a file are reported
-// together, one per line.
+// together, one per line. Messages quote a key or value over 80 bytes as its first 60 bytes and
+// its size ("'abc...' (10485760 bytes)").
 
 #include <string>
 #include <utility>
@@ -22,11 +23,16 @@ namespace txl::config {
 
 // Loads the experiment at `path`, its `base:` chain and the `key.path=value` overrides (the value
 // is parsed as YAML: `model.cutoffs=[2000,6000]`, `run.name=kjv_small`). Sets `source` to `path`.
+// Every file of the chain must hold a setting or a `base:` (an empty or comment-only file is an
+// error: it would silently train the defaults); a file of only `base: x.yaml` inherits x.yaml.
+// A path that is missing, a directory or unreadable is an error saying which (with the system's
+// reason).
 ExperimentConfig load_experiment(const std::string& path,
                                  const std::vector<std::string>& overrides = {});
 
 // Same, from YAML text (e.g. the config stored in a checkpoint). `origin` names the text in error
 // messages and becomes `source`; a `base:` in the text is resolved relative to origin's folder.
+// The text itself may be empty or "{}" (defaults plus overrides, as txl-bench builds them).
 ExperimentConfig parse_experiment_string(const std::string& yaml, const std::string& origin,
                                          const std::vector<std::string>& overrides = {});
 
