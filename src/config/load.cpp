@@ -278,6 +278,11 @@ class Loader {
     apply_value(key, value, source, YAML::Mark::null_mark());
   }
 
+  // Records where `key` got its value when the caller sets it in code (an ablation's run.name).
+  void note_origin(const std::string& key, const std::string& location) {
+    state_.origin[key] = location;
+  }
+
   // Adds an error that is not about a key (e.g. an ablation's own fields).
   void error(const std::string& location, const std::string& message) {
     errors_.push_back(location.empty() ? message : location + ": " + message);
@@ -614,11 +619,14 @@ ExperimentConfig finish(Loader& loader) {
   return loader.state().config;
 }
 
-bool valid_name(const std::string& name) {
-  if (name.empty() || name == "." || name == "..") return false;
-  return std::all_of(name.begin(), name.end(), [](char ch) {
-    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
-  });
+// "" when an ablation's or a variant's name is a plain folder name (they make up run.name
+// "<ablation>/<variant>"), else the message, e.g. "variant name 'a/b' must be ...: it holds '/'".
+std::string name_error(const std::string& what, const std::string& name) {
+  const std::string problem = detail::plain_name_problem(name, /*parts=*/false);
+  if (problem.empty()) return "";
+  return what + " " + detail::quoted(name) +
+         " must be letters, digits, '_', '-' or '.' only (it names a folder under runs/): " +
+         problem;
 }
 
 // Reads an optional string field of the ablation file itself.
@@ -673,9 +681,8 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
   ablation.output_dir = ablation_string(base, root, "output_dir", source);
   if (!root["name"]) {
     base.error(path, "name: missing; every ablation needs a name (its runs go to runs/<name>/)");
-  } else if (!base.has_errors() && !valid_name(ablation.name)) {
-    base.error(where(source, root["name"].Mark()),
-               "name: '" + ablation.name + "' must be letters, digits, '_', '-' or '.' only");
+  } else if (!base.has_errors() && !name_error("name:", ablation.name).empty()) {
+    base.error(where(source, root["name"].Mark()), name_error("name:", ablation.name));
   }
 
   // The base: an experiment file, or an inline mapping of sections.
@@ -732,9 +739,8 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
     const std::string name = it->first.Scalar();
     const std::string location = where(source, it->first.Mark());
     const std::string context = "variant '" + name + "': ";
-    if (!valid_name(name)) {
-      errors.push_back(location + ": variant name '" + name +
-                       "' must be letters, digits, '_', '-' or '.' only");
+    if (!name_error("variant name", name).empty()) {
+      errors.push_back(location + ": " + name_error("variant name", name));
       continue;
     }
     if (!names.insert(name).second) {
@@ -755,7 +761,10 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
     const bool sets_dir = variant.layer_keys().count("run.output_dir") > 0;
     apply_overrides(variant, overrides);
     ExperimentConfig& config = variant.config();
-    if (!sets_name) config.run.name = ablation.name + "/" + name;
+    if (!sets_name) {
+      config.run.name = ablation.name + "/" + name;
+      variant.note_origin("run.name", location);  // a rule on the name points at the variant
+    }
     if (!sets_dir) config.run.output_dir = root_dir + "/" + name;
     if (!variant.has_errors()) variant.validate(context);
     errors.insert(errors.end(), variant.errors().begin(), variant.errors().end());

@@ -56,7 +56,8 @@ void validate_experiment(const ExperimentConfig& config);
 //     shaw: {model: {attn_type: shaw}}
 //
 // Precedence per variant: base < shared sections < variant < `overrides`. Each variant is
-// validated like an experiment. Its run.name becomes "<name>/<variant>" and its run.output_dir
+// validated like an experiment; the ablation's and variants' names are plain folder names (letters,
+// digits, '_', '-', '.'). Its run.name becomes "<name>/<variant>" and its run.output_dir
 // "<output_dir or runs/<name>>/<variant>" unless the variant itself sets them. `base` in the result
 // is the resolved base with the shared sections and overrides applied (not range-validated).
 AblationConfig load_ablation(const std::string& path,
