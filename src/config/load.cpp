@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -641,6 +642,73 @@ std::string ablation_string(Loader& loader, const YAML::Node& root, const std::s
   return node.Scalar();
 }
 
+// ------------------------------------------------------------------------------ diffs
+
+// The "key: before -> after" line of every setting that differs and that `wanted` accepts, in
+// struct order; strings in quotes. With `shorten`, long values are cut as in error messages.
+std::vector<std::string> diff_lines(const ExperimentConfig& before, const ExperimentConfig& after,
+                                    const std::function<bool(const std::string&)>& wanted,
+                                    bool shorten) {
+  ExperimentConfig a = before;
+  ExperimentConfig b = after;
+  const std::vector<Field> fa = detail::fields_of(a);
+  const std::vector<Field> fb = detail::fields_of(b);
+  std::vector<std::string> lines;
+  for (std::size_t i = 0; i < fa.size(); ++i) {
+    std::string va = detail::format_value(fa[i].target);
+    std::string vb = detail::format_value(fb[i].target);
+    if (va == vb || !wanted(fa[i].key)) continue;
+    const bool text = std::holds_alternative<std::string*>(fa[i].target);
+    if (shorten) {
+      va = text ? detail::quoted(va) : detail::shorten(va);
+      vb = text ? detail::quoted(vb) : detail::shorten(vb);
+    } else if (text) {
+      va = "'" + va + "'";
+      vb = "'" + vb + "'";
+    }
+    lines.push_back(fa[i].key + ": " + va + " -> " + vb);
+  }
+  return lines;
+}
+
+// The one table of settings a resumed run may change; every other setting is part of what the
+// checkpoint was trained with. An entry is a key or "section.*" (every key of the section).
+const std::vector<std::string>& resumable_table() {
+  static const std::vector<std::string> kResumable = {
+      // When to stop: a resumed run may train longer or stop sooner. Model, data and optimizer
+      // state go on unchanged; with schedule: cosine, max_steps is also the horizon the learning
+      // rate anneals to, so the rest of the decay stretches or shrinks (what training longer means).
+      "train.max_steps", "train.max_tokens", "train.max_minutes",
+      // How often it evaluates and saves, how patient early stopping is, and how much of valid
+      // the periodic evaluation reads: they decide what is measured and kept, not what a step
+      // computes (with schedule: plateau they time the decays, as the user asks by changing them).
+      "train.eval_interval", "train.checkpoint_interval", "train.patience", "train.eval_max_tokens",
+      // The divergence guard only decides when to give up on a run, never what a step does.
+      "train.divergence_factor", "train.divergence_patience",
+      // Where and how fast it runs, and what it prints: the checkpoint restores the same state on
+      // any device or thread count (only dropout draws start afresh when the device kind or the
+      // number of processes changes).
+      "run.threads", "run.device", "run.log_interval", "run.dist_timeout",
+      // Folders the user chose: the run folder may have moved, and caches are found by the
+      // fingerprint of what they hold, not by where they live.
+      "run.output_dir", "data.cache_dir",
+      // Evaluation reads the model and never changes it.
+      "eval.*",
+  };
+  return kResumable;
+}
+
+bool resumable(const std::string& key) {
+  for (const std::string& entry : resumable_table()) {
+    const bool section = entry.size() > 2 && entry.compare(entry.size() - 2, 2, ".*") == 0;
+    if (section ? key.compare(0, entry.size() - 1, entry, 0, entry.size() - 1) == 0
+                : key == entry) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------ public API
@@ -842,22 +910,7 @@ std::string fingerprint(const ExperimentConfig& config) {
 
 std::vector<std::string> diff_experiments(const ExperimentConfig& before,
                                           const ExperimentConfig& after) {
-  ExperimentConfig a = before;
-  ExperimentConfig b = after;
-  const std::vector<Field> fa = detail::fields_of(a);
-  const std::vector<Field> fb = detail::fields_of(b);
-  std::vector<std::string> lines;
-  for (std::size_t i = 0; i < fa.size(); ++i) {
-    std::string va = detail::format_value(fa[i].target);
-    std::string vb = detail::format_value(fb[i].target);
-    if (va == vb) continue;
-    if (std::holds_alternative<std::string*>(fa[i].target)) {
-      va = "'" + va + "'";
-      vb = "'" + vb + "'";
-    }
-    lines.push_back(fa[i].key + ": " + va + " -> " + vb);
-  }
-  return lines;
+  return diff_lines(before, after, [](const std::string&) { return true; }, false);
 }
 
 bool same_settings(const ExperimentConfig& a, const ExperimentConfig& b) {
@@ -869,6 +922,20 @@ std::vector<std::string> experiment_keys() {
   std::vector<std::string> keys;
   for (const Field& field : detail::fields_of(config)) keys.push_back(field.key);
   return keys;
+}
+
+std::vector<std::string> resumable_keys() {
+  std::vector<std::string> keys;
+  for (const std::string& key : experiment_keys()) {
+    if (resumable(key)) keys.push_back(key);
+  }
+  return keys;
+}
+
+std::vector<std::string> resume_conflicts(const ExperimentConfig& stored,
+                                          const ExperimentConfig& requested) {
+  return diff_lines(
+      stored, requested, [](const std::string& key) { return !resumable(key); }, true);
 }
 
 }  // namespace txl::config
