@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <set>
@@ -276,6 +277,11 @@ class Loader {
       return;
     }
     apply_value(key, value, source, YAML::Mark::null_mark());
+  }
+
+  // Records where `key` got its value when the caller sets it in code (an ablation's run.name).
+  void note_origin(const std::string& key, const std::string& location) {
+    state_.origin[key] = location;
   }
 
   // Adds an error that is not about a key (e.g. an ablation's own fields).
@@ -614,11 +620,14 @@ ExperimentConfig finish(Loader& loader) {
   return loader.state().config;
 }
 
-bool valid_name(const std::string& name) {
-  if (name.empty() || name == "." || name == "..") return false;
-  return std::all_of(name.begin(), name.end(), [](char ch) {
-    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
-  });
+// "" when an ablation's or a variant's name is a plain folder name (they make up run.name
+// "<ablation>/<variant>"), else the message, e.g. "variant name 'a/b' must be ...: it holds '/'".
+std::string name_error(const std::string& what, const std::string& name) {
+  const std::string problem = detail::plain_name_problem(name, /*parts=*/false);
+  if (problem.empty()) return "";
+  return what + " " + detail::quoted(name) +
+         " must be letters, digits, '_', '-' or '.' only (it names a folder under runs/): " +
+         problem;
 }
 
 // Reads an optional string field of the ablation file itself.
@@ -631,6 +640,73 @@ std::string ablation_string(Loader& loader, const YAML::Node& root, const std::s
     return "";
   }
   return node.Scalar();
+}
+
+// ------------------------------------------------------------------------------ diffs
+
+// The "key: before -> after" line of every setting that differs and that `wanted` accepts, in
+// struct order; strings in quotes. With `shorten`, long values are cut as in error messages.
+std::vector<std::string> diff_lines(const ExperimentConfig& before, const ExperimentConfig& after,
+                                    const std::function<bool(const std::string&)>& wanted,
+                                    bool shorten) {
+  ExperimentConfig a = before;
+  ExperimentConfig b = after;
+  const std::vector<Field> fa = detail::fields_of(a);
+  const std::vector<Field> fb = detail::fields_of(b);
+  std::vector<std::string> lines;
+  for (std::size_t i = 0; i < fa.size(); ++i) {
+    std::string va = detail::format_value(fa[i].target);
+    std::string vb = detail::format_value(fb[i].target);
+    if (va == vb || !wanted(fa[i].key)) continue;
+    const bool text = std::holds_alternative<std::string*>(fa[i].target);
+    if (shorten) {
+      va = text ? detail::quoted(va) : detail::shorten(va);
+      vb = text ? detail::quoted(vb) : detail::shorten(vb);
+    } else if (text) {
+      va = "'" + va + "'";
+      vb = "'" + vb + "'";
+    }
+    lines.push_back(fa[i].key + ": " + va + " -> " + vb);
+  }
+  return lines;
+}
+
+// The one table of settings a resumed run may change; every other setting is part of what the
+// checkpoint was trained with. An entry is a key or "section.*" (every key of the section).
+const std::vector<std::string>& resumable_table() {
+  static const std::vector<std::string> kResumable = {
+      // When to stop: a resumed run may train longer or stop sooner. Model, data and optimizer
+      // state go on unchanged; with schedule: cosine, max_steps is also the horizon the learning
+      // rate anneals to, so the rest of the decay stretches or shrinks (what training longer means).
+      "train.max_steps", "train.max_tokens", "train.max_minutes",
+      // How often it evaluates and saves, how patient early stopping is, and how much of valid
+      // the periodic evaluation reads: they decide what is measured and kept, not what a step
+      // computes (with schedule: plateau they time the decays, as the user asks by changing them).
+      "train.eval_interval", "train.checkpoint_interval", "train.patience", "train.eval_max_tokens",
+      // The divergence guard only decides when to give up on a run, never what a step does.
+      "train.divergence_factor", "train.divergence_patience",
+      // Where and how fast it runs, and what it prints: the checkpoint restores the same state on
+      // any device or thread count (only dropout draws start afresh when the device kind or the
+      // number of processes changes).
+      "run.threads", "run.device", "run.log_interval", "run.dist_timeout",
+      // Folders the user chose: the run folder may have moved, and caches are found by the
+      // fingerprint of what they hold, not by where they live.
+      "run.output_dir", "data.cache_dir",
+      // Evaluation reads the model and never changes it.
+      "eval.*",
+  };
+  return kResumable;
+}
+
+bool resumable(const std::string& key) {
+  for (const std::string& entry : resumable_table()) {
+    const bool section = entry.size() > 2 && entry.compare(entry.size() - 2, 2, ".*") == 0;
+    if (section ? key.compare(0, entry.size() - 1, entry, 0, entry.size() - 1) == 0
+                : key == entry) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -673,9 +749,8 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
   ablation.output_dir = ablation_string(base, root, "output_dir", source);
   if (!root["name"]) {
     base.error(path, "name: missing; every ablation needs a name (its runs go to runs/<name>/)");
-  } else if (!base.has_errors() && !valid_name(ablation.name)) {
-    base.error(where(source, root["name"].Mark()),
-               "name: '" + ablation.name + "' must be letters, digits, '_', '-' or '.' only");
+  } else if (!base.has_errors() && !name_error("name:", ablation.name).empty()) {
+    base.error(where(source, root["name"].Mark()), name_error("name:", ablation.name));
   }
 
   // The base: an experiment file, or an inline mapping of sections.
@@ -732,9 +807,8 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
     const std::string name = it->first.Scalar();
     const std::string location = where(source, it->first.Mark());
     const std::string context = "variant '" + name + "': ";
-    if (!valid_name(name)) {
-      errors.push_back(location + ": variant name '" + name +
-                       "' must be letters, digits, '_', '-' or '.' only");
+    if (!name_error("variant name", name).empty()) {
+      errors.push_back(location + ": " + name_error("variant name", name));
       continue;
     }
     if (!names.insert(name).second) {
@@ -755,7 +829,10 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
     const bool sets_dir = variant.layer_keys().count("run.output_dir") > 0;
     apply_overrides(variant, overrides);
     ExperimentConfig& config = variant.config();
-    if (!sets_name) config.run.name = ablation.name + "/" + name;
+    if (!sets_name) {
+      config.run.name = ablation.name + "/" + name;
+      variant.note_origin("run.name", location);  // a rule on the name points at the variant
+    }
     if (!sets_dir) config.run.output_dir = root_dir + "/" + name;
     if (!variant.has_errors()) variant.validate(context);
     errors.insert(errors.end(), variant.errors().begin(), variant.errors().end());
@@ -833,22 +910,7 @@ std::string fingerprint(const ExperimentConfig& config) {
 
 std::vector<std::string> diff_experiments(const ExperimentConfig& before,
                                           const ExperimentConfig& after) {
-  ExperimentConfig a = before;
-  ExperimentConfig b = after;
-  const std::vector<Field> fa = detail::fields_of(a);
-  const std::vector<Field> fb = detail::fields_of(b);
-  std::vector<std::string> lines;
-  for (std::size_t i = 0; i < fa.size(); ++i) {
-    std::string va = detail::format_value(fa[i].target);
-    std::string vb = detail::format_value(fb[i].target);
-    if (va == vb) continue;
-    if (std::holds_alternative<std::string*>(fa[i].target)) {
-      va = "'" + va + "'";
-      vb = "'" + vb + "'";
-    }
-    lines.push_back(fa[i].key + ": " + va + " -> " + vb);
-  }
-  return lines;
+  return diff_lines(before, after, [](const std::string&) { return true; }, false);
 }
 
 bool same_settings(const ExperimentConfig& a, const ExperimentConfig& b) {
@@ -860,6 +922,20 @@ std::vector<std::string> experiment_keys() {
   std::vector<std::string> keys;
   for (const Field& field : detail::fields_of(config)) keys.push_back(field.key);
   return keys;
+}
+
+std::vector<std::string> resumable_keys() {
+  std::vector<std::string> keys;
+  for (const std::string& key : experiment_keys()) {
+    if (resumable(key)) keys.push_back(key);
+  }
+  return keys;
+}
+
+std::vector<std::string> resume_conflicts(const ExperimentConfig& stored,
+                                          const ExperimentConfig& requested) {
+  return diff_lines(
+      stored, requested, [](const std::string& key) { return !resumable(key); }, true);
 }
 
 }  // namespace txl::config

@@ -65,7 +65,39 @@ bool absolute_positions(const std::string& attn_type) {
   return attn_type == "vanilla" || attn_type == "vanilla_learned";
 }
 
+bool plain_character(char ch) {
+  // ASCII only: std::isalnum would also take the locale's letters.
+  return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+         ch == '.' || ch == '_' || ch == '-';
+}
+
 }  // namespace
+
+std::string plain_name_problem(const std::string& name, bool parts) {
+  const std::string what = parts ? "a part" : "it";
+  if (name.empty()) return "it is empty";
+  if (name.size() > kMaxRunNameBytes) {
+    return "it is longer than " + std::to_string(kMaxRunNameBytes) + " bytes";
+  }
+  if (parts && name[0] == '/') return "it is an absolute path";
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t slash = parts ? name.find('/', start) : std::string::npos;
+    const std::string part = name.substr(start, slash == std::string::npos ? slash : slash - start);
+    if (part.empty()) return "it has an empty part (a '/' at the end or '//')";
+    if (part == "." || part == "..") return what + " is '" + part + "'";
+    if (part[0] == '-') return what + " starts with '-'";
+    for (char ch : part) {
+      if (!plain_character(ch)) {
+        const auto byte = static_cast<unsigned char>(ch);
+        return byte >= 0x20 && byte < 0x7f ? "it holds '" + std::string(1, ch) + "'"
+                                           : "it holds byte " + std::to_string(byte);
+      }
+    }
+    if (slash == std::string::npos) return "";
+    start = slash + 1;
+  }
+}
 
 std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   Checker k;
@@ -86,6 +118,15 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
 
   const RunConfig& run = c.run;
   k.rule(!run.name.empty(), "run.name", "must not be empty (it names the run and its folder)");
+  if (!run.name.empty()) {
+    // The run folder is runs/<name>: a name with '..' or a leading '/' would write elsewhere
+    // (run.output_dir is the way to choose another folder).
+    const std::string problem = plain_name_problem(run.name, /*parts=*/true);
+    k.rule(problem.empty(), "run.name",
+           "must be a plain name: letters, digits, '.', '_' and '-', with '/' only between parts "
+           "(e.g. kjv_xl or kjv_ablation/xl; set run.output_dir for another folder), got " +
+               quoted(run.name) + ": " + problem);
+  }
   k.at_least("run.threads", run.threads, 0);
   k.at_least("run.log_interval", run.log_interval, 1);
   k.at_least("run.dist_timeout", run.dist_timeout, 1);

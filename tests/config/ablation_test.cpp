@@ -177,6 +177,48 @@ TEST_F(LoadAblation, FileLevelErrors) {
                         "abl.yaml:2:7: base file not found");
 }
 
+// Variant and ablation names make up run.name "<ablation>/<variant>", a folder under runs/: a
+// name that is not a plain folder name is refused where the ablation file writes it.
+TEST_F(LoadAblation, NamesThatAreNotPlainFolderNamesAreRefusedWhereWritten) {
+  const std::string rule = " must be letters, digits, '_', '-' or '.' only (it names a folder "
+                           "under runs/): ";
+  struct Case {
+    std::string variants;  // the variants: line's mapping
+    std::string message;   // after "<path>:"
+  };
+  const std::vector<Case> cases = {
+      {"{-x: {}}", "2:12: variant name '-x'" + rule + "it starts with '-'"},
+      {"{'..': {}}", "2:12: variant name '..'" + rule + "it is '..'"},
+      {"{'a b': {}}", "2:12: variant name 'a b'" + rule + "it holds ' '"},
+      {"{" + std::string(201, 'v') + ": {}}",
+       "2:12: variant name '" + std::string(60, 'v') + "...' (201 bytes)" + rule +
+           "it is longer than 200 bytes"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = write("name: x\nvariants: " + c.variants + "\n");
+    TXL_EXPECT_THROW_WITH(load_ablation(path), path + ":" + c.message);
+  }
+  const std::string bad_name = write("name: ../x\nvariants: {a: {}}\n");
+  TXL_EXPECT_THROW_WITH(load_ablation(bad_name),
+                        bad_name + ":1:7: name: '../x'" + rule + "it holds '/'");
+
+  // Each name fits, together they do not: the generated run.name is refused at the variant.
+  const std::string long_name = std::string(150, 'a');
+  const std::string variant_name = std::string(60, 'v');
+  const std::string path =
+      write("name: " + long_name + "\nvariants:\n  ok: {}\n  " + variant_name + ": {}\n");
+  TXL_EXPECT_THROW_WITH(
+      load_ablation(path),
+      path + ":4:3: variant '" + variant_name + "': run.name: must be a plain name: letters, "
+      "digits, '.', '_' and '-', with '/' only between parts (e.g. kjv_xl or kjv_ablation/xl; set "
+      "run.output_dir for another folder), got '" + std::string(60, 'a') +
+      "...' (211 bytes): it is longer than 200 bytes");
+  // A variant naming its own run is held to the run.name rule where it does so.
+  const std::string own = write("name: x\nvariants:\n  a: {run.name: ../../x}\n");
+  TXL_EXPECT_THROW_WITH(load_ablation(own), own + ":3:17: variant 'a': run.name: must be a plain "
+                                            "name");
+}
+
 TEST(LoadAblationFixture, CommittedAblationLoads) {
   const auto path = test::source_dir() / "tests/config/fixtures/tiny_ablation.yaml";
   AblationConfig a = load_ablation(path.string());
@@ -187,7 +229,11 @@ TEST(LoadAblationFixture, CommittedAblationLoads) {
   EXPECT_EQ(variant(a, "shaw").model.max_rel_dist, 16);
   EXPECT_EQ(variant(a, "vanilla").eval.mode, "sliding");
   EXPECT_EQ(variant(a, "vanilla").run.output_dir, "runs/tiny_ablation/vanilla");
-  for (const auto& [name, config] : a.variants) EXPECT_EQ(config.train.max_steps, 10) << name;
+  for (const auto& [name, config] : a.variants) {
+    EXPECT_EQ(config.train.max_steps, 10) << name;
+    EXPECT_EQ(config.run.name, "tiny_ablation/" + name);
+    EXPECT_NO_THROW(validate_experiment(config)) << name;  // run.name is a plain name
+  }
 }
 
 }  // namespace

@@ -38,6 +38,12 @@ std::string load_error(const std::string& yaml, const std::vector<std::string>& 
   return error_of([&] { parse_experiment_string(yaml, "x.yaml", overrides); });
 }
 
+// How a --set text over 80 bytes appears in a location: its first 60 bytes and its size.
+std::string shortened(const std::string& text) {
+  return text.size() <= 80 ? text
+                           : text.substr(0, 60) + "... (" + std::to_string(text.size()) + " bytes)";
+}
+
 // An empty file once trained the built-in default experiment as if it had been asked for.
 TEST(LoadExperiment, FileWithoutSettingsIsAnError) {
   TempDir dir;
@@ -599,6 +605,49 @@ TEST(LoadExperiment, NumbersBeyondTheirTypeNameTheKeyAndTheRange) {
   EXPECT_EQ(edge.model.max_positions, 2147483647);
   EXPECT_EQ(edge.train.max_tokens, std::numeric_limits<std::int64_t>::max());
   EXPECT_EQ(edge.run.seed, std::numeric_limits<std::uint64_t>::max());
+}
+
+// ------------------------------------------------------------------------------- run.name
+
+// run.name "../../x" once wrote outside runs/.
+TEST(LoadExperiment, RunNameMustBeAPlainName) {
+  const std::string rule =
+      "run.name: must be a plain name: letters, digits, '.', '_' and '-', with '/' only between "
+      "parts (e.g. kjv_xl or kjv_ablation/xl; set run.output_dir for another folder), got ";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"../../x", "'../../x': a part is '..'"},
+      {"a/../b", "'a/../b': a part is '..'"},
+      {"./a", "'./a': a part is '.'"},
+      {"..", "'..': a part is '..'"},
+      {"/tmp/x", "'/tmp/x': it is an absolute path"},
+      {"a//b", "'a//b': it has an empty part (a '/' at the end or '//')"},
+      {"a/", "'a/': it has an empty part (a '/' at the end or '//')"},
+      {"-rf", "'-rf': a part starts with '-'"},
+      {"a/-b", "'a/-b': a part starts with '-'"},
+      {"a b", "'a b': it holds ' '"},
+      {"a\\b", "'a\\b': it holds '\\'"},
+      {"caf\xc3\xa9", "'caf\xc3\xa9': it holds byte 195"},
+      {std::string(201, 'n'),
+       "'" + std::string(60, 'n') + "...' (201 bytes): it is longer than 200 bytes"},
+  };
+  for (const auto& [name, problem] : bad) {
+    const std::string text = "run.name='" + name + "'";  // single quotes: no YAML escapes
+    EXPECT_EQ(load_error("", {text}), "--set " + shortened(text) + ": " + rule + problem) << name;
+  }
+  EXPECT_EQ(load_error("run:\n  name: ../../x\n"), "x.yaml:2:9: " + rule + "'../../x': a part is '..'");
+  for (const std::string& name : {std::string("kjv_xl"), std::string("kjv_ablation/xl"),
+                                  std::string("a.b-c_D9/e/f"), std::string("x..y"),
+                                  std::string(200, 'n')}) {
+    EXPECT_EQ(parse_experiment_string("", "x.yaml", {"run.name=" + name}).run.name, name);
+  }
+  // run.output_dir is the user's explicit choice of folder: any path.
+  const ExperimentConfig elsewhere = parse_experiment_string(
+      "run: {name: ok, output_dir: ../../elsewhere/-x}\n", "x.yaml");
+  EXPECT_EQ(elsewhere.run.output_dir, "../../elsewhere/-x");
+  // Configs built in code are held to the same rule.
+  ExperimentConfig code;
+  code.run.name = "../x";
+  TXL_EXPECT_THROW_WITH(validate_experiment(code), rule + "'../x': a part is '..'");
 }
 
 // ------------------------------------------------------------------------ unreadable files

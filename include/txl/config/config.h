@@ -15,8 +15,9 @@ namespace txl::config {
 
 // ---------------------------------------------------------------------------------- run
 struct RunConfig {
-  std::string name = "experiment";  // run name; output goes to output_dir, e.g. "kjv_xl"
-  std::string output_dir;           // "" = runs/<name>
+  std::string name = "experiment";  // run name, e.g. "kjv_xl": letters, digits, '.', '_', '-',
+                                    // '/' only between parts ("kjv_ablation/xl"); at most 200 bytes
+  std::string output_dir;           // "" = runs/<name>; else any folder
   std::uint64_t seed = 1234;        // seeds torch, data order and dropout
   int threads = 0;                  // intra-op threads; 0 = all cores
   std::string device = "cpu";       // cpu | cuda | auto (GPU LOCAL_RANK; auto = GPU if visible)

@@ -56,7 +56,8 @@ void validate_experiment(const ExperimentConfig& config);
 //     shaw: {model: {attn_type: shaw}}
 //
 // Precedence per variant: base < shared sections < variant < `overrides`. Each variant is
-// validated like an experiment. Its run.name becomes "<name>/<variant>" and its run.output_dir
+// validated like an experiment; the ablation's and variants' names are plain folder names (letters,
+// digits, '_', '-', '.'). Its run.name becomes "<name>/<variant>" and its run.output_dir
 // "<output_dir or runs/<name>>/<variant>" unless the variant itself sets them. `base` in the result
 // is the resolved base with the shared sections and overrides applied (not range-validated).
 AblationConfig load_ablation(const std::string& path,
@@ -76,5 +77,20 @@ bool same_settings(const ExperimentConfig& a, const ExperimentConfig& b);
 
 // Every dotted key an experiment accepts, in struct order (for help texts and tests).
 std::vector<std::string> experiment_keys();
+
+// The settings a resumed run may change, in struct order: when to stop (train.max_steps,
+// max_tokens, max_minutes), how often to evaluate and save, early-stopping patience, the periodic
+// evaluation's budget, the divergence guard, run.threads, device, log_interval, dist_timeout,
+// run.output_dir, data.cache_dir and every eval.* key. None changes what a training step
+// computes; every other setting does (model, optimizer, schedule, data, tokenizer, seed,
+// precision, batch size, ...). One table in src/config/load.cpp says why each is safe.
+std::vector<std::string> resumable_keys();
+
+// Why the run trained with `stored` cannot be resumed as `requested`: one "key: stored ->
+// requested" line per differing setting outside resumable_keys(), in struct order, strings
+// quoted and long values shortened as in error messages, e.g. "model.d_inner: 1024 -> 2048".
+// Empty when the run may resume (source is ignored).
+std::vector<std::string> resume_conflicts(const ExperimentConfig& stored,
+                                          const ExperimentConfig& requested);
 
 }  // namespace txl::config
