@@ -168,6 +168,8 @@ TEST(EvalRun, SetChangesEvaluationButNeverTheModel) {
   request.overrides = {"train.lr=1"};
   TXL_EXPECT_THROW_WITH(evaluate_json(request), "only eval.*, data.* and run.threads");
   txl::log::set_level(txl::log::Level::kInfo);
+}
+
 TEST(EvalRun, SweepPlotIntoAFolderNameAShellWouldSplitRunsNothing) {
   txl::log::set_level(txl::log::Level::kQuiet);
   txl::test::TempDir dir;

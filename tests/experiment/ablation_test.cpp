@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "support/test_support.h"
+#include "support/tiny_experiment.h"
 #include "txl/config/load.h"
 #include "txl/train/trainer.h"
 #include "txl/util/fs.h"

@@ -3,12 +3,16 @@
 // them, and Python's safetensors package reading the file.
 #include "txl/models/checkpoint.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdlib>
+#include <functional>
+
+#include <torch/script.h>
 
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
@@ -163,47 +167,71 @@ int run_program(const std::vector<std::string>& argv) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-// A TorchScript archive (txl's first checkpoint format) whose __setstate__ would create a file
-// when loaded: refused from its first bytes, and the file never appears.
+// What `fn` writes to standard output (file descriptor 1, where TorchScript's print goes).
+std::string stdout_of(const std::function<void()>& fn, const stdfs::path& scratch) {
+  std::fflush(stdout);
+  const int saved = dup(1);
+  const int file = ::open(scratch.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  dup2(file, 1);
+  try {
+    fn();
+  } catch (...) {
+  }
+  std::fflush(stdout);
+  dup2(saved, 1);
+  ::close(saved);
+  ::close(file);
+  return txl::fs::read_file(scratch);
+}
+
+// A TorchScript archive (txl's first checkpoint format) holding a module whose __setstate__
+// prints a marker: LibTorch's own loader runs it (the danger), txl refuses the file from its
+// first bytes and runs nothing.
 TEST(Checkpoint, AnOldTorchScriptArchiveIsRefusedWithoutRunningIt) {
-  if (access("/usr/bin/python3", X_OK) != 0 ||
-      run_program({"/usr/bin/python3", "-c", "import torch"}) != 0)
-    GTEST_SKIP() << "/usr/bin/python3 with torch (Debian python3-torch) is needed to craft the file";
   TempDir dir;
-  const auto archive = dir / "old.pt", marker = dir / "PWNED";
-  const std::string script =
-      "import sys, torch\n"
-      "class M(torch.nn.Module):\n"
-      "    def __init__(self):\n"
-      "        super().__init__()\n"
-      "        self.w = torch.zeros(2)\n"
-      "    def forward(self, x):\n"
-      "        return x\n"
-      "    @torch.jit.export\n"
-      "    def __getstate__(self):\n"
-      "        return (self.w, self.training)\n"
-      "    @torch.jit.export\n"
-      "    def __setstate__(self, state: tuple[torch.Tensor, bool]):\n"
-      "        self.w = state[0]\n"
-      "        self.training = state[1]\n"
-      "        torch.save(torch.ones(1), sys.argv[2])\n"
-      "torch.jit.save(torch.jit.script(M()), sys.argv[1])\n";
-  if (run_program({"/usr/bin/python3", "-c", script, archive.string(), (dir / "probe").string()}) != 0)
-    GTEST_SKIP() << "this torch could not script the crafted module";
-  const std::string bytes = txl::fs::read_file(archive);
-  TXL_EXPECT_THROW_WITH(txl::models::parse_checkpoint(bytes, archive.string()), "--trust-old-format");
-  TXL_EXPECT_THROW_WITH(txl::models::load_model(archive), "can run code");
-  EXPECT_FALSE(stdfs::exists(marker));
+  const auto script = dir / "craft.py", archive = dir / "old.pt";
+  txl::test::write_text(script,  // TorchScript compiles from source files only, not from -c
+                        "import sys, torch\n"
+                        "class Inner(torch.nn.Module):\n"
+                        "    def forward(self, x):\n"
+                        "        return x\n"
+                        "    @torch.jit.export\n"
+                        "    def __getstate__(self):\n"
+                        "        return (self.training, 0)\n"
+                        "    @torch.jit.export\n"
+                        "    def __setstate__(self, state: tuple[bool, int]):\n"
+                        "        self.training = state[0]\n"
+                        "        print('CODE FROM THE FILE RAN')\n"
+                        "class M(torch.nn.Module):\n"
+                        "    def __init__(self):\n"
+                        "        super().__init__()\n"
+                        "        self.inner = Inner()\n"
+                        "    def forward(self, x):\n"
+                        "        return self.inner(x)\n"
+                        "torch.jit.save(torch.jit.script(M()), sys.argv[1])\n");
+  if (access("/usr/bin/python3", X_OK) != 0 ||
+      run_program({"/usr/bin/python3", script.string(), archive.string()}) != 0)
+    GTEST_SKIP() << "/usr/bin/python3 with torch (Debian python3-torch) is needed to craft the file";
+  const std::string marker = "CODE FROM THE FILE RAN";
+  EXPECT_NE(stdout_of([&] { torch::jit::load(archive.string()); }, dir / "out1").find(marker),
+            std::string::npos) << "the crafted file does not run code under LibTorch's loader";
+  const std::string ours = stdout_of(
+      [&] {
+        TXL_EXPECT_THROW_WITH(txl::models::load_model(archive), "can run code");
+        TXL_EXPECT_THROW_WITH(txl::models::load_model(archive), "--trust-old-format");
+      },
+      dir / "out2");
+  EXPECT_EQ(ours.find(marker), std::string::npos) << ours;
   // The same archive renamed .safetensors is refused just the same.
-  txl::fs::write_atomic(dir / "old.safetensors", bytes);
+  txl::fs::write_atomic(dir / "old.safetensors", txl::fs::read_file(archive));
   TXL_EXPECT_THROW_WITH(txl::models::load_model(dir / "old.safetensors"), "first format");
 }
 
 // Python reads a txl checkpoint with the safetensors package from PyPI (in the build's virtual
 // environment, TXL_TEST_PYTHON), and finds the model's tensors and the record.
 TEST(Checkpoint, PythonSafetensorsReadsIt) {
-  const char* python = std::getenv("TXL_TEST_PYTHON");
-  if (python == nullptr || access(python, X_OK) != 0 ||
+  const std::string python = txl::test::python();
+  if (access(python.c_str(), X_OK) != 0 ||
       run_program({python, "-c", "import safetensors.numpy"}) != 0)
     GTEST_SKIP() << "no Python with the safetensors package (tools/setup.sh installs it into build/venv)";
   TempDir dir;

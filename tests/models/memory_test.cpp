@@ -41,7 +41,8 @@ TEST(Memory, APieceWithoutMaskCountsAsAllReal) {
 TEST(Memory, EmptyMemoriesStayEmptyAndMixturesAreRefused) {
   EXPECT_TRUE(Memory::join_rows({Memory(), Memory()}).empty());
   EXPECT_TRUE(Memory().narrow_rows(0, 0).empty());
-  TXL_EXPECT_THROW_WITH(Memory::join_rows({sample(false), Memory()}), "some pieces");
+  TXL_EXPECT_THROW_WITH(Memory::join_rows({sample(false), Memory()}), "cannot be joined");
+  TXL_EXPECT_THROW_WITH(Memory::join_rows({Memory(), sample(false)}), "some pieces");
   TXL_EXPECT_THROW_WITH(sample(false).narrow_rows(4, 3), "outside the memory's 6 rows");
 }
 

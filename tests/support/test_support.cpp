@@ -93,7 +93,12 @@ std::filesystem::path source_dir() {
 
 std::filesystem::path bin_dir() {
   const char* dir = std::getenv("TXL_BIN_DIR");
-  return dir ? std::filesystem::path(dir) : std::filesystem::current_path() / "bin";
+  return dir != nullptr && *dir != '\0' ? std::filesystem::path(dir) : std::filesystem::path(TXL_TEST_BIN_DIR);
+}
+
+std::string python() {
+  const char* env = std::getenv("TXL_TEST_PYTHON");
+  return env != nullptr && *env != '\0' ? env : TXL_TEST_PYTHON;
 }
 
 }  // namespace txl::test

@@ -42,9 +42,15 @@ inline const std::string kShellHostileName = "it's; $(touch PWNED) `touch PWNED`
 // a shell given kShellHostileName would have created.
 ::testing::AssertionResult nothing_executed(const std::filesystem::path& dir);
 
-// The repository root (from TXL_SOURCE_DIR, set by ctest) and build/bin (TXL_BIN_DIR).
+// The repository root (from TXL_SOURCE_DIR, set by ctest) and build/bin (TXL_BIN_DIR, else
+// the build folder the tests were compiled in).
 std::filesystem::path source_dir();
 std::filesystem::path bin_dir();
+
+// The Python of the build's virtual environment (tools/setup.sh: build/venv, with the pinned
+// packages of tools/requirements.txt), or $TXL_TEST_PYTHON. Cross-check tests skip when it is
+// missing or lacks a package.
+std::string python();
 
 }  // namespace txl::test
 

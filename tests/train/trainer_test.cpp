@@ -215,7 +215,7 @@ TEST(Trainer, ResumeRepairsWhatAKilledWriteLeft) {
   if (dead == 0) _exit(0);
   waitpid(dead, nullptr, 0);
   const auto stale = run / ("checkpoint_last.safetensors.tmp." + std::to_string(dead));
-  const auto live = run / ("metrics.jsonl.tmp." + std::to_string(getpid()));
+  const auto live = run / ("checkpoint_best.safetensors.tmp." + std::to_string(getppid()));
   txl::test::write_text(stale, "half a checkpoint");
   txl::test::write_text(live, "being written");
   std::ofstream(run / "metrics.jsonl", std::ios::app) << R"({"kind":"train","step":13,"lo)";
