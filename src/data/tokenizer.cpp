@@ -273,11 +273,9 @@ class SentencePieceTokenizer : public Tokenizer {
   SentencePieceTokenizer(std::string serialized, const std::string& origin)
       : serialized_(std::move(serialized)) {
     std::string error;
-    void* handle = nullptr;
-    TXL_CHECK(
-        spm().load(serialized_.data(), serialized_.size(), &handle, append_bytes, &error) == 0,
-        "cannot load sentencepiece model ", origin, ": ", error);
-    handle_ = handle;
+    TXL_CHECK(spm().load(serialized_.data(), serialized_.size(), &handle_.ptr, append_bytes,
+                         &error) == 0,
+              "cannot load sentencepiece model ", origin, ": ", error);
     const int pad = spm().special_id(handle_, 0), unk = spm().special_id(handle_, 1),
               eos = spm().special_id(handle_, 2);
     TXL_CHECK(pad == 0 && unk == 1 && eos == 2, "sentencepiece model ", origin, " has ids pad ",
@@ -286,9 +284,6 @@ class SentencePieceTokenizer : public Tokenizer {
               "empty to let txl train one)");
     vocab_size_ = spm().piece_size(handle_);
     fingerprint_ = fs::hex64(fs::fnv1a(serialized_));
-  }
-  ~SentencePieceTokenizer() override {
-    if (handle_) spm().free(handle_);
   }
   SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
   SentencePieceTokenizer& operator=(const SentencePieceTokenizer&) = delete;
@@ -347,8 +342,21 @@ class SentencePieceTokenizer : public Tokenizer {
   std::string serialize() const override { return serialized_; }
 
  private:
+  // Frees the processor in the shim's namespace, also when the constructor throws after loading
+  // it (a model without the special pieces txl needs; found by fuzz_tokenizer).
+  struct Handle {
+    void* ptr = nullptr;
+    Handle() = default;
+    Handle(const Handle&) = delete;
+    Handle& operator=(const Handle&) = delete;
+    ~Handle() {
+      if (ptr) spm().free(ptr);
+    }
+    operator void*() const { return ptr; }
+  };
+
   std::string serialized_;
-  void* handle_ = nullptr;
+  Handle handle_;
   std::int64_t vocab_size_ = 0;
   std::string fingerprint_;
 };

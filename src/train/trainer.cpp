@@ -224,7 +224,10 @@ void Trainer::build() {
 // Resumable with another number of processes: the stream position and the memory are those of
 // the whole batch, re-sharded here; only the dropout streams start afresh.
 void Trainer::start() {
-  check_start(dir_, options_.start);
+  // Rank 0 alone judges the folder (it writes it first); a refusal stops every rank.
+  dist::main_rank_first(*group_, [&] {
+    if (main_rank_) check_start(dir_, options_.start);
+  });
   const auto last_path = dir_ / kLastCheckpoint;
   if (options_.start == StartMode::kResume) {
     const ResumePoint point = restore_training(models::read_checkpoint(last_path), config_, model_,

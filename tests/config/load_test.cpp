@@ -697,6 +697,24 @@ TEST(LoadExperiment, InvalidYamlNamesThePosition) {
   EXPECT_NE(message.find("invalid YAML"), std::string::npos) << message;
 }
 
+// Found by fuzz_experiment: a byte that is not UTF-8 came back from dump_experiment as U+FFFD,
+// so dump -> parse changed the experiment. Such text is refused; UTF-8 of every length survives.
+TEST(LoadExperiment, TextMustBeUtf8) {
+  std::string message = load_error("run:\n  name: x\n  output_dir: \"runs/\xE1t\"\n");
+  EXPECT_EQ(message.rfind("x.yaml:3: byte 36 is not UTF-8", 0), 0u) << message;
+  for (const char* bad : {"\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80", "\xE2\x98"}) {
+    message = load_error(std::string("run:\n  output_dir: r") + bad + "\n");
+    EXPECT_NE(message.find("is not UTF-8"), std::string::npos) << message;
+  }
+  message = load_error("", {std::string("run.output_dir=r\xFF")});
+  EXPECT_NE(message.find("--set run.output_dir=r"), std::string::npos) << message;
+  EXPECT_NE(message.find("the value is not UTF-8 text"), std::string::npos) << message;
+  const ExperimentConfig c = parse_experiment_string(
+      "run:\n  output_dir: \"r/\xC3\xA9\xE2\x98\x83\xF0\x9F\x98\x80\"\n", "x.yaml");
+  EXPECT_EQ(c.run.output_dir, "r/\xC3\xA9\xE2\x98\x83\xF0\x9F\x98\x80");
+  EXPECT_EQ(parse_experiment_string(dump_experiment(c), "d.yaml").run.output_dir, c.run.output_dir);
+}
+
 TEST(LoadExperiment, CommittedFixturesLoad) {
   const auto fixtures = test::source_dir() / "tests/config/fixtures";
   ExperimentConfig tiny = load_experiment((fixtures / "tiny.yaml").string());

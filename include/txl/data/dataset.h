@@ -109,7 +109,7 @@ struct CacheMiss {
     kDamaged,   // truncated, foreign, checksum mismatch, ids outside the vocabulary, ...
   };
   Kind kind = Kind::kMissing;
-  std::string reason;  // e.g. "checksum mismatch: stored 0x..., computed 0x..."
+  std::string reason;  // e.g. "checksum mismatch (header 3f0c..., content 9a41...)"
 };
 
 // Writes a cache file (format above) atomically. Throws txl::Error for an id outside
