@@ -21,9 +21,11 @@ constexpr const char* kFormat = "txl-checkpoint";
 constexpr const char* kModelPrefix = "model/";
 constexpr const char* kTokenizerTensor = "tokenizer";
 
+}  // namespace
+
 // The checksum stored in the file: the record, then each tensor's name, dtype, shape and bytes
 // in file order, each part length-prefixed so that no two different contents hash alike.
-std::string checksum(const std::string& record, const NamedTensors& tensors) {
+std::string detail::checkpoint_checksum(const std::string& record, const NamedTensors& tensors) {
   Sha256 hash;
   auto part = [&](std::string_view bytes) {
     hash.update(std::to_string(bytes.size()) + ":");
@@ -42,6 +44,8 @@ std::string checksum(const std::string& record, const NamedTensors& tensors) {
   }
   return hash.hex_digest();
 }
+
+namespace {
 
 std::string make_record(const Checkpoint& c) {
   Json record = {
@@ -137,7 +141,7 @@ std::string serialize_checkpoint(const Checkpoint& c) {
   safetensors::Metadata metadata = {{"format", kFormat},
                                     {"version", std::to_string(kCheckpointVersion)},
                                     {"record", record},
-                                    {"sha256", checksum(record, tensors)}};
+                                    {"sha256", detail::checkpoint_checksum(record, tensors)}};
   return safetensors::serialize(tensors, metadata);
 }
 
@@ -153,7 +157,7 @@ Checkpoint parse_checkpoint(std::string_view bytes, const std::string& origin) {
   TXL_CHECK(version == std::to_string(kCheckpointVersion), origin, " has checkpoint format version ",
             version.substr(0, 20), "; this txl reads version ", kCheckpointVersion);
   const std::string record = metadata_value(file.metadata, "record", origin);
-  TXL_CHECK(checksum(record, file.tensors) == metadata_value(file.metadata, "sha256", origin),
+  TXL_CHECK(detail::checkpoint_checksum(record, file.tensors) == metadata_value(file.metadata, "sha256", origin),
             origin, " is damaged: its SHA-256 does not match its contents (a changed or corrupted "
             "file); it was not used");
   Checkpoint c;

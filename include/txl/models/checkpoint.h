@@ -93,4 +93,11 @@ LoadedModel rebuild_model(const Checkpoint& checkpoint, const std::string& origi
 LoadedModel load_model(const std::filesystem::path& path,
                        const torch::Device& device = torch::kCPU);
 
+namespace detail {
+// The SHA-256 a file with this record and these tensors (the tokenizer tensor included) must
+// carry in its metadata. For the fuzz target, which reseals mutated files to reach the checks
+// behind the checksum.
+std::string checkpoint_checksum(const std::string& record, const NamedTensors& tensors);
+}  // namespace detail
+
 }  // namespace txl::models
