@@ -197,7 +197,7 @@ void load_model_tensors(TransformerLM& model, const Checkpoint& checkpoint,
     if (stored == nullptr) {
       problems.push_back("missing " + name);
     } else if (stored->sizes() != target.sizes() || stored->scalar_type() != target.scalar_type()) {
-      problems.push_back(detail::concat(name, ": stored ", stored->scalar_type(), " ",
+      problems.push_back(txl::detail::concat(name, ": stored ", stored->scalar_type(), " ",
                                         stored->sizes(), ", the model has ", target.scalar_type(),
                                         " ", target.sizes()));
     }
