@@ -341,44 +341,6 @@ std::int64_t widen_ids(const char* src, std::int64_t n, std::int64_t vocab_size,
   return -1;
 }
 
-// A whole file mapped read-only: a 400 MB cache is checked and widened where the kernel keeps
-// it, without a copy.
-class MappedFile {
- public:
-  MappedFile(const stdfs::path& path, std::string* error) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    if (fd_ < 0 || ::fstat(fd_, &st) != 0) {
-      *error = std::strerror(errno);
-      return;
-    }
-    size_ = static_cast<size_t>(st.st_size);
-    if (size_ == 0) return;
-    void* data = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-    if (data == MAP_FAILED) {
-      *error = std::strerror(errno);
-      size_ = 0;
-      return;
-    }
-    ::madvise(data, size_, MADV_SEQUENTIAL);
-    data_ = static_cast<const char*>(data);
-  }
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<char*>(data_), size_);
-    if (fd_ >= 0) ::close(fd_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  std::string_view bytes() const {
-    return data_ ? std::string_view(data_, size_) : std::string_view();
-  }
-
- private:
-  int fd_ = -1;
-  const char* data_ = nullptr;
-  size_t size_ = 0;
-};
-
 }  // namespace
 
 std::optional<EncodedSplit> parse_encoded_split(std::string_view bytes,
@@ -434,7 +396,7 @@ std::optional<EncodedSplit> read_encoded_split(const stdfs::path& path,
   if (!stdfs::is_regular_file(path, ec))
     return missed(miss, CacheMiss::Kind::kMissing, "not cached yet");
   std::string error;
-  MappedFile file(path, &error);
+  fs::MappedFile file(path, &error);
   if (!error.empty()) return missed(miss, CacheMiss::Kind::kDamaged, "cannot read: " + error);
   return parse_encoded_split(file.bytes(), expected_fingerprint, vocab_size, miss);
 }

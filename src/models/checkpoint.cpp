@@ -181,7 +181,9 @@ void write_checkpoint(const stdfs::path& path, const Checkpoint& checkpoint) {
 Checkpoint read_checkpoint(const stdfs::path& path) {
   std::error_code ec;
   TXL_CHECK(stdfs::exists(path, ec), "checkpoint not found: ", path.string());
-  return parse_checkpoint(fs::read_file(path), path.string());
+  TXL_CHECK(!stdfs::is_directory(path, ec), "expected a checkpoint file, found a directory: ", path.string());
+  const fs::MappedFile file(path);  // parsed in place: the tensors are copied out once
+  return parse_checkpoint(file.bytes(), path.string());
 }
 
 void load_model_tensors(TransformerLM& model, const Checkpoint& checkpoint,

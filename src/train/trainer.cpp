@@ -224,10 +224,6 @@ void Trainer::build() {
 // Resumable with another number of processes: the stream position and the memory are those of
 // the whole batch, re-sharded here; only the dropout streams start afresh.
 void Trainer::start() {
-  // Rank 0 alone judges the folder (it writes it first); a refusal stops every rank.
-  dist::main_rank_first(*group_, [&] {
-    if (main_rank_) check_start(dir_, options_.start);
-  });
   const auto last_path = dir_ / kLastCheckpoint;
   if (options_.start == StartMode::kResume) {
     const ResumePoint point = restore_training(models::read_checkpoint(last_path), config_, model_,
@@ -259,6 +255,9 @@ void Trainer::start() {
     auto params = model_->parameters();
     group_->broadcast(params);
   }
+  // A new run's first checkpoint holds its initial weights, written once step 1 has shown they
+  // give a finite loss: even a run that diverges at once has a good checkpoint to name.
+  checkpoint_due_ = options_.start != StartMode::kResume && t_.checkpoint_interval > 0;
   elapsed_before_ = state_.elapsed_seconds;
   start_step_ = state_.step;
   start_tokens_ = state_.tokens;
@@ -394,7 +393,7 @@ bool Trainer::above_bound(double mean_loss) const {
 void Trainer::count_divergence(bool above, double mean_loss) {
   state_.diverging_steps = above ? state_.diverging_steps + 1 : 0;
   if (state_.diverging_steps < t_.divergence_patience) return;
-  fail_diverged(fmt::format("the loss has exceeded {:.2f} = {} x ln({}) for {} steps in a row (at "
+  fail_diverged(fmt::format("the loss has exceeded {:.2f} = {} x ln({}) for the last {} step(s) (at "
                             "step {}: {:.4f})", t_.divergence_factor * std::log(static_cast<double>(vocab_)),
                             t_.divergence_factor, vocab_, state_.diverging_steps, state_.step + 1, mean_loss));
 }
@@ -509,6 +508,10 @@ void Trainer::save(const stdfs::path& path, const Snapshot& snapshot) {
 }
 
 TrainSummary Trainer::run() {
+  // Rank 0 alone judges the run folder (it writes it), before any work; a refusal stops every rank.
+  dist::main_rank_first(*group_, [&] {
+    if (main_rank_) check_start(dir_, options_.start);
+  });
   build();
   start();
   log::info("train", "{}: {} layers, d_model {}, {} heads of {}, attn {}, {:.2f}M parameters, "

@@ -1,8 +1,11 @@
 #include "txl/util/fs.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -17,12 +20,56 @@ std::string read_file(const stdfs::path& path) {
   std::error_code ec;
   TXL_CHECK(stdfs::exists(path, ec), "file not found: ", path.string());
   TXL_CHECK(!stdfs::is_directory(path, ec), "expected a file, found a directory: ", path.string());
-  std::ifstream in(path, std::ios::binary);
-  TXL_CHECK(in.good(), "cannot open ", path.string(), ": ", std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  TXL_CHECK(!in.bad(), "error reading ", path.string(), ": ", std::strerror(errno));
-  return buffer.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TXL_CHECK(fd >= 0, "cannot open ", path.string(), ": ", std::strerror(errno));
+  // Read straight into one string of the file's size (growing it only for files that grow, or
+  // that report no size, like pipes): one copy instead of a stream's several.
+  struct stat info {};
+  std::string bytes;
+  bytes.resize(::fstat(fd, &info) == 0 && info.st_size > 0 ? static_cast<size_t>(info.st_size) : 0);
+  size_t used = 0;
+  int err = 0;
+  while (true) {
+    if (used == bytes.size()) bytes.resize(std::max<size_t>(2 * bytes.size(), 65536));
+    const ssize_t n = ::read(fd, bytes.data() + used, bytes.size() - used);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    if (n <= 0) break;
+    used += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  TXL_CHECK(err == 0, "error reading ", path.string(), ": ", std::strerror(err));
+  bytes.resize(used);
+  return bytes;
+}
+
+MappedFile::MappedFile(const stdfs::path& path, std::string* error) {
+  auto fail = [&](const char* what) {
+    const std::string reason = std::strerror(errno);
+    if (error == nullptr) TXL_FAIL("cannot ", what, " ", path.string(), ": ", reason);
+    *error = reason;
+  };
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat info {};
+  if (fd_ < 0 || ::fstat(fd_, &info) != 0) {
+    fail("open");
+    return;
+  }
+  size_ = static_cast<size_t>(info.st_size);
+  if (size_ == 0) return;
+  void* data = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+  if (data == MAP_FAILED) {
+    size_ = 0;
+    fail("map");
+    return;
+  }
+  ::madvise(data, size_, MADV_SEQUENTIAL);
+  data_ = static_cast<const char*>(data);
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 namespace {

@@ -1,5 +1,7 @@
 #include "txl/util/sha256.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -30,9 +32,68 @@ std::uint32_t load_be32(const std::uint8_t* p) {
          std::uint32_t{p[3]};
 }
 
+// The same compression with the x86 SHA extensions (SHA-NI: Intel since Goldmont and Ice Lake,
+// AMD since Zen), about ten times faster than the portable rounds. The state lives in two
+// registers as the instructions want it: ABEF and CDGH. Each sha256rnds2 does two rounds; each
+// group of four message words is first scheduled with sha256msg1/msg2 (section 6.2.2, step 1).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TXL_SHA_NI 1
+__attribute__((target("sha,sse4.1"))) void compress_sha_ni(std::uint32_t* state,
+                                                             const std::uint8_t* data,
+                                                             std::size_t blocks) {
+  const __m128i byte_swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state));
+  __m128i hgfe = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state + 4));
+  const __m128i cdab = _mm_shuffle_epi32(dcba, 0xB1);
+  const __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1B);
+  __m128i abef = _mm_alignr_epi8(cdab, efgh, 8);
+  __m128i cdgh = _mm_blend_epi16(efgh, cdab, 0xF0);
+  for (; blocks > 0; --blocks, data += 64) {
+    const __m128i abef_in = abef, cdgh_in = cdgh;
+    __m128i w[4];  // the last four groups of message words, w[t % 4] = group t
+    for (int t = 0; t < 16; ++t) {
+      __m128i& group = w[t % 4];
+      if (t < 4) {
+        group = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 16 * t)),
+                                 byte_swap);
+      } else {  // W[i] = s1(W[i-2]) + W[i-7] + s0(W[i-15]) + W[i-16], four at a time
+        const __m128i minus7 = _mm_alignr_epi8(w[(t - 1) % 4], w[(t - 2) % 4], 4);
+        group = _mm_sha256msg2_epu32(
+            _mm_add_epi32(_mm_sha256msg1_epu32(w[t % 4], w[(t - 3) % 4]), minus7), w[(t - 1) % 4]);
+      }
+      __m128i k = _mm_add_epi32(
+          group, _mm_loadu_si128(reinterpret_cast<const __m128i*>(kRound.data() + 4 * t)));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, k);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(k, 0x0E));
+    }
+    abef = _mm_add_epi32(abef, abef_in);
+    cdgh = _mm_add_epi32(cdgh, cdgh_in);
+  }
+  const __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+  const __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state), _mm_blend_epi16(feba, dchg, 0xF0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(state + 4), _mm_alignr_epi8(dchg, feba, 8));
+}
+
+bool have_sha_ni() {
+  static const bool yes = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+  return yes;
+}
+#endif
+
 }  // namespace
 
 Sha256::Sha256() : state_(kInitial) {}
+
+void Sha256::compress_blocks(const std::uint8_t* data, std::size_t blocks) {
+#ifdef TXL_SHA_NI
+  if (have_sha_ni() && !portable_) {
+    compress_sha_ni(state_.data(), data, blocks);
+    return;
+  }
+#endif
+  for (; blocks > 0; --blocks, data += 64) compress(data);
+}
 
 // Section 6.2.2: the message schedule, then 64 rounds, then the new intermediate hash value.
 void Sha256::compress(const std::uint8_t* block) {
@@ -75,10 +136,13 @@ void Sha256::update(std::string_view bytes) {
     p += take;
     n -= take;
     if (block_size_ < block_.size()) return;
-    compress(block_.data());
+    compress_blocks(block_.data(), 1);
     block_size_ = 0;
   }
-  for (; n >= block_.size(); p += block_.size(), n -= block_.size()) compress(p);
+  const std::size_t blocks = n / block_.size();
+  compress_blocks(p, blocks);
+  p += blocks * block_.size();
+  n -= blocks * block_.size();
   if (n > 0) std::memcpy(block_.data(), p, n);
   block_size_ = n;
 }

@@ -63,3 +63,22 @@ TEST(Sha256, DigestOfPrefixThenContinue) {
 }
 
 }  // namespace
+
+// Where the CPU has SHA instructions the vectors above test them; here the portable rounds must
+// give the same digests (and where it has none, both are the portable rounds).
+TEST(Sha256, PortableRoundsAgreeWithTheShaInstructions) {
+  std::string message;
+  std::uint32_t x = 12345;
+  for (int i = 0; i < (1 << 20) + 77; ++i) {
+    x = x * 1664525u + 1013904223u;
+    message.push_back(static_cast<char>(x >> 24));
+  }
+  for (std::size_t n : {std::size_t{0}, std::size_t{55}, std::size_t{64}, std::size_t{65},
+                        std::size_t{200}, std::size_t{4096}, message.size()}) {
+    txl::Sha256 fast, portable;
+    portable.use_portable_rounds();
+    fast.update(std::string_view(message).substr(0, n));
+    portable.update(std::string_view(message).substr(0, n));
+    EXPECT_EQ(fast.hex_digest(), portable.hex_digest()) << n;
+  }
+}

@@ -17,6 +17,24 @@ namespace stdfs = std::filesystem;
 // Whole file as bytes; throws txl::Error naming the path when missing or unreadable.
 std::string read_file(const stdfs::path& path);
 
+// A file mapped read-only into memory (mmap), for reading large files without copying them.
+// The bytes stay valid while the object lives; an empty file gives empty bytes.
+class MappedFile {
+ public:
+  // On failure `error` receives the OS reason and bytes() is empty; without `error`, failure
+  // throws txl::Error naming the path.
+  explicit MappedFile(const stdfs::path& path, std::string* error = nullptr);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::string_view bytes() const { return {data_, size_}; }
+
+ private:
+  int fd_ = -1;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // Writes `data` to `path` atomically (temp file + fsync + rename). Throws txl::Error naming the
 // path and the OS reason (e.g. "No space left on device"); the previous file stays intact.
 void write_atomic(const stdfs::path& path, std::string_view data);
