@@ -17,6 +17,7 @@
 #include "txl/util/openmp.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
+#include "txl/util/json.h"
 #include "txl/util/log.h"
 #include "txl/util/plot.h"
 
@@ -98,14 +99,10 @@ data::EncodedSplit encode_text(const std::string& text, const data::Tokenizer& t
 
 }  // namespace
 
-void run(const EvalRequest& request, std::ostream& out) {
-  const auto group = request.group ? request.group : std::make_shared<dist::Group>();
-  const bool main_rank = group->is_main();
-  use_threads(request.threads, group->env().local_world_size);  // the node's cores shared
-  // The model and the tokenizer it was trained with, from the checkpoint alone.
-  auto loaded = models::load_model(request.checkpoint);
-  auto config = evaluation_config(loaded, request);
-  auto& e = config.eval;
+namespace {
+
+// The request's typed flags on top of the experiment's eval section.
+void apply_flags(const EvalRequest& request, config::EvalConfig& e) {
   if (request.mode) e.mode = *request.mode;
   if (request.tgt_len) e.tgt_len = *request.tgt_len;
   if (request.mem_len) e.mem_len = *request.mem_len;
@@ -115,94 +112,116 @@ void run(const EvalRequest& request, std::ostream& out) {
   if (request.stride) e.stride = *request.stride;
   if (request.warmup) e.warmup = *request.warmup;
   if (request.batch_size) e.batch_size = *request.batch_size;
+}
+
+struct Target {
+  std::string name;
+  data::EncodedSplit split;
+};
+
+// What to score: the text, the file, or the splits of the corpus, always encoded with the
+// checkpoint's own tokenizer. Only splits need the corpus; rank 0 encodes a missing cache first.
+std::vector<Target> collect_targets(const EvalRequest& request, const config::ExperimentConfig& config,
+                                    const models::LoadedModel& loaded, dist::Group& group) {
+  const data::Tokenizer& tokenizer = *loaded.tokenizer;
+  if (!request.text.empty()) return {{"text", encode_text(request.text, tokenizer, config.data.add_eos)}};
+  if (!request.file.empty()) {
+    return {{stdfs::path(request.file).filename().string(),
+             data::encode_text_file(request.file, tokenizer, config.data.add_eos)}};
+  }
+  const auto dataset = dist::main_rank_first(group, [&] { return data::load_dataset(config.data, loaded.tokenizer); });
+  if (!loaded.corpus_fingerprint.empty() && dataset.corpus_fingerprint != loaded.corpus_fingerprint)
+    log::warn("eval", "the corpus in {} is not the one the model was trained on (fingerprint {} "
+              "against {}); it is encoded with the model's own tokenizer",
+              dataset.stats.cache_path.string(), dataset.corpus_fingerprint, loaded.corpus_fingerprint);
+  std::vector<Target> targets;
+  for (const auto& name : request.splits.empty() ? config.eval.splits : request.splits)
+    targets.push_back({name, dataset.split(name)});
+  return targets;
+}
+
+// Perplexity against the evaluation memory length: results, context_sweep.json and its plot.
+std::vector<EvalResult> sweep(const EvalRequest& request, const config::ExperimentConfig& config,
+                              const EvalOptions& options, models::LoadedModel& loaded,
+                              const std::vector<Target>& targets, bool main_rank) {
+  std::vector<int> mem_lens = request.sweep_mem_lens;
+  if (mem_lens.empty()) mem_lens = config.eval.sweep_mem_lens;
+  const int q = options.tgt_len;
+  if (mem_lens.empty()) mem_lens = {0, q, 2 * q, 4 * q, 8 * q};
+  std::vector<EvalResult> results;
+  json::Json records = json::Json::array();
+  for (const auto& target : targets) {
+    for (int m : mem_lens) {
+      EvalOptions o = options;
+      o.mode = "memory";
+      o.mem_len = m;
+      auto r = evaluate(loaded.model, target.split.ids, o, target.split.n_bytes, target.split.n_chars);
+      r.split = target.name;
+      log::info("eval", "{} mem_len {:>5}: ppl {:.3f}", target.name, m, r.ppl);
+      results.push_back(r);
+      records.push_back(json::Json::parse(to_json(r)));
+    }
+  }
+  const stdfs::path dir = request.out_dir.empty() ? stdfs::path(request.checkpoint).parent_path()
+                                                  : stdfs::path(request.out_dir);
+  if (main_rank) {
+    fs::write_atomic(dir / "context_sweep.json", records.dump(2) + "\n");
+    plot_sweep(dir / "context_sweep.json", dir / "context_sweep.png");
+    log::info("eval", "sweep written to {}", (dir / "context_sweep.json").string());
+  }
+  return results;
+}
+
+// Every target in the requested mode, with per-token losses on request. They are written once
+// every target is scored, so that a failed write on rank 0 cannot leave the other ranks waiting
+// in the next target's collectives; the folder is checked first, on every rank.
+std::vector<EvalResult> score(const EvalRequest& request, const config::ExperimentConfig& config,
+                              const EvalOptions& options, models::LoadedModel& loaded,
+                              const std::vector<Target>& targets, bool main_rank) {
+  const bool keep_losses = !request.token_losses_path.empty();
+  if (keep_losses) {
+    const auto folder = stdfs::path(request.token_losses_path).parent_path();
+    TXL_CHECK(folder.empty() || stdfs::is_directory(folder), "--token-losses: the folder ",
+              folder.string(), " does not exist");
+  }
+  std::vector<EvalResult> results;
+  std::vector<std::pair<stdfs::path, torch::Tensor>> token_losses;
+  for (const auto& target : targets) {
+    torch::Tensor losses, recall;  // recall: the synthetic corpus's recalled values, also on their own
+    if (config.data.corpus == "synthetic") recall = data::synthetic_recall_mask(target.split.ids, *loaded.tokenizer);
+    auto r = evaluate(loaded.model, target.split.ids, options, target.split.n_bytes,
+                      target.split.n_chars, keep_losses ? &losses : nullptr, recall);
+    r.split = target.name;
+    results.push_back(r);
+    if (!keep_losses) continue;
+    stdfs::path path = request.token_losses_path;
+    if (targets.size() > 1) path += "." + target.name;
+    token_losses.emplace_back(path, losses);
+  }
+  for (const auto& [path, losses] : token_losses) {
+    if (!main_rank) break;
+    fs::write_atomic(path, npy_float32(losses));
+    log::info("eval", "per-token losses written to {}", path.string());
+  }
+  return results;
+}
+
+}  // namespace
+
+void run(const EvalRequest& request, std::ostream& out) {
+  const auto group = request.group ? request.group : std::make_shared<dist::Group>();
+  const bool main_rank = group->is_main();
+  use_threads(request.threads, group->env().local_world_size);  // the node's cores shared
+  // The model and the tokenizer it was trained with, from the checkpoint alone.
+  auto loaded = models::load_model(request.checkpoint);
+  auto config = evaluation_config(loaded, request);
+  apply_flags(request, config.eval);
   EvalOptions options = resolve_eval_options(config);
   if (request.max_tokens > 0) options.max_tokens = request.max_tokens;
   options.group = group.get();
-  const data::Tokenizer& tokenizer = *loaded.tokenizer;
-
-  struct Target {
-    std::string name;
-    data::EncodedSplit split;
-  };
-  std::vector<Target> targets;
-  data::Dataset dataset;  // only for splits: a file or a text needs no corpus
-  if (!request.text.empty()) {
-    targets.push_back({"text", encode_text(request.text, tokenizer, config.data.add_eos)});
-  } else if (!request.file.empty()) {
-    targets.push_back({stdfs::path(request.file).filename().string(),
-                       data::encode_text_file(request.file, tokenizer, config.data.add_eos)});
-  } else {
-    // Encoded with the checkpoint's tokenizer, whatever the corpus's cache holds; rank 0
-    // encodes a missing cache first, the other ranks then read it.
-    dataset = dist::main_rank_first(*group, [&] { return data::load_dataset(config.data, loaded.tokenizer); });
-    if (!loaded.corpus_fingerprint.empty() && dataset.corpus_fingerprint != loaded.corpus_fingerprint)
-      log::warn("eval", "the corpus in {} is not the one the model was trained on (fingerprint {} "
-                "against {}); it is encoded with the model's own tokenizer",
-                dataset.stats.cache_path.string(), dataset.corpus_fingerprint, loaded.corpus_fingerprint);
-    auto names = request.splits.empty() ? config.eval.splits : request.splits;
-    for (const auto& name : names) targets.push_back({name, dataset.split(name)});
-  }
-
-  std::vector<EvalResult> results;
-  if (request.sweep) {
-    std::vector<int> mem_lens = request.sweep_mem_lens;
-    if (mem_lens.empty()) mem_lens = config.eval.sweep_mem_lens;
-    const int q = options.tgt_len;
-    if (mem_lens.empty()) mem_lens = {0, q, 2 * q, 4 * q, 8 * q};
-    for (const auto& target : targets) {
-      for (int m : mem_lens) {
-        EvalOptions o = options;
-        o.mode = "memory";
-        o.mem_len = m;
-        auto r = evaluate(loaded.model, target.split.ids, o, target.split.n_bytes, target.split.n_chars);
-        r.split = target.name;
-        log::info("eval", "{} mem_len {:>5}: ppl {:.3f}", target.name, m, r.ppl);
-        results.push_back(r);
-      }
-    }
-    const stdfs::path dir = request.out_dir.empty() ? stdfs::path(request.checkpoint).parent_path()
-                                                    : stdfs::path(request.out_dir);
-    std::string json = "[\n";
-    for (size_t i = 0; i < results.size(); ++i)
-      json += "  " + to_json(results[i]) + (i + 1 < results.size() ? ",\n" : "\n");
-    json += "]\n";
-    if (main_rank) {
-      fs::write_atomic(dir / "context_sweep.json", json);
-      plot_sweep(dir / "context_sweep.json", dir / "context_sweep.png");
-      log::info("eval", "sweep written to {}", (dir / "context_sweep.json").string());
-    }
-  } else {
-    // Written once every split is scored, so that a failed write on rank 0 cannot leave the other
-    // ranks waiting in the next split's collectives; the folder is checked first, on every rank.
-    std::vector<std::pair<stdfs::path, torch::Tensor>> token_losses;
-    if (!request.token_losses_path.empty()) {
-      const auto folder = stdfs::path(request.token_losses_path).parent_path();
-      TXL_CHECK(folder.empty() || stdfs::is_directory(folder), "--token-losses: the folder ",
-                folder.string(), " does not exist");
-    }
-    for (const auto& target : targets) {
-      torch::Tensor losses;
-      // On the synthetic corpus the recalled values are scored on their own too.
-      torch::Tensor recall;
-      if (config.data.corpus == "synthetic")
-        recall = data::synthetic_recall_mask(target.split.ids, tokenizer);
-      auto r = evaluate(loaded.model, target.split.ids, options, target.split.n_bytes,
-                        target.split.n_chars, request.token_losses_path.empty() ? nullptr : &losses,
-                        recall);
-      r.split = target.name;
-      results.push_back(r);
-      if (!request.token_losses_path.empty()) {
-        stdfs::path path = request.token_losses_path;
-        if (targets.size() > 1) path += "." + target.name;
-        token_losses.emplace_back(path, losses);
-      }
-    }
-    for (const auto& [path, losses] : token_losses) {
-      if (!main_rank) break;
-      fs::write_atomic(path, npy_float32(losses));
-      log::info("eval", "per-token losses written to {}", path.string());
-    }
-  }
+  const auto targets = collect_targets(request, config, loaded, *group);
+  const auto results = request.sweep ? sweep(request, config, options, loaded, targets, main_rank)
+                                     : score(request, config, options, loaded, targets, main_rank);
   if (!main_rank) return;  // rank 0 speaks for all
   if (request.json) {
     for (const auto& r : results) out << to_json(r) << "\n";
