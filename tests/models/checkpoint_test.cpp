@@ -24,13 +24,6 @@ namespace {
 namespace stdfs = std::filesystem;
 using txl::test::TempDir;
 
-// A word tokenizer of exactly 30 ids (27 words and the 3 specials), the tiny model's vocabulary.
-std::shared_ptr<txl::data::Tokenizer> tokenizer30() {
-  std::string line;
-  for (int i = 0; i < 27; ++i) line += "w" + std::to_string(i) + " ";
-  return txl::data::build_word_tokenizer({line}, 0);
-}
-
 torch::Tensor logits_of(txl::models::TransformerLM& model) {
   torch::NoGradGuard no_grad;
   model->eval();
@@ -45,7 +38,7 @@ txl::models::Checkpoint tiny_checkpoint(const stdfs::path& dir, int seed) {
   config.model.div_val = 2;
   torch::manual_seed(seed);
   txl::models::TransformerLM model(config.model, 30);
-  return txl::models::model_checkpoint(config, model, *tokenizer30(), "00c0ffee00c0ffee");
+  return txl::models::model_checkpoint(config, model, *txl::test::word_tokenizer(), "00c0ffee00c0ffee");
 }
 
 TEST(Checkpoint, TheModelAndItsTokenizerAreRebuiltFromTheFileAlone) {
@@ -56,7 +49,7 @@ TEST(Checkpoint, TheModelAndItsTokenizerAreRebuiltFromTheFileAlone) {
   config.model.div_val = 2;
   torch::manual_seed(5);
   txl::models::TransformerLM model(config.model, 30);
-  const auto tokenizer = tokenizer30();
+  const auto tokenizer = txl::test::word_tokenizer();
   txl::models::write_checkpoint(dir / "c.safetensors",
                                 txl::models::model_checkpoint(config, model, *tokenizer, "abc"));
   auto loaded = txl::models::load_model(dir / "c.safetensors");

@@ -37,6 +37,12 @@ config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir, const
   return c;
 }
 
+std::shared_ptr<data::Tokenizer> word_tokenizer(int vocab) {
+  std::string line;
+  for (int i = 0; i < vocab - 3; ++i) line += "w" + std::to_string(i) + " ";
+  return data::build_word_tokenizer({line}, 0);
+}
+
 train::TrainOptions quiet_run(train::StartMode start, std::int64_t pause_at_step) {
   train::TrainOptions options;
   options.start = start;

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "txl/config/config.h"
+#include "txl/data/tokenizer.h"
 #include "txl/train/trainer.h"
 
 namespace txl::test {
@@ -12,6 +13,10 @@ namespace txl::test {
 // 2 layers, d_model 32, synthetic corpus of 200 documents, word tokenizer, 20 steps.
 config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir,
                                          const std::string& name = "tiny");
+
+// A word tokenizer of exactly `vocab` ids (vocab - 3 words "w0", "w1", ... and the 3 specials),
+// for model checkpoints of tiny models (30 ids: the tiny model's test vocabulary).
+std::shared_ptr<data::Tokenizer> word_tokenizer(int vocab = 30);
 
 // Options of a quiet training run: a new run by default, or a resume; pause_at_step 0 = none.
 train::TrainOptions quiet_run(train::StartMode start = train::StartMode::kNew,

@@ -16,12 +16,6 @@ namespace stdfs = std::filesystem;
 using torch::serialize::OutputArchive;
 using txl::test::TempDir;
 
-std::shared_ptr<txl::data::Tokenizer> tokenizer30() {
-  std::string line;
-  for (int i = 0; i < 27; ++i) line += "w" + std::to_string(i) + " ";
-  return txl::data::build_word_tokenizer({line}, 0);
-}
-
 void put(OutputArchive& a, const std::string& key, std::int64_t v) { a.write(key, torch::tensor(v)); }
 void put(OutputArchive& a, const std::string& key, double v) {
   a.write(key, torch::tensor(v, torch::kDouble));
@@ -78,7 +72,7 @@ TEST(Legacy, AVersion1CheckpointConvertsToOneThatResumesExactly) {
   }
   write_version_1(dir / "old.pt", config, model, *optimizer, memory);
 
-  const auto converted = txl::train::convert_legacy_checkpoint(dir / "old.pt", *tokenizer30());
+  const auto converted = txl::train::convert_legacy_checkpoint(dir / "old.pt", *txl::test::word_tokenizer());
   const auto parsed = txl::models::parse_checkpoint(txl::models::serialize_checkpoint(converted), "new");
   torch::manual_seed(4);
   txl::models::TransformerLM restored(config.model, 30);
@@ -124,14 +118,14 @@ TEST(Legacy, TheToolConvertsOnlyOnTheUsersWord) {
   txl::models::TransformerLM model(config.model, 30);
   auto optimizer = txl::train::make_optimizer(config.train, model->parameters());
   write_version_1(dir / "old.pt", config, model, *optimizer, {});
-  tokenizer30()->save(dir / "tok");
+  txl::test::word_tokenizer()->save(dir / "tok");
   const auto out = (dir / "new.safetensors").string();
   EXPECT_EQ(convert_tool({(dir / "old.pt").string(), out, "--tokenizer", (dir / "tok").string()}), 1);
   EXPECT_FALSE(stdfs::exists(out));
   EXPECT_EQ(convert_tool({"--trust-old-format", (dir / "old.pt").string(), out, "--tokenizer",
                           (dir / "tok").string()}), 0);
   auto loaded = txl::models::load_model(out);
-  EXPECT_EQ(loaded.tokenizer->fingerprint(), tokenizer30()->fingerprint());
+  EXPECT_EQ(loaded.tokenizer->fingerprint(), txl::test::word_tokenizer()->fingerprint());
   auto a = model->parameters(), b = loaded.model->parameters();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(b[i], a[i])) << i;
 }

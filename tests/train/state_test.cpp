@@ -10,12 +10,6 @@ namespace {
 
 using txl::test::TempDir;
 
-std::shared_ptr<txl::data::Tokenizer> tokenizer30() {
-  std::string line;
-  for (int i = 0; i < 27; ++i) line += "w" + std::to_string(i) + " ";
-  return txl::data::build_word_tokenizer({line}, 0);
-}
-
 TEST(TrainState, JsonRoundTripKeepsEveryField) {
   txl::train::TrainState s;
   s.step = 11;
@@ -58,7 +52,7 @@ void expect_exact_continuation(const std::string& optimizer_kind, double momentu
   };
   for (int i = 0; i < 3; ++i) one_step(model, *optimizer);
 
-  auto checkpoint = txl::models::model_checkpoint(config, model, *tokenizer30());
+  auto checkpoint = txl::models::model_checkpoint(config, model, *txl::test::word_tokenizer());
   txl::train::TrainState state;
   state.step = 3;
   txl::train::add_training_state(checkpoint, state, {}, {}, *optimizer, model);
@@ -85,7 +79,7 @@ TEST(TrainState, RefusedChangesAreListedBeforeAnythingIsRestored) {
   torch::manual_seed(7);
   txl::models::TransformerLM model(config.model, 30);
   auto optimizer = txl::train::make_optimizer(config.train, model->parameters());
-  auto checkpoint = txl::models::model_checkpoint(config, model, *tokenizer30());
+  auto checkpoint = txl::models::model_checkpoint(config, model, *txl::test::word_tokenizer());
   txl::train::add_training_state(checkpoint, {}, {}, {}, *optimizer, model);
 
   auto changed = config;
@@ -102,7 +96,7 @@ TEST(TrainState, RefusedChangesAreListedBeforeAnythingIsRestored) {
       txl::train::restore_training(checkpoint, changed, other, *other_optimizer, torch::kCPU, "c"),
       "train.lr");
   EXPECT_TRUE(txl::test::tensor_equal(other->parameters().front(), before));
-  auto model_only = txl::models::model_checkpoint(config, model, *tokenizer30());
+  auto model_only = txl::models::model_checkpoint(config, model, *txl::test::word_tokenizer());
   TXL_EXPECT_THROW_WITH(
       txl::train::restore_training(model_only, config, other, *other_optimizer, torch::kCPU, "c"),
       "cannot be resumed");
