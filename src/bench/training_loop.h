@@ -12,6 +12,7 @@
 #include "txl/data/stream.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/transformer_lm.h"
+#include "txl/train/step.h"
 
 namespace txl::bench::detail {
 
@@ -19,7 +20,8 @@ namespace txl::bench::detail {
 // does not depend on what else ran before in the process.
 torch::Tensor random_ids(std::int64_t n, std::int64_t vocab, std::uint64_t seed);
 
-// The trainer's step (config.model, config.train) on random ids, with memory carried over.
+// The trainer's step (train::Step with config.model, config.train: chunks, clip, learning-rate
+// schedule) on random ids, with memory carried over; one process.
 class TrainingLoop {
  public:
   // Builds the model (seeded), the optimizer of config.train and a TrainStream over enough
@@ -27,20 +29,19 @@ class TrainingLoop {
   TrainingLoop(const config::ExperimentConfig& config, std::int64_t vocab,
                const PhaseOptions& options, std::int64_t steps);
 
-  // One step as Trainer::run takes it; returns the batch's mean nll (nats per token).
+  // One step as the trainer takes it; returns the batch's mean nll (nats per token).
   double step();
 
   std::int64_t tokens_per_step() const { return batch_size_ * tgt_len_; }
 
  private:
   config::ExperimentConfig config_;
-  bool bf16_;
   std::int64_t batch_size_, tgt_len_;
   models::TransformerLM model_{nullptr};
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<train::Step> step_;
   std::unique_ptr<data::TrainStream> stream_;
-  models::Context context_;
-  models::Memory memory_;
+  std::int64_t steps_done_ = 0;
 };
 
 // Memory-mode evaluation of a model on random ids: B streams of segments of Q = eo.tgt_len with
