@@ -142,6 +142,8 @@ class Trainer {
   void save(const stdfs::path& path, const Snapshot& snapshot);
   void save(const stdfs::path& path) { save(path, snapshot()); }
   double elapsed() const;
+  void log_start() const;
+  void finish(const std::string& reason);  // the last validation and checkpoint, the summary
 
   const config::ExperimentConfig& config_;
   const config::TrainConfig& t_;
@@ -453,13 +455,7 @@ void Trainer::save(const stdfs::path& path, const Snapshot& snapshot) {
   if (path.filename() == kLastCheckpoint) last_ckpt_step_ = state_.step;
 }
 
-TrainSummary Trainer::run() {
-  // Rank 0 alone judges the run folder (it writes it), before any work; a refusal stops every rank.
-  dist::main_rank_first(*group_, [&] {
-    if (main_rank_) check_start(dir_, options_.start);
-  });
-  build();
-  start();
+void Trainer::log_start() const {
   log::info("train", "{}: {} layers, d_model {}, {} heads of {}, attn {}, {:.2f}M parameters, "
             "vocab {}, {} train tokens, batch {} x {} (mem {}), {}{}{}",
             config_.run.name, config_.model.n_layer, config_.model.d_model, config_.model.n_head,
@@ -470,16 +466,11 @@ TrainSummary Trainer::run() {
             group_->distributed() ? fmt::format(", {} processes ({} rows each, gradients in {} buckets)",
                                                 group_->world_size(), mine_.size(), step_->gradient_buckets())
                                   : std::string());
-  model_->train();
-  std::string reason;
-  while ((reason = stop_reason()).empty()) {
-    step();
-    if (schedule_.eval_due(state_.step) && validate()) {
-      reason = "early stop";
-      break;
-    }
-    if (schedule_.checkpoint_due(state_.step)) checkpoint_due_ = true;
-  }
+}
+
+// A signal or a pause checkpoints where training stands; any other stop validates the final
+// weights (unless that was just done) and writes checkpoint_last.
+void Trainer::finish(const std::string& reason) {
   if (summary_.signal != 0 || reason == "pause_at_step") {
     save(dir_ / kLastCheckpoint);
     summary_.status = TrainStatus::kInterrupted;
@@ -501,6 +492,29 @@ TrainSummary Trainer::run() {
   summary_.tokens_per_s = (state_.tokens - start_tokens_) / std::max(summary_.seconds, 1e-9);
   summary_.stop_reason = reason;
   summary_.run_dir = dir_;
+}
+
+// The run folder -> data -> model, optimizer, step -> (resume) -> while no stop condition:
+// step, validate and checkpoint when due -> the final validation and checkpoint.
+TrainSummary Trainer::run() {
+  // Rank 0 alone judges the run folder (it writes it), before any work; a refusal stops every rank.
+  dist::main_rank_first(*group_, [&] {
+    if (main_rank_) check_start(dir_, options_.start);
+  });
+  build();
+  start();
+  log_start();
+  model_->train();
+  std::string reason;
+  while ((reason = stop_reason()).empty()) {
+    step();
+    if (schedule_.eval_due(state_.step) && validate()) {
+      reason = "early stop";
+      break;
+    }
+    if (schedule_.checkpoint_due(state_.step)) checkpoint_due_ = true;
+  }
+  finish(reason);
   return summary_;
 }
 
