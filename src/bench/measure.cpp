@@ -225,8 +225,7 @@ EvalCostComparison sliding_over_memory_cost(const config::ExperimentConfig& conf
       auto batch = stream.batch(index++);
       scored = batch.n_scored;
       AutocastGuard autocast(sliding.bf16, torch::Device(torch::kCPU));
-      auto out = model->forward(batch.tokens, batch.targets, batch.input_mask, models::Memory(),
-                                batch.reset, context);
+      auto out = model->forward(models::Inputs::of(batch), models::Memory(), context);
       out.nll.to(torch::kDouble)
           .masked_fill(batch.target_mask.logical_not(), 0.0)
           .sum()

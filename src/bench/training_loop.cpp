@@ -77,7 +77,7 @@ double EvalLoop::segment() {
   auto batch = stream_->batch(index_++);
   AutocastGuard autocast(bf16_, torch::Device(torch::kCPU));
   auto out =
-      model_->forward(batch.tokens, batch.targets, batch.input_mask, memory_, batch.reset, context_);
+      model_->forward(models::Inputs::of(batch), memory_, context_);
   memory_ = std::move(out.memory);
   // What the evaluator's accumulator does with every batch.
   auto nll = out.nll.to(torch::kDouble).masked_fill(batch.target_mask.logical_not(), 0.0);

@@ -86,8 +86,7 @@ torch::Tensor score(models::TransformerLM& model, const torch::Device& device,
                     const models::Context& context) {
   const data::Batch batch = cpu_batch.to(device);
   models::Memory empty;
-  auto out = model->forward(batch.tokens, batch.targets, batch.input_mask,
-                            memory ? *memory : empty, batch.reset, context);
+  auto out = model->forward(models::Inputs::of(batch), memory ? *memory : empty, context);
   if (memory) *memory = std::move(out.memory);
   return out.nll.to(torch::kCPU);
 }

@@ -44,8 +44,7 @@ StepResult Step::backward(const data::Batch& global) {
     torch::Tensor nll_sum;  // [] over the chunk's scored tokens
     {
       AutocastGuard autocast(settings_.bf16, settings_.device);
-      auto out = model_->forward(chunk.tokens, chunk.targets, chunk.input_mask, memory,
-                                 chunk.reset, context_);
+      auto out = model_->forward(models::Inputs::of(chunk), memory, context_);
       nll_sum = out.nll.to(torch::kFloat).masked_fill(chunk.target_mask.logical_not(), 0.0).sum();
       memory = std::move(out.memory);
     }

@@ -49,7 +49,7 @@ TEST(Step, LossIsTheMaskedMeanAndTheNormIsMeasuredBeforeClipping) {
   const auto r = step.backward(b);
   torch::manual_seed(3);
   txl::models::TransformerLM twin(c.model, 30);
-  auto out = twin->forward(b.tokens, b.targets, b.input_mask, {}, b.reset, twin->default_context());
+  auto out = twin->forward(txl::models::Inputs::of(b), {}, twin->default_context());
   auto loss = out.nll.masked_select(b.target_mask).mean();  // []
   loss.backward();
   double squares = 0.0;
