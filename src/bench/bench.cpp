@@ -176,6 +176,9 @@ OrderedJson comparison_json(const EvalCostComparison& c) {
   json::put_number(o, "memory_us_per_token", 1e6 * c.memory_s_per_token);
   json::put_number(o, "ratio", c.ratio);
   json::put_number(o, "flop_ratio", c.flop_ratio);
+  json::put_number(o, "sliding_flops_per_token", c.sliding_flops_per_token);
+  json::put_number(o, "memory_flops_per_token", c.memory_flops_per_token);
+  json::put_number(o, "counted_flop_ratio", c.counted_flop_ratio);
   return o;
 }
 
@@ -302,12 +305,12 @@ std::string format_table(const BenchReport& r) {
   if (!r.sliding_vs_memory.empty()) {
     s += "\nsliding window (vanilla, stride 1, window L) vs memory (xl, Q + M = L), per scored "
          "token\n";
-    s += fmt::format("{:>6} {:>6} {:>6} {:>14} {:>14} {:>10} {:>12}\n", "L", "Q", "M", "sliding us",
-                     "memory us", "ratio", "FLOP ratio");
+    s += fmt::format("{:>6} {:>6} {:>6} {:>14} {:>14} {:>10} {:>12} {:>12}\n", "L", "Q", "M",
+                     "sliding us", "memory us", "ratio", "FLOP ratio", "counted");
     for (const auto& c : r.sliding_vs_memory) {
-      s += fmt::format("{:>6} {:>6} {:>6} {:>14.1f} {:>14.2f} {:>9.0f}x {:>11.0f}x\n",
+      s += fmt::format("{:>6} {:>6} {:>6} {:>14.1f} {:>14.2f} {:>9.0f}x {:>11.0f}x {:>11.0f}x\n",
                        c.attention_length, c.tgt_len, c.mem_len, 1e6 * c.sliding_s_per_token,
-                       1e6 * c.memory_s_per_token, c.ratio, c.flop_ratio);
+                       1e6 * c.memory_s_per_token, c.ratio, c.flop_ratio, c.counted_flop_ratio);
     }
   }
   if (r.threads > 1 && r.load_average > 0.5 * std::max(1u, std::thread::hardware_concurrency())) {
