@@ -144,6 +144,51 @@ StepProfile profile_eval_segment(const config::ExperimentConfig& config, std::in
   return profile;
 }
 
+namespace {
+
+std::int64_t product(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+// 2 x the multiply-adds of one matrix product from its input shapes (see count_matmul_flops);
+// 0 for any other op.
+double matmul_flops(const std::string& name,
+                    const std::vector<std::vector<std::int64_t>>& inputs) {
+  // The two factors: the first two inputs, or the second and third after an added term.
+  const bool added = in(name, {"aten::addmm", "aten::baddbmm", "aten::addmv"});
+  if (!added && !in(name, {"aten::mm", "aten::bmm", "aten::mv"})) return 0.0;
+  const size_t first = added ? 1 : 0;
+  if (inputs.size() < first + 2) return 0.0;
+  const auto& a = inputs[first];      // [m, k] or [b, m, k]
+  const auto& b = inputs[first + 1];  // [k, n], [b, k, n] or [k]
+  if (a.empty() || b.empty()) return 0.0;
+  const std::int64_t columns = b.size() == 1 ? 1 : b.back();  // n (1 for a vector)
+  return 2.0 * static_cast<double>(product(a)) * static_cast<double>(columns);
+}
+
+}  // namespace
+
+double count_matmul_flops(const std::function<void()>& fn) {
+  namespace profiler = torch::autograd::profiler;
+  profiler::enableProfilerLegacy(
+      torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU, true));
+  try {
+    fn();
+  } catch (...) {
+    profiler::disableProfilerLegacy();
+    throw;
+  }
+  double flops = 0.0;
+  for (const auto& events : profiler::disableProfilerLegacy()) {
+    for (const auto& e : events) {
+      if (e.kind() == profiler::EventKind::PushRange) flops += matmul_flops(e.name(), e.shapes());
+    }
+  }
+  return flops;
+}
+
 std::string format_profile(const StepProfile& p, int top) {
   std::string s = fmt::format("{} ({}), self CPU time by op: {:.1f} ms\n", p.what,
                               p.bf16 ? "bf16 autocast" : "fp32", p.total_ms);

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
@@ -17,12 +16,13 @@
 #include "txl/util/openmp.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
+#include "txl/util/json.h"
 #include "txl/util/log.h"
 
 namespace txl::experiment {
 
 namespace stdfs = std::filesystem;
-using Json = nlohmann::ordered_json;
+using Json = json::OrderedJson;
 
 std::string training_fingerprint(const config::ExperimentConfig& variant) {
   config::ExperimentConfig trained = variant;
@@ -64,14 +64,20 @@ std::optional<DoneMarker> read_done(const stdfs::path& dir) {
     return std::nullopt;
   }
   DoneMarker d;
-  d.stage = j.value("stage", "");
-  d.fingerprint = j.value("fingerprint", "");
-  d.steps = j.value("steps", std::int64_t{0});
-  d.tokens = j.value("tokens", std::int64_t{0});
-  d.train_seconds = j.value("train_seconds", 0.0);
-  d.train_tokens_per_s = j.value("train_tokens_per_s", 0.0);
-  d.params = j.value("params", std::int64_t{0});
-  d.stop_reason = j.value("stop_reason", "");
+  try {
+    d.stage = j.value("stage", "");
+    d.fingerprint = j.value("fingerprint", "");
+    d.steps = j.value("steps", std::int64_t{0});
+    d.tokens = j.value("tokens", std::int64_t{0});
+    d.train_seconds = json::get_number(j, "train_seconds", 0.0);
+    d.train_tokens_per_s = json::get_number(j, "train_tokens_per_s", 0.0);
+    d.params = j.value("params", std::int64_t{0});
+    d.stop_reason = j.value("stop_reason", "");
+  } catch (const nlohmann::json::exception& e) {
+    log::warn(kTag, "{} holds a field of the wrong type ({}); the variant is treated as unfinished",
+              path.string(), e.what());
+    return std::nullopt;
+  }
   return d;
 }
 
@@ -81,8 +87,8 @@ void write_done(const stdfs::path& dir, const DoneMarker& d) {
   j["fingerprint"] = d.fingerprint;
   j["steps"] = d.steps;
   j["tokens"] = d.tokens;
-  j["train_seconds"] = d.train_seconds;
-  j["train_tokens_per_s"] = d.train_tokens_per_s;
+  json::put_number(j, "train_seconds", d.train_seconds);
+  json::put_number(j, "train_tokens_per_s", d.train_tokens_per_s);
   j["params"] = d.params;
   j["stop_reason"] = d.stop_reason;
   fs::write_atomic(dir / kDoneFile, j.dump(2) + "\n");

@@ -100,6 +100,9 @@ PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vo
 //   memory   the configured model (attn_type xl unless it is xl or shaw) in memory mode with
 //            Q = eval.tgt_len (resolved) and M = L - Q, so that the last query of a segment
 //            attends to exactly L keys; timed with the memory full; per token = time / (B Q).
+// Besides the seconds, one more call of each side runs under count_matmul_flops (profile.h):
+// the work each mode does per scored token, counted from the products it ran, whatever the
+// machine's speed.
 struct EvalCostComparison {
   std::int64_t attention_length = 0;  // L
   std::int64_t tgt_len = 0;           // Q of memory mode
@@ -114,6 +117,11 @@ struct EvalCostComparison {
   // xl forward FLOPs per token at (Q, M). A measured ratio far below it means the memory side
   // runs further from peak than the sliding side.
   double flop_ratio = 0.0;
+  // Counted: matrix-product FLOPs of one sliding batch over the tokens it scored, of one memory
+  // segment over its B Q tokens, and their ratio (what flop_ratio predicts).
+  double sliding_flops_per_token = 0.0;
+  double memory_flops_per_token = 0.0;
+  double counted_flop_ratio = 0.0;
 };
 
 // `sliding` and `memory` give batch, warm-up and repetitions of each side (bf16 applies to

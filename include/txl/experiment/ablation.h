@@ -6,6 +6,7 @@
 // Interrupted work is never redone: a variant's run directory holds
 //   done.json          {"stage": "trained" | "evaluated", "fingerprint": ..., training figures}
 //   eval_results.json  the evaluations finished so far, each under the settings it was run with
+// (numbers that are not finite as null, with their reason under "null_because": util/json.h).
 // A variant whose training settings changed since (another fingerprint) is trained again from
 // scratch, with a warning listing what changed; evaluation settings (the `eval:` section) only
 // invalidate the evaluations they affect.
@@ -72,9 +73,10 @@ struct AblationResult {
 };
 
 // Runs the ablation: for each variant in file order (restricted to `only`), trains it with
-// train::train(resume = true), evaluates it on its plan with the best checkpoint (the last one
-// when no validation ran), caches the results; then writes the report with every variant that
-// has results (variants outside `only` contribute their cached results when still current).
+// train::train (resuming the checkpoint an interrupted run left, else from scratch), evaluates
+// it on its plan with the best checkpoint (the last one when no validation ran), caches the
+// results; then writes the report with every variant that has results (variants outside `only`
+// contribute their cached results when still current).
 // Throws txl::Error on unknown `only` names, on an ablation without variants, and on the errors
 // of training and evaluation.
 AblationResult run_ablation(const config::AblationConfig& ablation,
