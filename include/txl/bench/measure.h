@@ -70,12 +70,11 @@ struct PhaseResult {
                       // on a random memory, so it is not the model's real loss
 };
 
-// Training steps exactly as the trainer takes them (src/train/trainer.cpp): a TrainStream batch
-// of B x Q random token ids, zero_grad, forward with the memory of the previous step under
-// AutocastGuard(bf16), masked nll mean, backward, gradient clipping (train.clip), optimizer step
-// (train.optimizer, train.lr). Memory carries over between steps. Uses config.model and
-// config.train; train.batch_chunk is ignored (one chunk). Throws txl::Error for a vocabulary the
-// model rejects (e.g. smaller than the last adaptive cutoff).
+// Training steps as the trainer takes them, through the same train::Step (chunks of
+// train.batch_chunk, gradient norm and clip, the optimizer of config.train at the learning rate
+// of its schedule) on TrainStream batches of B x Q random token ids, in one process. Memory
+// carries over between steps. Throws txl::Error for a vocabulary the model rejects (e.g.
+// smaller than the last adaptive cutoff).
 PhaseResult measure_training(const config::ExperimentConfig& config, std::int64_t vocab,
                              const PhaseOptions& options);
 
