@@ -17,7 +17,6 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/flops.h"
 #include "txl/models/transformer_lm.h"
-#include "txl/util/autocast.h"
 #include "txl/util/error.h"
 
 namespace txl::bench {
@@ -154,7 +153,7 @@ namespace {
 
 // Memory-mode evaluation of `model` on random ids (detail::EvalLoop), timed.
 PhaseResult time_memory_eval(models::TransformerLM& model, std::int64_t vocab,
-                             const eval::EvalOptions& eo, const PhaseOptions& options) {
+                             const eval::Settings& eo, const PhaseOptions& options) {
   detail::EvalLoop loop(model, vocab, eo, options, options.warmup + options.repetitions);
   PhaseResult r;
   r.timing = time_repeated([&] { r.loss = loop.segment(); }, options.warmup, options.repetitions);
@@ -166,11 +165,13 @@ PhaseResult time_memory_eval(models::TransformerLM& model, std::int64_t vocab,
 
 }  // namespace
 
-eval::EvalOptions memory_eval_options(const config::ExperimentConfig& config) {
-  auto eo = eval::resolve_eval_options(config);
-  eo.mode = "memory";
-  eo.mem_len = config.eval.mem_len >= 0 ? config.eval.mem_len : config.model.mem_len;
-  return eo;
+eval::Settings memory_eval_settings(const config::ExperimentConfig& config) {
+  auto memory = config;
+  memory.eval.mode = eval::mode_name(eval::Mode::kMemory);
+  memory.eval.warmup = 0;
+  memory.run.device = "cpu";
+  memory.run.precision = "fp32";
+  return eval::resolve_settings(memory);
 }
 
 PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vocab,
@@ -179,10 +180,57 @@ PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vo
   RssWindow rss;
   torch::manual_seed(options.seed);
   models::TransformerLM model(config.model, vocab);
-  auto r = time_memory_eval(model, vocab, memory_eval_options(config), options);
+  auto r = time_memory_eval(model, vocab, memory_eval_settings(config), options);
   rss.finish(r);
   return r;
 }
+
+namespace {
+
+// Sliding: the vanilla model (the same sizes, no memory) scores one token per window of L tokens
+// (stride 1), each batch of windows by eval::score_batch as the evaluator scores it. Batch 0
+// holds the first window, which scores all its L positions; batches from 1 on score one token
+// per window, as almost every batch of a real pass does.
+double sliding_seconds_per_token(const config::ExperimentConfig& config, std::int64_t vocab,
+                                 std::int64_t l, const PhaseOptions& options) {
+  auto vanilla = config;
+  vanilla.model.attn_type = "vanilla";
+  vanilla.model.mem_len = 0;
+  vanilla.eval.mode = eval::mode_name(eval::Mode::kSliding);
+  vanilla.eval.window = static_cast<int>(l);
+  vanilla.eval.stride = 1;
+  vanilla.eval.batch_size = static_cast<int>(options.batch_size);
+  vanilla.run.device = "cpu";
+  vanilla.run.precision = options.bf16 ? "bf16" : "fp32";
+  const eval::Settings settings = eval::resolve_settings(vanilla);
+  torch::manual_seed(options.seed);
+  models::TransformerLM model(vanilla.model, vocab);
+  model->eval();
+  const std::int64_t windows = options.batch_size * (1 + options.warmup + options.repetitions);
+  data::SlidingStream stream(detail::random_ids(l + windows + 1, vocab, options.seed),
+                             eval::sliding_stream_options(settings));
+  std::int64_t index = 1, scored = 0;
+  auto window_batch = [&] { scored = eval::score_batch(model, stream.batch(index++), settings, nullptr).count; };
+  auto t = time_repeated(window_batch, options.warmup, options.repetitions);
+  TXL_CHECK(scored == options.batch_size, "bench: a sliding batch scored ", scored,
+            " tokens, expected one per window (", options.batch_size, ")");
+  return t.median_s / static_cast<double>(scored);
+}
+
+// Memory: the Transformer-XL model (attn_type xl unless it is xl or shaw) with M = mem_len.
+double memory_seconds_per_token(const config::ExperimentConfig& config, std::int64_t vocab,
+                                std::int64_t mem_len, const PhaseOptions& options) {
+  auto xl = config;
+  if (xl.model.attn_type != "xl" && xl.model.attn_type != "shaw") xl.model.attn_type = "xl";
+  xl.model.mem_len = static_cast<int>(mem_len);
+  xl.eval.mem_len = static_cast<int>(mem_len);
+  torch::manual_seed(options.seed);
+  models::TransformerLM model(xl.model, vocab);
+  auto r = time_memory_eval(model, vocab, memory_eval_settings(xl), options);
+  return r.timing.median_s / static_cast<double>(r.tokens_per_step);
+}
+
+}  // namespace
 
 EvalCostComparison sliding_over_memory_cost(const config::ExperimentConfig& config,
                                             std::int64_t vocab, std::int64_t attention_length,
@@ -190,8 +238,7 @@ EvalCostComparison sliding_over_memory_cost(const config::ExperimentConfig& conf
                                             const PhaseOptions& memory) {
   check_phase(sliding);
   check_phase(memory);
-  auto eo = eval::resolve_eval_options(config);
-  const std::int64_t q = eo.tgt_len, l = attention_length;
+  const std::int64_t q = memory_eval_settings(config).tgt_len, l = attention_length;
   TXL_CHECK(l > q, "bench: attention length ", l, " must exceed the segment length ",
             "eval.tgt_len = ", q, " (memory mode uses M = L - Q)");
   EvalCostComparison c;
@@ -200,59 +247,8 @@ EvalCostComparison sliding_over_memory_cost(const config::ExperimentConfig& conf
   c.mem_len = l - q;
   c.sliding_batch = sliding.batch_size;
   c.memory_batch = memory.batch_size;
-
-  // Sliding: the vanilla model, one window of L tokens per scored token.
-  {
-    torch::NoGradGuard no_grad;
-    auto vanilla_config = config.model;
-    vanilla_config.attn_type = "vanilla";
-    vanilla_config.mem_len = 0;
-    torch::manual_seed(sliding.seed);
-    models::TransformerLM model(vanilla_config, vocab);
-    model->eval();
-    data::SlidingStreamOptions so;
-    so.batch_size = sliding.batch_size;
-    so.window = l;
-    so.stride = 1;
-    // Batch 0 holds the first window, which scores all its L positions; batches from 1 on score
-    // one token per window, as almost every batch of a real pass does.
-    const std::int64_t windows = sliding.batch_size * (1 + sliding.warmup + sliding.repetitions);
-    data::SlidingStream stream(detail::random_ids(l + windows + 1, vocab, sliding.seed), so);
-    models::Context context;
-    context.clamp_len = eo.clamp_len;
-    std::int64_t index = 1, scored = 0;
-    auto window_batch = [&] {
-      auto batch = stream.batch(index++);
-      scored = batch.n_scored;
-      AutocastGuard autocast(sliding.bf16, torch::Device(torch::kCPU));
-      auto out = model->forward(batch.tokens, batch.targets, batch.input_mask, models::Memory(),
-                                batch.reset, context);
-      out.nll.to(torch::kDouble)
-          .masked_fill(batch.target_mask.logical_not(), 0.0)
-          .sum()
-          .item<double>();
-    };
-    auto t = time_repeated(window_batch, sliding.warmup, sliding.repetitions);
-    TXL_CHECK(scored == sliding.batch_size, "bench: a sliding batch scored ", scored,
-              " tokens, expected one per window (", sliding.batch_size, ")");
-    c.sliding_s_per_token = t.median_s / static_cast<double>(scored);
-  }
-
-  // Memory: the Transformer-XL model with Q + M = L.
-  {
-    auto xl_config = config;
-    if (xl_config.model.attn_type != "xl" && xl_config.model.attn_type != "shaw") {
-      xl_config.model.attn_type = "xl";
-    }
-    xl_config.model.mem_len = static_cast<int>(c.mem_len);
-    torch::manual_seed(memory.seed);
-    models::TransformerLM model(xl_config.model, vocab);
-    auto memory_options = eo;
-    memory_options.mode = "memory";
-    memory_options.mem_len = static_cast<int>(c.mem_len);
-    auto r = time_memory_eval(model, vocab, memory_options, memory);
-    c.memory_s_per_token = r.timing.median_s / static_cast<double>(r.tokens_per_step);
-  }
+  c.sliding_s_per_token = sliding_seconds_per_token(config, vocab, l, sliding);
+  c.memory_s_per_token = memory_seconds_per_token(config, vocab, c.mem_len, memory);
   c.ratio = c.sliding_s_per_token / c.memory_s_per_token;
   {
     auto vanilla_config = config.model;

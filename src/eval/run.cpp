@@ -33,7 +33,7 @@ void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
                      "bits/B", "tokens", "tok/s");
   for (const auto& r : results) {
     out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9.4f} {:>10.3f} {:>8.4f} {:>8.4f} {:>10} {:>9.0f}\n",
-                       r.split, r.mode, r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
+                       r.split, mode_name(r.mode), r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
                        r.bits_per_token, r.bits_per_byte, r.tokens, r.tokens_per_s);
     if (r.recall_tokens > 0) {
       out << fmt::format("{:<8} recall loss {:.4f} nats over {} recalled values (ln 64 = 4.159 "
@@ -77,10 +77,11 @@ config::ExperimentConfig evaluation_config(const models::LoadedModel& loaded,
                                                 request.overrides);
   for (const auto& line : config::diff_experiments(loaded.config, config)) {
     const bool allowed = line.rfind("eval.", 0) == 0 || line.rfind("data.", 0) == 0 ||
-                         line.rfind("run.threads", 0) == 0;
+                         line.rfind("run.threads:", 0) == 0 || line.rfind("run.device:", 0) == 0 ||
+                         line.rfind("run.precision:", 0) == 0;
     TXL_CHECK(allowed, "txl-eval --set: ", line.substr(0, 120),
-              ": only eval.*, data.* and run.threads may be set; the model and its training are "
-              "those of the checkpoint");
+              ": only eval.*, data.* and run.threads, run.device, run.precision may be set; the "
+              "model and its training are those of the checkpoint");
   }
   return config;
 }
@@ -112,6 +113,8 @@ void apply_flags(const EvalRequest& request, config::EvalConfig& e) {
   if (request.stride) e.stride = *request.stride;
   if (request.warmup) e.warmup = *request.warmup;
   if (request.batch_size) e.batch_size = *request.batch_size;
+  if (request.max_tokens > 0) e.max_tokens = request.max_tokens;
+  if (!request.sweep_mem_lens.empty()) e.sweep_mem_lens = request.sweep_mem_lens;
 }
 
 struct Target {
@@ -141,21 +144,21 @@ std::vector<Target> collect_targets(const EvalRequest& request, const config::Ex
 }
 
 // Perplexity against the evaluation memory length: results, context_sweep.json and its plot.
+// Each point is the experiment in memory mode with eval.mem_len = M.
 std::vector<EvalResult> sweep(const EvalRequest& request, const config::ExperimentConfig& config,
-                              const EvalOptions& options, models::LoadedModel& loaded,
+                              const Settings& settings, models::LoadedModel& loaded,
                               const std::vector<Target>& targets, bool main_rank) {
-  std::vector<int> mem_lens = request.sweep_mem_lens;
-  if (mem_lens.empty()) mem_lens = config.eval.sweep_mem_lens;
-  const int q = options.tgt_len;
+  std::vector<int> mem_lens = config.eval.sweep_mem_lens;
+  const int q = settings.tgt_len;
   if (mem_lens.empty()) mem_lens = {0, q, 2 * q, 4 * q, 8 * q};
   std::vector<EvalResult> results;
   json::Json records = json::Json::array();
   for (const auto& target : targets) {
     for (int m : mem_lens) {
-      EvalOptions o = options;
-      o.mode = "memory";
-      o.mem_len = m;
-      auto r = evaluate(loaded.model, target.split.ids, o, target.split.n_bytes, target.split.n_chars);
+      config::ExperimentConfig point = config;
+      point.eval.mode = mode_name(Mode::kMemory);
+      point.eval.mem_len = m;
+      auto r = evaluate(loaded.model, target.split, resolve_settings(point, settings.group));
       r.split = target.name;
       log::info("eval", "{} mem_len {:>5}: ppl {:.3f}", target.name, m, r.ppl);
       results.push_back(r);
@@ -176,7 +179,7 @@ std::vector<EvalResult> sweep(const EvalRequest& request, const config::Experime
 // every target is scored, so that a failed write on rank 0 cannot leave the other ranks waiting
 // in the next target's collectives; the folder is checked first, on every rank.
 std::vector<EvalResult> score(const EvalRequest& request, const config::ExperimentConfig& config,
-                              const EvalOptions& options, models::LoadedModel& loaded,
+                              const Settings& settings, models::LoadedModel& loaded,
                               const std::vector<Target>& targets, bool main_rank) {
   const bool keep_losses = !request.token_losses_path.empty();
   if (keep_losses) {
@@ -187,16 +190,19 @@ std::vector<EvalResult> score(const EvalRequest& request, const config::Experime
   std::vector<EvalResult> results;
   std::vector<std::pair<stdfs::path, torch::Tensor>> token_losses;
   for (const auto& target : targets) {
-    torch::Tensor losses, recall;  // recall: the synthetic corpus's recalled values, also on their own
-    if (config.data.corpus == "synthetic") recall = data::synthetic_recall_mask(target.split.ids, *loaded.tokenizer);
-    auto r = evaluate(loaded.model, target.split.ids, options, target.split.n_bytes,
-                      target.split.n_chars, keep_losses ? &losses : nullptr, recall);
+    Extras extras;
+    extras.token_losses = keep_losses;
+    // The synthetic corpus's recalled values, also on their own (plain text only).
+    if (config.data.corpus == "synthetic" && !settings.documents)
+      extras.recall_mask = data::synthetic_recall_mask(target.split.ids, *loaded.tokenizer);
+    auto r = evaluate(loaded.model, target.split, settings, extras);
     r.split = target.name;
+    if (keep_losses) {
+      stdfs::path path = request.token_losses_path;
+      if (targets.size() > 1) path += "." + target.name;
+      token_losses.emplace_back(path, r.token_losses);
+    }
     results.push_back(r);
-    if (!keep_losses) continue;
-    stdfs::path path = request.token_losses_path;
-    if (targets.size() > 1) path += "." + target.name;
-    token_losses.emplace_back(path, losses);
   }
   for (const auto& [path, losses] : token_losses) {
     if (!main_rank) break;
@@ -216,12 +222,11 @@ void run(const EvalRequest& request, std::ostream& out) {
   auto loaded = models::load_model(request.checkpoint);
   auto config = evaluation_config(loaded, request);
   apply_flags(request, config.eval);
-  EvalOptions options = resolve_eval_options(config);
-  if (request.max_tokens > 0) options.max_tokens = request.max_tokens;
-  options.group = group.get();
+  const Settings settings = resolve_settings(config, group.get());
+  loaded.model->to(settings.device);
   const auto targets = collect_targets(request, config, loaded, *group);
-  const auto results = request.sweep ? sweep(request, config, options, loaded, targets, main_rank)
-                                     : score(request, config, options, loaded, targets, main_rank);
+  const auto results = request.sweep ? sweep(request, config, settings, loaded, targets, main_rank)
+                                     : score(request, config, settings, loaded, targets, main_rank);
   if (!main_rank) return;  // rank 0 speaks for all
   if (request.json) {
     for (const auto& r : results) out << to_json(r) << "\n";

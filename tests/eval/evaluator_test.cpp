@@ -7,7 +7,8 @@
 
 namespace {
 
-using txl::eval::EvalOptions;
+using txl::eval::Extras;
+using txl::eval::Settings;
 using txl::eval::evaluate;
 
 constexpr int64_t kVocab = 50;
@@ -29,9 +30,9 @@ Fixture make(const std::string& attn_type, int64_t n_tokens) {
   return f;
 }
 
-EvalOptions options(const std::string& mode, int q, int m, int batch) {
-  EvalOptions o;
-  o.mode = mode;
+Settings options(const std::string& mode, int q, int m, int batch) {
+  Settings o;
+  o.mode = txl::eval::parse_mode(mode);
   o.tgt_len = q;
   o.mem_len = m;
   o.window = q;
@@ -40,13 +41,33 @@ EvalOptions options(const std::string& mode, int q, int m, int batch) {
   return o;
 }
 
+// Token ids as a split's text, with its size in bytes (0 = not reported).
+txl::data::EncodedSplit text(const torch::Tensor& ids, std::int64_t n_bytes = 0) {
+  txl::data::EncodedSplit split;
+  split.ids = ids;
+  split.n_bytes = n_bytes;
+  return split;
+}
+
+// The per-token losses of an evaluation (and its result in `result` when given).
+torch::Tensor losses_of(txl::models::TransformerLM& model, const torch::Tensor& ids,
+                        const Settings& o, txl::eval::EvalResult* result = nullptr) {
+  Extras extras;
+  extras.token_losses = true;
+  auto r = evaluate(model, text(ids), o, extras);
+  if (result) *result = r;
+  return r.token_losses;
+}
+
 TEST(Evaluator, EveryTargetIsScoredOnceInEveryMode) {
   auto f = make("xl", 203);
   for (auto o : {options("memory", 16, 16, 3), options("segments", 16, 0, 3),
                  options("sliding", 16, 0, 3)}) {
     o.stride = 5;
-    torch::Tensor losses;
-    auto r = evaluate(f.model, f.ids, o, /*n_bytes=*/1000, 0, &losses);
+    Extras extras;
+    extras.token_losses = true;
+    auto r = evaluate(f.model, text(f.ids, /*n_bytes=*/1000), o, extras);
+    const torch::Tensor losses = r.token_losses;
     EXPECT_EQ(r.tokens, 202) << o.mode;
     ASSERT_EQ(losses.numel(), 202) << o.mode;
     EXPECT_NEAR(losses.to(torch::kDouble).mean().item<double>(), r.loss, 1e-6) << o.mode;
@@ -57,21 +78,21 @@ TEST(Evaluator, EveryTargetIsScoredOnceInEveryMode) {
 
 TEST(Evaluator, MemoryModeWithoutMemoryEqualsSegments) {
   auto f = make("xl", 150);
-  auto a = evaluate(f.model, f.ids, options("memory", 16, 0, 4));
-  auto b = evaluate(f.model, f.ids, options("segments", 16, 0, 4));
+  auto a = evaluate(f.model, text(f.ids), options("memory", 16, 0, 4));
+  auto b = evaluate(f.model, text(f.ids), options("segments", 16, 0, 4));
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_DOUBLE_EQ(a.loss, b.loss);
   // Memory does change the result (otherwise the comparison above proves nothing).
-  auto c = evaluate(f.model, f.ids, options("memory", 16, 16, 4));
+  auto c = evaluate(f.model, text(f.ids), options("memory", 16, 16, 4));
   EXPECT_NE(a.loss, c.loss);
 }
 
 TEST(Evaluator, SlidingWithWindowAndStrideQEqualsSegments) {
   for (const char* attn : {"vanilla", "xl"}) {
     auto f = make(attn, 16 * 7 + 1);  // N - 1 a multiple of Q: the windows are the segments
-    torch::Tensor sl, sg;
-    auto a = evaluate(f.model, f.ids, options("sliding", 16, 0, 1), 0, 0, &sl);
-    auto b = evaluate(f.model, f.ids, options("segments", 16, 0, 1), 0, 0, &sg);
+    txl::eval::EvalResult a, b;
+    const torch::Tensor sl = losses_of(f.model, f.ids, options("sliding", 16, 0, 1), &a);
+    const torch::Tensor sg = losses_of(f.model, f.ids, options("segments", 16, 0, 1), &b);
     EXPECT_EQ(a.tokens, b.tokens);
     EXPECT_TRUE(txl::test::tensor_near(sl, sg, 1e-5, 1e-5)) << attn;
   }
@@ -83,13 +104,11 @@ TEST(Evaluator, SlidingDoesNotDependOnBatchingAndTokenLossesAreInTextOrder) {
   o1.stride = 1;
   auto o7 = o1;
   o7.batch_size = 7;
-  torch::Tensor l1, l7;
-  evaluate(f.model, f.ids, o1, 0, 0, &l1);
-  evaluate(f.model, f.ids, o7, 0, 0, &l7);
+  const torch::Tensor l1 = losses_of(f.model, f.ids, o1);
+  const torch::Tensor l7 = losses_of(f.model, f.ids, o7);
   EXPECT_TRUE(txl::test::tensor_near(l1, l7, 1e-5, 1e-5));
   // Token 1's loss has one token of context in both sliding and segment evaluation.
-  torch::Tensor seg;
-  evaluate(f.model, f.ids, options("segments", 12, 0, 1), 0, 0, &seg);
+  const torch::Tensor seg = losses_of(f.model, f.ids, options("segments", 12, 0, 1));
   EXPECT_NEAR(l1[0].item<float>(), seg[0].item<float>(), 1e-5);
 }
 
@@ -97,9 +116,8 @@ TEST(Evaluator, MemoryModeTokenLossesFollowTheText) {
   // One stream (batch 1) against three: the first stream's first segment sees the same
   // context either way, so its losses lead both token-loss tensors.
   auto f = make("xl", 121);
-  torch::Tensor a, b;
-  evaluate(f.model, f.ids, options("memory", 10, 10, 1), 0, 0, &a);
-  evaluate(f.model, f.ids, options("memory", 10, 10, 3), 0, 0, &b);
+  const torch::Tensor a = losses_of(f.model, f.ids, options("memory", 10, 10, 1));
+  const torch::Tensor b = losses_of(f.model, f.ids, options("memory", 10, 10, 3));
   EXPECT_TRUE(txl::test::tensor_near(a.narrow(0, 0, 10), b.narrow(0, 0, 10), 1e-5, 1e-5));
 }
 
@@ -111,10 +129,10 @@ TEST(Evaluator, CachedKeysAndValuesGiveTheLossesOfRecomputingThem) {
   for (int m : {10, 25}) {
     auto o = options("memory", 10, m, 3);
     o.warmup = 7;
-    torch::Tensor cached, fresh;
-    const auto a = evaluate(f.model, f.ids, o, 0, 0, &cached);
+    txl::eval::EvalResult a, b;
+    const torch::Tensor cached = losses_of(f.model, f.ids, o, &a);
     o.cache_kv = false;
-    const auto b = evaluate(f.model, f.ids, o, 0, 0, &fresh);
+    const torch::Tensor fresh = losses_of(f.model, f.ids, o, &b);
     EXPECT_EQ(a.tokens, b.tokens);
     EXPECT_NEAR(a.loss, b.loss, 1e-6 * b.loss) << "mem_len " << m;
     EXPECT_TRUE(txl::test::tensor_near(cached, fresh, 1e-5, 1e-5)) << "mem_len " << m;
@@ -125,11 +143,12 @@ TEST(Evaluator, MaxTokensScoresTheSamePrefixInEveryMode) {
   auto f = make("xl", 400);
   for (auto o : {options("memory", 16, 16, 2), options("segments", 16, 0, 3), options("sliding", 16, 0, 2)}) {
     o.max_tokens = 64;
-    torch::Tensor losses;
-    auto r = evaluate(f.model, f.ids, o, 399, 0, &losses);
+    Extras extras;
+    extras.token_losses = true;
+    auto r = evaluate(f.model, text(f.ids, 399), o, extras);
     EXPECT_EQ(r.tokens, 64) << o.mode;
     // The prefix alone gives the same result; bytes are prorated (64 of 399 targets).
-    auto prefix = evaluate(f.model, f.ids.narrow(0, 0, 65), o);
+    auto prefix = evaluate(f.model, text(f.ids.narrow(0, 0, 65)), o);
     EXPECT_DOUBLE_EQ(r.loss, prefix.loss) << o.mode;
     EXPECT_NEAR(r.bits_per_byte, r.loss / std::log(2.0), 1e-9) << o.mode;
   }
@@ -139,7 +158,7 @@ TEST(Evaluator, ResolveInheritsFromTheModel) {
   txl::test::TempDir dir;
   auto c = txl::test::tiny_experiment(dir.path());
   c.model.clamp_len = 40;
-  auto o = txl::eval::resolve_eval_options(c);
+  auto o = txl::eval::resolve_settings(c);
   EXPECT_EQ(o.tgt_len, 16);
   EXPECT_EQ(o.mem_len, 16);
   EXPECT_EQ(o.clamp_len, 40);
@@ -148,20 +167,20 @@ TEST(Evaluator, ResolveInheritsFromTheModel) {
   c.eval.mem_len = 64;
   c.eval.clamp_len = -1;
   c.eval.same_length = 1;
-  o = txl::eval::resolve_eval_options(c);
+  o = txl::eval::resolve_settings(c);
   EXPECT_EQ(o.tgt_len, 8);
   EXPECT_EQ(o.mem_len, 64);
   EXPECT_EQ(o.clamp_len, -1);
   EXPECT_TRUE(o.same_length);
   c.eval.mode = "segments";
-  EXPECT_EQ(txl::eval::resolve_eval_options(c).mem_len, 0);
+  EXPECT_EQ(txl::eval::resolve_settings(c).mem_len, 0);
 }
 
 TEST(Evaluator, BadInputIsAClearError) {
   auto f = make("xl", 50);
-  TXL_EXPECT_THROW_WITH(evaluate(f.model, f.ids.narrow(0, 0, 1), options("memory", 8, 8, 1)),
+  TXL_EXPECT_THROW_WITH(evaluate(f.model, text(f.ids.narrow(0, 0, 1)), options("memory", 8, 8, 1)),
                         "at least 2 tokens");
-  TXL_EXPECT_THROW_WITH(evaluate(f.model, f.ids, options("beam", 8, 8, 1)), "memory | segments | sliding");
+  TXL_EXPECT_THROW_WITH(evaluate(f.model, text(f.ids), options("beam", 8, 8, 1)), "memory | segments | sliding");
 }
 
 }  // namespace
@@ -173,8 +192,11 @@ TEST(Evaluator, RecallLossAveragesTheMaskedTargets) {
   auto mask = torch::zeros({101}, torch::kBool);
   mask[5] = true;
   mask[50] = true;
-  torch::Tensor losses;
-  auto r = evaluate(f.model, f.ids, options("memory", 16, 16, 2), 0, 0, &losses, mask);
+  Extras extras;
+  extras.token_losses = true;
+  extras.recall_mask = mask;
+  auto r = evaluate(f.model, text(f.ids), options("memory", 16, 16, 2), extras);
+  const torch::Tensor losses = r.token_losses;
   EXPECT_EQ(r.recall_tokens, 2);
   // Target t is token t, predicted at index t - 1 of the text-order losses.
   EXPECT_NEAR(r.recall_loss, (losses[4].item<double>() + losses[49].item<double>()) / 2, 1e-6);

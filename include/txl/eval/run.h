@@ -23,7 +23,7 @@ struct EvalRequest {
   std::string file;                       // a text file to evaluate instead of splits
   std::string text;                       // a text to evaluate instead of splits
   // `key.path=value` overrides of the checkpoint's experiment: eval.*, data.* (e.g. data.path
-  // to find the corpus) and run.threads; anything else is refused.
+  // to find the corpus), run.threads, run.device and run.precision; anything else is refused.
   std::vector<std::string> overrides;
   std::optional<std::string> mode;        // memory | segments | sliding
   std::optional<int> tgt_len, mem_len, clamp_len, same_length, window, stride, warmup, batch_size;
