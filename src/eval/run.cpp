@@ -102,21 +102,6 @@ data::EncodedSplit encode_text(const std::string& text, const data::Tokenizer& t
 
 namespace {
 
-// The request's typed flags on top of the experiment's eval section.
-void apply_flags(const EvalRequest& request, config::EvalConfig& e) {
-  if (request.mode) e.mode = *request.mode;
-  if (request.tgt_len) e.tgt_len = *request.tgt_len;
-  if (request.mem_len) e.mem_len = *request.mem_len;
-  if (request.clamp_len) e.clamp_len = *request.clamp_len;
-  if (request.same_length) e.same_length = *request.same_length;
-  if (request.window) e.window = *request.window;
-  if (request.stride) e.stride = *request.stride;
-  if (request.warmup) e.warmup = *request.warmup;
-  if (request.batch_size) e.batch_size = *request.batch_size;
-  if (request.max_tokens > 0) e.max_tokens = request.max_tokens;
-  if (!request.sweep_mem_lens.empty()) e.sweep_mem_lens = request.sweep_mem_lens;
-}
-
 struct Target {
   std::string name;
   data::EncodedSplit split;
@@ -214,14 +199,34 @@ std::vector<EvalResult> score(const EvalRequest& request, const config::Experime
 
 }  // namespace
 
+const std::vector<EvalFlag>& eval_flags() {
+  static const std::vector<EvalFlag> flags = {
+      {"--mode", "eval.mode", "memory | segments | sliding", false},
+      {"--tgt-len", "eval.tgt_len", "segment length Q (0 = model.tgt_len)", false},
+      {"--mem-len", "eval.mem_len", "memory length M (-1 = model.mem_len)", false},
+      {"--clamp-len", "eval.clamp_len", "clamp relative distances (-1 = none, -2 = model's)", false},
+      {"--same-length", "eval.same_length", "0 or 1 (-1 = model's)", false},
+      {"--window", "eval.window", "sliding window L (0 = tgt_len)", false},
+      {"--stride", "eval.stride", "sliding stride s", false},
+      {"--warmup", "eval.warmup", "memory warm-up tokens", false},
+      {"--batch-size", "eval.batch_size", "evaluation streams / windows per batch", false},
+      {"--max-tokens", "eval.max_tokens", "score only the first N targets of each split (0 = all)", false},
+      {"--sweep-mem-lens", "eval.sweep_mem_lens", "mem_len values of the sweep, e.g. 0,64,128", true},
+  };
+  return flags;
+}
+
+std::string flag_override(const EvalFlag& flag, const std::string& value) {
+  return std::string(flag.key) + "=" + (flag.list ? "[" + value + "]" : value);
+}
+
 void run(const EvalRequest& request, std::ostream& out) {
   const auto group = request.group ? request.group : std::make_shared<dist::Group>();
   const bool main_rank = group->is_main();
   use_threads(request.threads, group->env().local_world_size);  // the node's cores shared
   // The model and the tokenizer it was trained with, from the checkpoint alone.
   auto loaded = models::load_model(request.checkpoint);
-  auto config = evaluation_config(loaded, request);
-  apply_flags(request, config.eval);
+  const auto config = evaluation_config(loaded, request);
   const Settings settings = resolve_settings(config, group.get());
   loaded.model->to(settings.device);
   const auto targets = collect_targets(request, config, loaded, *group);
