@@ -203,3 +203,142 @@ TEST(Evaluator, RecallLossAveragesTheMaskedTargets) {
 }
 
 }  // namespace
+
+namespace {
+
+// ext_len (paper 3.2, as training uses it): every segment also reads the E tokens before it as
+// unscored input, and the memory ends E positions before the segment's end, where the next
+// segment's context begins. The evaluator's memory mode equals that computation written out
+// segment by segment for one stream.
+TEST(Evaluator, ExtLenEqualsSegmentsReadWithTheirPrecedingTokens) {
+  auto f = make("xl", 97);
+  const int64_t q = 10, m = 12, e = 4;
+  auto o = options("memory", q, m, 1);
+  o.ext_len = e;
+  const torch::Tensor losses = losses_of(f.model, f.ids, o);
+
+  torch::NoGradGuard no_grad;
+  f.model->eval();
+  txl::models::Context context;
+  context.mem_len = m;
+  context.ext_len = e;
+  txl::models::Memory memory;
+  std::vector<torch::Tensor> direct;
+  for (int64_t s = 0; s < f.ids.size(0) - 1; s += q) {
+    const int64_t n = std::min(q, f.ids.size(0) - 1 - s), c = std::min(e, s);
+    auto tokens = f.ids.narrow(0, s - c, c + n).unsqueeze(0);       // [1, C + n]
+    auto targets = f.ids.narrow(0, s - c + 1, c + n).unsqueeze(0);  // [1, C + n]
+    auto out = f.model->forward(tokens, targets, {}, memory, torch::full({1}, s == 0, torch::kBool), context);
+    memory = std::move(out.memory);
+    direct.push_back(out.nll[0].narrow(0, c, n));  // [n]: the context is not scored
+  }
+  EXPECT_TRUE(txl::test::tensor_near(losses, torch::cat(direct), 1e-5, 1e-5));
+  // The context matters (otherwise the comparison above proves little).
+  EXPECT_FALSE(txl::test::tensor_near(losses, losses_of(f.model, f.ids, options("memory", q, m, 1)), 1e-4, 1e-4));
+}
+
+// Without memory, segments of Q that also read the Q tokens before them are windows of 2Q
+// scoring their last Q targets: segments mode with ext_len = Q equals sliding with L = 2Q,
+// s = Q (N - 1 a multiple of Q, so the windows end where the segments do).
+TEST(Evaluator, SegmentsWithExtLenQEqualSlidingWindowsOfTwoQ) {
+  for (const char* attn : {"vanilla", "xl"}) {
+    auto f = make(attn, 8 * 7 + 1);
+    auto segments = options("segments", 8, 0, 1);
+    segments.ext_len = 8;
+    auto sliding = options("sliding", 8, 0, 3);
+    sliding.window = 16;
+    sliding.stride = 8;
+    EXPECT_TRUE(txl::test::tensor_near(losses_of(f.model, f.ids, segments),
+                                       losses_of(f.model, f.ids, sliding), 1e-5, 1e-5)) << attn;
+  }
+}
+
+// Document mode: each document on its own (memory reset at its start, its first token never a
+// target) is the sum of evaluating every document as a text of its own.
+TEST(Evaluator, DocumentsEvaluateAsIfEachWereItsOwnText) {
+  auto f = make("xl", 241);
+  const std::vector<int64_t> starts = {0, 37, 50, 121, 130, 200};
+  txl::data::EncodedSplit split = text(f.ids);
+  split.doc_starts = torch::tensor(starts, torch::kInt64);
+  for (auto o : {options("memory", 10, 10, 3), options("segments", 10, 0, 3)}) {
+    SCOPED_TRACE(txl::eval::mode_name(o.mode));
+    auto alone = o;
+    alone.batch_size = 1;
+    double sum = 0.0;
+    int64_t tokens = 0;
+    for (size_t d = 0; d < starts.size(); ++d) {
+      const int64_t end = d + 1 < starts.size() ? starts[d + 1] : f.ids.size(0);
+      auto r = evaluate(f.model, text(f.ids.narrow(0, starts[d], end - starts[d])), alone);
+      sum += r.loss * static_cast<double>(r.tokens);
+      tokens += r.tokens;
+    }
+    o.documents = true;
+    const auto together = evaluate(f.model, split, o);
+    EXPECT_EQ(together.tokens, f.ids.size(0) - static_cast<int64_t>(starts.size()));
+    EXPECT_EQ(together.tokens, tokens);
+    EXPECT_NEAR(together.loss, sum / static_cast<double>(tokens), 1e-6 * together.loss);
+    // The documents change the result (otherwise the comparison above proves little).
+    auto plain = o;
+    plain.documents = false;
+    EXPECT_GT(std::abs(together.loss - evaluate(f.model, split, plain).loss), 1e-4);
+  }
+}
+
+TEST(Evaluator, DocumentModeRefusesWhatItCannotGive) {
+  auto f = make("xl", 120);
+  txl::data::EncodedSplit split = text(f.ids);
+  split.doc_starts = torch::tensor({0, 50}, torch::kInt64);
+  auto o = options("sliding", 10, 0, 2);
+  o.documents = true;
+  TXL_EXPECT_THROW_WITH(evaluate(f.model, split, o), "data.document_mode");
+  o = options("memory", 10, 10, 2);
+  o.documents = true;
+  Extras extras;
+  extras.token_losses = true;
+  TXL_EXPECT_THROW_WITH(evaluate(f.model, split, o, extras), "per-token losses");
+  TXL_EXPECT_THROW_WITH(evaluate(f.model, text(f.ids), o), "no document starts");
+}
+
+// The scored prefix, one rounding for every caller: bytes and characters prorated by targets to
+// the nearest, documents cut to the prefix; all of the text when max_tokens is 0 or too large.
+TEST(Evaluator, ScoredPrefixProratesBytesToTheNearest) {
+  txl::data::EncodedSplit split;
+  split.ids = torch::arange(400, torch::kInt64);  // 399 targets
+  split.n_bytes = 1000;                           // x 64 / 399 = 160.4
+  split.n_chars = 999;                            // x 64 / 399 = 160.2
+  split.doc_starts = torch::tensor({0, 10, 63, 64, 300}, torch::kInt64);
+  const auto prefix = txl::eval::scored_prefix(split, 64);
+  EXPECT_EQ(prefix.ids.numel(), 65);
+  EXPECT_EQ(prefix.n_bytes, 160);
+  EXPECT_EQ(prefix.n_chars, 160);
+  EXPECT_TRUE(txl::test::tensor_equal(prefix.doc_starts, torch::tensor({0, 10, 63}, torch::kInt64)));
+  split.n_bytes = 1001;  // x 64 / 399 = 160.56
+  EXPECT_EQ(txl::eval::scored_prefix(split, 64).n_bytes, 161);
+  for (int64_t all : {0, 399, 1000}) EXPECT_EQ(txl::eval::scored_prefix(split, all).ids.numel(), 400);
+  // The evaluator's bits per byte divide by the prefix's bytes.
+  auto f = make("xl", 400);
+  auto o = options("segments", 16, 0, 3);
+  o.max_tokens = 64;
+  const auto r = evaluate(f.model, text(f.ids, 1000), o);
+  EXPECT_NEAR(r.bits_per_byte, r.loss * 64 / std::log(2.0) / 160, 1e-12);
+}
+
+// run.precision: bf16 runs the forward under bf16 autocast: close to fp32, not the same numbers.
+TEST(Evaluator, Bf16RunsUnderAutocast) {
+  auto f = make("xl", 150);
+  auto o = options("memory", 16, 16, 3);
+  const double fp32 = evaluate(f.model, text(f.ids), o).loss;
+  o.bf16 = true;
+  const double bf16 = evaluate(f.model, text(f.ids), o).loss;
+  EXPECT_NE(bf16, fp32);
+  EXPECT_NEAR(bf16, fp32, 0.02 * fp32);
+}
+
+TEST(Evaluator, RunsWhereTheModelIs) {
+  auto f = make("xl", 50);
+  auto o = options("memory", 8, 8, 1);
+  o.device = torch::Device(torch::kCUDA, 0);
+  TXL_EXPECT_THROW_WITH(evaluate(f.model, text(f.ids), o), "evaluation runs where the model is");
+}
+
+}  // namespace
