@@ -236,6 +236,27 @@ class DatasetCache {
   data::Dataset dataset_;
 };
 
+// One planned evaluation of the variant's model as a record (without the training figures).
+// On the synthetic corpus the recalled values are also scored on their own (plain text only).
+ResultRecord evaluate_planned(const std::string& name, const config::ExperimentConfig& cfg,
+                              models::TransformerLM& model, const data::Dataset& dataset,
+                              const PlannedEval& p) {
+  const data::EncodedSplit& split = dataset.split(p.split);
+  eval::Extras extras;
+  if (cfg.data.corpus == "synthetic" && !p.settings.documents)
+    extras.recall_mask = data::synthetic_recall_mask(split.ids, *dataset.tokenizer);  // bool [N]
+  auto r = eval::evaluate(model, split, p.settings, extras);
+  r.split = p.split;
+  const eval::Shape shape = eval::shape_of(p.settings);
+  log::info(kTag, "variant {}: {} {} (Q {}, M {}, L {}, s {}): ppl {:.3f}, {:.0f} tok/s, {:.1f} s",
+            name, p.split, eval::mode_name(p.settings.mode), shape.tgt_len, shape.mem_len,
+            shape.window, shape.stride, r.ppl, r.tokens_per_s, r.seconds);
+  ResultRecord record = make_record(r, p.settings);
+  record.variant = name;
+  record.attn_type = cfg.model.attn_type;
+  return record;
+}
+
 void fill_training(ResultRecord& rec, const config::ExperimentConfig& cfg, const DoneMarker& d) {
   rec.attn_type = cfg.model.attn_type;
   rec.train_tgt_len = cfg.model.tgt_len;
@@ -335,25 +356,9 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
         outcome.interrupted = true;
         return outcome;
       }
-      const auto& p = plan[i];
-      const data::EncodedSplit& split = dataset.split(p.split);
-      eval::Extras extras;
-      // On the synthetic corpus the recalled values are also scored on their own (plain text).
-      if (cfg.data.corpus == "synthetic" && !p.settings.documents)
-        extras.recall_mask = data::synthetic_recall_mask(split.ids, *dataset.tokenizer);  // bool [N]
-      auto r = eval::evaluate(loaded.model, split, p.settings, extras);
-      r.split = p.split;
-      ResultRecord record = make_record(r, p.settings);
-      record.variant = name;
-      record.attn_type = cfg.model.attn_type;
-      cache.records[keys[i]] = record;
+      cache.records[keys[i]] = evaluate_planned(name, cfg, loaded.model, dataset, plan[i]);
       cache.keys.push_back(keys[i]);
       write_cache(dir, cache);
-      const eval::Shape shape = eval::shape_of(p.settings);
-      log::info(kTag,
-                "variant {}: {} {} (Q {}, M {}, L {}, s {}): ppl {:.3f}, {:.0f} tok/s, {:.1f} s",
-                name, p.split, eval::mode_name(p.settings.mode), shape.tgt_len, shape.mem_len,
-                shape.window, shape.stride, r.ppl, r.tokens_per_s, r.seconds);
     }
   } else {
     log::info(kTag, "variant {}: every evaluation cached in {}", name, (dir / kEvalFile).string());
