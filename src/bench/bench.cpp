@@ -60,7 +60,7 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
   use_threads(r.threads);  // as the trainer does
 
   const auto& m = config.model;
-  const auto eo = eval::resolve_eval_options(config);
+  const auto eo = memory_eval_settings(config);
   r.source = config.source;
   r.attn_type = m.attn_type;
   r.n_layer = m.n_layer;
@@ -74,7 +74,7 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
   r.vocab = options.vocab;
   r.eval_batch_size = config.eval.batch_size;
   r.eval_tgt_len = eo.tgt_len;
-  r.eval_mem_len = config.eval.mem_len >= 0 ? config.eval.mem_len : m.mem_len;
+  r.eval_mem_len = eo.mem_len;
   r.quick = s.repetitions < BenchSettings::full().repetitions;
   r.warmup = s.warmup;
   r.repetitions = s.repetitions;

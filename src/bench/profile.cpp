@@ -136,7 +136,7 @@ StepProfile profile_eval_segment(const config::ExperimentConfig& config, std::in
                                  const PhaseOptions& options, bool by_shape) {
   torch::manual_seed(options.seed);
   models::TransformerLM model(config.model, vocab);
-  detail::EvalLoop loop(model, vocab, memory_eval_options(config), options, options.warmup + 1);
+  detail::EvalLoop loop(model, vocab, memory_eval_settings(config), options, options.warmup + 1);
   for (int i = 0; i < options.warmup; ++i) loop.segment();
   auto profile = profile_call([&] { loop.segment(); }, by_shape);
   profile.what = "one evaluation segment (memory mode)";

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "txl/eval/evaluator.h"
 #include "txl/train/schedule.h"
 #include "txl/train/trainer.h"
 #include "txl/util/autocast.h"
@@ -50,38 +51,27 @@ double TrainingLoop::step() {
   return loss;
 }
 
-EvalLoop::EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::EvalOptions& eo,
+EvalLoop::EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::Settings& settings,
                    const PhaseOptions& options, std::int64_t segments)
-    : model_(std::move(model)),
-      bf16_(options.bf16),
-      batch_size_(options.batch_size),
-      tgt_len_(eo.tgt_len) {
+    : model_(std::move(model)), settings_(settings) {
   TXL_CHECK(options.batch_size >= 1 && segments >= 1,
             "bench: needs batch >= 1 and segments >= 1, got ", options.batch_size, " and ", segments);
-  data::EvalStreamOptions so;
-  so.batch_size = batch_size_;
-  so.tgt_len = tgt_len_;
+  settings_.batch_size = static_cast<int>(options.batch_size);
+  settings_.bf16 = options.bf16;
+  const std::int64_t b = settings_.batch_size, q = settings_.tgt_len;
   // Segment 0 is skipped (it would reset the memory).
   stream_ = std::make_unique<data::EvalStream>(
-      random_ids(batch_size_ * (segments + 1) * tgt_len_ + 1, vocab, options.seed), so);
-  context_ = eval::segment_context(eo, model_);  // as the evaluator
-  const std::int64_t m = context_.mem_len;
+      random_ids(b * (segments + 1) * q + 1, vocab, options.seed), eval::eval_stream_options(settings_));
+  const std::int64_t m = eval::segment_context(settings_, model_).mem_len;  // as the evaluator
   for (int l = 0; m > 0 && l < model_->config().n_layer; ++l) {
-    memory_.layers.push_back(torch::randn({batch_size_, m, model_->config().d_model}));  // [B, M, d]
+    memory_.layers.push_back(torch::randn({b, m, model_->config().d_model}));  // [B, M, d]
   }
 }
 
 double EvalLoop::segment() {
-  torch::NoGradGuard no_grad;
   model_->eval();
-  auto batch = stream_->batch(index_++);
-  AutocastGuard autocast(bf16_, torch::Device(torch::kCPU));
-  auto out =
-      model_->forward(models::Inputs::of(batch), memory_, context_);
-  memory_ = std::move(out.memory);
-  // What the evaluator's accumulator does with every batch.
-  auto nll = out.nll.to(torch::kDouble).masked_fill(batch.target_mask.logical_not(), 0.0);
-  return nll.sum().item<double>() / static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1));
+  const auto score = eval::score_batch(model_, stream_->batch(index_++), settings_, &memory_);
+  return score.sum / static_cast<double>(std::max<std::int64_t>(score.count, 1));
 }
 
 }  // namespace txl::bench::detail

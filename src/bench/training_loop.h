@@ -10,7 +10,7 @@
 #include "txl/bench/measure.h"
 #include "txl/config/config.h"
 #include "txl/data/stream.h"
-#include "txl/eval/evaluator.h"
+#include "txl/eval/settings.h"
 #include "txl/models/transformer_lm.h"
 #include "txl/train/step.h"
 
@@ -44,8 +44,9 @@ class TrainingLoop {
   std::int64_t steps_done_ = 0;
 };
 
-// Memory-mode evaluation of a model on random ids: B streams of segments of Q = eo.tgt_len with
-// memory M = eo.mem_len, in eval mode and without gradients, as the evaluator runs them. The
+// Memory-mode evaluation of a model on random ids: B streams of segments of Q = settings.tgt_len
+// with memory M = settings.mem_len, each scored by eval::score_batch as the evaluator scores it
+// (B = PhaseOptions::batch_size, bf16 autocast when PhaseOptions::bf16). The
 // memory starts full (random hidden states of the right shape: the cost of a segment does not
 // depend on their values), so a few untimed segments stand in for the ceil(M / Q) a real pass
 // needs to fill it; the stream starts at its second batch, which does not reset the memory, as
@@ -53,21 +54,19 @@ class TrainingLoop {
 class EvalLoop {
  public:
   // Enough random ids for `segments` segments (the stream must not run out).
-  EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::EvalOptions& eo,
+  EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::Settings& settings,
            const PhaseOptions& options, std::int64_t segments);
 
   // One segment; returns its mean nll over the scored tokens (a sanity check: finite).
   double segment();
 
-  std::int64_t tokens_per_segment() const { return batch_size_ * tgt_len_; }
+  std::int64_t tokens_per_segment() const { return settings_.batch_size * settings_.tgt_len; }
 
  private:
   models::TransformerLM model_;
-  bool bf16_;
-  std::int64_t batch_size_, tgt_len_;
+  eval::Settings settings_;
   std::unique_ptr<data::EvalStream> stream_;
   std::int64_t index_ = 1;
-  models::Context context_;
   models::Memory memory_;
 };
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "txl/eval/evaluator.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/json.h"
@@ -26,6 +27,27 @@ int ResultRecord::context() const {
   if (eval_mode == "memory") return mem_len;
   if (eval_mode == "sliding") return window;
   return tgt_len;
+}
+
+ResultRecord make_record(const eval::EvalResult& result, const eval::Settings& settings) {
+  const eval::Shape shape = eval::shape_of(settings);
+  ResultRecord rec;
+  rec.eval_mode = eval::mode_name(settings.mode);
+  rec.split = result.split;
+  rec.tgt_len = shape.tgt_len;
+  rec.mem_len = shape.mem_len;
+  rec.window = shape.window;
+  rec.stride = shape.stride;
+  rec.loss = result.loss;
+  rec.ppl = result.ppl;
+  rec.bits_per_byte = result.bits_per_byte;
+  rec.bits_per_char = result.bits_per_char;
+  rec.tokens = result.tokens;
+  rec.tokens_per_s = result.tokens_per_s;
+  rec.seconds = result.seconds;
+  rec.recall_loss = result.recall_loss;
+  rec.recall_tokens = result.recall_tokens;
+  return rec;
 }
 
 // ------------------------------------------------------------------------------ JSON and CSV

@@ -163,7 +163,7 @@ class Trainer {
   std::unique_ptr<Step> step_;
   Schedule schedule_;
   std::unique_ptr<data::TrainStream> stream_;
-  eval::EvalOptions valid_options_;
+  eval::Settings valid_settings_;
   torch::Tensor recall_mask_;  // synthetic corpus: the recalled values of valid
 
   TrainState state_;
@@ -217,10 +217,7 @@ void Trainer::build() {
   stream_ = std::make_unique<data::TrainStream>(
       dataset_.train.ids, data::train_stream_options(config_, dataset_.tokenizer->pad_id()),
       config_.data.document_mode ? dataset_.train.doc_starts : torch::Tensor());
-  valid_options_ = eval::resolve_eval_options(config_);
-  if (t_.eval_max_tokens > 0) valid_options_.max_tokens = t_.eval_max_tokens;
-  if (valid_options_.mode == "sliding") valid_options_.mode = "segments";  // periodic eval stays cheap
-  valid_options_.group = group_.get();
+  valid_settings_ = eval::validation_settings(config_, group_.get());
   if (config_.data.corpus == "synthetic")
     recall_mask_ = data::synthetic_recall_mask(dataset_.valid.ids, *dataset_.tokenizer);
 }
@@ -411,11 +408,13 @@ void Trainer::log_progress(double lr) {
 }
 
 bool Trainer::validate() {
-  auto r = eval::evaluate(model_, dataset_.valid.ids, valid_options_, dataset_.valid.n_bytes,
-                          dataset_.valid.n_chars, nullptr, recall_mask_);
+  eval::Extras extras;
+  extras.recall_mask = recall_mask_;
+  auto r = eval::evaluate(model_, dataset_.valid, valid_settings_, extras);
   if (config_.data.document_mode) {  // also as training sees the text: documents on their own
-    auto d = eval::evaluate(model_, dataset_.valid.ids, valid_options_, 0, 0, nullptr, {},
-                            dataset_.valid.doc_starts);
+    eval::Settings documents = valid_settings_;
+    documents.documents = true;
+    auto d = eval::evaluate(model_, dataset_.valid, documents);
     log::info("eval", "step {} | valid loss {:.4f} with documents on their own", state_.step, d.loss);
   }
   r.split = "valid";

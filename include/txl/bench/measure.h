@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "txl/config/config.h"
-#include "txl/eval/evaluator.h"
+#include "txl/eval/settings.h"
 
 namespace txl::bench {
 
@@ -78,9 +78,10 @@ struct PhaseResult {
 PhaseResult measure_training(const config::ExperimentConfig& config, std::int64_t vocab,
                              const PhaseOptions& options);
 
-// The evaluation options of memory mode for `config`: eval.tgt_len, eval.mem_len (else the
-// model's), eval.clamp_len, eval.same_length.
-eval::EvalOptions memory_eval_options(const config::ExperimentConfig& config);
+// The evaluation settings of `config` in memory mode (eval::resolve_settings with eval.mode =
+// memory): Q = eval.tgt_len, M = eval.mem_len, clamp_len, same_length, ext_len as resolved; no
+// warm-up (the bench's memory starts full), on the CPU in fp32 (PhaseOptions::bf16 decides).
+eval::Settings memory_eval_settings(const config::ExperimentConfig& config);
 
 // Evaluation in memory mode as eval::evaluate runs it: eval mode, no gradient, EvalStream
 // segments of Q (eval.tgt_len) with memory M (eval.mem_len, resolved from the model), the
