@@ -89,6 +89,20 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   Dropout dropatt{nullptr};
 
  private:
+  // Queries [H, B, Q, D]; keys and values [H, B, K, D].
+  struct Heads {
+    torch::Tensor q, k, v;
+  };
+  // Checks every input's shape (and the cache's); returns M, the memory's length.
+  int64_t check_inputs(const torch::Tensor& x, const torch::Tensor& memory,
+                       const AttentionInputs& inputs, const KeyValueCache* cache) const;
+  // Queries over the segment; keys and values over concat(memory, segment), from the cache's
+  // memory rows when it has them, leaving every key row's keys and values in the cache.
+  Heads project(const torch::Tensor& x, const torch::Tensor& memory, KeyValueCache* cache);
+  // Scaled scores [H, B, Q, K] before masking: content only for absolute positions, content plus
+  // realigned position terms (with u and v for kRelative) otherwise.
+  torch::Tensor position_scores(const Heads& heads, const AttentionInputs& inputs);
+
   AttentionOptions options_;
 };
 TORCH_MODULE(MultiHeadAttention);
