@@ -9,8 +9,12 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderLayerOptions& options) : options
             "decoder layer: dropout must be in [0, 1), got ", options.dropout);
   const int64_t d = options.attention.d_model;
   attn = register_module("attn", MultiHeadAttention(options.attention));
-  ff = register_module(
-      "ff", FeedForward(FeedForwardOptions{d, options.d_inner, options.dropout, options.init}));
+  FeedForwardOptions ff_options;
+  ff_options.d_model = d;
+  ff_options.d_inner = options.d_inner;
+  ff_options.dropout = options.dropout;
+  ff_options.init = options.init;
+  ff = register_module("ff", FeedForward(ff_options));
   attn_norm = register_module("attn_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   ff_norm = register_module("ff_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   if (options.abs_positions > 0) {

@@ -21,6 +21,15 @@
 
 namespace {
 
+// The model's inputs for next-token prediction of `tokens` against `targets` (every token real).
+txl::models::Inputs inputs_of(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  txl::models::Inputs inputs;
+  inputs.tokens = tokens;    // int64 [B, T]
+  inputs.targets = targets;  // int64 [B, T]
+  return inputs;
+}
+
+
 namespace stdfs = std::filesystem;
 using txl::test::TempDir;
 
@@ -28,7 +37,7 @@ torch::Tensor logits_of(txl::models::TransformerLM& model) {
   torch::NoGradGuard no_grad;
   model->eval();
   auto tokens = torch::arange(24, torch::kInt64).remainder(30).view({2, 12});  // [2, 12]
-  return model->forward({tokens, tokens}, {}, model->default_context(), true).logits;
+  return model->forward(inputs_of(tokens, tokens), {}, model->default_context(), true).logits;
 }
 
 txl::models::Checkpoint tiny_checkpoint(const stdfs::path& dir, int seed) {

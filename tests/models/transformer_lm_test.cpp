@@ -55,7 +55,12 @@ LMOutput run(TransformerLM& model, const torch::Tensor& tokens, const Memory& me
              const Context& ctx, const torch::Tensor& input_mask = {},
              const torch::Tensor& reset = {}) {
   auto targets = (tokens * 3 + 1).remainder(kVocab);  // any fixed function of the input
-  return model->forward({tokens, targets, input_mask, reset}, memory, ctx, /*want_logits=*/true);
+  txl::models::Inputs inputs;
+  inputs.tokens = tokens;          // int64 [B, T]
+  inputs.targets = targets;        // int64 [B, T]
+  inputs.input_mask = input_mask;  // bool [B, T] or undefined
+  inputs.reset = reset;            // bool [B] or undefined
+  return model->forward(inputs, memory, ctx, /*want_logits=*/true);
 }
 
 torch::Tensor random_tokens(int64_t batch, int64_t len, uint64_t seed) {

@@ -12,6 +12,15 @@
 
 namespace {
 
+// The model's inputs for next-token prediction of `tokens` against `targets` (every token real).
+txl::models::Inputs inputs_of(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  txl::models::Inputs inputs;
+  inputs.tokens = tokens;    // int64 [B, T]
+  inputs.targets = targets;  // int64 [B, T]
+  return inputs;
+}
+
+
 namespace stdfs = std::filesystem;
 using torch::serialize::OutputArchive;
 using txl::test::TempDir;
@@ -65,7 +74,7 @@ TEST(Legacy, AVersion1CheckpointConvertsToOneThatResumesExactly) {
   txl::models::Memory memory;
   for (int i = 0; i < 2; ++i) {
     optimizer->zero_grad();
-    auto out = model->forward({tokens, tokens}, memory, model->default_context());
+    auto out = model->forward(inputs_of(tokens, tokens), memory, model->default_context());
     out.nll.mean().backward();
     optimizer->step();
     memory = out.memory;
@@ -85,7 +94,7 @@ TEST(Legacy, AVersion1CheckpointConvertsToOneThatResumesExactly) {
   for (auto* m : {&model, &restored}) {  // one more step each: the same weights
     auto& o = m == &model ? *optimizer : *restored_optimizer;
     o.zero_grad();
-    (*m)->forward({tokens, tokens}, {}, (*m)->default_context()).nll.mean().backward();
+    (*m)->forward(inputs_of(tokens, tokens), {}, (*m)->default_context()).nll.mean().backward();
     o.step();
   }
   auto a = model->parameters(), b = restored->parameters();

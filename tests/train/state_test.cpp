@@ -8,6 +8,15 @@
 
 namespace {
 
+// The model's inputs for next-token prediction of `tokens` against `targets` (every token real).
+txl::models::Inputs inputs_of(const torch::Tensor& tokens, const torch::Tensor& targets) {
+  txl::models::Inputs inputs;
+  inputs.tokens = tokens;    // int64 [B, T]
+  inputs.targets = targets;  // int64 [B, T]
+  return inputs;
+}
+
+
 using txl::test::TempDir;
 
 TEST(TrainState, JsonRoundTripKeepsEveryField) {
@@ -47,7 +56,7 @@ void expect_exact_continuation(const std::string& optimizer_kind, double momentu
   auto tokens = torch::randint(30, {2, 12}, torch::kInt64);  // [2, 12]
   auto one_step = [&](txl::models::TransformerLM& m, torch::optim::Optimizer& o) {
     o.zero_grad();
-    m->forward({tokens, tokens}, {}, m->default_context()).nll.mean().backward();
+    m->forward(inputs_of(tokens, tokens), {}, m->default_context()).nll.mean().backward();
     o.step();
   };
   for (int i = 0; i < 3; ++i) one_step(model, *optimizer);
