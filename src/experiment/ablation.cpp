@@ -51,6 +51,8 @@ struct DoneMarker {
   double train_tokens_per_s = 0.0;
   std::int64_t params = 0;
   std::string stop_reason;
+  double final_train_loss = std::nan("");  // the trainer's last progress record (NaN = none)
+  double best_valid_loss = std::nan("");   // its best validation (NaN = never validated)
 };
 
 std::optional<DoneMarker> read_done(const stdfs::path& dir) {
@@ -73,6 +75,8 @@ std::optional<DoneMarker> read_done(const stdfs::path& dir) {
     d.train_tokens_per_s = json::get_number(j, "train_tokens_per_s", 0.0);
     d.params = j.value("params", std::int64_t{0});
     d.stop_reason = j.value("stop_reason", "");
+    d.final_train_loss = json::get_number(j, "final_train_loss", std::nan(""));
+    d.best_valid_loss = json::get_number(j, "best_valid_loss", std::nan(""));
   } catch (const nlohmann::json::exception& e) {
     log::warn(kTag, "{} holds a field of the wrong type ({}); the variant is treated as unfinished",
               path.string(), e.what());
@@ -91,6 +95,8 @@ void write_done(const stdfs::path& dir, const DoneMarker& d) {
   json::put_number(j, "train_tokens_per_s", d.train_tokens_per_s);
   j["params"] = d.params;
   j["stop_reason"] = d.stop_reason;
+  json::put_number(j, "final_train_loss", d.final_train_loss);
+  json::put_number(j, "best_valid_loss", d.best_valid_loss);
   fs::write_atomic(dir / kDoneFile, j.dump(2) + "\n");
 }
 
@@ -278,129 +284,177 @@ void fill_training(ResultRecord& rec, const config::ExperimentConfig& cfg, const
 struct VariantOutcome {
   bool interrupted = false;
   std::vector<ResultRecord> records;
+  TrainingCurve curve;
 };
 
-VariantOutcome run_variant(const std::string& name, const config::ExperimentConfig& cfg,
-                           const AblationOptions& options, DatasetCache& datasets) {
-  VariantOutcome outcome;
-  const stdfs::path dir = train::run_dir(cfg);
-  const std::string fingerprint = training_fingerprint(cfg);
-  std::error_code ec;
+// The variant's training figures for the report, from its progress marker.
+TrainingCurve training_curve(const std::string& name, const config::ExperimentConfig& cfg,
+                             const DoneMarker& d) {
+  TrainingCurve curve;
+  curve.variant = name;
+  curve.metrics = train::run_dir(cfg) / train::kMetricsFile;
+  curve.final_train_loss = d.final_train_loss;
+  curve.best_valid_ppl = std::exp(d.best_valid_loss);  // NaN (never validated) stays NaN
+  return curve;
+}
 
+// The variant's progress marker when it still describes `cfg`. A marker or an unfinished run
+// left by other settings is cleared with a warning, and the variant starts again.
+std::optional<DoneMarker> current_progress(const std::string& name,
+                                           const config::ExperimentConfig& cfg,
+                                           const std::string& fingerprint) {
+  const stdfs::path dir = train::run_dir(cfg);
+  std::error_code ec;
   std::optional<DoneMarker> done = read_done(dir);
   if (done && done->fingerprint != fingerprint) {
     log::warn(kTag, "variant {} changed since it was trained ({}); training it again from scratch",
               name, describe_changes(dir, cfg));
     reset_variant(dir);
-    done.reset();
-  } else if (!done && stdfs::exists(dir / train::kLastCheckpoint, ec) &&
-             !same_training(dir, fingerprint)) {
+    return std::nullopt;
+  }
+  if (!done && stdfs::exists(dir / train::kLastCheckpoint, ec) && !same_training(dir, fingerprint)) {
     log::warn(kTag,
               "variant {} was started with other settings ({}); starting it again from "
               "scratch",
               name, describe_changes(dir, cfg));
     reset_variant(dir);
   }
+  return done;
+}
 
-  // Training (resumed where a previous run stopped; skipped when finished).
-  if (!done) {
-    const bool resume = stdfs::exists(dir / train::kLastCheckpoint, ec);
-    log::info(kTag, "variant {}: {} ({}, Q {}, M {}) in {}", name,
-              resume ? "resuming training" : "training", cfg.model.attn_type, cfg.model.tgt_len,
-              cfg.model.mem_len, dir.string());
-    train::TrainOptions train_options;
-    // Without a checkpoint, whatever an earlier attempt left before its first one is replaced.
-    train_options.start = resume ? train::StartMode::kResume : train::StartMode::kOverwrite;
-    train_options.quiet = options.quiet;
-    train::TrainSummary summary = train::train(cfg, train_options);
-    if (summary.status == train::TrainStatus::kInterrupted) {
-      outcome.interrupted = true;
-      return outcome;
-    }
-    DoneMarker d;
-    d.stage = "trained";
-    d.fingerprint = fingerprint;
-    d.steps = summary.step;
-    d.tokens = summary.tokens;
-    d.stop_reason = summary.stop_reason;
-    d.train_seconds = summary.total_seconds;
-    d.train_tokens_per_s = d.train_seconds > 0 ? d.tokens / d.train_seconds : 0.0;
-    done = d;
-    write_done(dir, *done);
-  } else {
+// Trains the variant, resumed where a previous run stopped; its progress marker, or nothing
+// when a signal interrupted it.
+std::optional<DoneMarker> train_variant(const std::string& name, const config::ExperimentConfig& cfg,
+                                        const AblationOptions& options,
+                                        const std::string& fingerprint) {
+  const stdfs::path dir = train::run_dir(cfg);
+  std::error_code ec;
+  const bool resume = stdfs::exists(dir / train::kLastCheckpoint, ec);
+  log::info(kTag, "variant {}: {} ({}, Q {}, M {}) in {}", name,
+            resume ? "resuming training" : "training", cfg.model.attn_type, cfg.model.tgt_len,
+            cfg.model.mem_len, dir.string());
+  train::TrainOptions train_options;
+  // Without a checkpoint, whatever an earlier attempt left before its first one is replaced.
+  train_options.start = resume ? train::StartMode::kResume : train::StartMode::kOverwrite;
+  train_options.quiet = options.quiet;
+  const train::TrainSummary summary = train::train(cfg, train_options);
+  if (summary.status == train::TrainStatus::kInterrupted) return std::nullopt;
+  DoneMarker d;
+  d.stage = "trained";
+  d.fingerprint = fingerprint;
+  d.steps = summary.step;
+  d.tokens = summary.tokens;
+  d.stop_reason = summary.stop_reason;
+  d.train_seconds = summary.total_seconds;
+  d.train_tokens_per_s = d.train_seconds > 0 ? d.tokens / d.train_seconds : 0.0;
+  d.final_train_loss = summary.final_train_loss;
+  d.best_valid_loss = summary.best_step >= 0 ? summary.best_valid_loss : std::nan("");
+  write_done(dir, d);
+  return d;
+}
+
+// The checkpoint a variant is evaluated with: the best validation checkpoint, as in the paper;
+// the last one if validation never ran.
+stdfs::path checkpoint_to_evaluate(const std::string& name, const stdfs::path& dir) {
+  std::error_code ec;
+  stdfs::path checkpoint = dir / train::kBestCheckpoint;
+  if (!stdfs::exists(checkpoint, ec)) checkpoint = dir / train::kLastCheckpoint;
+  TXL_CHECK(stdfs::exists(checkpoint, ec), "variant ", name, ": no checkpoint in ", dir.string(),
+            " to evaluate; delete ", (dir / kDoneFile).string(), " to train it again");
+  return checkpoint;
+}
+
+// Runs every evaluation of `plan` that `cache` lacks (keys[i] is plan[i]'s), writing the cache
+// after each; false when a signal interrupted them.
+bool evaluate_missing(const std::string& name, const config::ExperimentConfig& cfg,
+                      const std::vector<PlannedEval>& plan, const std::vector<std::string>& keys,
+                      EvalCache& cache, DoneMarker& done, DatasetCache& datasets) {
+  const stdfs::path dir = train::run_dir(cfg);
+  const stdfs::path checkpoint = checkpoint_to_evaluate(name, dir);
+  models::LoadedModel loaded = models::load_model(checkpoint);
+  std::int64_t params = 0;
+  for (const auto& t : loaded.model->parameters()) params += t.numel();
+  if (done.params != params) {
+    done.params = params;
+    write_done(dir, done);
+  }
+  use_threads(cfg.run.threads);
+  loaded.model->to(plan.front().settings.device);  // run.device, the same for every evaluation
+  const data::Dataset& dataset = datasets.get(cfg.data, loaded.tokenizer);
+  log::info(kTag, "variant {}: evaluating {}", name, checkpoint.string());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (cache.records.count(keys[i]) != 0) continue;
+    if (train::stop_signal().load() != 0) return false;
+    cache.records[keys[i]] = evaluate_planned(name, cfg, loaded.model, dataset, plan[i]);
+    cache.keys.push_back(keys[i]);
+    write_cache(dir, cache);
+  }
+  return true;
+}
+
+// The records of every planned evaluation found in `cache`, with the training figures.
+std::vector<ResultRecord> cached_plan_records(const std::string& name,
+                                              const config::ExperimentConfig& cfg,
+                                              const std::vector<PlannedEval>& plan,
+                                              const EvalCache& cache, const DoneMarker& done) {
+  std::vector<ResultRecord> records;
+  for (const auto& p : plan) {
+    auto it = cache.records.find(cache_key(p));
+    if (it == cache.records.end()) continue;
+    ResultRecord rec = it->second;
+    fill_training(rec, cfg, done);
+    rec.variant = name;
+    records.push_back(rec);
+  }
+  return records;
+}
+
+// Trains (unless finished earlier) and evaluates (what is not cached) one variant.
+VariantOutcome run_variant(const std::string& name, const config::ExperimentConfig& cfg,
+                           const AblationOptions& options, DatasetCache& datasets) {
+  VariantOutcome outcome;
+  const stdfs::path dir = train::run_dir(cfg);
+  const std::string fingerprint = training_fingerprint(cfg);
+  std::optional<DoneMarker> done = current_progress(name, cfg, fingerprint);
+  if (done) {
     log::info(kTag, "variant {}: training finished earlier ({} steps); not retrained", name,
               done->steps);
+  } else if (!(done = train_variant(name, cfg, options, fingerprint))) {
+    outcome.interrupted = true;
+    return outcome;
   }
-
-  // Evaluation of every planned mode not cached yet.
   const auto plan = planned_evals(cfg, options);
   EvalCache cache = read_cache(dir, fingerprint);
   std::vector<std::string> keys;
   for (const auto& p : plan) keys.push_back(cache_key(p));
   const bool missing = std::any_of(keys.begin(), keys.end(),
                                    [&](const auto& k) { return cache.records.count(k) == 0; });
-  if (missing) {
-    // The best validation checkpoint, as in the paper; the last one if validation never ran.
-    stdfs::path checkpoint = dir / train::kBestCheckpoint;
-    if (!stdfs::exists(checkpoint, ec)) checkpoint = dir / train::kLastCheckpoint;
-    TXL_CHECK(stdfs::exists(checkpoint, ec), "variant ", name, ": no checkpoint in ", dir.string(),
-              " to evaluate; delete ", (dir / kDoneFile).string(), " to train it again");
-    models::LoadedModel loaded = models::load_model(checkpoint);
-    std::int64_t params = 0;
-    for (const auto& t : loaded.model->parameters()) params += t.numel();
-    if (done->params != params) {
-      done->params = params;
-      write_done(dir, *done);
-    }
-    use_threads(cfg.run.threads);
-    loaded.model->to(plan.front().settings.device);  // run.device, the same for every evaluation
-    const data::Dataset& dataset = datasets.get(cfg.data, loaded.tokenizer);
-    log::info(kTag, "variant {}: evaluating {}", name, checkpoint.string());
-    for (size_t i = 0; i < plan.size(); ++i) {
-      if (cache.records.count(keys[i]) != 0) continue;
-      if (train::stop_signal().load() != 0) {
-        outcome.interrupted = true;
-        return outcome;
-      }
-      cache.records[keys[i]] = evaluate_planned(name, cfg, loaded.model, dataset, plan[i]);
-      cache.keys.push_back(keys[i]);
-      write_cache(dir, cache);
-    }
-  } else {
+  if (!missing) {
     log::info(kTag, "variant {}: every evaluation cached in {}", name, (dir / kEvalFile).string());
+  } else if (!evaluate_missing(name, cfg, plan, keys, cache, *done, datasets)) {
+    outcome.interrupted = true;
+    return outcome;
   }
   if (done->stage != "evaluated") {
     done->stage = "evaluated";
     write_done(dir, *done);
   }
-  for (const auto& key : keys) {
-    ResultRecord rec = cache.records.at(key);
-    fill_training(rec, cfg, *done);
-    rec.variant = name;
-    outcome.records.push_back(rec);
-  }
+  outcome.records = cached_plan_records(name, cfg, plan, cache, *done);
+  outcome.curve = training_curve(name, cfg, *done);
   return outcome;
 }
 
 // Cached results of a variant left out by `only`, when they still match its settings.
-std::vector<ResultRecord> cached_records(const std::string& name,
-                                         const config::ExperimentConfig& cfg,
-                                         const AblationOptions& options) {
-  const stdfs::path dir = train::run_dir(cfg);
+VariantOutcome cached_outcome(const std::string& name, const config::ExperimentConfig& cfg,
+                              const AblationOptions& options) {
+  VariantOutcome outcome;
   const std::string fingerprint = training_fingerprint(cfg);
-  auto done = read_done(dir);
-  if (!done || done->fingerprint != fingerprint) return {};
-  EvalCache cache = read_cache(dir, fingerprint);
-  std::vector<ResultRecord> records;
-  for (const auto& p : planned_evals(cfg, options)) {
-    auto it = cache.records.find(cache_key(p));
-    if (it == cache.records.end()) continue;
-    ResultRecord rec = it->second;
-    fill_training(rec, cfg, *done);
-    rec.variant = name;
-    records.push_back(rec);
-  }
-  return records;
+  auto done = read_done(train::run_dir(cfg));
+  if (!done || done->fingerprint != fingerprint) return outcome;
+  const EvalCache cache = read_cache(train::run_dir(cfg), fingerprint);
+  outcome.records = cached_plan_records(name, cfg, planned_evals(cfg, options), cache, *done);
+  outcome.curve = training_curve(name, cfg, *done);
+  return outcome;
 }
 
 // What a variant changes relative to the ablation's base (its name and folder always differ).
@@ -471,7 +525,7 @@ AblationResult run_ablation(const config::AblationConfig& ablation,
   DatasetCache datasets;
   std::vector<TrainingCurve> curves;
   for (const auto& [name, cfg] : ablation.variants) {
-    std::vector<ResultRecord> records;
+    VariantOutcome outcome;
     if (selected(name)) {
       if (int sig = train::stop_signal().load(); sig != 0) {
         result.status = AblationStatus::kInterrupted;
@@ -479,7 +533,7 @@ AblationResult run_ablation(const config::AblationConfig& ablation,
         result.stopped_variant = name;
         return result;
       }
-      VariantOutcome outcome = run_variant(name, cfg, options, datasets);
+      outcome = run_variant(name, cfg, options, datasets);
       if (outcome.interrupted) {
         result.status = AblationStatus::kInterrupted;
         result.signal = train::stop_signal().load();
@@ -487,16 +541,16 @@ AblationResult run_ablation(const config::AblationConfig& ablation,
         log::info(kTag, "stopped during variant {}; run the same command again to resume", name);
         return result;
       }
-      records = std::move(outcome.records);
     } else {
-      records = cached_records(name, cfg, options);
-      if (records.empty()) {
+      outcome = cached_outcome(name, cfg, options);
+      if (outcome.records.empty()) {
         log::info(kTag, "variant {}: not selected and no current results; left out of the report",
                   name);
       }
     }
-    if (!records.empty()) curves.push_back({name, train::run_dir(cfg) / "metrics.jsonl"});
-    result.records.insert(result.records.end(), records.begin(), records.end());
+    if (outcome.records.empty()) continue;
+    curves.push_back(outcome.curve);
+    result.records.insert(result.records.end(), outcome.records.begin(), outcome.records.end());
   }
   result.report = write_report(result.dir, ablation.name, result.records, curves, report_options);
   return result;

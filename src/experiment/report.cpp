@@ -416,51 +416,8 @@ std::string format_table(const std::vector<ResultRecord>& records) {
 
 namespace {
 
-struct CurveSummary {
-  bool found = false;
-  double final_train_loss = std::nan("");
-  std::int64_t final_step = 0;
-  double best_valid_ppl = std::nan("");
-  int bad_lines = 0;  // lines that were not JSON (e.g. cut short by a crash)
-};
-
-CurveSummary summarise_curve(const stdfs::path& metrics) {
-  CurveSummary s;
-  std::error_code ec;
-  if (metrics.empty() || !stdfs::exists(metrics, ec)) return s;
-  s.found = true;
-  std::istringstream in(fs::read_file(metrics));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object()) {
-      ++s.bad_lines;
-      continue;
-    }
-    std::string kind = j.value("kind", "");
-    auto number = [&](const char* key) {
-      auto it = j.find(key);
-      return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
-    };
-    if (kind == "train") {
-      double loss = number("loss");
-      if (!std::isnan(loss)) {
-        s.final_train_loss = loss;
-        s.final_step = static_cast<std::int64_t>(number("step"));
-      }
-    } else if (kind == "eval" && j.value("split", "valid") == "valid") {
-      double ppl = number("ppl");
-      if (!std::isnan(ppl) && (std::isnan(s.best_valid_ppl) || ppl < s.best_valid_ppl)) {
-        s.best_valid_ppl = ppl;
-      }
-    }
-  }
-  return s;
-}
-
 std::string training_table(const std::vector<ResultRecord>& records,
-                           const std::map<std::string, CurveSummary>& curves) {
+                           const std::vector<TrainingCurve>& curves) {
   std::vector<std::string> header = {"variant",
                                      "attn",
                                      "Q",
@@ -477,8 +434,9 @@ std::string training_table(const std::vector<ResultRecord>& records,
   for (const auto& name : variants_in_order(records)) {
     const auto& r = *std::find_if(records.begin(), records.end(),
                                   [&](const ResultRecord& x) { return x.variant == name; });
-    auto it = curves.find(name);
-    CurveSummary c = it != curves.end() ? it->second : CurveSummary{};
+    auto it = std::find_if(curves.begin(), curves.end(),
+                           [&](const TrainingCurve& c) { return c.variant == name; });
+    const TrainingCurve c = it != curves.end() ? *it : TrainingCurve{};
     rows.push_back({r.variant, r.attn_type, std::to_string(r.train_tgt_len),
                     std::to_string(r.train_mem_len), count(r.params), count(r.train_steps),
                     count(r.train_tokens),
@@ -620,6 +578,66 @@ std::string draw_plots(const stdfs::path& dir, const std::vector<TrainingCurve>&
 
 // ------------------------------------------------------------------------------------ report
 
+namespace {
+
+// What was compared: the variants and what each changes.
+std::string compared_section(const std::vector<std::string>& variants, const ReportOptions& options) {
+  std::string md = fmt::format(
+      "{} variant(s) ({}), each trained on the same data with the same seed and budget, so that "
+      "only the named change differs, then evaluated in the modes that fit it: vanilla models "
+      "on fixed segments and with a sliding window, Transformer-XL-style models with memory at "
+      "their training length and longer, and on fixed segments for reference.\n\n",
+      variants.size(), join(variants, ", "));
+  if (options.variant_changes.empty()) return md;
+  for (const auto& [name, changes] : options.variant_changes) {
+    if (std::find(variants.begin(), variants.end(), name) == variants.end()) continue;
+    md += "- `" + name + "`: " + (changes.empty() ? "the base experiment" : changes) + "\n";
+  }
+  return md + "\n";
+}
+
+// The findings, one sentence a line: margins, decompositions, recall, memory sweeps, costs.
+std::string findings_section(const std::vector<ResultRecord>& records) {
+  using Sentence = std::string (*)(const std::vector<ResultRecord>&, const std::string&);
+  // Each kind of sentence with whether it is a headline comparison.
+  const std::vector<std::pair<Sentence, bool>> kinds = {
+      {[](const std::vector<ResultRecord>& r, const std::string& split) {
+         auto m = compute_margin(r, split);
+         return m ? margin_sentence(*m) : std::string();
+       },
+       true},
+      {decomposition_sentence, false},
+      {recall_sentence, false},
+      {memory_sweep_sentence, true},
+      {cost_sentence, true}};
+  std::string md;
+  bool any_finding = false;
+  for (const auto& [sentence, headline] : kinds) {
+    for (const auto& split : splits_in_order(records)) {
+      const std::string text = sentence(records, split);
+      if (text.empty()) continue;
+      md += "- " + text + "\n";
+      any_finding = any_finding || headline;
+    }
+  }
+  if (!any_finding) {
+    md +=
+        "No headline comparison: the ablation needs an xl variant evaluated with memory and a "
+        "vanilla variant evaluated on fixed segments at the same segment length.\n";
+  }
+  return md;
+}
+
+// The plots, or why there are none.
+std::string plots_section(const Report& report) {
+  if (report.plots.empty()) return "Plots were skipped: " + report.plot_note + ".\n";
+  return "![Training loss against step](training_loss.png)\n\n"
+         "![Perplexity against evaluation context length](context_ppl.png)\n\n"
+         "![Evaluation cost against perplexity](eval_cost.png)\n";
+}
+
+}  // namespace
+
 Report write_report(const stdfs::path& dir, const std::string& ablation_name,
                     const std::vector<ResultRecord>& records,
                     const std::vector<TrainingCurve>& curves, const ReportOptions& options) {
@@ -629,91 +647,18 @@ Report write_report(const stdfs::path& dir, const std::string& ablation_name,
   fs::write_atomic(dir / "results.json", to_json(records));
   fs::write_atomic(dir / "results.csv", to_csv(records));
   report.table = format_table(records);
-
-  std::map<std::string, CurveSummary> summaries;
-  for (const auto& c : curves) {
-    CurveSummary s = summarise_curve(c.metrics);
-    if (!s.found) {
-      log::warn("report", "no training metrics for variant {} at {}", c.variant,
-                c.metrics.string());
-    } else if (s.bad_lines > 0) {
-      log::warn("report", "{}: skipped {} line(s) that are not JSON", c.metrics.string(),
-                s.bad_lines);
-    }
-    summaries[c.variant] = s;
-  }
-
   report.plot_note = draw_plots(dir, curves, options, report.plots);
   if (!report.plot_note.empty() && options.plots) {
     log::warn("report", "plots skipped: {}", report.plot_note);
   }
-
-  auto variants = variants_in_order(records);
   std::string md = "# Ablation: " + ablation_name + "\n\n## What was compared\n\n";
-  md += fmt::format(
-      "{} variant(s) ({}), each trained on the same data with the same seed and budget, so that "
-      "only the named change differs, then evaluated in the modes that fit it: vanilla models "
-      "on fixed segments and with a sliding window, Transformer-XL-style models with memory at "
-      "their training length and longer, and on fixed segments for reference.\n\n",
-      variants.size(), join(variants, ", "));
-  if (!options.variant_changes.empty()) {
-    for (const auto& [name, changes] : options.variant_changes) {
-      if (std::find(variants.begin(), variants.end(), name) == variants.end()) continue;
-      md += "- `" + name + "`: " + (changes.empty() ? "the base experiment" : changes) + "\n";
-    }
-    md += "\n";
-  }
-  md += training_table(records, summaries);
-
+  md += compared_section(variants_in_order(records), options);
+  md += training_table(records, curves);
   for (const auto& split : splits_in_order(records)) {
     md += "\n## Results on " + split + "\n\n" + split_table(records, split);
   }
-
-  md += "\n## Findings\n\n";
-  bool any_finding = false;
-  for (const auto& split : splits_in_order(records)) {
-    if (auto m = compute_margin(records, split)) {
-      md += "- " + margin_sentence(*m) + "\n";
-      any_finding = true;
-    }
-  }
-  for (const auto& split : splits_in_order(records)) {
-    std::string parts = decomposition_sentence(records, split);
-    if (!parts.empty()) md += "- " + parts + "\n";
-  }
-  for (const auto& split : splits_in_order(records)) {
-    std::string recall = recall_sentence(records, split);
-    if (!recall.empty()) md += "- " + recall + "\n";
-  }
-  for (const auto& split : splits_in_order(records)) {
-    std::string sweep = memory_sweep_sentence(records, split);
-    if (!sweep.empty()) {
-      md += "- " + sweep + "\n";
-      any_finding = true;
-    }
-  }
-  for (const auto& split : splits_in_order(records)) {
-    std::string cost = cost_sentence(records, split);
-    if (!cost.empty()) {
-      md += "- " + cost + "\n";
-      any_finding = true;
-    }
-  }
-  if (!any_finding) {
-    md +=
-        "No headline comparison: the ablation needs an xl variant evaluated with memory and a "
-        "vanilla variant evaluated on fixed segments at the same segment length.\n";
-  }
-
-  md += "\n## Plots\n\n";
-  if (report.plots.empty()) {
-    md += "Plots were skipped: " + report.plot_note + ".\n";
-  } else {
-    md +=
-        "![Training loss against step](training_loss.png)\n\n"
-        "![Perplexity against evaluation context length](context_ppl.png)\n\n"
-        "![Evaluation cost against perplexity](eval_cost.png)\n";
-  }
+  md += "\n## Findings\n\n" + findings_section(records);
+  md += "\n## Plots\n\n" + plots_section(report);
   md +=
       "\nEvery figure above is in `results.json` and `results.csv`; the training curves are in "
       "each variant's `metrics.jsonl`.\n";

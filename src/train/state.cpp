@@ -129,7 +129,9 @@ std::string TrainState::to_json() const {
             {"elapsed_seconds", elapsed_seconds},
             {"last_eval_step", last_eval_step},
             {"interval_loss", interval_loss},
-            {"interval_tokens", interval_tokens}};
+            {"interval_tokens", interval_tokens},
+            {"last_train_loss", last_train_loss},
+            {"last_train_step", last_train_step}};
   return j.dump();
 }
 
@@ -150,6 +152,11 @@ TrainState TrainState::from_json(const std::string& json, const std::string& ori
   read_field(j, "last_eval_step", s.last_eval_step, origin);
   read_field(j, "interval_loss", s.interval_loss, origin);
   read_field(j, "interval_tokens", s.interval_tokens, origin);
+  // Absent from the checkpoints of the first training runs of this format: no record yet.
+  if (j.contains("last_train_step")) {
+    read_field(j, "last_train_loss", s.last_train_loss, origin);
+    read_field(j, "last_train_step", s.last_train_step, origin);
+  }
   TXL_CHECK(s.step >= 0 && s.tokens >= 0, origin, ": negative step or token count");
   return s;
 }

@@ -402,6 +402,8 @@ void Trainer::log_progress(double lr) {
               state_.step, t_.max_steps > 0 ? fmt::format("/{}", t_.max_steps) : std::string(), tps,
               loss, std::exp(loss), lr, format_duration(eta));
   }
+  state_.last_train_loss = loss;
+  state_.last_train_step = state_.step;
   state_.interval_loss = 0.0;
   state_.interval_tokens = 0;
   interval_start_ = Clock::now();
@@ -486,6 +488,8 @@ void Trainer::finish(const std::string& reason) {
   summary_.tokens = state_.tokens;
   summary_.best_valid_loss = state_.best_valid_loss;
   summary_.best_step = state_.best_step;
+  summary_.final_train_loss = state_.last_train_step >= 0 ? state_.last_train_loss : std::nan("");
+  summary_.final_train_step = state_.last_train_step;
   summary_.seconds = elapsed() - elapsed_before_;
   summary_.total_seconds = elapsed();
   summary_.tokens_per_s = (state_.tokens - start_tokens_) / std::max(summary_.seconds, 1e-9);

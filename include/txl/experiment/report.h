@@ -63,11 +63,14 @@ struct ResultRecord {
 // training figures.
 ResultRecord make_record(const eval::EvalResult& result, const eval::Settings& settings);
 
-// Where a variant's trainer wrote its metrics.jsonl (one JSON object per line:
-// {"kind":"train","step":N,"loss":x,...} and {"kind":"eval","step":N,"split":"valid",...}).
+// A variant's training as the trainer summed it up (train::TrainSummary), and where it wrote its
+// metrics.jsonl (one JSON object per line: {"kind":"train","step":N,"loss":x,...} and
+// {"kind":"eval","step":N,"split":"valid",...}), which only the training-loss plot reads.
 struct TrainingCurve {
   std::string variant;
-  std::filesystem::path metrics;  // a missing file is reported and skipped, not an error
+  std::filesystem::path metrics;           // a missing file leaves the variant out of the plot
+  double final_train_loss = std::nan("");  // the last progress record's mean loss (NaN = none)
+  double best_valid_ppl = std::nan("");    // the best validation ppl (NaN = never validated)
 };
 
 // Transformer-XL at its training memory against vanilla with fixed segments at the same segment

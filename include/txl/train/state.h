@@ -34,6 +34,8 @@ struct TrainState {
   std::int64_t last_eval_step = -1;     // step of the latest validation (-1 = none)
   double interval_loss = 0.0;           // summed loss since the last progress record
   std::int64_t interval_tokens = 0;     // scored tokens since the last progress record
+  double last_train_loss = 0.0;         // mean loss of the latest progress record
+  std::int64_t last_train_step = -1;    // its step (-1 = none yet)
 
   std::string to_json() const;
   // Throws txl::Error naming `origin` when a field is missing or of the wrong type.

@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -46,6 +47,8 @@ struct TrainSummary {
   std::int64_t tokens = 0;        // training tokens seen
   double best_valid_loss = 0.0;   // best validation loss (nats per token), 0 if never evaluated
   std::int64_t best_step = -1;    // the step of checkpoint_best (-1 = none)
+  double final_train_loss = std::nan("");  // mean loss of the last progress record (NaN = none)
+  std::int64_t final_train_step = -1;      // its step
   double seconds = 0.0;           // wall time of this invocation
   double total_seconds = 0.0;     // training wall time of every invocation of the run
   double tokens_per_s = 0.0;      // training throughput of this invocation
