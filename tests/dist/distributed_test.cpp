@@ -10,9 +10,10 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <sstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "dist_test_support.h"
 #include "support/test_support.h"
@@ -126,16 +127,22 @@ stdfs::path write_config(const TempDir& dir, const std::string& name, double dro
   return path;
 }
 
+// One JSON object a line (metrics.jsonl, txl-eval --json); throws on a line that is not JSON.
+std::vector<nlohmann::json> json_lines(const std::string& text) {
+  std::istringstream in(text);
+  std::string line;
+  std::vector<nlohmann::json> out;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
 // The values of `field` in metrics.jsonl records of `kind` ("train" or "eval").
 std::vector<double> metric(const stdfs::path& run, const std::string& kind, const std::string& field) {
   std::vector<double> out;
-  std::istringstream in(txl::fs::read_file(run / "metrics.jsonl"));
-  const std::regex value("\"" + field + "\":([-0-9.e+]+)");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.find("\"kind\":\"" + kind + "\"") == std::string::npos) continue;
-    std::smatch m;
-    if (std::regex_search(line, m, value)) out.push_back(std::stod(m[1]));
+  for (const auto& record : json_lines(txl::fs::read_file(run / "metrics.jsonl"))) {
+    if (record.at("kind") == kind && record.contains(field)) out.push_back(record.at(field).get<double>());
   }
   return out;
 }
@@ -272,17 +279,15 @@ TEST(DataParallel, TwoRankEvaluationGivesTheFiguresOfOne) {
         EXPECT_EQ(txl::fs::read_file(logs / "rank1.out"), "") << "rank 0 speaks for all";
       }
     }
-    const std::regex ppl("\"ppl\":([0-9.e+]+)"), tokens("\"tokens\":([0-9]+)");
+    const auto r0 = json_lines(out[0]), r2 = json_lines(out[2]);
     std::vector<double> p0, p2;
-    for (auto [text, into] : {std::pair{&out[0], &p0}, std::pair{&out[2], &p2}}) {
-      for (std::sregex_iterator it(text->begin(), text->end(), ppl), end; it != end; ++it)
-        into->push_back(std::stod((*it)[1]));
-    }
+    for (const auto& r : r0) p0.push_back(r.at("ppl").get<double>());
+    for (const auto& r : r2) p2.push_back(r.at("ppl").get<double>());
     ASSERT_EQ(p0.size(), 2u) << out[0];
     expect_near_all(p2, p0, 1e-5, mode + " ppl");
-    std::smatch t0, t2;
-    ASSERT_TRUE(std::regex_search(out[0], t0, tokens) && std::regex_search(out[2], t2, tokens));
-    EXPECT_EQ(t0[1], t2[1]) << "the same tokens scored";
+    ASSERT_EQ(r2.size(), r0.size()) << out[2];
+    for (size_t i = 0; i < r0.size(); ++i)
+      EXPECT_EQ(r0[i].at("tokens"), r2[i].at("tokens")) << "the same tokens scored";
     if (mode == "memory") {
       for (const std::string split : {"valid", "test"}) {
         const auto one = read_npy(dir / ("losses0." + split)), two = read_npy(dir / ("losses2." + split));

@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
 #include "txl/config/load.h"
@@ -38,14 +40,9 @@ TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
   txl::eval::run(request, out);
 
   // {"split":"valid",...,"loss":x,...,"tokens":n,...}
-  const std::string json = out.str();
-  auto number_after = [&](const std::string& key) {
-    auto pos = json.find("\"" + key + "\":");
-    EXPECT_NE(pos, std::string::npos) << json;
-    return std::stod(json.substr(pos + key.size() + 3));
-  };
-  const double loss = number_after("loss");
-  const auto tokens = static_cast<std::int64_t>(number_after("tokens"));
+  const auto json = nlohmann::json::parse(out.str());
+  const double loss = json.at("loss").get<double>();
+  const auto tokens = json.at("tokens").get<std::int64_t>();
 
   const std::string npy = txl::fs::read_file(dir / "losses.npy");
   ASSERT_GT(npy.size(), 10u);
@@ -100,10 +97,11 @@ TextRun train_on_text(const txl::test::TempDir& dir) {
   return r;
 }
 
+// The number under `key` in the first JSON object of `json` (one object a line).
 double json_number(const std::string& json, const std::string& key) {
-  auto pos = json.find("\"" + key + "\":");
-  EXPECT_NE(pos, std::string::npos) << json;
-  return pos == std::string::npos ? 0.0 : std::stod(json.substr(pos + key.size() + 3));
+  const auto record = nlohmann::json::parse(json.substr(0, json.find('\n')));
+  EXPECT_TRUE(record.contains(key)) << json;
+  return record.value(key, 0.0);
 }
 
 std::string evaluate_json(txl::eval::EvalRequest request) {
