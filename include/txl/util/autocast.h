@@ -1,7 +1,7 @@
 #pragma once
 // bf16 mixed precision on CPU (and CUDA): an RAII guard that turns autocast on for its scope.
 // Parameters stay fp32 (master weights); matrix products run in bf16. LibTorch renamed the
-// autocast switches in 2.4; this guard hides the difference.
+// autocast switches in 2.4; txl/util/compat.h hides the difference.
 
 #include <torch/torch.h>
 
