@@ -270,7 +270,10 @@ void Trainer::restore_rng(const torch::Tensor& states) {
   if (states.size(0) == world) {
     std::lock_guard<std::mutex> lock(generator.mutex());
     try {  // a CPU generator's state does not fit a GPU's and the other way round
-      generator.set_state(states[rank].contiguous());
+      // A tensor of its own, not a row of `states`: LibTorch 2.x's set_state misreads a view
+      // that starts inside its storage (rank 1 resumed with other draws; a small program
+      // calling it so crashes).
+      generator.set_state(states[rank].clone());
       restored = true;
     } catch (const c10::Error&) {
     }
