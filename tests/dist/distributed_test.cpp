@@ -300,14 +300,22 @@ TEST(DataParallel, TwoRankEvaluationGivesTheFiguresOfOne) {
   }
 }
 
+// torchrun's store and txl's speak the protocol of one torch release: the torchrun installed beside
+// the tests' Python (PyPI's torch that TXL_TORCH=pip builds against), else Debian's (1.13).
+std::string find_torchrun() {
+  const auto beside = stdfs::path(txl::test::python()).parent_path() / "torchrun";
+  if (access(beside.c_str(), X_OK) == 0) return beside.string();
+  return "/usr/bin/torchrun";
+}
+
 TEST(DataParallel, TorchrunStartsAJob) {
-  const char* torchrun = "/usr/bin/torchrun";
-  if (access(torchrun, X_OK) != 0) GTEST_SKIP() << "no torchrun (Debian package python3-torch)";
+  const std::string torchrun = find_torchrun();
+  if (access(torchrun.c_str(), X_OK) != 0) GTEST_SKIP() << "no torchrun (Debian package python3-torch)";
   TempDir dir;
   const auto config = write_config(dir, "torchrun", 0.0);
   const auto binary = txl::test::bin_dir() / "txl-train";
   // --redirects 1 --tee 1: Debian's torchrun 1.13 under Python 3.11 fails without them.
-  const std::string command = std::string(torchrun) +
+  const std::string command = torchrun +
                               " --no_python --nproc_per_node 2 --master_port " +
                               std::to_string(txl::test::free_port()) + " --redirects 1 --tee 1 " +
                               binary.string() + " --config " + config.string() + " --quiet > " +
