@@ -6,9 +6,10 @@
 # the same command resumes. Extra arguments go to txl-ablate (e.g. --set train.max_steps=100).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$root/tools/env.sh"
 "$root/tools/setup.sh"
 cd "$root"
-bin="${TXL_BUILD_DIR:-build}/bin"
+bin="$txl_build_dir/bin"
 echo "[run] KJV ablation: experiments/kjv_ablation.yaml -> runs/kjv_ablation/"
 start=$(date +%s)
 status=0

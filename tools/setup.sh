@@ -5,17 +5,21 @@
 # environment.yml) it skips the packages and only builds.
 #
 # Environment:
+#   TXL_TORCH=pip         build against PyPI's torch (LibTorch 2.x), the version pinned in
+#                         tools/requirements-torch2.txt, pip-installed into $build_dir/venv,
+#                         into build-torch2/ (see tools/env.sh). Default: Debian's LibTorch 1.13.
 #   TXL_SKIP_APT=1        do not install packages
-#   TXL_BUILD_DIR=dir     build folder (default: build)
+#   TXL_BUILD_DIR=dir     build folder (default: build, or build-torch2 with TXL_TORCH=pip)
 #   CMAKE_PREFIX_PATH     e.g. an official LibTorch 2.x: /opt/libtorch
 #   TXL_JOBS=n            parallel compile jobs (default: number of cores)
 #   TXL_SKIP_PIP=1        do not make the Python environment $build_dir/venv (cross-check tests
-#                         then skip)
+#                         then skip; not with TXL_TORCH=pip, whose LibTorch comes from pip)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-build_dir="${TXL_BUILD_DIR:-build}"
+source tools/env.sh
+build_dir="$txl_build_dir"
 
 say() { printf '[setup] %s\n' "$*"; }
 
@@ -74,7 +78,9 @@ install_packages() {
   }
 }
 
+# Debian's LibTorch multiplies matrices with the system's BLAS (PyPI's torch carries its own).
 check_blas() {
+  [ "$txl_torch" = system ] || return 0
   command -v update-alternatives >/dev/null 2>&1 || return 0
   local blas
   blas=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | awk '/^Value:/ {print $2}')
@@ -90,19 +96,30 @@ check_blas() {
 # another interpreter without numpy or torch) with its system packages, plus the pins of
 # tools/requirements.txt from PyPI. Never fatal: offline or failing pip leaves a warning, and the
 # tests that need a package skip. A stamp with the requirements' hash makes a rerun free.
+# With TXL_TORCH=pip the same environment also gets the torch of tools/requirements-torch2.txt
+# (ahead of Debian's 1.13), whose LibTorch txl builds against: there any failure is fatal.
 setup_python_env() {
+  local venv="$build_dir/venv" requirements=(tools/requirements.txt) python=/usr/bin/python3
+  [ "$txl_torch" = pip ] && requirements+=(tools/requirements-torch2.txt)
+  python_env_failed() {
+    if [ "$txl_torch" = pip ]; then
+      echo "error: $*; TXL_TORCH=pip needs PyPI's torch in $venv" >&2
+      exit 1
+    fi
+    say "warning: $*; Python cross-check tests will skip"
+  }
   if [ "${TXL_SKIP_PIP:-0}" = "1" ]; then
-    say "TXL_SKIP_PIP=1: not making the Python environment $build_dir/venv"
+    [ "$txl_torch" = pip ] && python_env_failed "TXL_SKIP_PIP=1"
+    say "TXL_SKIP_PIP=1: not making the Python environment $venv"
     return
   fi
-  local venv="$build_dir/venv" requirements="tools/requirements.txt" python=/usr/bin/python3
   [ -x "$python" ] || python="$(command -v python3 || true)"
   if [ -z "$python" ]; then
-    say "warning: no python3; Python cross-check tests will skip"
+    python_env_failed "no python3"
     return
   fi
   local stamp="$venv/.txl-requirements" want
-  want="$(sha256sum <"$requirements" | cut -d' ' -f1) $("$python" --version 2>&1 || true)"
+  want="$(cat "${requirements[@]}" | sha256sum | cut -d' ' -f1) $("$python" --version 2>&1 || true)"
   if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null || true)" = "$want" ]; then
     say "Python environment $venv up to date"
     return
@@ -110,18 +127,43 @@ setup_python_env() {
   if [ ! -x "$venv/bin/python" ]; then
     mkdir -p "$build_dir"
     if ! "$python" -m venv --system-site-packages "$venv"; then
-      say "warning: could not make $venv with $python (python3-venv missing?); Python cross-check tests will skip"
       rm -rf "$venv"
+      python_env_failed "could not make $venv with $python (python3-venv missing?)"
       return
     fi
   fi
-  say "installing $requirements into $venv"
-  if "$venv/bin/python" -m pip install --disable-pip-version-check --no-input -q \
-      --timeout 20 --retries 2 --prefer-binary -r "$requirements"; then
+  say "installing ${requirements[*]} into $venv"
+  local quiet=(-q)
+  # PyPI's torch is a download of some GB (pip caches it): its progress stays visible.
+  [ "$txl_torch" = pip ] && quiet=(--progress-bar off)
+  local reqs=()
+  for r in "${requirements[@]}"; do reqs+=(-r "$r"); done
+  if "$venv/bin/python" -m pip install --disable-pip-version-check --no-input "${quiet[@]}" \
+      --timeout 20 --retries 2 --prefer-binary "${reqs[@]}"; then
     printf '%s\n' "$want" >"$stamp"
   else
-    say "warning: pip could not install $requirements (offline?); Python cross-check tests will skip"
+    python_env_failed "pip could not install ${requirements[*]} (offline?)"
   fi
+}
+
+# TXL_TORCH=pip: CMake options for the LibTorch of $build_dir/venv's torch. PyPI's torch is a CUDA
+# build, whose CMake package needs the CUDA toolkit's nvcc even for a CPU-only use.
+pip_torch_options() {
+  local prefix
+  prefix="$("$build_dir/venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" || {
+    echo "error: $build_dir/venv/bin/python cannot import torch; remove $build_dir/venv and rerun" >&2
+    exit 1
+  }
+  torch_options=(-DCMAKE_PREFIX_PATH="$prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}")
+  local nvcc="${CUDACXX:-$(command -v nvcc || true)}"
+  [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+  if [ -z "$nvcc" ]; then
+    echo "error: PyPI's torch is a CUDA build and its CMake package needs the CUDA toolkit" \
+         "(nvcc), also for the CPU: install it (e.g. in /usr/local/cuda) or set CUDACXX" >&2
+    exit 1
+  fi
+  torch_options+=(-DCMAKE_CUDA_COMPILER="$nvcc")
+  say "LibTorch $("$build_dir/venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null) from $prefix; nvcc $nvcc"
 }
 
 configure_and_build() {
@@ -129,9 +171,12 @@ configure_and_build() {
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
   local launcher=()
   command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  local torch_options=()
+  [ "$txl_torch" = pip ] && pip_torch_options
   if [ ! -f "$build_dir/CMakeCache.txt" ]; then
     say "configuring $build_dir (Release)"
-    cmake -S . -B "$build_dir" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release
+    cmake -S . -B "$build_dir" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release \
+      "${torch_options[@]}"
   else
     cmake -S . -B "$build_dir" >/dev/null
   fi
