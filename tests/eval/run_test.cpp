@@ -18,7 +18,7 @@
 namespace {
 
 TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
   auto config = txl::test::tiny_experiment(dir.path());
   config.train.max_steps = 3;
@@ -65,7 +65,6 @@ TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
   // A folder that does not exist is named before anything is evaluated.
   request.token_losses_path = (dir / "no_such_folder" / "losses.npy").string();
   TXL_EXPECT_THROW_WITH(txl::eval::run(request, out), "no_such_folder does not exist");
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 // A `text` corpus of a few hundred words in a folder, and a tiny model trained on it.
@@ -116,7 +115,7 @@ std::string evaluate_json(txl::eval::EvalRequest request) {
 // Evaluation still uses the checkpoint's own tokenizer, gives the same perplexity, and leaves
 // the corpus's cached tokenizer alone.
 TEST(EvalRun, AChangedCorpusIsEncodedWithTheCheckpointsOwnTokenizer) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
   const TextRun run = train_on_text(dir);
   txl::eval::EvalRequest request;
@@ -132,11 +131,10 @@ TEST(EvalRun, AChangedCorpusIsEncodedWithTheCheckpointsOwnTokenizer) {
   txl::test::write_text(run.corpus / "train.txt", words(200, 17) + "brand new words here\n");
   EXPECT_EQ(json_number(evaluate_json(request), "ppl"), before);
   for (const auto& [path, bytes] : cached) EXPECT_EQ(txl::fs::read_file(path), bytes) << path;
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 TEST(EvalRun, AFileOrATextNeedsNoCorpus) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
   const TextRun run = train_on_text(dir);
   txl::test::write_text(dir / "some.txt", words(3, 2));
@@ -151,11 +149,10 @@ TEST(EvalRun, AFileOrATextNeedsNoCorpus) {
   EXPECT_NEAR(json_number(evaluate_json(request), "loss"), from_file, 1e-9);
   EXPECT_GT(json_number(evaluate_json(request), "tokens"), 20);
   EXPECT_FALSE(std::filesystem::exists(dir / "cache"));
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 TEST(EvalRun, SetChangesEvaluationButNeverTheModel) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
   const TextRun run = train_on_text(dir);
   txl::eval::EvalRequest request;
@@ -167,11 +164,10 @@ TEST(EvalRun, SetChangesEvaluationButNeverTheModel) {
   TXL_EXPECT_THROW_WITH(evaluate_json(request), "model.d_inner");
   request.overrides = {"train.lr=1"};
   TXL_EXPECT_THROW_WITH(evaluate_json(request), "only eval.*, data.* and run.threads");
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 TEST(EvalRun, SweepPlotIntoAFolderNameAShellWouldSplitRunsNothing) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
   auto config = txl::test::tiny_experiment(dir.path());
   config.train.max_steps = 2;
@@ -189,7 +185,6 @@ TEST(EvalRun, SweepPlotIntoAFolderNameAShellWouldSplitRunsNothing) {
   request.out_dir = out.string();
   std::ostringstream table;
   txl::eval::run(request, table);
-  txl::log::set_level(txl::log::Level::kInfo);
 
   EXPECT_TRUE(txl::test::nothing_executed(out));
   EXPECT_TRUE(std::filesystem::exists(out / "context_sweep.json"));
