@@ -12,7 +12,6 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/flops.h"
 #include "txl/models/transformer_lm.h"
-#include "txl/util/openmp.h"
 #include "txl/util/error.h"
 #include "txl/util/log.h"
 
@@ -56,7 +55,6 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
               "contention more than the code; compare with --threads 1",
               r.load_average, cores, r.threads);
   }
-  use_threads(r.threads);  // as the trainer does
 
   const auto& m = config.model;
   const auto eo = eval::resolve_eval_options(config);

@@ -675,6 +675,23 @@ std::string ablation_string(Loader& loader, const YAML::Node& root, const std::s
   return node.Scalar();
 }
 
+// Threads belong to the process, which txl-ablate sets once before the first variant, so every
+// variant asks for the same run.threads. "" when `variant` agrees with the first variant loaded,
+// else the error at the place that set its run.threads (the variant's name when none did).
+std::string threads_error(const AblationConfig& ablation, const std::string& name,
+                          const State& variant, const std::string& location) {
+  if (ablation.variants.empty()) return "";
+  const auto& [first_name, first] = ablation.variants.front();
+  const int threads = variant.config.run.threads;
+  if (threads == first.run.threads) return "";
+  const auto set_at = variant.origin.find("run.threads");
+  return (set_at != variant.origin.end() ? set_at->second : location) +
+         ": run.threads: variant '" + name + "' asks for " + std::to_string(threads) +
+         ", variant '" + first_name + "' for " + std::to_string(first.run.threads) +
+         "; threads belong to the process, which txl-ablate sets once for every variant: set "
+         "run.threads in the ablation's own run section or with --set";
+}
+
 // ------------------------------------------------------------------------------ diffs
 
 // The "key: before -> after" line of every setting that differs and that `wanted` accepts, in
@@ -869,6 +886,10 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
     if (!sets_dir) config.run.output_dir = root_dir + "/" + name;
     if (!variant.has_errors()) variant.validate(context);
     errors.insert(errors.end(), variant.errors().begin(), variant.errors().end());
+    if (errors.empty()) {
+      const std::string threads = threads_error(ablation, name, variant.state(), location);
+      if (!threads.empty()) errors.push_back(threads);
+    }
     if (errors.empty()) ablation.variants.emplace_back(name, config);
   }
   Loader::throw_errors(errors);

@@ -14,7 +14,6 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/train/trainer.h"
-#include "txl/util/openmp.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -367,7 +366,6 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
       done->params = params;
       write_done(dir, *done);
     }
-    use_threads(cfg.run.threads);
     const data::Dataset& dataset = datasets.get(cfg.data, loaded.tokenizer);
     log::info(kTag, "variant {}: evaluating {}", name, checkpoint.string());
     for (size_t i = 0; i < plan.size(); ++i) {

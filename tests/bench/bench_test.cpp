@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "support/process_as_program.h"
 #include "support/test_support.h"
 #include "txl/bench/bench.h"
 #include "txl/bench/measure.h"
@@ -21,6 +22,10 @@
 
 namespace txl::bench {
 namespace {
+
+// The process as txl-bench --threads 1 sets it (BenchOptions::threads = 1 below): 1 thread.
+const auto* const kProcess =
+    ::testing::AddGlobalTestEnvironment(new txl::test::ProcessAsProgram(1));
 
 constexpr std::int64_t kVocab = 50;
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "support/process_as_program.h"
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
 #include "txl/train/trainer.h"
@@ -16,6 +17,10 @@
 #include "txl/util/plot.h"
 
 namespace {
+
+// The process as txl-eval --threads 1 would set it: 1 thread.
+const auto* const kProcess =
+    ::testing::AddGlobalTestEnvironment(new txl::test::ProcessAsProgram(1));
 
 TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "support/process_as_program.h"
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
 #include "txl/config/load.h"
@@ -22,6 +23,10 @@
 #include "txl/util/log.h"
 
 namespace {
+
+// The process as txl-train sets it for tiny_experiment's run.threads: 1 thread.
+const auto* const kProcess =
+    ::testing::AddGlobalTestEnvironment(new txl::test::ProcessAsProgram(1));
 
 namespace stdfs = std::filesystem;
 using txl::test::TempDir;

@@ -12,10 +12,9 @@
 #include "txl/experiment/ablation.h"
 #include "txl/train/trainer.h"
 #include "txl/util/error.h"
-#include "txl/util/openmp.h"
+#include "txl/util/process_setup.h"
 
 int main(int argc, char** argv) {
-  txl::limit_openmp_spinning(argv);
   CLI::App app{
       "txl-ablate: train and evaluate every variant of an ablation, then write "
       "runs/<ablation>/report.md, results.json, results.csv and plots"};
@@ -45,6 +44,9 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    txl::ProcessSetup setup;
+    setup.threads = ablation.variants.front().second.run.threads;  // every variant's (load_ablation)
+    setup.apply(argv);
     txl::train::install_stop_handlers();
     txl::experiment::AblationOptions options;
     options.only = only;

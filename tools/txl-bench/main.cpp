@@ -20,10 +20,9 @@
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
-#include "txl/util/openmp.h"
+#include "txl/util/process_setup.h"
 
 int main(int argc, char** argv) {
-  txl::limit_openmp_spinning(argv);
   CLI::App app{
       "txl-bench: training and evaluation throughput, MFU, memory, and the cost of "
       "sliding-window against memory evaluation"};
@@ -59,9 +58,9 @@ int main(int argc, char** argv) {
     } else if (!overrides.empty()) {
       config = txl::config::parse_experiment_string("{}", "", overrides);
     }
-    // --threads, else run.threads of the experiment, else every core.
-    if (threads <= 0) threads = config.run.threads;
-    const int n_threads = txl::use_threads(threads);  // as the trainer does
+    txl::ProcessSetup setup;
+    setup.threads = threads > 0 ? threads : config.run.threads;  // else every core
+    const int n_threads = setup.apply(argv);
 
     if (profile || profile_eval) {
       txl::bench::PhaseOptions phase;

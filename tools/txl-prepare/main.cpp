@@ -14,10 +14,9 @@
 #include "txl/config/config.h"
 #include "txl/data/dataset.h"
 #include "txl/util/error.h"
-#include "txl/util/openmp.h"
+#include "txl/util/process_setup.h"
 
 int main(int argc, char** argv) {
-  txl::limit_openmp_spinning(argv);
   txl::config::DataConfig cfg;
   auto& tok = cfg.tokenizer;
   auto& syn = cfg.synthetic;
@@ -52,6 +51,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   cfg.add_eos = !no_eos;
+  txl::ProcessSetup{}.apply(argv);
 
   try {
     txl::data::Dataset ds = txl::data::load_dataset(cfg);

@@ -14,7 +14,7 @@
 #include "txl/train/trainer.h"
 #include "txl/util/device.h"
 #include "txl/util/error.h"
-#include "txl/util/openmp.h"
+#include "txl/util/process_setup.h"
 
 namespace {
 
@@ -39,7 +39,6 @@ std::string resume_command(const std::string& config_path, const std::vector<std
 }  // namespace
 
 int main(int argc, char** argv) {
-  txl::limit_openmp_spinning(argv);
   CLI::App app{"txl-train: train a Transformer-XL or baseline language model from a YAML experiment"};
   std::string config_path;
   std::vector<std::string> overrides;
@@ -63,6 +62,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     const auto env = txl::dist::enter_job(who);
+    txl::ProcessSetup setup;
+    setup.threads = config.run.threads;
+    setup.processes_per_node = env.local_world_size;  // a data-parallel job shares the node's cores
+    setup.apply(argv);  // before the rendezvous: it may re-execute this program
     txl::train::TrainOptions options;
     options.start = resume      ? txl::train::StartMode::kResume
                     : overwrite ? txl::train::StartMode::kOverwrite
