@@ -13,6 +13,7 @@
 #include "txl/models/flops.h"
 #include "txl/models/transformer_lm.h"
 #include "txl/util/error.h"
+#include "txl/util/json.h"
 #include "txl/util/log.h"
 
 namespace txl::bench {
@@ -57,7 +58,7 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
   }
 
   const auto& m = config.model;
-  const auto eo = eval::resolve_eval_options(config);
+  const auto eo = memory_eval_settings(config);
   r.source = config.source;
   r.attn_type = m.attn_type;
   r.n_layer = m.n_layer;
@@ -71,7 +72,7 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
   r.vocab = options.vocab;
   r.eval_batch_size = config.eval.batch_size;
   r.eval_tgt_len = eo.tgt_len;
-  r.eval_mem_len = config.eval.mem_len >= 0 ? config.eval.mem_len : m.mem_len;
+  r.eval_mem_len = eo.mem_len;
   r.quick = s.repetitions < BenchSettings::full().repetitions;
   r.warmup = s.warmup;
   r.repetitions = s.repetitions;
@@ -147,130 +148,110 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
 
 namespace {
 
-// Ordered JSON members; numbers with enough digits to recompute ratios.
-class JsonObject {
- public:
-  JsonObject& num(const std::string& key, double value) {
-    add(key, fmt::format("{:.7g}", value));
-    return *this;
-  }
-  JsonObject& integer(const std::string& key, std::int64_t value) {
-    add(key, std::to_string(value));
-    return *this;
-  }
-  JsonObject& boolean(const std::string& key, bool value) {
-    add(key, value ? "true" : "false");
-    return *this;
-  }
-  JsonObject& str(const std::string& key, const std::string& value) {
-    std::string escaped;
-    for (char c : value) {
-      if (c == '"' || c == '\\') escaped += '\\';
-      escaped += c;
-    }
-    add(key, "\"" + escaped + "\"");
-    return *this;
-  }
-  JsonObject& raw(const std::string& key, const std::string& json) {
-    add(key, json);
-    return *this;
-  }
-  std::string text() const { return "{" + body_ + "}"; }
+using json::OrderedJson;
 
- private:
-  void add(const std::string& key, const std::string& value) {
-    if (!body_.empty()) body_ += ",";
-    body_ += "\"" + key + "\":" + value;
-  }
-  std::string body_;
-};
+OrderedJson phase_json(const PhaseResult& p) {
+  OrderedJson o;
+  json::put_number(o, "tokens_per_s", p.tokens_per_s);
+  json::put_number(o, "median_s", p.timing.median_s);
+  json::put_number(o, "best_s", p.timing.best_s);
+  o["repetitions"] = p.timing.repetitions;
+  o["tokens_per_step"] = p.tokens_per_step;
+  json::put_number(o, "rss_start_mb", p.rss_start_mb);
+  json::put_number(o, "peak_rss_mb", p.peak_rss_mb);
+  json::put_number(o, "loss", p.loss);
+  return o;
+}
 
-std::string phase_json(const PhaseResult& p) {
-  return JsonObject()
-      .num("tokens_per_s", p.tokens_per_s)
-      .num("median_s", p.timing.median_s)
-      .num("best_s", p.timing.best_s)
-      .integer("repetitions", p.timing.repetitions)
-      .integer("tokens_per_step", p.tokens_per_step)
-      .num("rss_start_mb", p.rss_start_mb)
-      .num("peak_rss_mb", p.peak_rss_mb)
-      .num("loss", p.loss)
-      .text();
+OrderedJson comparison_json(const EvalCostComparison& c) {
+  OrderedJson o;
+  o["attention_length"] = c.attention_length;
+  o["tgt_len"] = c.tgt_len;
+  o["mem_len"] = c.mem_len;
+  o["sliding_batch"] = c.sliding_batch;
+  o["memory_batch"] = c.memory_batch;
+  json::put_number(o, "sliding_us_per_token", 1e6 * c.sliding_s_per_token);
+  json::put_number(o, "memory_us_per_token", 1e6 * c.memory_s_per_token);
+  json::put_number(o, "ratio", c.ratio);
+  json::put_number(o, "flop_ratio", c.flop_ratio);
+  json::put_number(o, "sliding_flops_per_token", c.sliding_flops_per_token);
+  json::put_number(o, "memory_flops_per_token", c.memory_flops_per_token);
+  json::put_number(o, "counted_flop_ratio", c.counted_flop_ratio);
+  return o;
+}
+
+double ratio_or_zero(double numerator, double denominator) {
+  return denominator > 0 ? numerator / denominator : 0.0;
+}
+
+// The keys of record: throughput, FLOPs, peaks, MFU, memory and the sliding / memory costs.
+void put_figures(OrderedJson& o, const BenchReport& r) {
+  const std::pair<const char*, double> figures[] = {
+      {"train_tokens_per_s", r.train_fp32.tokens_per_s},
+      {"train_tokens_per_s_bf16", r.train_bf16.tokens_per_s},
+      {"eval_tokens_per_s", r.eval_fp32.tokens_per_s},
+      {"eval_tokens_per_s_bf16", r.eval_bf16.tokens_per_s},
+      {"flops_per_token", r.flops_per_token},
+      {"flops_per_token_forward", r.flops_per_token_forward},
+      {"eval_flops_per_token", r.eval_flops_per_token},
+      {"train_gflops", r.train_gflops},
+      {"train_gflops_bf16", r.train_gflops_bf16},
+      {"eval_gflops", r.eval_gflops},
+      {"peak_gflops_fp32", r.peak_fp32.gflops},
+      {"peak_gflops_bf16", r.peak_bf16.gflops},
+      {"mfu", r.mfu},
+      {"mfu_bf16", r.mfu_bf16},
+      {"bf16_speedup", ratio_or_zero(r.train_bf16.tokens_per_s, r.train_fp32.tokens_per_s)},
+      {"eval_over_train", ratio_or_zero(r.eval_fp32.tokens_per_s, r.train_fp32.tokens_per_s)},
+      {"peak_rss_mb", r.peak_rss_mb}};
+  for (const auto& [key, value] : figures) json::put_number(o, key, value);
+  for (const auto& c : r.sliding_vs_memory) {
+    json::put_number(o, fmt::format("sliding_over_memory_cost_{}", c.attention_length), c.ratio);
+  }
+  OrderedJson comparisons = OrderedJson::array();
+  for (const auto& c : r.sliding_vs_memory) comparisons.push_back(comparison_json(c));
+  o["sliding_vs_memory"] = std::move(comparisons);
+  o["train_fp32"] = phase_json(r.train_fp32);
+  o["train_bf16"] = phase_json(r.train_bf16);
+  o["eval_fp32"] = phase_json(r.eval_fp32);
+  o["eval_bf16"] = phase_json(r.eval_bf16);
+  o["peak_size_fp32"] = r.peak_fp32.size;
+  o["peak_size_bf16"] = r.peak_bf16.size;
+  o["rss_per_phase"] = r.rss_per_phase;
+}
+
+// What was measured, and how.
+void put_setup(OrderedJson& o, const BenchReport& r) {
+  o["source"] = r.source;
+  o["attn_type"] = r.attn_type;
+  o["n_layer"] = r.n_layer;
+  o["d_model"] = r.d_model;
+  o["n_head"] = r.n_head;
+  o["d_head"] = r.d_head;
+  o["d_inner"] = r.d_inner;
+  o["tgt_len"] = r.tgt_len;
+  o["mem_len"] = r.mem_len;
+  o["batch_size"] = r.batch_size;
+  o["eval_batch_size"] = r.eval_batch_size;
+  o["eval_tgt_len"] = r.eval_tgt_len;
+  o["eval_mem_len"] = r.eval_mem_len;
+  o["vocab"] = r.vocab;
+  o["n_params"] = r.n_params;
+  o["threads"] = r.threads;
+  json::put_number(o, "load_average", r.load_average);
+  o["quick"] = r.quick;
+  o["warmup"] = r.warmup;
+  o["repetitions"] = r.repetitions;
+  json::put_number(o, "seconds", r.seconds);
 }
 
 }  // namespace
 
 std::string to_json(const BenchReport& r) {
-  JsonObject o;
-  o.num("train_tokens_per_s", r.train_fp32.tokens_per_s)
-      .num("train_tokens_per_s_bf16", r.train_bf16.tokens_per_s)
-      .num("eval_tokens_per_s", r.eval_fp32.tokens_per_s)
-      .num("eval_tokens_per_s_bf16", r.eval_bf16.tokens_per_s)
-      .num("flops_per_token", r.flops_per_token)
-      .num("flops_per_token_forward", r.flops_per_token_forward)
-      .num("eval_flops_per_token", r.eval_flops_per_token)
-      .num("train_gflops", r.train_gflops)
-      .num("train_gflops_bf16", r.train_gflops_bf16)
-      .num("eval_gflops", r.eval_gflops)
-      .num("peak_gflops_fp32", r.peak_fp32.gflops)
-      .num("peak_gflops_bf16", r.peak_bf16.gflops)
-      .num("mfu", r.mfu)
-      .num("mfu_bf16", r.mfu_bf16)
-      .num("bf16_speedup", r.train_fp32.tokens_per_s > 0
-                               ? r.train_bf16.tokens_per_s / r.train_fp32.tokens_per_s
-                               : 0.0)
-      .num("eval_over_train", r.train_fp32.tokens_per_s > 0
-                                  ? r.eval_fp32.tokens_per_s / r.train_fp32.tokens_per_s
-                                  : 0.0)
-      .num("peak_rss_mb", r.peak_rss_mb);
-  for (const auto& c : r.sliding_vs_memory) {
-    o.num(fmt::format("sliding_over_memory_cost_{}", c.attention_length), c.ratio);
-  }
-  std::string comparisons;
-  for (const auto& c : r.sliding_vs_memory) {
-    if (!comparisons.empty()) comparisons += ",";
-    comparisons += JsonObject()
-                       .integer("attention_length", c.attention_length)
-                       .integer("tgt_len", c.tgt_len)
-                       .integer("mem_len", c.mem_len)
-                       .integer("sliding_batch", c.sliding_batch)
-                       .integer("memory_batch", c.memory_batch)
-                       .num("sliding_us_per_token", 1e6 * c.sliding_s_per_token)
-                       .num("memory_us_per_token", 1e6 * c.memory_s_per_token)
-                       .num("ratio", c.ratio)
-                       .num("flop_ratio", c.flop_ratio)
-                       .text();
-  }
-  o.raw("sliding_vs_memory", "[" + comparisons + "]")
-      .raw("train_fp32", phase_json(r.train_fp32))
-      .raw("train_bf16", phase_json(r.train_bf16))
-      .raw("eval_fp32", phase_json(r.eval_fp32))
-      .raw("eval_bf16", phase_json(r.eval_bf16))
-      .integer("peak_size_fp32", r.peak_fp32.size)
-      .integer("peak_size_bf16", r.peak_bf16.size)
-      .boolean("rss_per_phase", r.rss_per_phase)
-      .str("source", r.source)
-      .str("attn_type", r.attn_type)
-      .integer("n_layer", r.n_layer)
-      .integer("d_model", r.d_model)
-      .integer("n_head", r.n_head)
-      .integer("d_head", r.d_head)
-      .integer("d_inner", r.d_inner)
-      .integer("tgt_len", r.tgt_len)
-      .integer("mem_len", r.mem_len)
-      .integer("batch_size", r.batch_size)
-      .integer("eval_batch_size", r.eval_batch_size)
-      .integer("eval_tgt_len", r.eval_tgt_len)
-      .integer("eval_mem_len", r.eval_mem_len)
-      .integer("vocab", r.vocab)
-      .integer("n_params", r.n_params)
-      .integer("threads", r.threads)
-      .num("load_average", r.load_average)
-      .boolean("quick", r.quick)
-      .integer("warmup", r.warmup)
-      .integer("repetitions", r.repetitions)
-      .num("seconds", r.seconds);
-  return o.text();
+  OrderedJson o;
+  put_figures(o, r);
+  put_setup(o, r);
+  return o.dump();
 }
 
 std::string format_table(const BenchReport& r) {
@@ -322,12 +303,12 @@ std::string format_table(const BenchReport& r) {
   if (!r.sliding_vs_memory.empty()) {
     s += "\nsliding window (vanilla, stride 1, window L) vs memory (xl, Q + M = L), per scored "
          "token\n";
-    s += fmt::format("{:>6} {:>6} {:>6} {:>14} {:>14} {:>10} {:>12}\n", "L", "Q", "M", "sliding us",
-                     "memory us", "ratio", "FLOP ratio");
+    s += fmt::format("{:>6} {:>6} {:>6} {:>14} {:>14} {:>10} {:>12} {:>12}\n", "L", "Q", "M",
+                     "sliding us", "memory us", "ratio", "FLOP ratio", "counted");
     for (const auto& c : r.sliding_vs_memory) {
-      s += fmt::format("{:>6} {:>6} {:>6} {:>14.1f} {:>14.2f} {:>9.0f}x {:>11.0f}x\n",
+      s += fmt::format("{:>6} {:>6} {:>6} {:>14.1f} {:>14.2f} {:>9.0f}x {:>11.0f}x {:>11.0f}x\n",
                        c.attention_length, c.tgt_len, c.mem_len, 1e6 * c.sliding_s_per_token,
-                       1e6 * c.memory_s_per_token, c.ratio, c.flop_ratio);
+                       1e6 * c.memory_s_per_token, c.ratio, c.flop_ratio, c.counted_flop_ratio);
     }
   }
   if (r.threads > 1 && r.load_average > 0.5 * std::max(1u, std::thread::hardware_concurrency())) {

@@ -13,11 +13,11 @@
 #include <string>
 
 #include "training_loop.h"
+#include "txl/bench/profile.h"
 #include "txl/data/stream.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/flops.h"
 #include "txl/models/transformer_lm.h"
-#include "txl/util/autocast.h"
 #include "txl/util/error.h"
 
 namespace txl::bench {
@@ -152,25 +152,112 @@ PhaseResult measure_training(const config::ExperimentConfig& config, std::int64_
 
 namespace {
 
-// Memory-mode evaluation of `model` on random ids (detail::EvalLoop), timed.
+// Memory-mode evaluation of `model` on random ids (detail::EvalLoop), timed. With
+// `flops_per_token`, one more segment runs under count_matmul_flops and its matrix-product FLOPs
+// per scored token land there.
 PhaseResult time_memory_eval(models::TransformerLM& model, std::int64_t vocab,
-                             const eval::EvalOptions& eo, const PhaseOptions& options) {
-  detail::EvalLoop loop(model, vocab, eo, options, options.warmup + options.repetitions);
+                             const eval::Settings& eo, const PhaseOptions& options,
+                             double* flops_per_token = nullptr) {
+  const int counted = flops_per_token != nullptr ? 1 : 0;
+  detail::EvalLoop loop(model, vocab, eo, options, options.warmup + options.repetitions + counted);
   PhaseResult r;
   r.timing = time_repeated([&] { r.loss = loop.segment(); }, options.warmup, options.repetitions);
   r.tokens_per_step = loop.tokens_per_segment();
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) / r.timing.median_s;
   TXL_CHECK(std::isfinite(r.loss), "bench: evaluation loss is ", r.loss);
+  if (counted) {
+    *flops_per_token = count_matmul_flops([&] { loop.segment(); }) /
+                       static_cast<double>(r.tokens_per_step);
+  }
   return r;
+}
+
+// One side of the sliding / memory comparison: seconds and counted FLOPs per scored token.
+struct EvalCost {
+  double seconds_per_token = 0.0;
+  double flops_per_token = 0.0;
+};
+
+// Sliding: the vanilla model (the same sizes, no memory) scores one token per window of L tokens
+// (stride 1), each batch of windows by eval::score_batch as the evaluator scores it. Batch 0
+// holds the first window, which scores all its L positions; batches from 1 on score one token
+// per window, as almost every batch of a real pass does. One more batch is counted.
+EvalCost sliding_cost(const config::ExperimentConfig& config, std::int64_t vocab,
+                      std::int64_t l, const PhaseOptions& options) {
+  auto vanilla = config;
+  vanilla.model.attn_type = "vanilla";
+  vanilla.model.mem_len = 0;
+  vanilla.eval.mode = eval::mode_name(eval::Mode::kSliding);
+  vanilla.eval.window = static_cast<int>(l);
+  vanilla.eval.stride = 1;
+  vanilla.eval.batch_size = static_cast<int>(options.batch_size);
+  vanilla.run.device = "cpu";
+  vanilla.run.precision = options.bf16 ? "bf16" : "fp32";
+  const eval::Settings settings = eval::resolve_settings(vanilla);
+  torch::manual_seed(options.seed);
+  models::TransformerLM model(vanilla.model, vocab);
+  model->eval();
+  const std::int64_t windows = options.batch_size * (2 + options.warmup + options.repetitions);
+  data::SlidingStream stream(detail::random_ids(l + windows + 1, vocab, options.seed),
+                             eval::sliding_stream_options(settings));
+  std::int64_t index = 1, scored = 0;
+  auto window_batch = [&] {
+    scored = eval::score_batch(model, stream.batch(index++), settings, nullptr).count;
+  };
+  auto t = time_repeated(window_batch, options.warmup, options.repetitions);
+  TXL_CHECK(scored == options.batch_size, "bench: a sliding batch scored ", scored,
+            " tokens, expected one per window (", options.batch_size, ")");
+  EvalCost cost;
+  cost.seconds_per_token = t.median_s / static_cast<double>(scored);
+  cost.flops_per_token = count_matmul_flops(window_batch) / static_cast<double>(scored);
+  return cost;
+}
+
+// attn_type xl unless the model already carries a memory (xl or shaw).
+config::ModelConfig with_memory(config::ModelConfig model) {
+  if (model.attn_type != "xl" && model.attn_type != "shaw") model.attn_type = "xl";
+  return model;
+}
+
+// Memory: the Transformer-XL model with Q + M = L.
+EvalCost memory_cost(const config::ExperimentConfig& config, std::int64_t vocab, std::int64_t m,
+                     const PhaseOptions& options) {
+  auto xl = config;
+  xl.model = with_memory(config.model);
+  xl.model.mem_len = static_cast<int>(m);
+  xl.eval.mem_len = static_cast<int>(m);
+  torch::manual_seed(options.seed);
+  models::TransformerLM model(xl.model, vocab);
+  EvalCost cost;
+  auto r = time_memory_eval(model, vocab, memory_eval_settings(xl), options, &cost.flops_per_token);
+  cost.seconds_per_token = r.timing.median_s / static_cast<double>(r.tokens_per_step);
+  return cost;
+}
+
+// The ratio models/flops.h predicts: L x the vanilla forward FLOPs per token of an L-token
+// segment over the xl forward FLOPs per token at (Q, M) with the memory's keys and values
+// carried.
+double predicted_flop_ratio(const config::ModelConfig& model, std::int64_t vocab, std::int64_t l,
+                            std::int64_t q) {
+  auto vanilla_config = model;
+  vanilla_config.attn_type = "vanilla";
+  const double sliding_flops =
+      static_cast<double>(l) * models::count_flops_per_token(vanilla_config, vocab, l, 0).forward;
+  const double memory_flops =
+      models::count_flops_per_token(with_memory(model), vocab, q, l - q, /*memory_kv_cached=*/true)
+          .forward;
+  return sliding_flops / memory_flops;
 }
 
 }  // namespace
 
-eval::EvalOptions memory_eval_options(const config::ExperimentConfig& config) {
-  auto eo = eval::resolve_eval_options(config);
-  eo.mode = "memory";
-  eo.mem_len = config.eval.mem_len >= 0 ? config.eval.mem_len : config.model.mem_len;
-  return eo;
+eval::Settings memory_eval_settings(const config::ExperimentConfig& config) {
+  auto memory = config;
+  memory.eval.mode = eval::mode_name(eval::Mode::kMemory);
+  memory.eval.warmup = 0;
+  memory.run.device = "cpu";
+  memory.run.precision = "fp32";
+  return eval::resolve_settings(memory);
 }
 
 PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vocab,
@@ -179,7 +266,7 @@ PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vo
   RssWindow rss;
   torch::manual_seed(options.seed);
   models::TransformerLM model(config.model, vocab);
-  auto r = time_memory_eval(model, vocab, memory_eval_options(config), options);
+  auto r = time_memory_eval(model, vocab, memory_eval_settings(config), options);
   rss.finish(r);
   return r;
 }
@@ -190,8 +277,7 @@ EvalCostComparison sliding_over_memory_cost(const config::ExperimentConfig& conf
                                             const PhaseOptions& memory) {
   check_phase(sliding);
   check_phase(memory);
-  auto eo = eval::resolve_eval_options(config);
-  const std::int64_t q = eo.tgt_len, l = attention_length;
+  const std::int64_t q = memory_eval_settings(config).tgt_len, l = attention_length;
   TXL_CHECK(l > q, "bench: attention length ", l, " must exceed the segment length ",
             "eval.tgt_len = ", q, " (memory mode uses M = L - Q)");
   EvalCostComparison c;
@@ -200,71 +286,15 @@ EvalCostComparison sliding_over_memory_cost(const config::ExperimentConfig& conf
   c.mem_len = l - q;
   c.sliding_batch = sliding.batch_size;
   c.memory_batch = memory.batch_size;
-
-  // Sliding: the vanilla model, one window of L tokens per scored token.
-  {
-    torch::NoGradGuard no_grad;
-    auto vanilla_config = config.model;
-    vanilla_config.attn_type = "vanilla";
-    vanilla_config.mem_len = 0;
-    torch::manual_seed(sliding.seed);
-    models::TransformerLM model(vanilla_config, vocab);
-    model->eval();
-    data::SlidingStreamOptions so;
-    so.batch_size = sliding.batch_size;
-    so.window = l;
-    so.stride = 1;
-    // Batch 0 holds the first window, which scores all its L positions; batches from 1 on score
-    // one token per window, as almost every batch of a real pass does.
-    const std::int64_t windows = sliding.batch_size * (1 + sliding.warmup + sliding.repetitions);
-    data::SlidingStream stream(detail::random_ids(l + windows + 1, vocab, sliding.seed), so);
-    models::Context context;
-    context.clamp_len = eo.clamp_len;
-    std::int64_t index = 1, scored = 0;
-    auto window_batch = [&] {
-      auto batch = stream.batch(index++);
-      scored = batch.n_scored;
-      AutocastGuard autocast(sliding.bf16, torch::Device(torch::kCPU));
-      auto out = model->forward(batch.tokens, batch.targets, batch.input_mask, models::Memory(),
-                                batch.reset, context);
-      out.nll.to(torch::kDouble)
-          .masked_fill(batch.target_mask.logical_not(), 0.0)
-          .sum()
-          .item<double>();
-    };
-    auto t = time_repeated(window_batch, sliding.warmup, sliding.repetitions);
-    TXL_CHECK(scored == sliding.batch_size, "bench: a sliding batch scored ", scored,
-              " tokens, expected one per window (", sliding.batch_size, ")");
-    c.sliding_s_per_token = t.median_s / static_cast<double>(scored);
-  }
-
-  // Memory: the Transformer-XL model with Q + M = L.
-  {
-    auto xl_config = config;
-    if (xl_config.model.attn_type != "xl" && xl_config.model.attn_type != "shaw") {
-      xl_config.model.attn_type = "xl";
-    }
-    xl_config.model.mem_len = static_cast<int>(c.mem_len);
-    torch::manual_seed(memory.seed);
-    models::TransformerLM model(xl_config.model, vocab);
-    auto memory_options = eo;
-    memory_options.mode = "memory";
-    memory_options.mem_len = static_cast<int>(c.mem_len);
-    auto r = time_memory_eval(model, vocab, memory_options, memory);
-    c.memory_s_per_token = r.timing.median_s / static_cast<double>(r.tokens_per_step);
-  }
+  const EvalCost slide = sliding_cost(config, vocab, l, sliding);
+  const EvalCost mem = memory_cost(config, vocab, c.mem_len, memory);
+  c.sliding_s_per_token = slide.seconds_per_token;
+  c.memory_s_per_token = mem.seconds_per_token;
   c.ratio = c.sliding_s_per_token / c.memory_s_per_token;
-  {
-    auto vanilla_config = config.model;
-    vanilla_config.attn_type = "vanilla";
-    auto xl_config = config.model;
-    if (xl_config.attn_type != "xl" && xl_config.attn_type != "shaw") xl_config.attn_type = "xl";
-    const double sliding_flops =
-        static_cast<double>(l) * models::count_flops_per_token(vanilla_config, vocab, l, 0).forward;
-    const double memory_flops =
-        models::count_flops_per_token(xl_config, vocab, q, c.mem_len, /*memory_kv_cached=*/true).forward;
-    c.flop_ratio = sliding_flops / memory_flops;
-  }
+  c.sliding_flops_per_token = slide.flops_per_token;
+  c.memory_flops_per_token = mem.flops_per_token;
+  c.counted_flop_ratio = slide.flops_per_token / mem.flops_per_token;
+  c.flop_ratio = predicted_flop_ratio(config.model, vocab, l, q);
   return c;
 }
 

@@ -136,12 +136,57 @@ StepProfile profile_eval_segment(const config::ExperimentConfig& config, std::in
                                  const PhaseOptions& options, bool by_shape) {
   torch::manual_seed(options.seed);
   models::TransformerLM model(config.model, vocab);
-  detail::EvalLoop loop(model, vocab, memory_eval_options(config), options, options.warmup + 1);
+  detail::EvalLoop loop(model, vocab, memory_eval_settings(config), options, options.warmup + 1);
   for (int i = 0; i < options.warmup; ++i) loop.segment();
   auto profile = profile_call([&] { loop.segment(); }, by_shape);
   profile.what = "one evaluation segment (memory mode)";
   profile.bf16 = options.bf16;
   return profile;
+}
+
+namespace {
+
+std::int64_t product(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+// 2 x the multiply-adds of one matrix product from its input shapes (see count_matmul_flops);
+// 0 for any other op.
+double matmul_flops(const std::string& name,
+                    const std::vector<std::vector<std::int64_t>>& inputs) {
+  // The two factors: the first two inputs, or the second and third after an added term.
+  const bool added = in(name, {"aten::addmm", "aten::baddbmm", "aten::addmv"});
+  if (!added && !in(name, {"aten::mm", "aten::bmm", "aten::mv"})) return 0.0;
+  const size_t first = added ? 1 : 0;
+  if (inputs.size() < first + 2) return 0.0;
+  const auto& a = inputs[first];      // [m, k] or [b, m, k]
+  const auto& b = inputs[first + 1];  // [k, n], [b, k, n] or [k]
+  if (a.empty() || b.empty()) return 0.0;
+  const std::int64_t columns = b.size() == 1 ? 1 : b.back();  // n (1 for a vector)
+  return 2.0 * static_cast<double>(product(a)) * static_cast<double>(columns);
+}
+
+}  // namespace
+
+double count_matmul_flops(const std::function<void()>& fn) {
+  namespace profiler = torch::autograd::profiler;
+  profiler::enableProfilerLegacy(
+      torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU, true));
+  try {
+    fn();
+  } catch (...) {
+    profiler::disableProfilerLegacy();
+    throw;
+  }
+  double flops = 0.0;
+  for (const auto& events : profiler::disableProfilerLegacy()) {
+    for (const auto& e : events) {
+      if (e.kind() == profiler::EventKind::PushRange) flops += matmul_flops(e.name(), e.shapes());
+    }
+  }
+  return flops;
 }
 
 std::string format_profile(const StepProfile& p, int top) {

@@ -5,6 +5,7 @@
 #include "txl/models/flops.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
+#include "txl/util/json.h"
 #include "txl/util/log.h"
 #include "txl/util/plot.h"
 
@@ -41,26 +42,38 @@ SweepPoint measure_point(const config::ExperimentConfig& base, const SweepOption
 
 std::string sweep_json(const SweepResult& s, std::int64_t attention_batch,
                        std::int64_t attention_tgt_len) {
-  std::string points;
+  using json::OrderedJson;
+  OrderedJson points = OrderedJson::array();
   for (const auto& p : s.points) {
-    if (!points.empty()) points += ",";
-    points += fmt::format(
-        "{{\"series\":\"{}\",\"batch\":{},\"tgt_len\":{},\"mem_len\":{},\"tokens_per_s\":{:.7g},"
-        "\"step_ms\":{:.7g},\"peak_rss_mb\":{:.7g},\"flops_per_token\":{:.7g},\"gflops\":{:.7g}}}",
-        p.series, p.batch, p.tgt_len, p.mem_len, p.tokens_per_s, p.step_ms, p.peak_rss_mb,
-        p.flops_per_token, p.gflops);
+    OrderedJson o;
+    o["series"] = p.series;
+    o["batch"] = p.batch;
+    o["tgt_len"] = p.tgt_len;
+    o["mem_len"] = p.mem_len;
+    json::put_number(o, "tokens_per_s", p.tokens_per_s);
+    json::put_number(o, "step_ms", p.step_ms);
+    json::put_number(o, "peak_rss_mb", p.peak_rss_mb);
+    json::put_number(o, "flops_per_token", p.flops_per_token);
+    json::put_number(o, "gflops", p.gflops);
+    points.push_back(std::move(o));
   }
-  std::string attention;
+  OrderedJson attention;
+  attention["batch"] = attention_batch;
+  attention["tgt_len"] = attention_tgt_len;
+  attention["points"] = OrderedJson::array();
   for (const auto& p : s.attention.points) {
-    if (!attention.empty()) attention += ",";
-    attention +=
-        fmt::format("{{\"mem_len\":{},\"us_per_token\":{:.7g}}}", p.mem_len, p.us_per_token);
+    OrderedJson o;
+    o["mem_len"] = p.mem_len;
+    json::put_number(o, "us_per_token", p.us_per_token);
+    attention["points"].push_back(std::move(o));
   }
-  return fmt::format(
-      "{{\"points\":[{}],\"attention\":{{\"batch\":{},\"tgt_len\":{},\"points\":[{}],"
-      "\"intercept_us\":{:.7g},\"slope_us\":{:.7g},\"r2\":{:.7g}}}}}\n",
-      points, attention_batch, attention_tgt_len, attention, s.attention.intercept_us,
-      s.attention.slope_us, s.attention.r2);
+  json::put_number(attention, "intercept_us", s.attention.intercept_us);
+  json::put_number(attention, "slope_us", s.attention.slope_us);
+  json::put_number(attention, "r2", s.attention.r2);
+  OrderedJson out;
+  out["points"] = std::move(points);
+  out["attention"] = std::move(attention);
+  return out.dump() + "\n";
 }
 
 // sweep.png from sweep.json with the plot script's bench-sweep subcommand (plot.h); a missing

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "txl/eval/evaluator.h"
+#include "txl/train/schedule.h"
 #include "txl/train/trainer.h"
 #include "txl/util/autocast.h"
 #include "txl/util/error.h"
@@ -18,17 +20,18 @@ torch::Tensor random_ids(std::int64_t n, std::int64_t vocab, std::uint64_t seed)
 
 TrainingLoop::TrainingLoop(const config::ExperimentConfig& config, std::int64_t vocab,
                            const PhaseOptions& options, std::int64_t steps)
-    : config_(config),
-      bf16_(options.bf16),
-      batch_size_(options.batch_size),
-      tgt_len_(config.model.tgt_len) {
+    : config_(config), batch_size_(options.batch_size), tgt_len_(config.model.tgt_len) {
   TXL_CHECK(options.batch_size >= 1 && steps >= 1, "bench: needs batch >= 1 and steps >= 1, got ",
             options.batch_size, " and ", steps);
   torch::manual_seed(options.seed);
   model_ = models::TransformerLM(config.model, vocab);
   model_->train();
   optimizer_ = train::make_optimizer(config.train, model_->parameters());
-  context_ = models::Context::from_config(config.model);
+  train::StepSettings settings;
+  settings.bf16 = options.bf16;
+  settings.batch_chunk = config.train.batch_chunk;
+  settings.clip = config.train.clip;
+  step_ = std::make_unique<train::Step>(model_, *optimizer_, settings, dist::RowRange{0, batch_size_});
 
   data::TrainStreamOptions so;
   so.batch_size = batch_size_;
@@ -42,61 +45,33 @@ TrainingLoop::TrainingLoop(const config::ExperimentConfig& config, std::int64_t 
 }
 
 double TrainingLoop::step() {
-  const torch::Device device(torch::kCPU);
-  data::Batch batch = stream_->next();
-  // As the trainer: gradients reset, not zero-filled.
-  for (auto& p : model_->parameters()) p.mutable_grad().reset();
-  torch::Tensor nll_sum;
-  {
-    AutocastGuard autocast(bf16_, device);
-    auto out = model_->forward(batch.tokens, batch.targets, batch.input_mask, memory_, batch.reset,
-                               context_);
-    nll_sum = out.nll.to(torch::kFloat).masked_fill(batch.target_mask.logical_not(), 0.0).sum();
-    memory_ = std::move(out.memory);
-  }
-  const double scored = static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1));
-  (nll_sum / scored).backward();
-  const double loss = nll_sum.item<double>() / scored;
+  const double lr = train::learning_rate(config_.train, ++steps_done_);
+  const double loss = step_->run(stream_->next(), lr).mean_loss();
   TXL_CHECK(std::isfinite(loss), "bench: training loss is ", loss);
-  if (config_.train.clip > 0) {
-    torch::nn::utils::clip_grad_norm_(model_->parameters(), config_.train.clip);
-  }
-  optimizer_->step();
   return loss;
 }
 
-EvalLoop::EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::EvalOptions& eo,
+EvalLoop::EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::Settings& settings,
                    const PhaseOptions& options, std::int64_t segments)
-    : model_(std::move(model)),
-      bf16_(options.bf16),
-      batch_size_(options.batch_size),
-      tgt_len_(eo.tgt_len) {
+    : model_(std::move(model)), settings_(settings) {
   TXL_CHECK(options.batch_size >= 1 && segments >= 1,
             "bench: needs batch >= 1 and segments >= 1, got ", options.batch_size, " and ", segments);
-  data::EvalStreamOptions so;
-  so.batch_size = batch_size_;
-  so.tgt_len = tgt_len_;
+  settings_.batch_size = static_cast<int>(options.batch_size);
+  settings_.bf16 = options.bf16;
+  const std::int64_t b = settings_.batch_size, q = settings_.tgt_len;
   // Segment 0 is skipped (it would reset the memory).
   stream_ = std::make_unique<data::EvalStream>(
-      random_ids(batch_size_ * (segments + 1) * tgt_len_ + 1, vocab, options.seed), so);
-  context_ = eval::segment_context(eo, model_);  // as the evaluator
-  const std::int64_t m = context_.mem_len;
+      random_ids(b * (segments + 1) * q + 1, vocab, options.seed), eval::eval_stream_options(settings_));
+  const std::int64_t m = eval::segment_context(settings_, model_).mem_len;  // as the evaluator
   for (int l = 0; m > 0 && l < model_->config().n_layer; ++l) {
-    memory_.layers.push_back(torch::randn({batch_size_, m, model_->config().d_model}));  // [B, M, d]
+    memory_.layers.push_back(torch::randn({b, m, model_->config().d_model}));  // [B, M, d]
   }
 }
 
 double EvalLoop::segment() {
-  torch::NoGradGuard no_grad;
   model_->eval();
-  auto batch = stream_->batch(index_++);
-  AutocastGuard autocast(bf16_, torch::Device(torch::kCPU));
-  auto out =
-      model_->forward(batch.tokens, batch.targets, batch.input_mask, memory_, batch.reset, context_);
-  memory_ = std::move(out.memory);
-  // What the evaluator's accumulator does with every batch.
-  auto nll = out.nll.to(torch::kDouble).masked_fill(batch.target_mask.logical_not(), 0.0);
-  return nll.sum().item<double>() / static_cast<double>(std::max<std::int64_t>(batch.n_scored, 1));
+  const auto score = eval::score_batch(model_, stream_->batch(index_++), settings_, &memory_);
+  return score.sum / static_cast<double>(std::max<std::int64_t>(score.count, 1));
 }
 
 }  // namespace txl::bench::detail

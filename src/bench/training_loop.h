@@ -10,8 +10,9 @@
 #include "txl/bench/measure.h"
 #include "txl/config/config.h"
 #include "txl/data/stream.h"
-#include "txl/eval/evaluator.h"
+#include "txl/eval/settings.h"
 #include "txl/models/transformer_lm.h"
+#include "txl/train/step.h"
 
 namespace txl::bench::detail {
 
@@ -19,7 +20,8 @@ namespace txl::bench::detail {
 // does not depend on what else ran before in the process.
 torch::Tensor random_ids(std::int64_t n, std::int64_t vocab, std::uint64_t seed);
 
-// The trainer's step (config.model, config.train) on random ids, with memory carried over.
+// The trainer's step (train::Step with config.model, config.train: chunks, clip, learning-rate
+// schedule) on random ids, with memory carried over; one process.
 class TrainingLoop {
  public:
   // Builds the model (seeded), the optimizer of config.train and a TrainStream over enough
@@ -27,24 +29,24 @@ class TrainingLoop {
   TrainingLoop(const config::ExperimentConfig& config, std::int64_t vocab,
                const PhaseOptions& options, std::int64_t steps);
 
-  // One step as Trainer::run takes it; returns the batch's mean nll (nats per token).
+  // One step as the trainer takes it; returns the batch's mean nll (nats per token).
   double step();
 
   std::int64_t tokens_per_step() const { return batch_size_ * tgt_len_; }
 
  private:
   config::ExperimentConfig config_;
-  bool bf16_;
   std::int64_t batch_size_, tgt_len_;
   models::TransformerLM model_{nullptr};
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<train::Step> step_;
   std::unique_ptr<data::TrainStream> stream_;
-  models::Context context_;
-  models::Memory memory_;
+  std::int64_t steps_done_ = 0;
 };
 
-// Memory-mode evaluation of a model on random ids: B streams of segments of Q = eo.tgt_len with
-// memory M = eo.mem_len, in eval mode and without gradients, as the evaluator runs them. The
+// Memory-mode evaluation of a model on random ids: B streams of segments of Q = settings.tgt_len
+// with memory M = settings.mem_len, each scored by eval::score_batch as the evaluator scores it
+// (B = PhaseOptions::batch_size, bf16 autocast when PhaseOptions::bf16). The
 // memory starts full (random hidden states of the right shape: the cost of a segment does not
 // depend on their values), so a few untimed segments stand in for the ceil(M / Q) a real pass
 // needs to fill it; the stream starts at its second batch, which does not reset the memory, as
@@ -52,21 +54,19 @@ class TrainingLoop {
 class EvalLoop {
  public:
   // Enough random ids for `segments` segments (the stream must not run out).
-  EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::EvalOptions& eo,
+  EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::Settings& settings,
            const PhaseOptions& options, std::int64_t segments);
 
   // One segment; returns its mean nll over the scored tokens (a sanity check: finite).
   double segment();
 
-  std::int64_t tokens_per_segment() const { return batch_size_ * tgt_len_; }
+  std::int64_t tokens_per_segment() const { return settings_.batch_size * settings_.tgt_len; }
 
  private:
   models::TransformerLM model_;
-  bool bf16_;
-  std::int64_t batch_size_, tgt_len_;
+  eval::Settings settings_;
   std::unique_ptr<data::EvalStream> stream_;
   std::int64_t index_ = 1;
-  models::Context context_;
   models::Memory memory_;
 };
 

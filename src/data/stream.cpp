@@ -673,12 +673,6 @@ void SlidingStream::restore(const StreamState& state) {
 
 // --------------------------------------------------------------------------- from the config
 
-namespace {
-std::int64_t eval_tgt_len(const config::ExperimentConfig& experiment) {
-  return experiment.eval.tgt_len > 0 ? experiment.eval.tgt_len : experiment.model.tgt_len;
-}
-}  // namespace
-
 TrainStreamOptions train_stream_options(const config::ExperimentConfig& experiment,
                                         std::int64_t pad_id) {
   TrainStreamOptions options;
@@ -688,27 +682,6 @@ TrainStreamOptions train_stream_options(const config::ExperimentConfig& experime
   options.var_len = experiment.train.var_len;
   options.roll = experiment.train.roll;
   options.seed = experiment.run.seed;
-  options.pad_id = pad_id;
-  return options;
-}
-
-EvalStreamOptions eval_stream_options(const config::ExperimentConfig& experiment,
-                                      std::int64_t pad_id) {
-  EvalStreamOptions options;
-  options.batch_size = experiment.eval.batch_size;
-  options.tgt_len = eval_tgt_len(experiment);
-  options.ext_len = experiment.model.ext_len;
-  options.warmup = experiment.eval.warmup;
-  options.pad_id = pad_id;
-  return options;
-}
-
-SlidingStreamOptions sliding_stream_options(const config::ExperimentConfig& experiment,
-                                            std::int64_t pad_id) {
-  SlidingStreamOptions options;
-  options.batch_size = experiment.eval.batch_size;
-  options.window = experiment.eval.window > 0 ? experiment.eval.window : eval_tgt_len(experiment);
-  options.stride = experiment.eval.stride;
   options.pad_id = pad_id;
   return options;
 }

@@ -1,35 +1,51 @@
 #include "txl/eval/evaluator.h"
 
-#include "txl/util/json.h"
-
 #include <chrono>
 #include <cmath>
 #include <optional>
-
-#include <fmt/format.h>
+#include <vector>
 
 #include "txl/data/stream.h"
+#include "txl/dist/group.h"
+#include "txl/util/autocast.h"
 #include "txl/util/error.h"
-#include "txl/util/log.h"
+#include "txl/util/json.h"
 
 namespace txl::eval {
 
-EvalOptions resolve_eval_options(const config::ExperimentConfig& config) {
-  const auto& m = config.model;
-  const auto& e = config.eval;
-  EvalOptions o;
-  o.mode = e.mode;
-  o.tgt_len = e.tgt_len > 0 ? e.tgt_len : m.tgt_len;
-  o.mem_len = e.mem_len >= 0 ? e.mem_len : m.mem_len;
-  o.clamp_len = e.clamp_len >= -1 ? e.clamp_len : m.clamp_len;
-  o.same_length = e.same_length >= 0 ? e.same_length == 1 : m.same_length;
-  o.window = e.window > 0 ? e.window : o.tgt_len;
-  o.stride = e.stride;
-  o.warmup = e.warmup;
-  o.batch_size = e.batch_size;
-  o.max_tokens = e.max_tokens;
-  if (o.mode != "memory") o.mem_len = 0;
-  return o;
+double masked_sum(const torch::Tensor& nll, const torch::Tensor& mask) {
+  return nll.to(torch::kDouble).masked_fill(mask.logical_not(), 0.0).sum().item<double>();
+}
+
+BatchScore score_batch(models::TransformerLM& model, const data::Batch& cpu_batch,
+                       const Settings& settings, models::Memory* memory) {
+  torch::NoGradGuard no_grad;
+  const data::Batch batch = cpu_batch.to(settings.device);
+  models::LMOutput out;
+  {
+    AutocastGuard autocast(settings.bf16, settings.device);
+    out = model->forward(models::Inputs::of(batch), memory ? *memory : models::Memory(),
+                         segment_context(settings, model));
+  }
+  if (memory) *memory = std::move(out.memory);  // stays on the device
+  BatchScore score;
+  score.nll = out.nll.to(torch::kCPU);  // float [B, T]
+  score.sum = masked_sum(score.nll, cpu_batch.target_mask);
+  score.count = cpu_batch.target_mask.sum().item<std::int64_t>();
+  return score;
+}
+
+data::EncodedSplit scored_prefix(const data::EncodedSplit& split, std::int64_t max_tokens) {
+  const std::int64_t targets = split.ids.size(0) - 1;
+  if (max_tokens <= 0 || max_tokens >= targets) return split;
+  const double fraction = static_cast<double>(max_tokens) / static_cast<double>(targets);
+  data::EncodedSplit prefix;
+  prefix.ids = split.ids.narrow(0, 0, max_tokens + 1);  // int64 [max_tokens + 1]
+  prefix.n_bytes = std::llround(static_cast<double>(split.n_bytes) * fraction);
+  prefix.n_chars = std::llround(static_cast<double>(split.n_chars) * fraction);
+  if (split.doc_starts.defined())  // int64 [documents starting before the last token]
+    prefix.doc_starts = split.doc_starts.masked_select(split.doc_starts < max_tokens);
+  return prefix;
 }
 
 namespace {
@@ -39,16 +55,15 @@ class Accumulator {
  public:
   Accumulator(std::int64_t rows, bool keep_tokens) : keep_(keep_tokens), rows_(rows) {}
 
-  // nll: float [B, T]; mask: bool [B, T]. Rows are the batch's streams (memory, segments) or
-  // windows (sliding); `row_major` says whether rows are consecutive pieces of text (sliding)
-  // or long streams read column by column (memory, segments).
-  void add(const torch::Tensor& nll, const torch::Tensor& mask, bool row_major) {
-    auto masked = nll.to(torch::kDouble).masked_fill(mask.logical_not(), 0.0);
-    sum_ += masked.sum().item<double>();
-    count_ += mask.sum().item<std::int64_t>();
+  // Rows are the batch's streams (memory, segments) or windows (sliding); `row_major` says
+  // whether rows are consecutive pieces of text (sliding) or long streams read column by column
+  // (memory, segments). mask: bool [B, T], the batch's target_mask.
+  void add(const BatchScore& score, const torch::Tensor& mask, bool row_major) {
+    sum_ += score.sum;
+    count_ += score.count;
     if (!keep_) return;
-    auto values = nll.to(torch::kFloat);
-    for (std::int64_t b = 0; b < nll.size(0); ++b) {
+    auto values = score.nll.to(torch::kFloat);  // [B, T]
+    for (std::int64_t b = 0; b < values.size(0); ++b) {
       auto piece = values[b].masked_select(mask[b]);
       if (piece.numel() == 0) continue;
       if (row_major) {
@@ -79,159 +94,138 @@ class Accumulator {
   std::vector<std::vector<torch::Tensor>> per_row_;
 };
 
-// Scores one batch on `device` (the model's): the per-token nll (on the CPU) where the batch's
-// targets are scored. The memory stays on the model's device.
-torch::Tensor score(models::TransformerLM& model, const torch::Device& device,
-                    const data::Batch& cpu_batch, models::Memory* memory,
-                    const models::Context& context) {
-  const data::Batch batch = cpu_batch.to(device);
-  models::Memory empty;
-  auto out = model->forward(batch.tokens, batch.targets, batch.input_mask,
-                            memory ? *memory : empty, batch.reset, context);
-  if (memory) *memory = std::move(out.memory);
-  return out.nll.to(torch::kCPU);
+// The group the evaluation is shared with; null when this process is alone.
+dist::Group* sharing(const Settings& settings) {
+  return settings.group != nullptr && settings.group->distributed() ? settings.group : nullptr;
+}
+
+// Sliding: windows stand alone, so each rank takes one stretch of whole batches: its losses are
+// one stretch of the text, and the ranks' stretches gathered in rank order are the text's.
+void score_windows(models::TransformerLM& model, const torch::Tensor& ids,
+                   const Settings& settings, Accumulator& acc) {
+  data::SlidingStream stream(ids, sliding_stream_options(settings));
+  dist::Group* group = sharing(settings);
+  const auto mine = group == nullptr ? dist::RowRange{0, stream.size()}
+                                     : dist::shard_rows(stream.size(), group->rank(), group->world_size());
+  for (std::int64_t i = mine.begin; i < mine.end; ++i) {
+    const data::Batch batch = stream.batch(i);
+    acc.add(score_batch(model, batch, settings, nullptr), batch.target_mask, true);
+  }
+}
+
+// Memory and segments: each rank scores its rows of every batch, the same rows every batch, so
+// their memory stays with them (all rows in one process).
+void score_segments(models::TransformerLM& model, const data::EncodedSplit& text,
+                    const Settings& settings, Accumulator& acc) {
+  data::EvalStream stream(text.ids, eval_stream_options(settings),
+                          settings.documents ? text.doc_starts : torch::Tensor());
+  dist::Group* group = sharing(settings);
+  const bool with_memory = segment_context(settings, model).mem_len > 0;
+  models::Memory memory;
+  while (auto all = stream.next()) {
+    std::optional<data::Batch> batch = *all;
+    if (group != nullptr) {
+      const auto range = dist::shard_rows(all->rows(), group->rank(), group->world_size());
+      batch = range.size() > 0 ? std::optional(all->narrow_rows(range.begin, range.size())) : std::nullopt;
+    }
+    if (batch)
+      acc.add(score_batch(model, *batch, settings, with_memory ? &memory : nullptr),
+              batch->target_mask, false);
+  }
+}
+
+void check_request(const models::TransformerLM& model, const data::EncodedSplit& text,
+                   const Settings& settings, const Extras& extras) {
+  TXL_CHECK(text.ids.dim() == 1 && text.ids.size(0) >= 2, "evaluation needs at least 2 tokens, got ",
+            text.ids.numel());
+  const torch::Device at = model->parameters().front().device();
+  TXL_CHECK(at == settings.device, "evaluation runs where the model is: the model is on ", at.str(),
+            " but the evaluation settings say ", settings.device.str());
+  TXL_CHECK(!extras.recall_mask.defined() || extras.recall_mask.numel() == text.ids.numel(),
+            "recall mask has ", extras.recall_mask.numel(), " entries for ", text.ids.numel(), " tokens");
+  if (!settings.documents) return;
+  TXL_CHECK(settings.mode != Mode::kSliding && !extras.token_losses && !extras.recall_mask.defined(),
+            "data.document_mode: evaluating documents on their own gives no sliding windows, "
+            "per-token losses or recall; set data.document_mode=false for plain text");
+  TXL_CHECK(text.doc_starts.defined() && text.doc_starts.numel() > 0,
+            "data.document_mode: the text has no document starts");
+}
+
+// The figures from the sums over every rank.
+void fill_figures(EvalResult& r, double sum, std::int64_t count, const data::EncodedSplit& text) {
+  TXL_CHECK(count > 0, "evaluation scored no token");
+  TXL_CHECK(std::isfinite(sum), "evaluation loss is not finite (", sum, ")");
+  const double total_bits = sum / std::log(2.0);
+  r.tokens = count;
+  r.loss = sum / static_cast<double>(count);
+  r.ppl = std::exp(r.loss);
+  r.bits_per_token = r.loss / std::log(2.0);
+  r.bits_per_byte = text.n_bytes > 0 ? total_bits / static_cast<double>(text.n_bytes) : 0.0;
+  r.bits_per_char = text.n_chars > 0 ? total_bits / static_cast<double>(text.n_chars) : 0.0;
+  r.tokens_per_s = r.seconds > 0 ? static_cast<double>(count) / r.seconds : 0.0;
+}
+
+// Per-token losses and the recall figures from the accumulated losses of every rank.
+void fill_token_figures(EvalResult& r, const Accumulator& acc, const Settings& settings,
+                        const Extras& extras, std::int64_t n) {
+  auto losses = acc.token_losses();  // float [N - 1], target t + 1 at index t
+  // A rank's rows are consecutive streams (or batches of windows), so its losses are one
+  // stretch of the text.
+  if (dist::Group* group = sharing(settings)) losses = group->all_gather_rows(losses);
+  if (extras.recall_mask.defined()) {
+    const auto recall = extras.recall_mask.narrow(0, 1, n - 1).to(torch::kBool);  // [N - 1]
+    auto selected = losses.masked_select(recall);
+    r.recall_tokens = selected.numel();
+    r.recall_loss = selected.numel() > 0 ? selected.to(torch::kDouble).mean().item<double>() : 0.0;
+  }
+  if (extras.token_losses) r.token_losses = losses;
 }
 
 }  // namespace
 
-models::Context segment_context(const EvalOptions& options, const models::TransformerLM& model) {
-  const bool with_memory = options.mode == "memory" && options.mem_len > 0;
-  models::Context context;
-  context.mem_len = with_memory ? options.mem_len : 0;
-  context.clamp_len = options.clamp_len;
-  context.same_length = with_memory && options.same_length;
-  context.cache_kv = with_memory && options.cache_kv && model->can_cache_kv();
-  return context;
-}
-
-EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& full_ids,
-                    const EvalOptions& options, std::int64_t n_bytes, std::int64_t n_chars,
-                    torch::Tensor* token_losses, const torch::Tensor& full_recall_mask,
-                    const torch::Tensor& full_doc_starts) {
-  TXL_CHECK(full_ids.dim() == 1 && full_ids.size(0) >= 2,
-            "evaluation needs at least 2 tokens, got ", full_ids.numel());
-  // max_tokens scores a prefix of the text, the same tokens in every mode (memory and segments
-  // read B parallel streams, so stopping after max_tokens would sample B places instead).
-  const std::int64_t n_full = full_ids.size(0);
-  const std::int64_t n = options.max_tokens > 0 ? std::min(n_full, options.max_tokens + 1) : n_full;
-  const torch::Tensor ids = full_ids.narrow(0, 0, n);  // int64 [N]
-  const torch::Tensor recall_mask =
-      full_recall_mask.defined() ? full_recall_mask.narrow(0, 0, std::min(n, full_recall_mask.numel()))
-                                 : torch::Tensor();
-  torch::Tensor doc_starts = full_doc_starts;
-  if (doc_starts.defined() && n < n_full) doc_starts = doc_starts.masked_select(doc_starts < n - 1);
-  TXL_CHECK(options.mode == "memory" || options.mode == "segments" || options.mode == "sliding",
-            "eval.mode: '", options.mode, "' is not one of memory | segments | sliding");
+EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& split,
+                    const Settings& settings, const Extras& extras) {
+  check_request(model, split, settings, extras);
+  const data::EncodedSplit text = scored_prefix(split, settings.max_tokens);
+  const std::int64_t n = text.ids.size(0);
   torch::NoGradGuard no_grad;
   const bool was_training = model->is_training();
   model->eval();
   const auto start = std::chrono::steady_clock::now();
 
   EvalResult result;
-  result.mode = options.mode;
-  const bool documents = doc_starts.defined();
-  TXL_CHECK(!documents || (token_losses == nullptr && !recall_mask.defined() && options.mode != "sliding"),
-            "document-mode evaluation gives no per-token losses, recall or sliding windows");
-  const bool want_recall = recall_mask.defined();
-  if (want_recall) {
-    TXL_CHECK(full_recall_mask.numel() == n_full, "recall mask has ", full_recall_mask.numel(),
-              " entries for ", n_full, " tokens");
-  }
-  Accumulator acc(options.batch_size, token_losses != nullptr || want_recall);
-  const torch::Device device = model->parameters().front().device();
-  dist::Group* group = options.group != nullptr && options.group->distributed() ? options.group : nullptr;
-  // Memory and segments: this rank's rows of every batch, which stay with their memory (all of
-  // them in one process).
-  auto my_rows = [&](const data::Batch& batch) -> std::optional<data::Batch> {
-    if (group == nullptr) return batch;
-    auto range = dist::shard_rows(batch.rows(), group->rank(), group->world_size());
-    if (range.size() == 0) return std::nullopt;
-    return batch.narrow_rows(range.begin, range.size());
-  };
-
-  if (options.mode == "sliding") {
-    data::SlidingStreamOptions so;
-    so.batch_size = options.batch_size;
-    so.window = options.window;
-    so.stride = options.stride;
-    data::SlidingStream stream(ids, so);
-    models::Context context;  // no memory: every window stands alone
-    context.clamp_len = options.clamp_len;
-    result.window = options.window;
-    result.stride = options.stride;
-    result.tgt_len = options.window;
-    // Windows stand alone, so each rank takes one stretch of whole batches: its losses are one
-    // stretch of the text, and the ranks' stretches gathered in rank order are the text's.
-    const auto mine = group == nullptr ? dist::RowRange{0, stream.size()}
-                                       : dist::shard_rows(stream.size(), group->rank(), group->world_size());
-    for (std::int64_t i = mine.begin; i < mine.end; ++i) {
-      const data::Batch batch = stream.batch(i);
-      acc.add(score(model, device, batch, nullptr, context), batch.target_mask, true);
-    }
+  result.mode = settings.mode;
+  const bool keep_tokens = extras.token_losses || extras.recall_mask.defined();
+  Accumulator acc(settings.batch_size, keep_tokens);
+  if (settings.mode == Mode::kSliding) {
+    result.tgt_len = settings.window;
+    result.window = settings.window;
+    result.stride = settings.stride;
+    score_windows(model, text.ids, settings, acc);
   } else {
-    const bool with_memory = options.mode == "memory" && options.mem_len > 0;
-    data::EvalStreamOptions so;
-    so.batch_size = options.batch_size;
-    so.tgt_len = options.tgt_len;
-    so.warmup = with_memory ? options.warmup : 0;
-    data::EvalStream stream(ids, so, doc_starts);
-    const models::Context context = segment_context(options, model);
-    result.tgt_len = options.tgt_len;
-    result.mem_len = context.mem_len;
-    models::Memory memory;
-    while (true) {
-      auto all = stream.next();
-      if (!all) break;
-      auto batch = my_rows(*all);  // the same rows every batch, so memory stays with them
-      if (batch)
-        acc.add(score(model, device, *batch, with_memory ? &memory : nullptr, context),
-                batch->target_mask, false);
-    }
+    result.tgt_len = settings.tgt_len;
+    result.mem_len = segment_context(settings, model).mem_len;
+    score_segments(model, text, settings, acc);
   }
-
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (was_training) model->train();
+
   double sum = acc.sum();
   std::int64_t count = acc.count();
-  if (group != nullptr) {
+  if (dist::Group* group = sharing(settings)) {
     auto totals = torch::tensor({sum, static_cast<double>(count)}, torch::kDouble);  // [2]
     group->all_reduce(totals);
     sum = totals[0].item<double>();
     count = static_cast<std::int64_t>(totals[1].item<double>());
   }
-  TXL_CHECK(count > 0, "evaluation scored no token");
-  TXL_CHECK(std::isfinite(sum), "evaluation loss is not finite (", sum, ")");
-
-  const double total_bits = sum / std::log(2.0);
-  // When only part of the split was scored, bytes and characters are prorated by tokens.
-  // Bytes and characters are prorated when only a prefix was scored.
-  const double fraction = static_cast<double>(n - 1) / static_cast<double>(n_full - 1);
-  result.tokens = count;
-  result.loss = sum / static_cast<double>(count);
-  result.ppl = std::exp(result.loss);
-  result.bits_per_token = result.loss / std::log(2.0);
-  result.bits_per_byte = n_bytes > 0 ? total_bits / (static_cast<double>(n_bytes) * fraction) : 0.0;
-  result.bits_per_char = n_chars > 0 ? total_bits / (static_cast<double>(n_chars) * fraction) : 0.0;
-  result.seconds = seconds;
-  result.tokens_per_s = seconds > 0 ? static_cast<double>(count) / seconds : 0.0;
-  if (token_losses || want_recall) {
-    auto losses = acc.token_losses();  // float [N - 1], target t + 1 at index t
-    // A rank's rows are consecutive streams, so its losses are one stretch of the text.
-    if (group != nullptr) losses = group->all_gather_rows(losses);
-    if (want_recall) {
-      auto selected = losses.masked_select(recall_mask.narrow(0, 1, ids.size(0) - 1).to(torch::kBool));
-      result.recall_tokens = selected.numel();
-      result.recall_loss = selected.numel() > 0 ? selected.to(torch::kDouble).mean().item<double>() : 0.0;
-    }
-    if (token_losses) *token_losses = losses;
-  }
+  fill_figures(result, sum, count, text);
+  if (keep_tokens) fill_token_figures(result, acc, settings, extras, n);
   return result;
 }
 
 std::string to_json(const EvalResult& r) {
-  json::Json j = {{"split", r.split},   {"mode", r.mode},     {"tgt_len", r.tgt_len},
-                  {"mem_len", r.mem_len}, {"window", r.window}, {"stride", r.stride},
+  json::Json j = {{"split", r.split},   {"mode", mode_name(r.mode)}, {"tgt_len", r.tgt_len},
+                  {"mem_len", r.mem_len}, {"window", r.window},      {"stride", r.stride},
                   {"tokens", r.tokens},   {"recall_tokens", r.recall_tokens}};
   const std::pair<const char*, double> numbers[] = {
       {"loss", r.loss},

@@ -33,7 +33,7 @@ void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
                      "bits/B", "tokens", "tok/s");
   for (const auto& r : results) {
     out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9.4f} {:>10.3f} {:>8.4f} {:>8.4f} {:>10} {:>9.0f}\n",
-                       r.split, r.mode, r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
+                       r.split, mode_name(r.mode), r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
                        r.bits_per_token, r.bits_per_byte, r.tokens, r.tokens_per_s);
     if (r.recall_tokens > 0) {
       out << fmt::format("{:<8} recall loss {:.4f} nats over {} recalled values (ln 64 = 4.159 "
@@ -77,10 +77,11 @@ config::ExperimentConfig evaluation_config(const models::LoadedModel& loaded,
                                                 request.overrides);
   for (const auto& line : config::diff_experiments(loaded.config, config)) {
     const bool allowed = line.rfind("eval.", 0) == 0 || line.rfind("data.", 0) == 0 ||
-                         line.rfind("run.threads", 0) == 0;
+                         line.rfind("run.threads:", 0) == 0 || line.rfind("run.device:", 0) == 0 ||
+                         line.rfind("run.precision:", 0) == 0;
     TXL_CHECK(allowed, "txl-eval --set: ", line.substr(0, 120),
-              ": only eval.*, data.* and run.threads may be set; the model and its training are "
-              "those of the checkpoint");
+              ": only eval.*, data.* and run.threads, run.device, run.precision may be set; the "
+              "model and its training are those of the checkpoint");
   }
   return config;
 }
@@ -100,19 +101,6 @@ data::EncodedSplit encode_text(const std::string& text, const data::Tokenizer& t
 }  // namespace
 
 namespace {
-
-// The request's typed flags on top of the experiment's eval section.
-void apply_flags(const EvalRequest& request, config::EvalConfig& e) {
-  if (request.mode) e.mode = *request.mode;
-  if (request.tgt_len) e.tgt_len = *request.tgt_len;
-  if (request.mem_len) e.mem_len = *request.mem_len;
-  if (request.clamp_len) e.clamp_len = *request.clamp_len;
-  if (request.same_length) e.same_length = *request.same_length;
-  if (request.window) e.window = *request.window;
-  if (request.stride) e.stride = *request.stride;
-  if (request.warmup) e.warmup = *request.warmup;
-  if (request.batch_size) e.batch_size = *request.batch_size;
-}
 
 struct Target {
   std::string name;
@@ -141,21 +129,21 @@ std::vector<Target> collect_targets(const EvalRequest& request, const config::Ex
 }
 
 // Perplexity against the evaluation memory length: results, context_sweep.json and its plot.
+// Each point is the experiment in memory mode with eval.mem_len = M.
 std::vector<EvalResult> sweep(const EvalRequest& request, const config::ExperimentConfig& config,
-                              const EvalOptions& options, models::LoadedModel& loaded,
+                              const Settings& settings, models::LoadedModel& loaded,
                               const std::vector<Target>& targets, bool main_rank) {
-  std::vector<int> mem_lens = request.sweep_mem_lens;
-  if (mem_lens.empty()) mem_lens = config.eval.sweep_mem_lens;
-  const int q = options.tgt_len;
+  std::vector<int> mem_lens = config.eval.sweep_mem_lens;
+  const int q = settings.tgt_len;
   if (mem_lens.empty()) mem_lens = {0, q, 2 * q, 4 * q, 8 * q};
   std::vector<EvalResult> results;
   json::Json records = json::Json::array();
   for (const auto& target : targets) {
     for (int m : mem_lens) {
-      EvalOptions o = options;
-      o.mode = "memory";
-      o.mem_len = m;
-      auto r = evaluate(loaded.model, target.split.ids, o, target.split.n_bytes, target.split.n_chars);
+      config::ExperimentConfig point = config;
+      point.eval.mode = mode_name(Mode::kMemory);
+      point.eval.mem_len = m;
+      auto r = evaluate(loaded.model, target.split, resolve_settings(point, settings.group));
       r.split = target.name;
       log::info("eval", "{} mem_len {:>5}: ppl {:.3f}", target.name, m, r.ppl);
       results.push_back(r);
@@ -176,7 +164,7 @@ std::vector<EvalResult> sweep(const EvalRequest& request, const config::Experime
 // every target is scored, so that a failed write on rank 0 cannot leave the other ranks waiting
 // in the next target's collectives; the folder is checked first, on every rank.
 std::vector<EvalResult> score(const EvalRequest& request, const config::ExperimentConfig& config,
-                              const EvalOptions& options, models::LoadedModel& loaded,
+                              const Settings& settings, models::LoadedModel& loaded,
                               const std::vector<Target>& targets, bool main_rank) {
   const bool keep_losses = !request.token_losses_path.empty();
   if (keep_losses) {
@@ -187,16 +175,19 @@ std::vector<EvalResult> score(const EvalRequest& request, const config::Experime
   std::vector<EvalResult> results;
   std::vector<std::pair<stdfs::path, torch::Tensor>> token_losses;
   for (const auto& target : targets) {
-    torch::Tensor losses, recall;  // recall: the synthetic corpus's recalled values, also on their own
-    if (config.data.corpus == "synthetic") recall = data::synthetic_recall_mask(target.split.ids, *loaded.tokenizer);
-    auto r = evaluate(loaded.model, target.split.ids, options, target.split.n_bytes,
-                      target.split.n_chars, keep_losses ? &losses : nullptr, recall);
+    Extras extras;
+    extras.token_losses = keep_losses;
+    // The synthetic corpus's recalled values, also on their own (plain text only).
+    if (config.data.corpus == "synthetic" && !settings.documents)
+      extras.recall_mask = data::synthetic_recall_mask(target.split.ids, *loaded.tokenizer);
+    auto r = evaluate(loaded.model, target.split, settings, extras);
     r.split = target.name;
+    if (keep_losses) {
+      stdfs::path path = request.token_losses_path;
+      if (targets.size() > 1) path += "." + target.name;
+      token_losses.emplace_back(path, r.token_losses);
+    }
     results.push_back(r);
-    if (!keep_losses) continue;
-    stdfs::path path = request.token_losses_path;
-    if (targets.size() > 1) path += "." + target.name;
-    token_losses.emplace_back(path, losses);
   }
   for (const auto& [path, losses] : token_losses) {
     if (!main_rank) break;
@@ -208,20 +199,39 @@ std::vector<EvalResult> score(const EvalRequest& request, const config::Experime
 
 }  // namespace
 
+const std::vector<EvalFlag>& eval_flags() {
+  static const std::vector<EvalFlag> flags = {
+      {"--mode", "eval.mode", "memory | segments | sliding", false},
+      {"--tgt-len", "eval.tgt_len", "segment length Q (0 = model.tgt_len)", false},
+      {"--mem-len", "eval.mem_len", "memory length M (-1 = model.mem_len)", false},
+      {"--clamp-len", "eval.clamp_len", "clamp relative distances (-1 = none, -2 = model's)", false},
+      {"--same-length", "eval.same_length", "0 or 1 (-1 = model's)", false},
+      {"--window", "eval.window", "sliding window L (0 = tgt_len)", false},
+      {"--stride", "eval.stride", "sliding stride s", false},
+      {"--warmup", "eval.warmup", "memory warm-up tokens", false},
+      {"--batch-size", "eval.batch_size", "evaluation streams / windows per batch", false},
+      {"--max-tokens", "eval.max_tokens", "score only the first N targets of each split (0 = all)", false},
+      {"--sweep-mem-lens", "eval.sweep_mem_lens", "mem_len values of the sweep, e.g. 0,64,128", true},
+  };
+  return flags;
+}
+
+std::string flag_override(const EvalFlag& flag, const std::string& value) {
+  return std::string(flag.key) + "=" + (flag.list ? "[" + value + "]" : value);
+}
+
 void run(const EvalRequest& request, std::ostream& out) {
   const auto group = request.group ? request.group : std::make_shared<dist::Group>();
   const bool main_rank = group->is_main();
   use_threads(request.threads, group->env().local_world_size);  // the node's cores shared
   // The model and the tokenizer it was trained with, from the checkpoint alone.
   auto loaded = models::load_model(request.checkpoint);
-  auto config = evaluation_config(loaded, request);
-  apply_flags(request, config.eval);
-  EvalOptions options = resolve_eval_options(config);
-  if (request.max_tokens > 0) options.max_tokens = request.max_tokens;
-  options.group = group.get();
+  const auto config = evaluation_config(loaded, request);
+  const Settings settings = resolve_settings(config, group.get());
+  loaded.model->to(settings.device);
   const auto targets = collect_targets(request, config, loaded, *group);
-  const auto results = request.sweep ? sweep(request, config, options, loaded, targets, main_rank)
-                                     : score(request, config, options, loaded, targets, main_rank);
+  const auto results = request.sweep ? sweep(request, config, settings, loaded, targets, main_rank)
+                                     : score(request, config, settings, loaded, targets, main_rank);
   if (!main_rank) return;  // rank 0 speaks for all
   if (request.json) {
     for (const auto& r : results) out << to_json(r) << "\n";

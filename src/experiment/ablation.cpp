@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
@@ -16,12 +15,13 @@
 #include "txl/train/trainer.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
+#include "txl/util/json.h"
 #include "txl/util/log.h"
 
 namespace txl::experiment {
 
 namespace stdfs = std::filesystem;
-using Json = nlohmann::ordered_json;
+using Json = json::OrderedJson;
 
 std::string training_fingerprint(const config::ExperimentConfig& variant) {
   config::ExperimentConfig trained = variant;
@@ -63,14 +63,20 @@ std::optional<DoneMarker> read_done(const stdfs::path& dir) {
     return std::nullopt;
   }
   DoneMarker d;
-  d.stage = j.value("stage", "");
-  d.fingerprint = j.value("fingerprint", "");
-  d.steps = j.value("steps", std::int64_t{0});
-  d.tokens = j.value("tokens", std::int64_t{0});
-  d.train_seconds = j.value("train_seconds", 0.0);
-  d.train_tokens_per_s = j.value("train_tokens_per_s", 0.0);
-  d.params = j.value("params", std::int64_t{0});
-  d.stop_reason = j.value("stop_reason", "");
+  try {
+    d.stage = j.value("stage", "");
+    d.fingerprint = j.value("fingerprint", "");
+    d.steps = j.value("steps", std::int64_t{0});
+    d.tokens = j.value("tokens", std::int64_t{0});
+    d.train_seconds = json::get_number(j, "train_seconds", 0.0);
+    d.train_tokens_per_s = json::get_number(j, "train_tokens_per_s", 0.0);
+    d.params = j.value("params", std::int64_t{0});
+    d.stop_reason = j.value("stop_reason", "");
+  } catch (const nlohmann::json::exception& e) {
+    log::warn(kTag, "{} holds a field of the wrong type ({}); the variant is treated as unfinished",
+              path.string(), e.what());
+    return std::nullopt;
+  }
   return d;
 }
 
@@ -80,8 +86,8 @@ void write_done(const stdfs::path& dir, const DoneMarker& d) {
   j["fingerprint"] = d.fingerprint;
   j["steps"] = d.steps;
   j["tokens"] = d.tokens;
-  j["train_seconds"] = d.train_seconds;
-  j["train_tokens_per_s"] = d.train_tokens_per_s;
+  json::put_number(j, "train_seconds", d.train_seconds);
+  json::put_number(j, "train_tokens_per_s", d.train_tokens_per_s);
   j["params"] = d.params;
   j["stop_reason"] = d.stop_reason;
   fs::write_atomic(dir / kDoneFile, j.dump(2) + "\n");
@@ -143,49 +149,31 @@ void write_cache(const stdfs::path& dir, const EvalCache& cache) {
 
 // ------------------------------------------------------------------------------- helpers
 
-// The resolved evaluation settings of one planned evaluation.
-eval::EvalOptions eval_options(const config::ExperimentConfig& cfg, const PlannedEval& p) {
-  eval::EvalOptions o = eval::resolve_eval_options(cfg);
-  o.mode = p.mode;
-  o.tgt_len = p.tgt_len;
-  o.mem_len = p.mem_len;
-  if (p.mode == "sliding") {
-    o.window = p.window;
-    o.stride = p.stride;
-  }
-  o.max_tokens = 0;  // the prefix is cut by scored_text, the same for every mode
-  return o;
-}
-
 // Targets scored per split: --eval-max-tokens when given, else the experiment's eval.max_tokens.
 std::int64_t eval_limit(const config::ExperimentConfig& cfg, const AblationOptions& options) {
   return options.eval_max_tokens > 0 ? options.eval_max_tokens : cfg.eval.max_tokens;
 }
 
-// Every setting that changes an evaluation's result, so a cached one is reused only when equal.
-std::string cache_key(const PlannedEval& p, const eval::EvalOptions& o, std::int64_t max_tokens) {
-  return fmt::format("{}|clamp{}|same{}|warmup{}|B{}|max{}", p.key(), o.clamp_len,
-                     o.same_length ? 1 : 0, o.mode == "memory" ? o.warmup : 0, o.batch_size,
-                     max_tokens);
+// The variant's evaluations, each scoring the same prefix of its split (eval_limit).
+std::vector<PlannedEval> planned_evals(const config::ExperimentConfig& cfg,
+                                       const AblationOptions& options) {
+  config::ExperimentConfig limited = cfg;
+  limited.eval.max_tokens = eval_limit(cfg, options);
+  return evaluation_plan(limited, options.memory_multiples);
 }
 
-// The text one evaluation scores: the split, or its first max_tokens targets, with bytes and
-// characters prorated. Cutting the ids here, rather than with EvalOptions::max_tokens, makes
-// every mode score the same tokens: memory and segments modes read B parallel streams, so their
-// first N scored tokens would come from B places in the text, while sliding reads it in order.
-struct ScoredText {
-  torch::Tensor ids;  // int64 [N + 1]
-  std::int64_t n_bytes = 0;
-  std::int64_t n_chars = 0;
-};
-
-ScoredText scored_text(const data::EncodedSplit& split, std::int64_t max_tokens) {
-  const std::int64_t targets = split.ids.size(0) - 1;
-  if (max_tokens <= 0 || max_tokens >= targets) return {split.ids, split.n_bytes, split.n_chars};
-  const double fraction = static_cast<double>(max_tokens) / static_cast<double>(targets);
-  return {split.ids.narrow(0, 0, max_tokens + 1),  // [max_tokens + 1]
-          std::llround(static_cast<double>(split.n_bytes) * fraction),
-          std::llround(static_cast<double>(split.n_chars) * fraction)};
+// Every setting that changes an evaluation's result, so a cached one is reused only when equal.
+// ext_len, document mode and bf16 were not honoured by older versions: they appear only when on,
+// so the keys of evaluations without them are unchanged.
+std::string cache_key(const PlannedEval& p) {
+  const eval::Settings& s = p.settings;
+  std::string key = fmt::format("{}|clamp{}|same{}|warmup{}|B{}|max{}", p.key(), s.clamp_len,
+                                s.same_length ? 1 : 0, s.mode == eval::Mode::kMemory ? s.warmup : 0,
+                                s.batch_size, s.max_tokens);
+  if (s.ext_len > 0 && s.mode != eval::Mode::kSliding) key += fmt::format("|ext{}", s.ext_len);
+  if (s.documents) key += "|documents";
+  if (s.bf16) key += "|bf16";
+  return key;
 }
 
 // The settings that differ between the run directory's config.yaml and `cfg`, training ones only.
@@ -253,27 +241,25 @@ class DatasetCache {
   data::Dataset dataset_;
 };
 
-ResultRecord make_record(const std::string& variant, const config::ExperimentConfig& cfg,
-                         const PlannedEval& p, const eval::EvalResult& r) {
-  ResultRecord rec;
-  rec.variant = variant;
-  rec.attn_type = cfg.model.attn_type;
-  rec.eval_mode = p.mode;
-  rec.split = p.split;
-  rec.tgt_len = p.tgt_len;
-  rec.mem_len = p.mem_len;
-  rec.window = p.window;
-  rec.stride = p.stride;
-  rec.loss = r.loss;
-  rec.ppl = r.ppl;
-  rec.bits_per_byte = r.bits_per_byte;
-  rec.bits_per_char = r.bits_per_char;
-  rec.tokens = r.tokens;
-  rec.tokens_per_s = r.tokens_per_s;
-  rec.seconds = r.seconds;
-  rec.recall_loss = r.recall_loss;
-  rec.recall_tokens = r.recall_tokens;
-  return rec;
+// One planned evaluation of the variant's model as a record (without the training figures).
+// On the synthetic corpus the recalled values are also scored on their own (plain text only).
+ResultRecord evaluate_planned(const std::string& name, const config::ExperimentConfig& cfg,
+                              models::TransformerLM& model, const data::Dataset& dataset,
+                              const PlannedEval& p) {
+  const data::EncodedSplit& split = dataset.split(p.split);
+  eval::Extras extras;
+  if (cfg.data.corpus == "synthetic" && !p.settings.documents)
+    extras.recall_mask = data::synthetic_recall_mask(split.ids, *dataset.tokenizer);  // bool [N]
+  auto r = eval::evaluate(model, split, p.settings, extras);
+  r.split = p.split;
+  const eval::Shape shape = eval::shape_of(p.settings);
+  log::info(kTag, "variant {}: {} {} (Q {}, M {}, L {}, s {}): ppl {:.3f}, {:.0f} tok/s, {:.1f} s",
+            name, p.split, eval::mode_name(p.settings.mode), shape.tgt_len, shape.mem_len,
+            shape.window, shape.stride, r.ppl, r.tokens_per_s, r.seconds);
+  ResultRecord record = make_record(r, p.settings);
+  record.variant = name;
+  record.attn_type = cfg.model.attn_type;
+  return record;
 }
 
 void fill_training(ResultRecord& rec, const config::ExperimentConfig& cfg, const DoneMarker& d) {
@@ -346,11 +332,10 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
   }
 
   // Evaluation of every planned mode not cached yet.
-  const auto plan = evaluation_plan(cfg, options.memory_multiples);
+  const auto plan = planned_evals(cfg, options);
   EvalCache cache = read_cache(dir, fingerprint);
   std::vector<std::string> keys;
-  for (const auto& p : plan)
-    keys.push_back(cache_key(p, eval_options(cfg, p), eval_limit(cfg, options)));
+  for (const auto& p : plan) keys.push_back(cache_key(p));
   const bool missing = std::any_of(keys.begin(), keys.end(),
                                    [&](const auto& k) { return cache.records.count(k) == 0; });
   if (missing) {
@@ -366,6 +351,7 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
       done->params = params;
       write_done(dir, *done);
     }
+    loaded.model->to(plan.front().settings.device);  // run.device, the same for every evaluation
     const data::Dataset& dataset = datasets.get(cfg.data, loaded.tokenizer);
     log::info(kTag, "variant {}: evaluating {}", name, checkpoint.string());
     for (size_t i = 0; i < plan.size(); ++i) {
@@ -374,22 +360,9 @@ VariantOutcome run_variant(const std::string& name, const config::ExperimentConf
         outcome.interrupted = true;
         return outcome;
       }
-      const auto& p = plan[i];
-      const ScoredText text = scored_text(dataset.split(p.split), eval_limit(cfg, options));
-      // On the synthetic corpus the recalled values are also scored on their own.
-      torch::Tensor recall;
-      if (cfg.data.corpus == "synthetic") {
-        recall = data::synthetic_recall_mask(text.ids, *dataset.tokenizer);  // bool [N + 1]
-      }
-      auto r = eval::evaluate(loaded.model, text.ids, eval_options(cfg, p), text.n_bytes,
-                              text.n_chars, nullptr, recall);
-      cache.records[keys[i]] = make_record(name, cfg, p, r);
+      cache.records[keys[i]] = evaluate_planned(name, cfg, loaded.model, dataset, plan[i]);
       cache.keys.push_back(keys[i]);
       write_cache(dir, cache);
-      log::info(kTag,
-                "variant {}: {} {} (Q {}, M {}, L {}, s {}): ppl {:.3f}, {:.0f} tok/s, {:.1f} s",
-                name, p.split, p.mode, p.tgt_len, p.mem_len, p.window, p.stride, r.ppl,
-                r.tokens_per_s, r.seconds);
     }
   } else {
     log::info(kTag, "variant {}: every evaluation cached in {}", name, (dir / kEvalFile).string());
@@ -417,8 +390,8 @@ std::vector<ResultRecord> cached_records(const std::string& name,
   if (!done || done->fingerprint != fingerprint) return {};
   EvalCache cache = read_cache(dir, fingerprint);
   std::vector<ResultRecord> records;
-  for (const auto& p : evaluation_plan(cfg, options.memory_multiples)) {
-    auto it = cache.records.find(cache_key(p, eval_options(cfg, p), eval_limit(cfg, options)));
+  for (const auto& p : planned_evals(cfg, options)) {
+    auto it = cache.records.find(cache_key(p));
     if (it == cache.records.end()) continue;
     ResultRecord rec = it->second;
     fill_training(rec, cfg, *done);

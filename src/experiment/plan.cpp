@@ -1,5 +1,5 @@
 // The evaluation plan of an ablation variant: which modes and contexts fit its attention. Kept
-// apart from ablation.cpp because it needs only the config structs.
+// apart from ablation.cpp because it needs only the config and the evaluation settings.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -10,27 +10,40 @@
 namespace txl::experiment {
 
 std::string PlannedEval::key() const {
-  return fmt::format("{}/{}/Q{}/M{}/L{}/s{}", split, mode, tgt_len, mem_len, window, stride);
+  const eval::Shape s = eval::shape_of(settings);
+  return fmt::format("{}/{}/Q{}/M{}/L{}/s{}", split, eval::mode_name(settings.mode), s.tgt_len,
+                     s.mem_len, s.window, s.stride);
 }
+
+namespace {
+
+// The variant's settings in `mode` (with eval.mem_len = mem_len when >= 0).
+eval::Settings in_mode(const config::ExperimentConfig& variant, eval::Mode mode, int mem_len = -1) {
+  config::ExperimentConfig c = variant;
+  c.eval.mode = eval::mode_name(mode);
+  if (mem_len >= 0) c.eval.mem_len = mem_len;
+  return eval::resolve_settings(c);
+}
+
+}  // namespace
 
 std::vector<PlannedEval> evaluation_plan(const config::ExperimentConfig& variant,
                                          const std::vector<int>& memory_multiples) {
-  const auto& m = variant.model;
   const auto& e = variant.eval;
-  const int q = e.tgt_len > 0 ? e.tgt_len : m.tgt_len;
   // Absolute positions cannot use memory (their positions would repeat across segments, paper
   // 3.3), so they get the two fixed-context evaluations of Al-Rfou et al.; relative ones get
   // memory, the Transformer-XL evaluation, and fixed segments as the like-for-like reference.
-  const bool absolute = m.attn_type == "vanilla" || m.attn_type == "vanilla_learned";
-  std::vector<PlannedEval> per_split;
+  const bool absolute = variant.model.attn_type == "vanilla" || variant.model.attn_type == "vanilla_learned";
+  std::vector<eval::Settings> per_split;
   if (absolute) {
-    per_split.push_back({"", "segments", q, 0, 0, 0});
-    const int window = e.window > 0 ? e.window : q;
-    TXL_CHECK(e.stride >= 1 && e.stride <= window, "eval.stride = ", e.stride,
-              " must be between 1 and the sliding window ", window, " (", variant.run.name, ")");
-    per_split.push_back({"", "sliding", q, 0, window, e.stride});
+    per_split.push_back(in_mode(variant, eval::Mode::kSegments));
+    const eval::Settings sliding = in_mode(variant, eval::Mode::kSliding);
+    TXL_CHECK(sliding.stride >= 1 && sliding.stride <= sliding.window, "eval.stride = ",
+              sliding.stride, " must be between 1 and the sliding window ", sliding.window, " (",
+              variant.run.name, ")");
+    per_split.push_back(sliding);
   } else {
-    const int trained = e.mem_len >= 0 ? e.mem_len : m.mem_len;
+    const int trained = in_mode(variant, eval::Mode::kMemory).mem_len;
     std::vector<int> lengths;
     for (int k : memory_multiples) {
       TXL_CHECK(k >= 1, "memory multiples must be >= 1, got ", k);
@@ -38,17 +51,14 @@ std::vector<PlannedEval> evaluation_plan(const config::ExperimentConfig& variant
         lengths.push_back(k * trained);
       }
     }
-    for (int len : lengths) per_split.push_back({"", "memory", q, len, 0, 0});
-    per_split.push_back({"", "segments", q, 0, 0, 0});
+    for (int len : lengths) per_split.push_back(in_mode(variant, eval::Mode::kMemory, len));
+    per_split.push_back(in_mode(variant, eval::Mode::kSegments));
   }
   TXL_CHECK(!e.splits.empty(), "eval.splits is empty for ", variant.run.name,
             "; list at least one of valid, test");
   std::vector<PlannedEval> plan;
   for (const auto& split : e.splits) {
-    for (auto p : per_split) {
-      p.split = split;
-      plan.push_back(p);
-    }
+    for (const auto& settings : per_split) plan.push_back({split, settings});
   }
   return plan;
 }

@@ -5,18 +5,19 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "txl/eval/evaluator.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
+#include "txl/util/json.h"
 #include "txl/util/log.h"
 #include "txl/util/plot.h"
 
 namespace txl::experiment {
 
 namespace stdfs = std::filesystem;
-using Json = nlohmann::ordered_json;
+using Json = json::OrderedJson;
 
 double ResultRecord::seconds_per_token() const {
   return tokens > 0 ? seconds / static_cast<double>(tokens) : 0.0;
@@ -26,6 +27,27 @@ int ResultRecord::context() const {
   if (eval_mode == "memory") return mem_len;
   if (eval_mode == "sliding") return window;
   return tgt_len;
+}
+
+ResultRecord make_record(const eval::EvalResult& result, const eval::Settings& settings) {
+  const eval::Shape shape = eval::shape_of(settings);
+  ResultRecord rec;
+  rec.eval_mode = eval::mode_name(settings.mode);
+  rec.split = result.split;
+  rec.tgt_len = shape.tgt_len;
+  rec.mem_len = shape.mem_len;
+  rec.window = shape.window;
+  rec.stride = shape.stride;
+  rec.loss = result.loss;
+  rec.ppl = result.ppl;
+  rec.bits_per_byte = result.bits_per_byte;
+  rec.bits_per_char = result.bits_per_char;
+  rec.tokens = result.tokens;
+  rec.tokens_per_s = result.tokens_per_s;
+  rec.seconds = result.seconds;
+  rec.recall_loss = result.recall_loss;
+  rec.recall_tokens = result.recall_tokens;
+  return rec;
 }
 
 // ------------------------------------------------------------------------------ JSON and CSV
@@ -42,22 +64,22 @@ Json record_to_json(const ResultRecord& r) {
   j["mem_len"] = r.mem_len;
   j["window"] = r.window;
   j["stride"] = r.stride;
-  j["loss"] = r.loss;
-  j["ppl"] = r.ppl;
-  j["bits_per_byte"] = r.bits_per_byte;
-  j["bits_per_char"] = r.bits_per_char;
+  json::put_number(j, "loss", r.loss);
+  json::put_number(j, "ppl", r.ppl);
+  json::put_number(j, "bits_per_byte", r.bits_per_byte);
+  json::put_number(j, "bits_per_char", r.bits_per_char);
   j["tokens"] = r.tokens;
-  j["tokens_per_s"] = r.tokens_per_s;
-  j["seconds"] = r.seconds;
-  j["seconds_per_token"] = r.seconds_per_token();
-  j["recall_loss"] = r.recall_loss;
+  json::put_number(j, "tokens_per_s", r.tokens_per_s);
+  json::put_number(j, "seconds", r.seconds);
+  json::put_number(j, "seconds_per_token", r.seconds_per_token());
+  json::put_number(j, "recall_loss", r.recall_loss);
   j["recall_tokens"] = r.recall_tokens;
   j["train_tgt_len"] = r.train_tgt_len;
   j["train_mem_len"] = r.train_mem_len;
   j["train_steps"] = r.train_steps;
   j["train_tokens"] = r.train_tokens;
-  j["train_tokens_per_s"] = r.train_tokens_per_s;
-  j["train_seconds"] = r.train_seconds;
+  json::put_number(j, "train_tokens_per_s", r.train_tokens_per_s);
+  json::put_number(j, "train_seconds", r.train_seconds);
   j["params"] = r.params;
   return j;
 }
@@ -68,9 +90,9 @@ T field(const Json& j, const char* key, const std::string& origin) {
   auto it = j.find(key);
   TXL_CHECK(it != j.end(), origin, ": result record lacks \"", key,
             "\" (written by another txl version?); delete the file to recompute it");
-  // nlohmann writes NaN and infinity as null; read them back as NaN.
+  // A number that is not finite was written as null, with its reason under null_because.
   if constexpr (std::is_floating_point_v<T>) {
-    if (it->is_null()) return std::nan("");
+    if (it->is_null()) return json::get_number(j, key, std::nan(""));
   }
   try {
     return it->template get<T>();

@@ -117,9 +117,13 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
   drop = register_module("drop", modules::Dropout(config.dropout));
 }
 
-void TransformerLMImpl::check_inputs(const torch::Tensor& tokens, const torch::Tensor& targets,
-                                     const torch::Tensor& input_mask, const Memory& memory,
-                                     const torch::Tensor& reset, const Context& ctx) const {
+Inputs Inputs::of(const data::Batch& batch) {
+  return {batch.tokens, batch.targets, batch.input_mask, batch.reset};
+}
+
+void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
+                                     const Context& ctx) const {
+  const auto& [tokens, targets, input_mask, reset] = in;
   TXL_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.scalar_type() == torch::kLong &&
                 tokens.size(0) > 0 && tokens.size(1) > 0,
             "model input: tokens must be a non-empty int64 [B, T], got ",
@@ -244,11 +248,10 @@ Memory TransformerLMImpl::update_memory(const Memory& memory,
   return next;
 }
 
-LMOutput TransformerLMImpl::forward(const torch::Tensor& tokens, const torch::Tensor& targets,
-                                    const torch::Tensor& input_mask, const Memory& memory,
-                                    const torch::Tensor& reset, const Context& ctx,
+LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& memory, const Context& ctx,
                                     bool want_logits) {
-  check_inputs(tokens, targets, input_mask, memory, reset, ctx);
+  check_inputs(in, memory, ctx);
+  const auto& [tokens, targets, input_mask, reset] = in;
   const int64_t batch = tokens.size(0), q_len = tokens.size(1), d = config_.d_model;
   const int64_t m_len = memory.length();
   const auto device = tokens.device();

@@ -30,3 +30,74 @@ double learning_rate(const config::TrainConfig& train, std::int64_t step, double
 }
 
 }  // namespace txl::train
+
+namespace txl::train {
+
+Schedule::Schedule(const config::TrainConfig& train, int log_interval)
+    : train_(train), log_interval_(log_interval) {}
+
+double Schedule::learning_rate(const TrainState& state) const {
+  return train::learning_rate(train_, state.step + 1, state.lr_scale);
+}
+
+bool Schedule::log_due(std::int64_t step) const {
+  return step % log_interval_ == 0 || step == train_.max_steps;
+}
+
+bool Schedule::eval_due(std::int64_t step) const {
+  return train_.eval_interval > 0 && step % train_.eval_interval == 0;
+}
+
+bool Schedule::checkpoint_due(std::int64_t step) const {
+  return train_.checkpoint_interval > 0 && step % train_.checkpoint_interval == 0;
+}
+
+std::string Schedule::stop_reason(const TrainState& state, bool out_of_time, int signal,
+                                  std::int64_t pause_at_step) const {
+  if (train_.max_steps > 0 && state.step >= train_.max_steps) return "max_steps";
+  if (train_.max_tokens > 0 && state.tokens >= train_.max_tokens) return "max_tokens";
+  if (out_of_time) return "max_minutes";
+  if (signal != 0) return "signal " + std::to_string(signal);
+  if (pause_at_step > 0 && state.step >= pause_at_step) return "pause_at_step";
+  return "";
+}
+
+Schedule::Validation Schedule::record_validation(TrainState& state, double loss) const {
+  Validation v;
+  // Only a finite loss can be the best: checkpoint_best always holds good weights.
+  v.improved = std::isfinite(loss) && (state.best_step < 0 || loss < state.best_valid_loss);
+  state.last_eval_step = state.step;
+  if (v.improved) {
+    state.best_valid_loss = loss;
+    state.best_step = state.step;
+    state.evals_without_gain = 0;
+  } else {
+    ++state.evals_without_gain;
+  }
+  if (train_.schedule == "plateau") {
+    if (v.improved) {
+      state.plateau_bad_evals = 0;
+    } else if (++state.plateau_bad_evals > train_.plateau_patience) {
+      state.lr_scale *= train_.decay_rate;
+      state.plateau_bad_evals = 0;
+      v.decayed = true;
+    }
+  }
+  v.early_stop = train_.patience > 0 && state.evals_without_gain >= train_.patience;
+  return v;
+}
+
+double Schedule::eta_seconds(const TrainState& state, std::int64_t start_step,
+                             std::int64_t start_tokens, double run_seconds, double elapsed) const {
+  double eta = -1;
+  if (train_.max_steps > 0)
+    eta = (train_.max_steps - state.step) * run_seconds / std::max<std::int64_t>(state.step - start_step, 1);
+  if (train_.max_tokens > 0) {
+    const double pace = (state.tokens - start_tokens) / std::max(run_seconds, 1e-9);
+    eta = (train_.max_tokens - state.tokens) / std::max(pace, 1e-9);
+  }
+  if (train_.max_minutes > 0) eta = std::min(eta < 0 ? 1e18 : eta, train_.max_minutes * 60 - elapsed);
+  return eta;
+}
+
+}  // namespace txl::train

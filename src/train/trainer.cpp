@@ -19,6 +19,7 @@
 #include "txl/models/transformer_lm.h"
 #include "txl/train/schedule.h"
 #include "txl/train/state.h"
+#include "txl/train/step.h"
 #include "txl/util/autocast.h"
 #include "txl/util/device.h"
 #include "txl/util/error.h"
@@ -131,7 +132,7 @@ class Trainer {
   };
   Snapshot snapshot() const;
   void step();                  // one optimizer step over the global batch
-  void check_finite(double mean_loss, double grad_norm);  // throws when either is not finite
+  void check_finite(const StepResult& result);  // throws when the loss or norm is not finite
   bool above_bound(double mean_loss) const;  // above train.divergence_factor x ln(vocabulary)
   void count_divergence(bool above, double mean_loss);  // throws after divergence_patience
   [[noreturn]] void fail_diverged(const std::string& what);
@@ -140,6 +141,8 @@ class Trainer {
   void save(const stdfs::path& path, const Snapshot& snapshot);
   void save(const stdfs::path& path) { save(path, snapshot()); }
   double elapsed() const;
+  void log_start() const;
+  void finish(const std::string& reason);  // the last validation and checkpoint, the summary
 
   const config::ExperimentConfig& config_;
   const config::TrainConfig& t_;
@@ -148,7 +151,6 @@ class Trainer {
   std::shared_ptr<dist::Group> group_;
   bool main_rank_ = true;
   dist::RowRange mine_{};
-  std::int64_t chunk_rows_ = 0;
   std::uint64_t rank_seed_ = 0;
   torch::Device device_{torch::kCPU};
   int threads_ = 0;
@@ -157,14 +159,13 @@ class Trainer {
   std::int64_t vocab_ = 0;
   models::TransformerLM model_{nullptr};
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::unique_ptr<dist::GradientReducer> reducer_;
+  std::unique_ptr<Step> step_;
+  Schedule schedule_;
   std::unique_ptr<data::TrainStream> stream_;
-  models::Context context_;
-  eval::EvalOptions valid_options_;
+  eval::Settings valid_settings_;
   torch::Tensor recall_mask_;  // synthetic corpus: the recalled values of valid
 
   TrainState state_;
-  std::vector<models::Memory> memory_;  // this rank's rows, per chunk
   std::optional<MetricsWriter> metrics_;
   std::int64_t last_ckpt_step_ = -1;    // step of checkpoint_last (-1 = none)
   bool checkpoint_due_ = false;         // checkpoint_last is written during the next step
@@ -175,22 +176,21 @@ class Trainer {
 };
 
 Trainer::Trainer(const config::ExperimentConfig& config, const TrainOptions& options)
-    : config_(config), t_(config.train), options_(options), dir_(run_dir(config)) {
+    : config_(config),
+      t_(config.train),
+      options_(options),
+      dir_(run_dir(config)),
+      schedule_(config.train, config.run.log_interval) {
   group_ = options.group ? options.group : std::make_shared<dist::Group>();
   main_rank_ = group_->is_main();
   const int rank = group_->rank(), world = group_->world_size();
   TXL_CHECK(t_.batch_size % world == 0, "train.batch_size = ", t_.batch_size,
             " must be divisible by the number of processes (", world, ")");
   mine_ = dist::shard_rows(t_.batch_size, rank, world);
-  TXL_CHECK(mine_.size() % t_.batch_chunk == 0, "train.batch_chunk = ", t_.batch_chunk,
-            " must divide the rows of each process (train.batch_size / processes = ",
-            mine_.size(), ")");
-  chunk_rows_ = mine_.size() / t_.batch_chunk;
   // Dropout draws differ between ranks, as their rows do; rank 0 keeps the single-process stream.
   rank_seed_ = config.run.seed + 7919 * static_cast<std::uint64_t>(rank);
   threads_ = torch::get_num_threads();  // set by the program (ProcessSetup), for the log line
   device_ = resolve_device(config.run.device, group_->env().local_rank);
-  memory_.resize(static_cast<size_t>(t_.batch_chunk));
 }
 
 void Trainer::build() {
@@ -204,17 +204,18 @@ void Trainer::build() {
   model_->to(device_);
   optimizer_ = make_optimizer(t_, model_->parameters());
   for (const auto& p : model_->parameters()) summary_.params += p.numel();
-  reducer_ = std::make_unique<dist::GradientReducer>(group_, model_->parameters());
+  StepSettings step;
+  step.device = device_;
+  step.bf16 = config_.run.precision == "bf16";
+  step.batch_chunk = t_.batch_chunk;
+  step.clip = t_.clip;
+  step_ = std::make_unique<Step>(model_, *optimizer_, step, mine_, group_);
   if (group_->rank() > 0) torch::manual_seed(rank_seed_);
   // -> ordered segment stream: every rank reads the same global stream and keeps its own rows.
   stream_ = std::make_unique<data::TrainStream>(
       dataset_.train.ids, data::train_stream_options(config_, dataset_.tokenizer->pad_id()),
       config_.data.document_mode ? dataset_.train.doc_starts : torch::Tensor());
-  context_ = models::Context::from_config(config_.model);
-  valid_options_ = eval::resolve_eval_options(config_);
-  if (t_.eval_max_tokens > 0) valid_options_.max_tokens = t_.eval_max_tokens;
-  if (valid_options_.mode == "sliding") valid_options_.mode = "segments";  // periodic eval stays cheap
-  valid_options_.group = group_.get();
+  valid_settings_ = eval::validation_settings(config_, group_.get());
   if (config_.data.corpus == "synthetic")
     recall_mask_ = data::synthetic_recall_mask(dataset_.valid.ids, *dataset_.tokenizer);
 }
@@ -231,8 +232,7 @@ void Trainer::start() {
     if (!point.memory.empty()) {
       TXL_CHECK(point.memory.rows() == t_.batch_size, last_path.string(), " holds memory for ",
                 point.memory.rows(), " rows, but train.batch_size is ", t_.batch_size);
-      for (std::int64_t c = 0; c < t_.batch_chunk; ++c)
-        memory_[static_cast<size_t>(c)] = point.memory.narrow_rows(mine_.begin + c * chunk_rows_, chunk_rows_);
+      step_->set_memory(point.memory);
     }
     if (point.rng.defined()) restore_rng(point.rng);
     last_ckpt_step_ = state_.step;
@@ -297,17 +297,14 @@ std::string Trainer::stop_reason() {
   const int sig = control[0].item<double>() > 0   ? SIGINT
                   : control[1].item<double>() > 0 ? (local != 0 ? local : SIGTERM)
                                                   : 0;
-  if (t_.max_steps > 0 && state_.step >= t_.max_steps) return "max_steps";
-  if (t_.max_tokens > 0 && state_.tokens >= t_.max_tokens) return "max_tokens";
-  if (control[2].item<double>() > 0) return "max_minutes";
-  summary_.signal = sig;
-  if (sig != 0) return fmt::format("signal {}", sig);
-  if (options_.pause_at_step > 0 && state_.step >= options_.pause_at_step) return "pause_at_step";
-  return "";
+  const std::string reason = schedule_.stop_reason(state_, control[2].item<double>() > 0, sig,
+                                                   options_.pause_at_step);
+  if (reason.rfind("signal", 0) == 0) summary_.signal = sig;
+  return reason;
 }
 
 Trainer::Snapshot Trainer::snapshot() const {
-  Snapshot s{stream_->state().to_string(), memory_, {}};
+  Snapshot s{stream_->state().to_string(), step_->memory(), {}};
   at::Generator generator = default_generator(device_);
   std::lock_guard<std::mutex> lock(generator.mutex());
   s.rng = generator.get_state();  // uint8 [S], on the CPU
@@ -321,43 +318,9 @@ void Trainer::step() {
   std::optional<Snapshot> before;
   if (checkpoint_due_) before = snapshot();
   const data::Batch global = stream_->next();
-  const data::Batch batch = global.narrow_rows(mine_.begin, mine_.size()).to(device_);
-  const double lr = learning_rate(t_, state_.step + 1, state_.lr_scale);
-  for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-  // Gradients are reset rather than zero-filled (LibTorch 1.13's zero_grad fills): the first
-  // backward then writes them without a read-modify-write.
-  for (auto& p : model_->parameters()) p.mutable_grad().reset();
-  const bool bf16 = config_.run.precision == "bf16";
-  double batch_loss = 0.0;
-  for (std::int64_t c = 0; c < t_.batch_chunk; ++c) {
-    auto rows = [&](const torch::Tensor& x) { return x.narrow(0, c * chunk_rows_, chunk_rows_); };
-    auto& mem = memory_[static_cast<size_t>(c)];
-    torch::Tensor nll_sum;  // [] summed over the chunk's scored tokens
-    {
-      AutocastGuard autocast(bf16, device_);
-      auto out = model_->forward(rows(batch.tokens), rows(batch.targets), rows(batch.input_mask),
-                                 mem, rows(batch.reset), context_);
-      nll_sum = out.nll.to(torch::kFloat).masked_fill(rows(batch.target_mask).logical_not(), 0.0).sum();
-      mem = std::move(out.memory);
-    }
-    // The loss is the mean over every scored token of the whole (global) batch, whatever the
-    // chunking and sharding: the ranks' gradients then sum to exactly its gradient.
-    (nll_sum / static_cast<double>(std::max<std::int64_t>(global.n_scored, 1))).backward();
-    batch_loss += nll_sum.item<double>();
-  }
-  if (group_->distributed()) {
-    auto total = torch::tensor({batch_loss}, torch::kDouble);  // [1]
-    group_->all_reduce(total);
-    batch_loss = total.item<double>();
-    reducer_->reduce();
-  }
-  // The norm is measured (and clipped when train.clip > 0) before the update: a non-finite
-  // gradient must never reach the weights.
-  const double max_norm = t_.clip > 0 ? t_.clip : std::numeric_limits<double>::infinity();
-  const double grad_norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
-  const double mean_loss = batch_loss / std::max<std::int64_t>(global.n_scored, 1);
-  check_finite(mean_loss, grad_norm);
-  const bool above = above_bound(mean_loss);
+  const StepResult result = step_->backward(global);
+  check_finite(result);
+  const bool above = above_bound(result.mean_loss());
   if (before) {
     checkpoint_due_ = false;
     if (!above) {
@@ -367,20 +330,22 @@ void Trainer::step() {
                 "the divergence bound", state_.step);
     }
   }
-  count_divergence(above, mean_loss);
-  optimizer_->step();
+  count_divergence(above, result.mean_loss());
+  const double lr = schedule_.learning_rate(state_);
+  step_->update(lr);
   ++state_.step;
-  state_.tokens += global.n_scored;
-  state_.interval_loss += batch_loss;
-  state_.interval_tokens += global.n_scored;
-  if (state_.step % config_.run.log_interval == 0 || state_.step == t_.max_steps) log_progress(lr);
+  state_.tokens += result.scored;
+  state_.interval_loss += result.loss_sum;
+  state_.interval_tokens += result.scored;
+  if (schedule_.log_due(state_.step)) log_progress(lr);
 }
 
-void Trainer::check_finite(double mean_loss, double grad_norm) {
+void Trainer::check_finite(const StepResult& result) {
   const std::int64_t at = state_.step + 1;
-  if (!std::isfinite(mean_loss)) fail_diverged(fmt::format("the loss is {} at step {}", mean_loss, at));
-  if (!std::isfinite(grad_norm))
-    fail_diverged(fmt::format("the gradient norm is {} at step {} (loss {:.4f})", grad_norm, at, mean_loss));
+  const double loss = result.mean_loss();
+  if (!std::isfinite(loss)) fail_diverged(fmt::format("the loss is {} at step {}", loss, at));
+  if (!std::isfinite(result.grad_norm))
+    fail_diverged(fmt::format("the gradient norm is {} at step {} (loss {:.4f})", result.grad_norm, at, loss));
 }
 
 bool Trainer::above_bound(double mean_loss) const {
@@ -419,11 +384,8 @@ void Trainer::log_progress(double lr) {
   const double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
   const double loss = state_.interval_loss / std::max<std::int64_t>(state_.interval_tokens, 1);
   const double tps = secs > 0 ? state_.interval_tokens / secs : 0.0;
-  const double run_s = elapsed() - elapsed_before_;
-  double eta = -1;
-  if (t_.max_steps > 0) eta = (t_.max_steps - state_.step) * run_s / std::max<std::int64_t>(state_.step - start_step_, 1);
-  if (t_.max_tokens > 0) eta = (t_.max_tokens - state_.tokens) / std::max((state_.tokens - start_tokens_) / std::max(run_s, 1e-9), 1e-9);
-  if (t_.max_minutes > 0) eta = std::min(eta < 0 ? 1e18 : eta, t_.max_minutes * 60 - elapsed());
+  const double eta = schedule_.eta_seconds(state_, start_step_, start_tokens_,
+                                           elapsed() - elapsed_before_, elapsed());
   if (metrics_) {
     json::Json r = {{"kind", "train"}, {"step", state_.step}, {"tokens", state_.tokens}};
     json::put_number(r, "loss", loss);
@@ -444,33 +406,18 @@ void Trainer::log_progress(double lr) {
 }
 
 bool Trainer::validate() {
-  auto r = eval::evaluate(model_, dataset_.valid.ids, valid_options_, dataset_.valid.n_bytes,
-                          dataset_.valid.n_chars, nullptr, recall_mask_);
+  eval::Extras extras;
+  extras.recall_mask = recall_mask_;
+  auto r = eval::evaluate(model_, dataset_.valid, valid_settings_, extras);
   if (config_.data.document_mode) {  // also as training sees the text: documents on their own
-    auto d = eval::evaluate(model_, dataset_.valid.ids, valid_options_, 0, 0, nullptr, {},
-                            dataset_.valid.doc_starts);
+    eval::Settings documents = valid_settings_;
+    documents.documents = true;
+    auto d = eval::evaluate(model_, dataset_.valid, documents);
     log::info("eval", "step {} | valid loss {:.4f} with documents on their own", state_.step, d.loss);
   }
   r.split = "valid";
-  state_.last_eval_step = state_.step;
-  // Only a finite loss can be the best: checkpoint_best is always a good checkpoint.
-  const bool improved = std::isfinite(r.loss) && (state_.best_step < 0 || r.loss < state_.best_valid_loss);
-  if (improved) {
-    state_.best_valid_loss = r.loss;
-    state_.best_step = state_.step;
-    state_.evals_without_gain = 0;
-  } else {
-    ++state_.evals_without_gain;
-  }
-  if (t_.schedule == "plateau") {
-    if (improved) {
-      state_.plateau_bad_evals = 0;
-    } else if (++state_.plateau_bad_evals > t_.plateau_patience) {
-      state_.lr_scale *= t_.decay_rate;
-      state_.plateau_bad_evals = 0;
-      log::info("train", "validation stalled: learning rate x{}", t_.decay_rate);
-    }
-  }
+  const Schedule::Validation v = schedule_.record_validation(state_, r.loss);
+  if (v.decayed) log::info("train", "validation stalled: learning rate x{}", t_.decay_rate);
   if (metrics_) {
     json::Json record = {{"kind", "eval"}, {"step", state_.step}};
     record.update(json::Json::parse(eval::to_json(r)));
@@ -479,9 +426,9 @@ bool Trainer::validate() {
   log::info("eval", "step {} | valid loss {:.4f} | ppl {:.2f} | bpb {:.4f} | {:.0f} tok/s{}{}",
             state_.step, r.loss, r.ppl, r.bits_per_byte, r.tokens_per_s,
             r.recall_tokens > 0 ? fmt::format(" | recall loss {:.3f}", r.recall_loss) : "",
-            improved ? " | best" : "");
-  if (improved) save(dir_ / kBestCheckpoint);
-  return t_.patience > 0 && state_.evals_without_gain >= t_.patience;
+            v.improved ? " | best" : "");
+  if (v.improved) save(dir_ / kBestCheckpoint);
+  return v.early_stop;
 }
 
 // Every rank takes part (the memory and RNG states are gathered); rank 0 writes.
@@ -493,7 +440,7 @@ void Trainer::save(const stdfs::path& path, const Snapshot& snapshot) {
   TrainState state = state_;
   state.elapsed_seconds = elapsed();
   state.stream_state = snapshot.stream_state;
-  const models::Memory memory = gather_memory(*group_, models::Memory::join_rows(snapshot.memory));
+  const models::Memory memory = gather_memory(*group_, models::Memory::join_rows(snapshot.memory));  // every row
   const torch::Tensor rng = group_->distributed() ? torch::stack(group_->all_gather(snapshot.rng))
                                                   : snapshot.rng.unsqueeze(0);  // [W, S]
   if (main_rank_) {
@@ -505,13 +452,7 @@ void Trainer::save(const stdfs::path& path, const Snapshot& snapshot) {
   if (path.filename() == kLastCheckpoint) last_ckpt_step_ = state_.step;
 }
 
-TrainSummary Trainer::run() {
-  // Rank 0 alone judges the run folder (it writes it), before any work; a refusal stops every rank.
-  dist::main_rank_first(*group_, [&] {
-    if (main_rank_) check_start(dir_, options_.start);
-  });
-  build();
-  start();
+void Trainer::log_start() const {
   log::info("train", "{}: {} layers, d_model {}, {} heads of {}, attn {}, {:.2f}M parameters, "
             "vocab {}, {} train tokens, batch {} x {} (mem {}), {}{}{}",
             config_.run.name, config_.model.n_layer, config_.model.d_model, config_.model.n_head,
@@ -520,18 +461,13 @@ TrainSummary Trainer::run() {
             device_.is_cuda() ? device_.str() : fmt::format("{} threads", threads_),
             config_.run.precision == "bf16" ? ", bf16 autocast" : "",
             group_->distributed() ? fmt::format(", {} processes ({} rows each, gradients in {} buckets)",
-                                                group_->world_size(), mine_.size(), reducer_->buckets())
+                                                group_->world_size(), mine_.size(), step_->gradient_buckets())
                                   : std::string());
-  model_->train();
-  std::string reason;
-  while ((reason = stop_reason()).empty()) {
-    step();
-    if (t_.eval_interval > 0 && state_.step % t_.eval_interval == 0 && validate()) {
-      reason = "early stop";
-      break;
-    }
-    if (t_.checkpoint_interval > 0 && state_.step % t_.checkpoint_interval == 0) checkpoint_due_ = true;
-  }
+}
+
+// A signal or a pause checkpoints where training stands; any other stop validates the final
+// weights (unless that was just done) and writes checkpoint_last.
+void Trainer::finish(const std::string& reason) {
   if (summary_.signal != 0 || reason == "pause_at_step") {
     save(dir_ / kLastCheckpoint);
     summary_.status = TrainStatus::kInterrupted;
@@ -553,6 +489,29 @@ TrainSummary Trainer::run() {
   summary_.tokens_per_s = (state_.tokens - start_tokens_) / std::max(summary_.seconds, 1e-9);
   summary_.stop_reason = reason;
   summary_.run_dir = dir_;
+}
+
+// The run folder -> data -> model, optimizer, step -> (resume) -> while no stop condition:
+// step, validate and checkpoint when due -> the final validation and checkpoint.
+TrainSummary Trainer::run() {
+  // Rank 0 alone judges the run folder (it writes it), before any work; a refusal stops every rank.
+  dist::main_rank_first(*group_, [&] {
+    if (main_rank_) check_start(dir_, options_.start);
+  });
+  build();
+  start();
+  log_start();
+  model_->train();
+  std::string reason;
+  while ((reason = stop_reason()).empty()) {
+    step();
+    if (schedule_.eval_due(state_.step) && validate()) {
+      reason = "early stop";
+      break;
+    }
+    if (schedule_.checkpoint_due(state_.step)) checkpoint_due_ = true;
+  }
+  finish(reason);
   return summary_;
 }
 

@@ -7,8 +7,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "support/process_as_program.h"
 #include "support/test_support.h"
@@ -59,21 +62,20 @@ BenchOptions tiny_options() {
   return o;
 }
 
-// The number after "key": in a flat JSON text; fails the test when the key is missing.
-double json_number(const std::string& json, const std::string& key) {
-  const std::string needle = "\"" + key + "\":";
-  const auto pos = json.find(needle);
-  EXPECT_NE(pos, std::string::npos) << "missing key " << key << " in " << json;
-  if (pos == std::string::npos) return 0.0;
-  return std::stod(json.substr(pos + needle.size()));
+// The number under `key` of a parsed report; fails the test when the key is missing or holds
+// no number.
+double json_number(const nlohmann::json& json, const std::string& key) {
+  const auto it = json.find(key);
+  EXPECT_TRUE(it != json.end() && it->is_number()) << "no number under " << key << " in "
+                                                   << json.dump();
+  return it != json.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 
 TEST(Bench, ReportHasTheKeysOfRecordAndConsistentArithmetic) {
   const auto config = tiny();
   const auto report = run_bench(config, tiny_options());
-  const auto json = to_json(report);
-  ASSERT_EQ(json.front(), '{');
-  ASSERT_EQ(json.back(), '}');
+  const auto json = nlohmann::json::parse(to_json(report));
+  ASSERT_TRUE(json.is_object());
   for (const char* key :
        {"train_tokens_per_s", "train_tokens_per_s_bf16", "eval_tokens_per_s", "flops_per_token",
         "peak_gflops_fp32", "peak_gflops_bf16", "mfu", "peak_rss_mb", "sliding_over_memory_cost_24",
@@ -107,12 +109,45 @@ TEST(Bench, ReportHasTheKeysOfRecordAndConsistentArithmetic) {
   EXPECT_EQ(report.sliding_vs_memory[1].mem_len, 40 - 8);
   EXPECT_NEAR(json_number(json, "sliding_over_memory_cost_40"), report.sliding_vs_memory[1].ratio,
               1e-5 * report.sliding_vs_memory[1].ratio);
+  // The counted work of each comparison, and its ratio, are in the JSON too.
+  const auto& compared = json["sliding_vs_memory"];
+  ASSERT_EQ(compared.size(), 2u);
+  EXPECT_EQ(json_number(compared[1], "counted_flop_ratio"),
+            report.sliding_vs_memory[1].counted_flop_ratio);
+  EXPECT_GT(json_number(compared[1], "counted_flop_ratio"), 1.0);
   // The table names the same figures.
   const auto table = format_table(report);
   EXPECT_NE(table.find("training fp32"), std::string::npos);
   EXPECT_NE(table.find("MFU"), std::string::npos);
 }
 
+// A name with quotes, a backslash and control characters, and figures that are not finite:
+// the report stays one valid JSON object, names read back byte for byte and every non-finite
+// figure is null with its reason.
+TEST(Bench, JsonIsValidForAnyNameAndForNonFiniteFigures) {
+  BenchReport r;
+  r.source = "experiments/\"odd\" \\ name\n\t\x01.yaml";
+  r.attn_type = "xl";
+  r.train_fp32.loss = std::nan("");
+  r.mfu = std::numeric_limits<double>::infinity();
+  r.sliding_vs_memory.push_back({});
+  r.sliding_vs_memory[0].attention_length = 24;
+  r.sliding_vs_memory[0].ratio = -std::numeric_limits<double>::infinity();
+  const std::string text = to_json(r);
+  EXPECT_EQ(text.find('\n'), std::string::npos) << "one line: " << text;
+  const auto json = nlohmann::json::parse(text);
+  EXPECT_EQ(json["source"], r.source);
+  EXPECT_TRUE(json["mfu"].is_null());
+  EXPECT_EQ(json["null_because"]["mfu"], "+inf");
+  EXPECT_EQ(json["null_because"]["sliding_over_memory_cost_24"], "-inf");
+  EXPECT_TRUE(json["train_fp32"]["loss"].is_null());
+  EXPECT_EQ(json["train_fp32"]["null_because"]["loss"], "nan");
+  EXPECT_EQ(json["sliding_vs_memory"][0]["null_because"]["ratio"], "-inf");
+}
+
+// The work of each mode per scored token, counted from the matrix products it ran: a sliding
+// window recomputes all 32 positions for one scored token, memory mode computes each position
+// once. The seconds are measured and reported, never compared.
 TEST(Bench, SlidingWindowCostsMoreThanMemoryPerToken) {
   torch::set_num_threads(1);
   PhaseOptions sliding;
@@ -127,16 +162,27 @@ TEST(Bench, SlidingWindowCostsMoreThanMemoryPerToken) {
   EXPECT_GT(c.sliding_s_per_token, 0.0);
   EXPECT_GT(c.memory_s_per_token, 0.0);
   EXPECT_NEAR(c.ratio, c.sliding_s_per_token / c.memory_s_per_token, 1e-9 * c.ratio);
-  // 32 tokens of forward per scored token against 1/8 of a segment: far above 1.
-  EXPECT_GT(c.ratio, 1.0);
+  // Counted work: sliding costs more per scored token than memory.
+  EXPECT_NEAR(c.counted_flop_ratio, c.sliding_flops_per_token / c.memory_flops_per_token,
+              1e-12 * c.counted_flop_ratio);
+  EXPECT_GT(c.counted_flop_ratio, 1.0);
   // FLOPs: 32 vanilla positions per scored token against one xl token with 32 keys, whose
   // memory's keys and values are carried from the previous segment (as the evaluator does).
   auto vanilla = tiny().model;
   vanilla.attn_type = "vanilla";
-  const double expected = 32 * models::count_flops_per_token(vanilla, kVocab, 32, 0).forward /
-                          models::count_flops_per_token(tiny().model, kVocab, 8, 24, true).forward;
-  EXPECT_NEAR(c.flop_ratio, expected, 1e-9 * expected);
+  const double window = models::count_flops_per_token(vanilla, kVocab, 32, 0).forward;
+  const double xl = models::count_flops_per_token(tiny().model, kVocab, 8, 24, true).forward;
+  EXPECT_NEAR(c.flop_ratio, 32 * window / xl, 1e-9 * c.flop_ratio);
   EXPECT_GT(c.flop_ratio, 1.0);
+  // The counts agree with models/flops.h: a sliding window recomputes all 32 positions for its
+  // one scored token; memory mode computes each position once, plus the projection of the
+  // relative encodings (once per segment for all B rows, 2 K d^2 per layer), which flops.h
+  // leaves out: 2 x 2 x 32 x 16^2 / (2 x 8) = 2048 per token here.
+  EXPECT_NEAR(c.sliding_flops_per_token, 32 * window, 1e-9 * c.sliding_flops_per_token);
+  const auto& m = tiny().model;
+  const double positions = m.n_layer * 2.0 * 32 * m.d_model * (m.n_head * m.d_head) /
+                           (static_cast<double>(memory.batch_size) * 8);
+  EXPECT_NEAR(c.memory_flops_per_token, xl + positions, 1e-9 * xl);
 }
 
 TEST(Bench, SlidingComparisonNeedsALengthAboveTheSegment) {
@@ -281,6 +327,18 @@ TEST(Bench, SweepWritesTablesAndData) {
   int lines = 0;
   while (std::getline(csv, line)) ++lines;
   EXPECT_EQ(lines, 1 + 4 + 3);
+  // sweep.json holds the same points, for the plot script.
+  const auto json = nlohmann::json::parse(fs::read_file(o.out_dir / "sweep.json"));
+  ASSERT_EQ(json["points"].size(), s.points.size());
+  for (size_t i = 0; i < s.points.size(); ++i) {
+    EXPECT_EQ(json["points"][i]["series"], s.points[i].series);
+    EXPECT_EQ(json["points"][i]["batch"], s.points[i].batch);
+    EXPECT_EQ(json["points"][i]["tokens_per_s"].get<double>(), s.points[i].tokens_per_s);
+  }
+  ASSERT_EQ(json["attention"]["points"].size(), 3u);
+  EXPECT_EQ(json["attention"]["points"][2]["mem_len"], 16);
+  EXPECT_EQ(json["attention"]["tgt_len"], 8);
+  EXPECT_EQ(json["attention"]["r2"].get<double>(), s.attention.r2);
   EXPECT_NE(sweep_markdown(s).find("| 2 | 8 | 8 |"), std::string::npos) << sweep_markdown(s);
 }
 

@@ -51,12 +51,13 @@ TEST(Experiments, Wt103BaseIsThePapersModel) {
   EXPECT_EQ(c.eval.mem_len, 640);
   EXPECT_EQ(c.eval.clamp_len, 400);
   EXPECT_EQ(c.eval.same_length, 1);
-  // About 151M parameters with WikiText-103's 267,735-word vocabulary (paper: 151M); counted
-  // from the shapes rather than built, which would take 600 MB.
-  const double d = 410, v = 267735, l = 16, ff = 2100;
-  const double embedding = v * d;  // tied input/output tables, div_val 1
-  const double per_layer = 3 * d * d + d * d /*out*/ + d * d /*r*/ + 2 * d * ff + 4 * d;
-  EXPECT_NEAR((embedding + l * per_layer) / 1e6, 151, 6);
+  // Built with WikiText-103's 267,735-word vocabulary, the model has the paper's 151M
+  // parameters (table 1, a figure rounded to the million, hence the 0.5M tolerance), counted
+  // from its tensors: 151.1M. Built once, fp32: about 3 s and a 750 MB peak on 2 cores.
+  txl::models::TransformerLM model(c.model, 267735);
+  std::int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+  EXPECT_NEAR(params / 1e6, 151, 0.5);
 }
 
 TEST(Experiments, Enwik8BaseBuildsWithThePapersSize) {

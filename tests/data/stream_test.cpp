@@ -719,9 +719,6 @@ TEST(StreamOptions, FromTheExperimentConfig) {
   experiment.train.batch_size = 8;
   experiment.train.var_len = true;
   experiment.train.roll = true;
-  experiment.eval.batch_size = 5;
-  experiment.eval.warmup = 32;
-  experiment.eval.stride = 4;
   auto train = txl::data::train_stream_options(experiment, 2);
   EXPECT_EQ(train.batch_size, 8);
   EXPECT_EQ(train.tgt_len, 64);
@@ -729,17 +726,7 @@ TEST(StreamOptions, FromTheExperimentConfig) {
   EXPECT_TRUE(train.var_len && train.roll);
   EXPECT_EQ(train.seed, 77u);
   EXPECT_EQ(train.pad_id, 2);
-  auto eval = txl::data::eval_stream_options(experiment, 2);
-  EXPECT_EQ(eval.batch_size, 5);
-  EXPECT_EQ(eval.tgt_len, 64);  // eval.tgt_len = 0 means model.tgt_len
-  EXPECT_EQ(eval.warmup, 32);
-  auto sliding = txl::data::sliding_stream_options(experiment, 2);
-  EXPECT_EQ(sliding.window, 64);  // eval.window = 0 means the evaluation tgt_len
-  EXPECT_EQ(sliding.stride, 4);
-  experiment.eval.tgt_len = 16;
-  experiment.eval.window = 100;
-  EXPECT_EQ(txl::data::eval_stream_options(experiment, 0).tgt_len, 16);
-  EXPECT_EQ(txl::data::sliding_stream_options(experiment, 0).window, 100);
+  // The evaluation streams' options: tests/eval/settings_test.cpp (eval::Settings).
 }
 
 }  // namespace

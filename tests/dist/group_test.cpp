@@ -143,22 +143,27 @@ TEST(ShardedEvaluation, EveryModeGivesTheSingleProcessResult) {
     copies.emplace_back(config.model, 50);
   }
   for (const std::string mode : {"memory", "segments", "sliding"}) {
-    txl::eval::EvalOptions o;
-    o.mode = mode;
+    txl::eval::Settings o;
+    o.mode = txl::eval::parse_mode(mode);
     o.tgt_len = 16;
     o.mem_len = mode == "memory" ? 16 : 0;
     o.window = 16;
     o.stride = 4;
     o.batch_size = 5;  // 5 rows over 3 ranks: 2, 2, 1; sliding: 16 batches, 6, 5, 5
-    torch::Tensor want_losses;
-    auto want = txl::eval::evaluate(reference, ids, o, 1000, 0, &want_losses, recall);
+    txl::data::EncodedSplit text;
+    text.ids = ids;
+    text.n_bytes = 1000;
+    txl::eval::Extras extras;
+    extras.token_losses = true;
+    extras.recall_mask = recall;
+    auto want = txl::eval::evaluate(reference, text, o, extras);
+    const torch::Tensor want_losses = want.token_losses;
     std::mutex lock;
     run_ranks(3, [&](Group& g) {
       auto options = o;
       options.group = &g;
-      torch::Tensor losses;
-      auto got = txl::eval::evaluate(copies[static_cast<size_t>(g.rank())], ids, options, 1000, 0,
-                                     &losses, recall);
+      auto got = txl::eval::evaluate(copies[static_cast<size_t>(g.rank())], text, options, extras);
+      const torch::Tensor losses = got.token_losses;
       std::lock_guard<std::mutex> guard(lock);
       EXPECT_EQ(got.tokens, want.tokens) << mode << " rank " << g.rank();
       EXPECT_NEAR(got.loss, want.loss, 1e-6) << mode << " rank " << g.rank();
@@ -187,16 +192,18 @@ TEST(ShardedEvaluation, EveryRankScoresItsOwnRowsAndEveryRankGetsTheSum) {
     torch::NoGradGuard no_grad;
     for (auto& p : models[1]->parameters()) p.add_(0.05 * torch::randn_like(p));
   }
-  txl::eval::EvalOptions o;
+  txl::eval::Settings o;
   o.tgt_len = 16;
   o.mem_len = 16;
   o.batch_size = 4;
-  const double alone = txl::eval::evaluate(models[0], ids, o).loss;
+  txl::data::EncodedSplit text;
+  text.ids = ids;
+  const double alone = txl::eval::evaluate(models[0], text, o).loss;
   std::vector<double> got(2);
   run_ranks(2, [&](Group& g) {
     auto options = o;
     options.group = &g;
-    got[static_cast<size_t>(g.rank())] = txl::eval::evaluate(models[static_cast<size_t>(g.rank())], ids, options).loss;
+    got[static_cast<size_t>(g.rank())] = txl::eval::evaluate(models[static_cast<size_t>(g.rank())], text, options).loss;
   });
   EXPECT_EQ(got[0], got[1]);
   EXPECT_GT(std::abs(got[0] - alone), 1e-3);

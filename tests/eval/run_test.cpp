@@ -5,12 +5,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "support/process_as_program.h"
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
+#include "txl/config/load.h"
 #include "txl/train/trainer.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -32,8 +35,7 @@ TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
   txl::eval::EvalRequest request;
   request.checkpoint = (dir / "runs/tiny/checkpoint_last.safetensors").string();
   request.splits = {"valid"};
-  request.mode = "sliding";
-  request.stride = 4;
+  request.overrides = {"eval.mode=sliding", "eval.stride=4"};
   request.threads = 1;
   request.token_losses_path = (dir / "losses.npy").string();
   request.json = true;
@@ -184,9 +186,8 @@ TEST(EvalRun, SweepPlotIntoAFolderNameAShellWouldSplitRunsNothing) {
   request.checkpoint = (dir / "runs/tiny/checkpoint_last.safetensors").string();
   request.splits = {"valid"};
   request.threads = 1;
-  request.max_tokens = 64;
+  request.overrides = {"eval.max_tokens=64", "eval.sweep_mem_lens=[0,8]"};
   request.sweep = true;
-  request.sweep_mem_lens = {0, 8};
   request.out_dir = out.string();
   std::ostringstream table;
   txl::eval::run(request, table);
@@ -206,6 +207,27 @@ TEST(EvalRun, AMissingCheckpointIsNamed) {
   request.checkpoint = "/nonexistent/ckpt.pt";
   std::ostringstream out;
   TXL_EXPECT_THROW_WITH(txl::eval::run(request, out), "/nonexistent/ckpt.pt");
+}
+
+// txl-eval's shorthand flags are --set of eval keys the loader knows, so their values are
+// validated like any experiment file's.
+TEST(EvalRun, FlagsAreOverridesOfEvalKeys) {
+  const auto keys = txl::config::experiment_keys();
+  std::set<std::string> flags;
+  for (const auto& flag : txl::eval::eval_flags()) {
+    EXPECT_TRUE(flags.insert(flag.flag).second) << flag.flag;
+    EXPECT_EQ(std::string(flag.key).rfind("eval.", 0), 0u) << flag.key;
+    EXPECT_NE(std::find(keys.begin(), keys.end(), flag.key), keys.end()) << flag.key;
+  }
+  const auto& mode = txl::eval::eval_flags().front();
+  EXPECT_EQ(txl::eval::flag_override(mode, "sliding"), "eval.mode=sliding");
+  const auto& sweep = txl::eval::eval_flags().back();
+  EXPECT_EQ(txl::eval::flag_override(sweep, "0,64"), "eval.sweep_mem_lens=[0,64]");
+  // A bad value is the loader's error, naming the key.
+  TXL_EXPECT_THROW_WITH(txl::config::parse_experiment_string("{}", "flags", {txl::eval::flag_override(mode, "beam")}),
+                        "eval.mode");
+  auto c = txl::config::parse_experiment_string("{}", "flags", {txl::eval::flag_override(sweep, "0,64")});
+  EXPECT_EQ(c.eval.sweep_mem_lens, std::vector<int>({0, 64}));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -218,6 +219,33 @@ TEST_F(Ablation, RerunSkipsFinishedWorkAndRedoesOnlyWhatChanged) {
       EXPECT_EQ(r.loss, before.loss);
     }
   }
+}
+
+// done.json keeps a training figure that is not finite as null with its reason; the rerun reads
+// it back as that number (not as a type error) and reports it the same way.
+TEST_F(Ablation, DoneJsonReadsBackNonFiniteFigures) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  auto options = quiet_options();
+  options.only = {"rel_no_memory"};
+  ASSERT_EQ(txl::experiment::run_ablation(a, options).status, AblationStatus::kCompleted);
+  const auto done_path = run_dir(a, "rel_no_memory") / "done.json";
+  auto done = nlohmann::json::parse(read(done_path));
+  ASSERT_TRUE(done["train_tokens_per_s"].is_number());
+  done["train_tokens_per_s"] = nullptr;
+  done["null_because"]["train_tokens_per_s"] = "+inf";
+  txl::fs::write_atomic(done_path, done.dump(2));
+  auto rerun = txl::experiment::run_ablation(a, options);
+  ASSERT_EQ(rerun.status, AblationStatus::kCompleted);
+  ASSERT_FALSE(rerun.records.empty());
+  // Read from done.json: a retraining would have measured a finite figure.
+  for (const auto& r : rerun.records) {
+    EXPECT_EQ(r.train_tokens_per_s, std::numeric_limits<double>::infinity());
+  }
+  EXPECT_EQ(nlohmann::json::parse(read(done_path))["null_because"]["train_tokens_per_s"], "+inf");
+  auto results = nlohmann::json::parse(read(stdfs::path(a.output_dir) / "results.json"));
+  EXPECT_TRUE(results[0]["train_tokens_per_s"].is_null());
+  EXPECT_EQ(results[0]["null_because"]["train_tokens_per_s"], "+inf");
 }
 
 TEST_F(Ablation, HalfFinishedVariantResumesAndAChangedOneRestarts) {

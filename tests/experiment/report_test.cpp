@@ -1,6 +1,8 @@
 #include "txl/experiment/report.h"
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -131,6 +133,34 @@ TEST(Report, JsonHoldsEveryRecordWithItsNumbers) {
   for (size_t i = 0; i < records.size(); ++i) {
     EXPECT_EQ(txl::experiment::to_json({back[i]}), txl::experiment::to_json({records[i]}));
   }
+}
+
+// A variant name with quotes, a backslash and control characters, and figures that are not
+// finite: results.json stays valid JSON, the name reads back byte for byte, and each non-finite
+// number is null with its reason and reads back as the same number.
+TEST(Report, JsonStaysValidForAnyNameAndForNonFiniteFigures) {
+  TempDir dir;
+  auto records = sample_records();
+  records[0].variant = "odd \"name\" \\ with\nnew line,\ttab and \x01";
+  records[0].ppl = std::numeric_limits<double>::infinity();
+  records[0].loss = std::nan("");
+  records[1].bits_per_byte = -std::numeric_limits<double>::infinity();
+  txl::experiment::write_report(dir.path(), "toy", records, {}, no_plots());
+  const std::string text = txl::fs::read_file(dir / "results.json");
+  auto json = nlohmann::json::parse(text);
+  EXPECT_EQ(json[0]["variant"], records[0].variant);
+  EXPECT_TRUE(json[0]["ppl"].is_null());
+  EXPECT_EQ(json[0]["null_because"]["ppl"], "+inf");
+  EXPECT_EQ(json[0]["null_because"]["loss"], "nan");
+  EXPECT_EQ(json[1]["null_because"]["bits_per_byte"], "-inf");
+  EXPECT_FALSE(json[2].contains("null_because"));
+  auto back = txl::experiment::records_from_json(text, "results.json");
+  ASSERT_EQ(back.size(), records.size());
+  EXPECT_EQ(back[0].variant, records[0].variant);
+  EXPECT_EQ(back[0].ppl, std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(back[0].loss));
+  EXPECT_EQ(back[1].bits_per_byte, -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(txl::experiment::to_json(back), txl::experiment::to_json(records));
 }
 
 TEST(Report, RecordsFromJsonNamesTheFileAndTheMissingField) {

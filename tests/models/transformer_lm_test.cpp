@@ -55,7 +55,7 @@ LMOutput run(TransformerLM& model, const torch::Tensor& tokens, const Memory& me
              const Context& ctx, const torch::Tensor& input_mask = {},
              const torch::Tensor& reset = {}) {
   auto targets = (tokens * 3 + 1).remainder(kVocab);  // any fixed function of the input
-  return model->forward(tokens, targets, input_mask, memory, reset, ctx, /*want_logits=*/true);
+  return model->forward({tokens, targets, input_mask, reset}, memory, ctx, /*want_logits=*/true);
 }
 
 torch::Tensor random_tokens(int64_t batch, int64_t len, uint64_t seed) {

@@ -65,7 +65,7 @@ TEST(Legacy, AVersion1CheckpointConvertsToOneThatResumesExactly) {
   txl::models::Memory memory;
   for (int i = 0; i < 2; ++i) {
     optimizer->zero_grad();
-    auto out = model->forward(tokens, tokens, {}, memory, {}, model->default_context());
+    auto out = model->forward({tokens, tokens}, memory, model->default_context());
     out.nll.mean().backward();
     optimizer->step();
     memory = out.memory;
@@ -85,7 +85,7 @@ TEST(Legacy, AVersion1CheckpointConvertsToOneThatResumesExactly) {
   for (auto* m : {&model, &restored}) {  // one more step each: the same weights
     auto& o = m == &model ? *optimizer : *restored_optimizer;
     o.zero_grad();
-    (*m)->forward(tokens, tokens, {}, {}, {}, (*m)->default_context()).nll.mean().backward();
+    (*m)->forward({tokens, tokens}, {}, (*m)->default_context()).nll.mean().backward();
     o.step();
   }
   auto a = model->parameters(), b = restored->parameters();

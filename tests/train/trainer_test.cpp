@@ -119,8 +119,7 @@ void expect_good(const std::string& checkpoint) {
   ASSERT_TRUE(stdfs::exists(checkpoint)) << checkpoint;
   auto loaded = txl::models::load_model(checkpoint);
   auto data = txl::data::load_dataset(loaded.config.data, loaded.tokenizer);
-  auto options = txl::eval::resolve_eval_options(loaded.config);
-  auto r = txl::eval::evaluate(loaded.model, data.valid.ids, options);
+  auto r = txl::eval::evaluate(loaded.model, data.valid, txl::eval::resolve_settings(loaded.config));
   EXPECT_TRUE(std::isfinite(r.loss)) << checkpoint;
   EXPECT_LT(r.loss, 3 * std::log(static_cast<double>(loaded.vocab_size))) << checkpoint;
 }

@@ -24,27 +24,27 @@ int main(int argc, char** argv) {
   app.add_option("--split", request.splits, "splits: valid, test, train (default: the experiment's eval.splits)")->delimiter(',');
   app.add_option("--file", request.file, "evaluate this text file instead (with the checkpoint's own tokenizer)");
   app.add_option("--text", request.text, "evaluate this text instead (with the checkpoint's own tokenizer)");
-  app.add_option("--set", request.overrides, "override eval.*, data.* or run.threads of the checkpoint's experiment: key.path=value (repeatable)");
-  app.add_option("--mode", request.mode, "memory | segments | sliding");
-  app.add_option("--tgt-len", request.tgt_len, "segment length Q");
-  app.add_option("--mem-len", request.mem_len, "memory length M");
-  app.add_option("--clamp-len", request.clamp_len, "clamp relative distances (-1 = none)");
-  app.add_option("--same-length", request.same_length, "0 or 1");
-  app.add_option("--window", request.window, "sliding window L");
-  app.add_option("--stride", request.stride, "sliding stride s");
-  app.add_option("--warmup", request.warmup, "memory warm-up tokens");
-  app.add_option("--batch-size", request.batch_size, "evaluation streams / windows per batch");
-  app.add_option("--max-tokens", request.max_tokens, "score at most this many tokens per split");
+  app.add_option("--set", request.overrides, "override eval.*, data.*, run.threads, run.device or run.precision of the checkpoint's experiment: key.path=value (repeatable)");
+  // --mode, --mem-len, ...: shorthand for --set eval.mode=..., eval.mem_len=..., given after the
+  // --set overrides (a flag wins over a --set of the same key).
+  std::vector<std::string> flag_values(txl::eval::eval_flags().size());
+  for (size_t i = 0; i < flag_values.size(); ++i) {
+    const auto& flag = txl::eval::eval_flags()[i];
+    app.add_option(flag.flag, flag_values[i], std::string(flag.help) + " (--set " + flag.key + ")");
+  }
   app.add_option("--threads", request.threads, "intra-op threads (0 = all cores)");
   app.add_option("--token-losses", request.token_losses_path, "write per-token losses in nats, text order, as a float32 NumPy .npy file");
   app.add_flag("--sweep", request.sweep, "perplexity against evaluation mem_len: table, JSON and plot");
-  app.add_option("--sweep-mem-lens", request.sweep_mem_lens, "mem_len values of the sweep")->delimiter(',');
   app.add_option("--out", request.out_dir, "folder for sweep results (default: the checkpoint's folder)");
   app.add_flag("--json", request.json, "print results as JSON lines");
   int dist_timeout = 600;
   app.add_option("--dist-timeout", dist_timeout,
                  "data-parallel: seconds a rank waits for the others before giving up");
   CLI11_PARSE(app, argc, argv);
+  for (size_t i = 0; i < flag_values.size(); ++i) {
+    const auto& flag = txl::eval::eval_flags()[i];
+    if (app.count(flag.flag) > 0) request.overrides.push_back(txl::eval::flag_override(flag, flag_values[i]));
+  }
   std::string who;  // "rank R: " in a data-parallel job
   try {
     const auto env = txl::dist::enter_job(who);

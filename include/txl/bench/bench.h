@@ -1,6 +1,6 @@
 #pragma once
-// txl-bench: the speed of one model and batch configuration, measured in one process
-// (issue 5): training tokens/s in fp32 and bf16 autocast, memory-mode evaluation tokens/s, model
+// txl-bench: the speed of one model and batch configuration, measured in one process:
+// training tokens/s in fp32 and bf16 autocast, memory-mode evaluation tokens/s, model
 // FLOPs per token (models/flops.h) and the achieved GFLOP/s, this machine's matrix-product peak
 // and the MFU, peak resident memory per phase, and the cost of vanilla sliding-window evaluation
 // against Transformer-XL memory evaluation per scored token. Token ids are random: speed does
@@ -83,9 +83,10 @@ struct BenchReport {
 // configuration the model rejects.
 BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions& options);
 
-// One JSON object. Keys of record: train_tokens_per_s, train_tokens_per_s_bf16,
+// One JSON object on one line. Keys of record: train_tokens_per_s, train_tokens_per_s_bf16,
 // eval_tokens_per_s, flops_per_token, peak_gflops_fp32, peak_gflops_bf16, mfu, peak_rss_mb,
-// sliding_over_memory_cost_<L> for every attention length; and the details around them.
+// sliding_over_memory_cost_<L> for every attention length; and the details around them. A
+// figure that is not finite is null, its reason under "null_because" (util/json.h).
 std::string to_json(const BenchReport& report);
 
 // A readable table of the same figures.

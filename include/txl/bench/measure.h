@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "txl/config/config.h"
-#include "txl/eval/evaluator.h"
+#include "txl/eval/settings.h"
 
 namespace txl::bench {
 
@@ -70,18 +70,18 @@ struct PhaseResult {
                       // on a random memory, so it is not the model's real loss
 };
 
-// Training steps exactly as the trainer takes them (src/train/trainer.cpp): a TrainStream batch
-// of B x Q random token ids, zero_grad, forward with the memory of the previous step under
-// AutocastGuard(bf16), masked nll mean, backward, gradient clipping (train.clip), optimizer step
-// (train.optimizer, train.lr). Memory carries over between steps. Uses config.model and
-// config.train; train.batch_chunk is ignored (one chunk). Throws txl::Error for a vocabulary the
-// model rejects (e.g. smaller than the last adaptive cutoff).
+// Training steps as the trainer takes them, through the same train::Step (chunks of
+// train.batch_chunk, gradient norm and clip, the optimizer of config.train at the learning rate
+// of its schedule) on TrainStream batches of B x Q random token ids, in one process. Memory
+// carries over between steps. Throws txl::Error for a vocabulary the model rejects (e.g.
+// smaller than the last adaptive cutoff).
 PhaseResult measure_training(const config::ExperimentConfig& config, std::int64_t vocab,
                              const PhaseOptions& options);
 
-// The evaluation options of memory mode for `config`: eval.tgt_len, eval.mem_len (else the
-// model's), eval.clamp_len, eval.same_length.
-eval::EvalOptions memory_eval_options(const config::ExperimentConfig& config);
+// The evaluation settings of `config` in memory mode (eval::resolve_settings with eval.mode =
+// memory): Q = eval.tgt_len, M = eval.mem_len, clamp_len, same_length, ext_len as resolved; no
+// warm-up (the bench's memory starts full), on the CPU in fp32 (PhaseOptions::bf16 decides).
+eval::Settings memory_eval_settings(const config::ExperimentConfig& config);
 
 // Evaluation in memory mode as eval::evaluate runs it: eval mode, no gradient, EvalStream
 // segments of Q (eval.tgt_len) with memory M (eval.mem_len, resolved from the model), the
@@ -100,6 +100,9 @@ PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vo
 //   memory   the configured model (attn_type xl unless it is xl or shaw) in memory mode with
 //            Q = eval.tgt_len (resolved) and M = L - Q, so that the last query of a segment
 //            attends to exactly L keys; timed with the memory full; per token = time / (B Q).
+// Besides the seconds, one more call of each side runs under count_matmul_flops (profile.h):
+// the work each mode does per scored token, counted from the products it ran, whatever the
+// machine's speed.
 struct EvalCostComparison {
   std::int64_t attention_length = 0;  // L
   std::int64_t tgt_len = 0;           // Q of memory mode
@@ -114,6 +117,11 @@ struct EvalCostComparison {
   // xl forward FLOPs per token at (Q, M). A measured ratio far below it means the memory side
   // runs further from peak than the sliding side.
   double flop_ratio = 0.0;
+  // Counted: matrix-product FLOPs of one sliding batch over the tokens it scored, of one memory
+  // segment over its B Q tokens, and their ratio (what flop_ratio predicts).
+  double sliding_flops_per_token = 0.0;
+  double memory_flops_per_token = 0.0;
+  double counted_flop_ratio = 0.0;
 };
 
 // `sliding` and `memory` give batch, warm-up and repetitions of each side (bf16 applies to

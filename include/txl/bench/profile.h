@@ -5,6 +5,7 @@
 // aten ops), so the column adds up to the profiled time of the calling thread.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,12 @@ StepProfile profile_training_step(const config::ExperimentConfig& config, std::i
 // options.batch_size, eval.tgt_len and memory), then profiles one more.
 StepProfile profile_eval_segment(const config::ExperimentConfig& config, std::int64_t vocab,
                                  const PhaseOptions& options, bool by_shape = false);
+
+// The matrix-product FLOPs one call of `fn` performs, counted from the ops it runs (the same
+// profiler, with input shapes): 2 m k n for every aten::mm and addmm ([m, k] x [k, n]), bmm and
+// baddbmm (times the batch), mv and addmv (2 m k). Composite ops (matmul, linear, einsum) are
+// counted through the products they call. A count of work: it does not depend on the machine.
+double count_matmul_flops(const std::function<void()>& fn);
 
 // A table of the `top` largest ops and the copy / fill shares.
 std::string format_profile(const StepProfile& profile, int top = 20);

@@ -1,6 +1,6 @@
 #pragma once
-// txl-bench --sweep: how training speed and memory scale (issue 5, "Scaling"). Two lines of
-// points around the configured model:
+// txl-bench --sweep: how training speed and memory scale (the README's "Scaling"). Two lines
+// of points around the configured model:
 //   length  tgt_len = mem_len = 128 .. 1024 at a fixed batch (default 4, so that the longest
 //           point fits a few steps in seconds);
 //   batch   batch 1 .. 32 at the configured tgt_len and mem_len;

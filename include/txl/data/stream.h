@@ -262,13 +262,9 @@ class SlidingStream {
 
 // ------------------------------------------------------------------------ from the config
 
-// Stream options from a resolved experiment (eval.tgt_len 0 -> model.tgt_len, eval.window 0 ->
-// the evaluation tgt_len), with the tokenizer's pad id.
+// The training stream's options from an experiment, with the tokenizer's pad id. (The
+// evaluation streams' come from eval::Settings: eval::eval_stream_options.)
 TrainStreamOptions train_stream_options(const config::ExperimentConfig& experiment,
                                         std::int64_t pad_id);
-EvalStreamOptions eval_stream_options(const config::ExperimentConfig& experiment,
-                                      std::int64_t pad_id);
-SlidingStreamOptions sliding_stream_options(const config::ExperimentConfig& experiment,
-                                            std::int64_t pad_id);
 
 }  // namespace txl::data

@@ -1,62 +1,35 @@
 #pragma once
 // Perplexity evaluation (MODEL.md section 7): memory mode (Transformer-XL: segments in order,
 // each with memory M, optional unscored warm-up), segments (each segment on its own, no
-// memory) and sliding (each token predicted from the L tokens before it, stride s).
+// memory) and sliding (each token predicted from the L tokens before it, stride s), all with
+// one eval::Settings (settings.h).
+//
+// Legend: N tokens of the text, B rows of a batch, T positions of a batch.
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
-#include "txl/config/config.h"
-#include "txl/dist/group.h"
+#include "txl/data/batch.h"
+#include "txl/data/dataset.h"
+#include "txl/eval/settings.h"
+#include "txl/models/memory.h"
 #include "txl/models/transformer_lm.h"
 
 namespace txl::eval {
 
-// The resolved evaluation settings: EvalConfig with every "inherit" value filled from the model.
-struct EvalOptions {
-  std::string mode = "memory";  // memory | segments | sliding
-  int tgt_len = 128;            // segment length Q (memory, segments)
-  int mem_len = 128;            // memory length M (memory mode)
-  int clamp_len = -1;           // -1 = no clamp
-  bool same_length = false;     // every query sees the same number of keys
-  int window = 128;             // sliding: window L
-  int stride = 1;               // sliding: scored tokens per window
-  int warmup = 0;               // memory: unscored tokens before each stream's start
-  int batch_size = 16;          // streams (memory, segments) or windows (sliding) per batch
-  std::int64_t max_tokens = 0;  // score only the text's first max_tokens targets (0 = all);
-                                // bytes and characters are prorated
-  bool cache_kv = true;         // memory: carry the memory's keys and values between segments
-                                // (models::Context::cache_kv); false projects them anew each time
-  // Data-parallel evaluation: each rank of `group` scores its share of every batch's rows
-  // (memory, segments: dist::shard_rows, so each stream's memory stays on one rank) or its
-  // stretch of whole batches (sliding: windows stand alone), and the sums are reduced and the
-  // per-token losses gathered in text order, so every rank returns the single-process result.
-  // Null = this process alone.
-  dist::Group* group = nullptr;
-};
-
-// Fills an EvalOptions from the experiment's eval section, inheriting from the model section.
-EvalOptions resolve_eval_options(const config::ExperimentConfig& config);
-
-// The model context of memory and segments mode: memory (mem_len, same_length and the carried
-// keys and values) only in memory mode with mem_len > 0, clamp_len always. What evaluate() runs
-// every segment with, and the bench with it.
-models::Context segment_context(const EvalOptions& options, const models::TransformerLM& model);
-
 struct EvalResult {
-  std::string split;              // "valid", "test" or a file name
-  std::string mode;               // memory | segments | sliding
-  int tgt_len = 0;                // Q used
+  std::string split;              // "valid", "test" or a file name (set by the caller)
+  Mode mode = Mode::kMemory;      // the mode evaluated
+  int tgt_len = 0;                // Q used (sliding: the window L)
   int mem_len = 0;                // M used (0 for segments and sliding)
   int window = 0;                 // sliding window L (0 otherwise)
   int stride = 0;                 // sliding stride (0 otherwise)
   double loss = 0.0;              // mean negative log-likelihood per scored token, nats
   double ppl = 0.0;               // exp(loss)
   double bits_per_token = 0.0;    // loss / ln 2
-  double bits_per_byte = 0.0;     // total bits / UTF-8 bytes of the original text
+  double bits_per_byte = 0.0;     // total bits / UTF-8 bytes of the scored text
   double bits_per_char = 0.0;     // total bits / characters (byte and char corpora; else 0)
   std::int64_t tokens = 0;        // scored tokens
   double seconds = 0.0;           // wall time
@@ -65,24 +38,50 @@ struct EvalResult {
   // many there were; 0 when no mask was given.
   double recall_loss = 0.0;          // nats per recall token; ln 64 = 4.159 = no recall
   std::int64_t recall_tokens = 0;
+  torch::Tensor token_losses;  // float [tokens] in text order, when asked (Extras); else undefined
 };
 
-// Evaluates `model` on token ids (int64 [N]); the model is put in eval mode and no gradient is
-// recorded. n_bytes / n_chars are the original text's sizes for bits per byte / character
-// (0 = not reported). When `token_losses` is not null it receives the per-token losses in
-// text order (float [tokens]).
-// `recall_mask` (bool [N], e.g. data::synthetic_recall_mask) selects target tokens whose loss
-// is also reported on its own (recall_loss).
-// `doc_starts` (int64 [n_docs], memory and segments modes) evaluates documents on their own, as
-// data.document_mode trains them: memory is reset at each document and its first token is not
-// scored. Per-token losses and recall need plain text (no doc_starts).
-EvalResult evaluate(models::TransformerLM& model, const torch::Tensor& ids,
-                    const EvalOptions& options, std::int64_t n_bytes = 0,
-                    std::int64_t n_chars = 0, torch::Tensor* token_losses = nullptr,
-                    const torch::Tensor& recall_mask = {},
-                    const torch::Tensor& doc_starts = {});
+// What an evaluation gives beyond its figures, on request. Both need plain text (not
+// Settings::documents).
+struct Extras {
+  bool token_losses = false;  // fill EvalResult::token_losses
+  torch::Tensor recall_mask;  // bool [N] (e.g. data::synthetic_recall_mask): targets whose loss is
+                              // also reported on its own (recall_loss)
+};
 
-// One JSON object per result, with the fields above.
+// Evaluates `model` (on settings.device) on `text`: its first settings.max_tokens targets
+// (scored_prefix), in settings.mode, its documents on their own when settings.documents. The
+// model is put in eval mode and no gradient is recorded. Bits per byte / character use the
+// text's n_bytes / n_chars (0 = not reported). Throws txl::Error on bad input.
+EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& text,
+                    const Settings& settings, const Extras& extras = {});
+
+// The text one evaluation scores: the first max_tokens targets of `split` (all of them when
+// max_tokens is 0 or not smaller than N - 1), i.e. ids [max_tokens + 1]; bytes and characters
+// prorated by targets and rounded to the nearest; the document starts inside the prefix. Every
+// mode scores the same tokens: memory and segments modes read B parallel streams, so stopping
+// after max_tokens scored tokens would sample B places of the text instead.
+data::EncodedSplit scored_prefix(const data::EncodedSplit& split, std::int64_t max_tokens);
+
+// The negative log-likelihood summed over the positions `mask` selects, in double precision.
+// nll float [B, T]; mask bool [B, T].
+double masked_sum(const torch::Tensor& nll, const torch::Tensor& mask);
+
+// One batch scored: the per-position nll and its masked sum over the batch's target_mask.
+struct BatchScore {
+  torch::Tensor nll;        // float [B, T] on the CPU; meaningful where target_mask is true
+  double sum = 0.0;         // masked_sum(nll, target_mask), nats
+  std::int64_t count = 0;   // scored targets (true entries of target_mask)
+};
+
+// The evaluation forward, the only one: `batch` (on the CPU) is moved to settings.device and
+// run through the model with segment_context(settings, model), under bf16 autocast when
+// settings.bf16. `memory` (memory mode) holds the memory of the previous batch and receives the
+// new one; null = no memory. No gradient is recorded; the caller puts the model in eval mode.
+BatchScore score_batch(models::TransformerLM& model, const data::Batch& batch,
+                       const Settings& settings, models::Memory* memory);
+
+// One JSON object per result, with the fields above (not the token losses).
 std::string to_json(const EvalResult& result);
 
 }  // namespace txl::eval

@@ -6,6 +6,7 @@
 // Interrupted work is never redone: a variant's run directory holds
 //   done.json          {"stage": "trained" | "evaluated", "fingerprint": ..., training figures}
 //   eval_results.json  the evaluations finished so far, each under the settings it was run with
+// (numbers that are not finite as null, with their reason under "null_because": util/json.h).
 // A variant whose training settings changed since (another fingerprint) is trained again from
 // scratch, with a warning listing what changed; evaluation settings (the `eval:` section) only
 // invalidate the evaluations they affect.
@@ -16,24 +17,23 @@
 #include <vector>
 
 #include "txl/config/config.h"
+#include "txl/eval/settings.h"
 #include "txl/experiment/report.h"
 
 namespace txl::experiment {
 
-// One evaluation the runner performs: a split in one mode with its context.
+// One evaluation the runner performs: a split, with the settings of its mode and context.
 struct PlannedEval {
-  std::string split;  // valid | test
-  std::string mode;   // memory | segments | sliding
-  int tgt_len = 0;    // segment length Q (eval.tgt_len, else model.tgt_len)
-  int mem_len = 0;    // memory M (memory mode; 0 otherwise)
-  int window = 0;     // sliding window L (sliding mode; 0 otherwise)
-  int stride = 0;     // sliding stride s (sliding mode; 0 otherwise)
+  std::string split;        // valid | test
+  eval::Settings settings;  // resolved from the variant with eval.mode (and eval.mem_len) set
 
-  // "test/memory/Q128/M256/L0/s0": identifies the evaluation in caches and logs.
+  // "test/memory/Q128/M256/L0/s0" (eval::shape_of): identifies the evaluation in caches and
+  // logs.
   std::string key() const;
 };
 
-// The evaluations that fit a variant, on every split of eval.splits:
+// The evaluations that fit a variant, on every split of eval.splits, each resolved with
+// eval::resolve_settings from the variant with its mode (and memory length) set:
 //   vanilla, vanilla_learned (absolute positions): segments at Q, and sliding with window
 //     L = eval.window (0 = Q) and stride eval.stride;
 //   xl, shaw (relative positions): memory at the training M (eval.mem_len when set, else
@@ -72,9 +72,10 @@ struct AblationResult {
 };
 
 // Runs the ablation: for each variant in file order (restricted to `only`), trains it with
-// train::train(resume = true), evaluates it on its plan with the best checkpoint (the last one
-// when no validation ran), caches the results; then writes the report with every variant that
-// has results (variants outside `only` contribute their cached results when still current).
+// train::train (resuming the checkpoint an interrupted run left, else from scratch), evaluates
+// it on its plan with the best checkpoint (the last one when no validation ran), caches the
+// results; then writes the report with every variant that has results (variants outside `only`
+// contribute their cached results when still current).
 // Throws txl::Error on unknown `only` names, on an ablation without variants, and on the errors
 // of training and evaluation.
 AblationResult run_ablation(const config::AblationConfig& ablation,

@@ -11,6 +11,11 @@
 #include <utility>
 #include <vector>
 
+namespace txl::eval {
+struct EvalResult;
+struct Settings;
+}  // namespace txl::eval
+
 namespace txl::experiment {
 
 // One evaluation of one trained variant, with that variant's training figures repeated so that
@@ -52,6 +57,11 @@ struct ResultRecord {
   // segments (the longest context any scored token sees).
   int context() const;
 };
+
+// The evaluation part of a record (what was evaluated, from `settings` through eval::shape_of,
+// and the figures of `result`, its split included); the caller adds the variant and the
+// training figures.
+ResultRecord make_record(const eval::EvalResult& result, const eval::Settings& settings);
 
 // Where a variant's trainer wrote its metrics.jsonl (one JSON object per line:
 // {"kind":"train","step":N,"loss":x,...} and {"kind":"eval","step":N,"split":"valid",...}).

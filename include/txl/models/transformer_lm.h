@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "txl/config/config.h"
+#include "txl/data/batch.h"
 #include "txl/models/memory.h"
 #include "txl/modules/adaptive_embedding.h"
 #include "txl/modules/adaptive_softmax.h"
@@ -46,6 +47,19 @@ struct Context {
   static Context from_config(const config::ModelConfig& config);
 };
 
+// What one forward pass reads besides the memory: a segment of B rows of T tokens.
+struct Inputs {
+  torch::Tensor tokens;      // int64 [B, T]
+  torch::Tensor targets;     // int64 [B, T], or undefined: no loss (nll undefined)
+  torch::Tensor input_mask;  // bool [B, T], true = a real token; undefined = all real
+  torch::Tensor reset;       // bool [B], rows whose memory is cleared first (a new stream or
+                             // document); undefined = none
+
+  // tokens, targets, input_mask and reset of a batch (its target_mask is the caller's: the loss
+  // is masked where it is summed).
+  static Inputs of(const data::Batch& batch);
+};
+
 struct LMOutput {
   torch::Tensor nll;     // float [B, T]: -log p(target) per position (undefined without targets);
                          // the caller applies its target mask
@@ -60,13 +74,11 @@ class TransformerLMImpl : public torch::nn::Module {
   // naming the `model.` key for an invalid configuration.
   TransformerLMImpl(const config::ModelConfig& config, int64_t n_token);
 
-  // tokens int64 [B, T]; targets int64 [B, T] or undefined; input_mask bool [B, T] (true = real
-  // token) or undefined (all real); memory as returned by the previous call (empty at the start);
-  // reset bool [B] or undefined: rows whose memory is cleared before this segment (a new
-  // document / stream). Throws txl::Error naming the value and the expectation on bad input.
-  LMOutput forward(const torch::Tensor& tokens, const torch::Tensor& targets,
-                   const torch::Tensor& input_mask, const Memory& memory,
-                   const torch::Tensor& reset, const Context& ctx, bool want_logits = false);
+  // One segment: `in` (see Inputs), the memory as returned by the previous call (empty at the
+  // start) and the run-time context. Throws txl::Error naming the value and the expectation on
+  // bad input.
+  LMOutput forward(const Inputs& in, const Memory& memory, const Context& ctx,
+                   bool want_logits = false);
 
   // The masks and position inputs of one segment, shared by every layer (public for tests).
   // key_mask bool [B, K] over concat(memory, segment).
@@ -90,9 +102,7 @@ class TransformerLMImpl : public torch::nn::Module {
   modules::Dropout drop{nullptr};
 
  private:
-  void check_inputs(const torch::Tensor& tokens, const torch::Tensor& targets,
-                    const torch::Tensor& input_mask, const Memory& memory,
-                    const torch::Tensor& reset, const Context& ctx) const;
+  void check_inputs(const Inputs& in, const Memory& memory, const Context& ctx) const;
   Memory update_memory(const Memory& memory, const std::vector<torch::Tensor>& hiddens,
                        const std::vector<torch::Tensor>& kv, const torch::Tensor& key_mask,
                        int64_t q_len, const Context& ctx) const;

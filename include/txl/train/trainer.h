@@ -1,7 +1,8 @@
 #pragma once
-// The training loop. train() reads top to bottom: run folder -> tokenizer and cached token ids
-// -> ordered segment stream -> model and optimizer (restored on resume) -> while no stop
-// condition: step -> progress record -> validation -> checkpoint.
+// The training loop. train() reads top to bottom (Trainer::run in src/train/trainer.cpp): run
+// folder -> tokenizer and cached token ids -> ordered segment stream -> model, optimizer and
+// train::Step (restored on resume) -> while train::Schedule finds no stop condition: step ->
+// progress record -> validation -> checkpoint -> the final validation and checkpoint.
 //
 // What a run writes (rank 0 of a data-parallel job alone), into run_dir(config):
 //   config.yaml                  the resolved experiment, written once the start is valid

@@ -1,0 +1,104 @@
+#include "txl/eval/settings.h"
+
+#include <ostream>
+
+#include "txl/dist/group.h"
+#include "txl/util/device.h"
+#include "txl/util/error.h"
+
+namespace txl::eval {
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kMemory: return "memory";
+    case Mode::kSegments: return "segments";
+    case Mode::kSliding: return "sliding";
+  }
+  return "?";
+}
+
+Mode parse_mode(const std::string& name) {
+  for (Mode mode : {Mode::kMemory, Mode::kSegments, Mode::kSliding})
+    if (name == mode_name(mode)) return mode;
+  TXL_FAIL("eval.mode: '", name, "' is not one of memory | segments | sliding");
+}
+
+std::ostream& operator<<(std::ostream& out, Mode mode) { return out << mode_name(mode); }
+
+Settings resolve_settings(const config::ExperimentConfig& config, dist::Group* group) {
+  const auto& m = config.model;
+  const auto& e = config.eval;
+  Settings s;
+  s.mode = parse_mode(e.mode);
+  s.tgt_len = e.tgt_len > 0 ? e.tgt_len : m.tgt_len;
+  s.mem_len = s.mode != Mode::kMemory ? 0 : e.mem_len >= 0 ? e.mem_len : m.mem_len;
+  s.clamp_len = e.clamp_len >= -1 ? e.clamp_len : m.clamp_len;
+  s.same_length = e.same_length >= 0 ? e.same_length == 1 : m.same_length;
+  s.ext_len = m.ext_len;
+  s.window = e.window > 0 ? e.window : s.tgt_len;
+  s.stride = e.stride;
+  s.warmup = e.warmup;
+  s.batch_size = e.batch_size;
+  s.max_tokens = e.max_tokens;
+  s.documents = config.data.document_mode;
+  s.device = resolve_device(config.run.device, group != nullptr ? group->env().local_rank : 0);
+  s.bf16 = config.run.precision == "bf16";
+  s.group = group;
+  // The warm-up batches hold no ext context, so with ext_len the memory they leave would miss
+  // ext_len tokens between batches.
+  TXL_CHECK(s.mode != Mode::kMemory || s.mem_len == 0 || s.warmup == 0 || s.ext_len == 0,
+            "eval.warmup = ", s.warmup, " is not supported with model.ext_len = ", s.ext_len,
+            " in memory mode; set eval.warmup = 0");
+  return s;
+}
+
+Settings validation_settings(const config::ExperimentConfig& config, dist::Group* group) {
+  config::ExperimentConfig periodic = config;
+  if (parse_mode(config.eval.mode) == Mode::kSliding) periodic.eval.mode = mode_name(Mode::kSegments);
+  if (config.train.eval_max_tokens > 0) periodic.eval.max_tokens = config.train.eval_max_tokens;
+  Settings s = resolve_settings(periodic, group);
+  s.documents = false;
+  return s;
+}
+
+models::Context segment_context(const Settings& settings, const models::TransformerLM& model) {
+  const bool with_memory = settings.mode == Mode::kMemory && settings.mem_len > 0;
+  models::Context context;
+  context.mem_len = with_memory ? settings.mem_len : 0;
+  context.clamp_len = settings.clamp_len;
+  context.same_length = with_memory && settings.same_length;
+  context.ext_len = with_memory ? settings.ext_len : 0;
+  context.cache_kv = with_memory && settings.cache_kv && model->can_cache_kv();
+  return context;
+}
+
+data::EvalStreamOptions eval_stream_options(const Settings& settings) {
+  data::EvalStreamOptions options;
+  options.batch_size = settings.batch_size;
+  options.tgt_len = settings.tgt_len;
+  options.ext_len = settings.ext_len;
+  // Warm-up primes the memory: nothing to prime without one.
+  options.warmup = settings.mode == Mode::kMemory && settings.mem_len > 0 ? settings.warmup : 0;
+  return options;
+}
+
+data::SlidingStreamOptions sliding_stream_options(const Settings& settings) {
+  data::SlidingStreamOptions options;
+  options.batch_size = settings.batch_size;
+  options.window = settings.window;
+  options.stride = settings.stride;
+  return options;
+}
+
+Shape shape_of(const Settings& settings) {
+  Shape shape;
+  shape.tgt_len = settings.tgt_len;
+  if (settings.mode == Mode::kMemory) shape.mem_len = settings.mem_len;
+  if (settings.mode == Mode::kSliding) {
+    shape.window = settings.window;
+    shape.stride = settings.stride;
+  }
+  return shape;
+}
+
+}  // namespace txl::eval

@@ -1,0 +1,81 @@
+#include "txl/train/step.h"
+
+#include <limits>
+
+#include "txl/util/autocast.h"
+#include "txl/util/error.h"
+
+namespace txl::train {
+
+namespace {
+
+std::shared_ptr<dist::Group> or_alone(std::shared_ptr<dist::Group> group) {
+  return group ? std::move(group) : std::make_shared<dist::Group>();
+}
+
+}  // namespace
+
+Step::Step(models::TransformerLM model, torch::optim::Optimizer& optimizer,
+           const StepSettings& settings, dist::RowRange rows, std::shared_ptr<dist::Group> group)
+    : model_(std::move(model)),
+      optimizer_(optimizer),
+      settings_(settings),
+      rows_(rows),
+      group_(or_alone(std::move(group))),
+      reducer_(group_, model_->parameters()),
+      context_(models::Context::from_config(model_->config())) {
+  TXL_CHECK(settings.batch_chunk >= 1 && rows.size() % settings.batch_chunk == 0,
+            "train.batch_chunk = ", settings.batch_chunk, " must divide the rows of each process (",
+            rows.size(), ")");
+  chunk_rows_ = rows.size() / settings.batch_chunk;
+  memory_.resize(static_cast<size_t>(settings.batch_chunk));
+}
+
+StepResult Step::backward(const data::Batch& global) {
+  const data::Batch batch = global.narrow_rows(rows_.begin, rows_.size()).to(settings_.device);
+  // Gradients are reset rather than zero-filled (LibTorch 1.13's zero_grad fills): the first
+  // backward then writes them without a read-modify-write.
+  for (auto& p : model_->parameters()) p.mutable_grad().reset();
+  const double scored = static_cast<double>(std::max<std::int64_t>(global.n_scored, 1));
+  double loss_sum = 0.0;
+  for (std::int64_t c = 0; c < settings_.batch_chunk; ++c) {
+    const data::Batch chunk = batch.narrow_rows(c * chunk_rows_, chunk_rows_);
+    auto& memory = memory_[static_cast<size_t>(c)];
+    torch::Tensor nll_sum;  // [] over the chunk's scored tokens
+    {
+      AutocastGuard autocast(settings_.bf16, settings_.device);
+      auto out = model_->forward(models::Inputs::of(chunk), memory, context_);
+      nll_sum = out.nll.to(torch::kFloat).masked_fill(chunk.target_mask.logical_not(), 0.0).sum();
+      memory = std::move(out.memory);
+    }
+    (nll_sum / scored).backward();
+    loss_sum += nll_sum.item<double>();
+  }
+  if (group_->distributed()) {
+    auto total = torch::tensor({loss_sum}, torch::kDouble);  // [1]
+    group_->all_reduce(total);
+    loss_sum = total.item<double>();
+    reducer_.reduce();
+  }
+  const double max_norm = settings_.clip > 0 ? settings_.clip : std::numeric_limits<double>::infinity();
+  const double norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
+  return {loss_sum, global.n_scored, norm};
+}
+
+void Step::update(double lr) {
+  for (auto& group : optimizer_.param_groups()) group.options().set_lr(lr);
+  optimizer_.step();
+}
+
+StepResult Step::run(const data::Batch& global, double lr) {
+  const StepResult result = backward(global);
+  update(lr);
+  return result;
+}
+
+void Step::set_memory(const models::Memory& global_memory) {
+  for (std::int64_t c = 0; c < settings_.batch_chunk; ++c)
+    memory_[static_cast<size_t>(c)] = global_memory.narrow_rows(rows_.begin + c * chunk_rows_, chunk_rows_);
+}
+
+}  // namespace txl::train

@@ -1,0 +1,146 @@
+// The one set of evaluation settings (src/eval/settings.cpp): resolved once from the experiment.
+#include "txl/eval/settings.h"
+
+#include <sstream>
+
+#include "support/test_support.h"
+#include "support/tiny_experiment.h"
+#include "txl/config/load.h"
+
+namespace {
+
+using txl::eval::Mode;
+
+TEST(Settings, ModesParseAndPrintByName) {
+  for (Mode mode : {Mode::kMemory, Mode::kSegments, Mode::kSliding}) {
+    EXPECT_EQ(txl::eval::parse_mode(txl::eval::mode_name(mode)), mode);
+    std::ostringstream out;
+    out << mode;
+    EXPECT_EQ(out.str(), txl::eval::mode_name(mode));
+  }
+  TXL_EXPECT_THROW_WITH(txl::eval::parse_mode("beam"), "eval.mode: 'beam' is not one of memory | segments | sliding");
+}
+
+// What evaluate() did not read before: ext_len, document mode, device and precision.
+TEST(Settings, ResolveReadsExtLenDocumentsDeviceAndPrecision) {
+  txl::test::TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path());
+  auto s = txl::eval::resolve_settings(c);
+  EXPECT_EQ(s.mode, Mode::kMemory);
+  EXPECT_EQ(s.ext_len, 0);
+  EXPECT_FALSE(s.documents);
+  EXPECT_FALSE(s.bf16);
+  EXPECT_EQ(s.device, torch::Device(torch::kCPU));
+  EXPECT_EQ(s.group, nullptr);
+  c.model.ext_len = 6;
+  c.data.document_mode = true;
+  c.run.precision = "bf16";
+  c.eval.mode = "segments";
+  c.eval.max_tokens = 500;
+  c.eval.batch_size = 3;
+  s = txl::eval::resolve_settings(c);
+  EXPECT_EQ(s.mode, Mode::kSegments);
+  EXPECT_EQ(s.ext_len, 6);
+  EXPECT_TRUE(s.documents);
+  EXPECT_TRUE(s.bf16);
+  EXPECT_EQ(s.max_tokens, 500);
+  EXPECT_EQ(s.batch_size, 3);
+}
+
+TEST(Settings, WarmUpWithExtLenInMemoryModeIsAnError) {
+  txl::test::TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path());
+  c.model.ext_len = 4;
+  c.eval.warmup = 32;
+  TXL_EXPECT_THROW_WITH(txl::eval::resolve_settings(c), "eval.warmup = 32 is not supported with model.ext_len = 4");
+  c.eval.mode = "segments";  // no memory to warm up
+  EXPECT_EQ(txl::eval::resolve_settings(c).warmup, 32);
+}
+
+// The trainer's periodic validation: segments for sliding, train.eval_max_tokens, plain text.
+TEST(Settings, ValidationIsTheExperimentsEvaluationMadeCheap) {
+  txl::test::TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path());
+  c.eval.mode = "sliding";
+  c.eval.max_tokens = 700;
+  c.data.document_mode = true;
+  auto s = txl::eval::validation_settings(c, nullptr);
+  EXPECT_EQ(s.mode, Mode::kSegments);
+  EXPECT_EQ(s.max_tokens, 700);
+  EXPECT_FALSE(s.documents);
+  c.train.eval_max_tokens = 90;
+  c.eval.mode = "memory";
+  s = txl::eval::validation_settings(c, nullptr);
+  EXPECT_EQ(s.mode, Mode::kMemory);
+  EXPECT_EQ(s.mem_len, 16);
+  EXPECT_EQ(s.max_tokens, 90);
+}
+
+// Memory, same_length, ext_len and the carried keys and values only with a memory.
+TEST(Settings, SegmentContextHasMemoryOnlyInMemoryMode) {
+  txl::test::TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path());
+  c.model.ext_len = 3;
+  c.model.clamp_len = 20;
+  c.model.same_length = true;
+  txl::models::TransformerLM model(c.model, 50);
+  auto context = txl::eval::segment_context(txl::eval::resolve_settings(c), model);
+  EXPECT_EQ(context.mem_len, 16);
+  EXPECT_EQ(context.ext_len, 3);
+  EXPECT_TRUE(context.same_length);
+  EXPECT_TRUE(context.cache_kv);
+  EXPECT_EQ(context.clamp_len, 20);
+  for (const char* mode : {"segments", "sliding"}) {
+    c.eval.mode = mode;
+    context = txl::eval::segment_context(txl::eval::resolve_settings(c), model);
+    EXPECT_EQ(context.mem_len, 0) << mode;
+    EXPECT_EQ(context.ext_len, 0) << mode;
+    EXPECT_FALSE(context.same_length || context.cache_kv) << mode;
+    EXPECT_EQ(context.clamp_len, 20) << mode;
+  }
+}
+
+// The streams' options come from the settings: eval.tgt_len 0 means model.tgt_len, eval.window 0
+// the evaluation tgt_len; ext_len is the model's; warm-up only primes a memory.
+TEST(Settings, StreamOptionsFromTheExperimentConfig) {
+  txl::config::ExperimentConfig experiment;
+  experiment.model.tgt_len = 64;
+  experiment.model.ext_len = 3;
+  experiment.eval.batch_size = 5;
+  experiment.eval.warmup = 32;
+  experiment.eval.stride = 4;
+  experiment.eval.mode = "segments";  // warm-up and ext_len together only without memory
+  auto eval = txl::eval::eval_stream_options(txl::eval::resolve_settings(experiment));
+  EXPECT_EQ(eval.batch_size, 5);
+  EXPECT_EQ(eval.tgt_len, 64);  // eval.tgt_len = 0 means model.tgt_len
+  EXPECT_EQ(eval.ext_len, 3);
+  EXPECT_EQ(eval.warmup, 0);    // nothing to warm up without memory
+  auto sliding = txl::eval::sliding_stream_options(txl::eval::resolve_settings(experiment));
+  EXPECT_EQ(sliding.window, 64);  // eval.window = 0 means the evaluation tgt_len
+  EXPECT_EQ(sliding.stride, 4);
+  experiment.eval.tgt_len = 16;
+  experiment.eval.window = 100;
+  experiment.eval.mode = "memory";
+  experiment.model.ext_len = 0;
+  EXPECT_EQ(txl::eval::eval_stream_options(txl::eval::resolve_settings(experiment)).tgt_len, 16);
+  EXPECT_EQ(txl::eval::eval_stream_options(txl::eval::resolve_settings(experiment)).warmup, 32);
+  EXPECT_EQ(txl::eval::sliding_stream_options(txl::eval::resolve_settings(experiment)).window, 100);
+}
+
+TEST(Settings, ShapeNamesOnlyTheLengthsTheModeUses) {
+  txl::eval::Settings s;
+  s.tgt_len = 32;
+  s.mem_len = 64;
+  s.window = 48;
+  s.stride = 2;
+  auto shape = txl::eval::shape_of(s);
+  EXPECT_EQ(std::vector<int>({shape.tgt_len, shape.mem_len, shape.window, shape.stride}), std::vector<int>({32, 64, 0, 0}));
+  s.mode = Mode::kSliding;
+  shape = txl::eval::shape_of(s);
+  EXPECT_EQ(std::vector<int>({shape.tgt_len, shape.mem_len, shape.window, shape.stride}), std::vector<int>({32, 0, 48, 2}));
+  s.mode = Mode::kSegments;
+  shape = txl::eval::shape_of(s);
+  EXPECT_EQ(std::vector<int>({shape.tgt_len, shape.mem_len, shape.window, shape.stride}), std::vector<int>({32, 0, 0, 0}));
+}
+
+}  // namespace
