@@ -42,6 +42,12 @@ ExperimentConfig CommandLine::experiment() const {
 ExperimentConfig CommandLine::experiment_over(const ExperimentConfig& stored,
                                               const std::string& origin,
                                               const std::vector<std::string>& allowed) const {
+  return config::experiment_over(stored, origin, overrides, allowed);
+}
+
+ExperimentConfig experiment_over(const ExperimentConfig& stored, const std::string& origin,
+                                 const std::vector<std::string>& overrides,
+                                 const std::vector<std::string>& allowed) {
   if (overrides.empty()) return stored;
   auto config = parse_experiment_string(dump_experiment(stored), origin, overrides);
   for (const std::string& line : diff_experiments(stored, config)) {
@@ -71,10 +77,14 @@ void add_experiment_options(CLI::App& app, CommandLine& line, const CommandLineO
 }
 
 void add_set_shorthand(CLI::App& app, CommandLine& line, const std::string& flag,
-                       const std::string& key, const std::string& help) {
+                       const std::string& key, const std::string& help, Shorthand kind) {
+  const bool list = kind == Shorthand::kList;
   app.add_option_function<std::string>(
-      flag, [&line, key](const std::string& value) { line.overrides.push_back(key + "=" + value); },
-      help + " (= --set " + key + "=VALUE)");
+      flag,
+      [&line, key, list](const std::string& value) {
+        line.overrides.push_back(key + "=" + (list ? "[" + value + "]" : value));
+      },
+      help + " (= --set " + key + (list ? "=[VALUE])" : "=VALUE)"));
 }
 
 }  // namespace txl::config

@@ -40,10 +40,8 @@ struct CommandLine {
   // overrides. Throws txl::Error naming the file or the override.
   ExperimentConfig experiment() const;
 
-  // For a program whose experiment comes with its input (the one stored in a checkpoint, named
-  // `origin` in messages): `stored` with the overrides, which may change only the `allowed` keys
-  // (a dotted key, or a section ending in '.': {"eval.", "data.", "run.threads"}). Any other
-  // change is a txl::Error naming the key, both values and what may be set.
+  // For a program whose experiment comes with its input: config::experiment_over (below) with
+  // these overrides.
   ExperimentConfig experiment_over(const ExperimentConfig& stored, const std::string& origin,
                                    const std::vector<std::string>& allowed) const;
 
@@ -51,6 +49,14 @@ struct CommandLine {
   // override), e.g. for the command a user copies to resume.
   std::vector<std::string> arguments() const;
 };
+
+// The experiment of a program whose experiment comes with its input (the one stored in a
+// checkpoint, named `origin` in messages): `stored` with `overrides`, which may change only the
+// `allowed` keys (a dotted key, or a section ending in '.': {"eval.", "data.", "run.threads"}).
+// Any other change is a txl::Error naming the key, both values and what may be set.
+ExperimentConfig experiment_over(const ExperimentConfig& stored, const std::string& origin,
+                                 const std::vector<std::string>& overrides,
+                                 const std::vector<std::string>& allowed);
 
 // Which experiment options a program takes.
 struct CommandLineOptions {
@@ -66,10 +72,16 @@ struct CommandLineOptions {
 void add_experiment_options(CLI::App& app, CommandLine& line,
                             const CommandLineOptions& options = {});
 
+// What a shorthand's VALUE is: the key's value as written, or the comma-separated items of a
+// list key ("0,64" is the YAML list [0,64]).
+enum class Shorthand { kValue, kList };
+
 // Adds `flag` VALUE to `app` as a shorthand for --set `key`=VALUE, e.g. ("--mem-len",
-// "eval.mem_len"). Add it after add_experiment_options: a shorthand then comes after every
-// --set, so it wins over a --set of the same key.
+// "eval.mem_len"); with Shorthand::kList, --set `key`=[VALUE]. Add it after
+// add_experiment_options: a shorthand then comes after every --set, so it wins over a --set of
+// the same key.
 void add_set_shorthand(CLI::App& app, CommandLine& line, const std::string& flag,
-                       const std::string& key, const std::string& help);
+                       const std::string& key, const std::string& help,
+                       Shorthand kind = Shorthand::kValue);
 
 }  // namespace txl::config
