@@ -1,8 +1,9 @@
 #pragma once
 // The settings of the whole process, made by a program's main in one explicit call: LibTorch's
-// intra-op threads, the C allocator's policy and how long idle OpenMP threads spin. The library
-// never makes them (it never re-executes the program, sets environment variables or calls
-// mallopt); a test that runs the library as a program would makes them through the same call.
+// intra-op threads, the C allocator's policy and how long idle OpenMP threads spin. For mains
+// only (tools/*/main.cpp, and tests that run the library as a program would): no library code
+// calls it, so the library never re-executes the program, sets environment variables or calls
+// mallopt.
 //
 //   int main(int argc, char** argv) {
 //     ... parse flags, load the experiment ...
@@ -26,13 +27,13 @@ struct ProcessSetup {
   // the next step. A training step allocates and frees the same large tensors every time (the
   // [N, V] logits and their gradient, the [H, B, Q, K] attention scores); by default glibc
   // serves blocks above its mmap threshold with mmap, gives them back with munmap and trims the
-  // heap, so every step page-faults that memory in again (the bench model's unfused bf16 output
-  // layer took 0.58 s instead of 0.32 s). The resident size then stays near the peak between
-  // steps. Nothing happens with another C library.
+  // heap, so every step page-faults that memory in again (README, Performance, gives the cost).
+  // The resident size then stays near the peak between steps. Nothing happens with another C
+  // library.
   bool keep_freed_memory = true;
   // Idle OpenMP threads stop spinning after 30,000 rounds instead of libgomp's 300,000, so that
-  // OpenBLAS, which runs fp32 matrix products on its own threads, gets the cores (fp32 training
-  // 1.6-1.9x faster on 2 cores). libgomp reads GOMP_SPINCOUNT once, when it is loaded, so apply()
+  // OpenBLAS, which runs fp32 matrix products on its own threads, gets the cores (README,
+  // Performance). libgomp reads GOMP_SPINCOUNT once, when it is loaded, so apply()
   // sets it and re-executes the program once, unless the user set GOMP_SPINCOUNT or
   // OMP_WAIT_POLICY (their choice is kept).
   bool limit_openmp_spinning = true;
