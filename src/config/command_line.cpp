@@ -53,7 +53,7 @@ ExperimentConfig experiment_over(const ExperimentConfig& stored, const std::stri
   for (const std::string& line : diff_experiments(stored, config)) {
     const std::string key = line.substr(0, line.find(':'));
     TXL_CHECK(is_allowed(key, allowed), "--set: ", line.substr(0, 120), ": only ",
-              join_allowed(allowed), " may be set here; the rest is ", origin, "'s own");
+              join_allowed(allowed), " may be set here; the rest stays as in ", origin);
   }
   return config;
 }

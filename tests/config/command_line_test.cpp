@@ -122,7 +122,7 @@ TEST_F(CommandLineTest, OverridesOfAStoredExperimentChangeOnlyWhatIsAllowed) {
   TXL_EXPECT_THROW_WITH(
       parse({"--set", "train.lr=1"}).experiment_over(stored, "ckpt.safetensors", allowed),
       "--set: train.lr: 0.5 -> 1.0: only eval.*, data.* and run.threads may be set here; the "
-      "rest is ckpt.safetensors's own");
+      "rest stays as in ckpt.safetensors");
   TXL_EXPECT_THROW_WITH(
       parse({"--set", "data.path=x"}).experiment_over(stored, "old.pt", {"data.cache_dir"}),
       "only data.cache_dir may be set here");
