@@ -13,7 +13,6 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/train/trainer.h"
-#include "txl/util/openmp.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/json.h"
@@ -378,7 +377,6 @@ bool evaluate_missing(const std::string& name, const config::ExperimentConfig& c
     done.params = params;
     write_done(dir, done);
   }
-  use_threads(cfg.run.threads);
   loaded.model->to(plan.front().settings.device);  // run.device, the same for every evaluation
   const data::Dataset& dataset = datasets.get(cfg.data, loaded.tokenizer);
   log::info(kTag, "variant {}: evaluating {}", name, checkpoint.string());

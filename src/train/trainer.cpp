@@ -26,7 +26,6 @@
 #include "txl/util/fs.h"
 #include "txl/util/json.h"
 #include "txl/util/log.h"
-#include "txl/util/openmp.h"
 
 namespace txl::train {
 
@@ -190,8 +189,7 @@ Trainer::Trainer(const config::ExperimentConfig& config, const TrainOptions& opt
   mine_ = dist::shard_rows(t_.batch_size, rank, world);
   // Dropout draws differ between ranks, as their rows do; rank 0 keeps the single-process stream.
   rank_seed_ = config.run.seed + 7919 * static_cast<std::uint64_t>(rank);
-  // Threads: all cores by default, shared among the processes of one node.
-  threads_ = use_threads(config.run.threads, group_->env().local_world_size);
+  threads_ = torch::get_num_threads();  // set by the program (ProcessSetup), for the log line
   device_ = resolve_device(config.run.device, group_->env().local_rank);
 }
 

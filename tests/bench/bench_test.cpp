@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/process_as_program.h"
 #include "support/test_support.h"
 #include "txl/bench/bench.h"
 #include "txl/bench/measure.h"
@@ -24,6 +25,10 @@
 
 namespace txl::bench {
 namespace {
+
+// The process as txl-bench --threads 1 sets it (BenchOptions::threads = 1 below): 1 thread.
+const auto* const kProcess =
+    ::testing::AddGlobalTestEnvironment(new txl::test::ProcessAsProgram(1));
 
 constexpr std::int64_t kVocab = 50;
 

@@ -110,6 +110,22 @@ TEST_F(LoadAblation, SetOverridesEveryVariantLast) {
       "--set model.n_leyer=2: unknown key 'model.n_leyer'; did you mean 'model.n_layer'?");
 }
 
+// The process's threads are set once for every variant: a variant asking for others is named
+// where it asks; the same threads everywhere (shared section or --set) are fine.
+TEST_F(LoadAblation, VariantsShareTheProcesssThreads) {
+  const std::string path = write(
+      "name: threads\nbase: ../experiments/base.yaml\nrun: {threads: 1}\n"
+      "variants:\n  one: {}\n  two: {run.threads: 2}\n");
+  TXL_EXPECT_THROW_WITH(load_ablation(path),
+                        "abl.yaml:6:22: run.threads: variant 'two' asks for 2, variant 'one' for 1");
+  for (const auto& [name, config] : load_ablation(path, {"run.threads=3"}).variants)
+    EXPECT_EQ(config.run.threads, 3) << name;
+  const std::string same = write(
+      "name: threads\nbase: ../experiments/base.yaml\n"
+      "variants:\n  one: {run.threads: 2}\n  two: {run.threads: 2}\n");
+  EXPECT_EQ(load_ablation(same).variants.size(), 2u);
+}
+
 TEST_F(LoadAblation, InlineBaseMapping) {
   const std::string path = write(
       "name: inline\n"

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "support/process_as_program.h"
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
 #include "txl/config/load.h"
@@ -23,6 +24,10 @@
 #include "txl/util/fs.h"
 
 namespace {
+
+// The process as txl-ablate sets it for these variants' run.threads: 1 thread.
+const auto* const kProcess =
+    ::testing::AddGlobalTestEnvironment(new txl::test::ProcessAsProgram(1));
 
 using txl::experiment::AblationStatus;
 using txl::test::TempDir;

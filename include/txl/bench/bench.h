@@ -39,7 +39,7 @@ struct BenchSettings {
 
 struct BenchOptions {
   std::int64_t vocab = kBenchVocab;  // V of the random token ids
-  int threads = 0;                   // intra-op threads; 0 = all cores
+  int threads = 0;                   // the program's intra-op threads (reported); 0 = all cores
   BenchSettings settings = BenchSettings::full();
 };
 
@@ -78,7 +78,8 @@ struct BenchReport {
 };
 
 // Runs every measurement on `config` (config.model, config.train.batch_size; eval sizes from
-// config.eval resolved against the model). Sets the intra-op threads. Throws txl::Error for a
+// config.eval resolved against the model), on the intra-op threads the program set
+// (ProcessSetup; options.threads names them in the report). Throws txl::Error for a
 // configuration the model rejects.
 BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions& options);
 
