@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     if (profile || profile_eval) {
       txl::bench::PhaseOptions phase;
       phase.batch_size = profile ? config.train.batch_size : config.eval.batch_size;
-      phase.bf16 = config.run.precision == "bf16";
+      phase.bf16 = config.run.precision == txl::config::Precision::kBf16;
       phase.seed = config.run.seed;
       phase.warmup = 5;  // until the allocator has settled: no more page faults
       if (profile) {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "txl/config/device.h"
 #include "txl/config/load.h"
 #include "txl/dist/group.h"
 #include "txl/train/trainer.h"
-#include "txl/util/device.h"
 #include "txl/util/error.h"
 #include "txl/util/openmp.h"
 
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
                                 : txl::train::StartMode::kNew;
     options.quiet = quiet;
     options.pause_at_step = pause_at_step;
-    const bool cuda = txl::resolve_device(config.run.device, env.local_rank).is_cuda();
+    const bool cuda = txl::config::resolve_device(config.run.device, env.local_rank).is_cuda();
     options.group = txl::dist::Group::create(env, std::chrono::seconds(config.run.dist_timeout), cuda);
     txl::train::install_stop_handlers();  // after the rendezvous, which a signal simply ends
     auto summary = txl::train::train(config, options);
