@@ -65,7 +65,7 @@ void describe_model(const config::ExperimentConfig& config, const BenchOptions& 
   const auto& m = config.model;
   const auto eo = memory_eval_settings(config);
   r.source = config.source;
-  r.attn_type = m.attn_type;
+  r.attn_type = config::to_string(m.attn_type);
   r.n_layer = m.n_layer;
   r.d_model = m.d_model;
   r.n_head = m.n_head;

@@ -14,7 +14,7 @@ namespace {
 void print_profiles(const config::ExperimentConfig& config, const BenchRequest& request,
                     std::ostream& out) {
   PhaseOptions phase;
-  phase.bf16 = config.run.precision == "bf16";
+  phase.bf16 = config.run.precision == config::Precision::kBf16;
   phase.seed = config.run.seed;
   phase.warmup = 5;  // until the allocator has settled: no more page faults
   if (request.profile) {

@@ -442,7 +442,7 @@ class Loader {
       layer_[field.key] = location;
     }
     std::string problem =
-        std::visit([&](auto* member) { return assign(member, field, value); }, field.target);
+        std::visit([&](auto member) { return assign(member, field, value); }, field.target);
     if (!problem.empty()) {
       error(location, field.key + ": " + problem);
       return;
@@ -460,6 +460,19 @@ class Loader {
     std::string problem = check_choice(field, text);
     if (problem.empty()) *member = text;
     return problem;
+  }
+
+  // An enum by the name its table gives a value; any other text lists the names.
+  std::string assign(const detail::EnumRef& member, const Field& field, const YAML::Node& value) {
+    std::string text;
+    if (!value.IsNull()) {
+      if (!value.IsScalar()) {
+        return "expected one of " + detail::join_choices(field.choices) + ", got " +
+               describe(value);
+      }
+      text = value.Scalar();
+    }
+    return member.set(text) ? "" : check_choice(field, text);
   }
 
   std::string assign(bool* member, const Field&, const YAML::Node& value) {
@@ -817,7 +830,8 @@ std::vector<std::string> diff_lines(const ExperimentConfig& before, const Experi
     std::string va = detail::format_value(fa[i].target);
     std::string vb = detail::format_value(fb[i].target);
     if (va == vb || !wanted(fa[i].key)) continue;
-    const bool text = std::holds_alternative<std::string*>(fa[i].target);
+    const bool text = std::holds_alternative<std::string*>(fa[i].target) ||
+                      std::holds_alternative<detail::EnumRef>(fa[i].target);
     if (shorten) {
       va = text ? detail::quoted(va) : detail::shorten(va);
       vb = text ? detail::quoted(vb) : detail::shorten(vb);
@@ -954,9 +968,11 @@ std::string dump_experiment(const ExperimentConfig& config) {
     }
     out << YAML::Key << name << YAML::Value;
     std::visit(
-        [&](auto* member) {
+        [&](auto member) {
           using T = std::remove_pointer_t<decltype(member)>;
-          if constexpr (std::is_same_v<T, std::string>) {
+          if constexpr (std::is_same_v<T, detail::EnumRef>) {
+            emit_string(member.name());
+          } else if constexpr (std::is_same_v<T, std::string>) {
             emit_string(*member);
           } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
             out << YAML::Flow << YAML::BeginSeq;

@@ -34,7 +34,7 @@ void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
                      "bits/B", "tokens", "tok/s");
   for (const auto& r : results) {
     out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9.4f} {:>10.3f} {:>8.4f} {:>8.4f} {:>10} {:>9.0f}\n",
-                       r.split, mode_name(r.mode), r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
+                       r.split, config::to_string(r.mode), r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
                        r.bits_per_token, r.bits_per_byte, r.tokens, r.tokens_per_s);
     if (r.recall_tokens > 0) {
       out << fmt::format("{:<8} recall loss {:.4f} nats over {} recalled values (ln 64 = 4.159 "
@@ -122,7 +122,7 @@ std::vector<EvalResult> sweep(const EvalRequest& request, const config::Experime
   for (const auto& target : targets) {
     for (int m : mem_lens) {
       config::ExperimentConfig point = config;
-      point.eval.mode = mode_name(Mode::kMemory);
+      point.eval.mode = Mode::kMemory;
       point.eval.mem_len = m;
       auto r = evaluate(loaded.model, target.split, resolve_settings(point, settings.group));
       r.split = target.name;
@@ -181,8 +181,9 @@ std::vector<EvalResult> score(const EvalRequest& request, const config::Experime
 }  // namespace
 
 const std::vector<EvalFlag>& eval_flags() {
+  static const std::string modes = config::enum_choices<Mode>();  // memory | segments | sliding
   static const std::vector<EvalFlag> flags = {
-      {"--mode", "eval.mode", "memory | segments | sliding", false},
+      {"--mode", "eval.mode", modes.c_str(), false},
       {"--tgt-len", "eval.tgt_len", "segment length Q (0 = model.tgt_len)", false},
       {"--mem-len", "eval.mem_len", "memory length M (-1 = model.mem_len)", false},
       {"--clamp-len", "eval.clamp_len", "clamp relative distances (-1 = none, -2 = model's)", false},

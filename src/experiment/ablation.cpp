@@ -260,7 +260,7 @@ ResultRecord evaluate_planned(const std::string& name, const config::ExperimentC
   r.split = p.split;
   const eval::Shape shape = eval::shape_of(p.settings);
   log::info(kTag, "variant {}: {} {} (Q {}, M {}, L {}, s {}): ppl {:.3f}, {:.0f} tok/s, {:.1f} s",
-            name, p.split, eval::mode_name(p.settings.mode), shape.tgt_len, shape.mem_len,
+            name, p.split, config::to_string(p.settings.mode), shape.tgt_len, shape.mem_len,
             shape.window, shape.stride, r.ppl, r.tokens_per_s, r.seconds);
   ResultRecord record = make_record(r, p.settings);
   record.variant = name;
@@ -330,8 +330,8 @@ std::optional<DoneMarker> train_variant(const std::string& name, const config::E
   std::error_code ec;
   const bool resume = stdfs::exists(dir / train::kLastCheckpoint, ec);
   log::info(kTag, "variant {}: {} ({}, Q {}, M {}) in {}", name,
-            resume ? "resuming training" : "training", cfg.model.attn_type, cfg.model.tgt_len,
-            cfg.model.mem_len, dir.string());
+            resume ? "resuming training" : "training", config::to_string(cfg.model.attn_type),
+            cfg.model.tgt_len, cfg.model.mem_len, dir.string());
   train::TrainOptions train_options;
   // Without a checkpoint, whatever an earlier attempt left before its first one is replaced.
   train_options.start = resume ? train::StartMode::kResume : train::StartMode::kOverwrite;

@@ -73,7 +73,7 @@ TEST_F(LoadAblation, VariantsKeepFileOrderAndApplyTheirOverrides) {
       << ::testing::PrintToString(diff_experiments(a.base, zeta));
 
   const ExperimentConfig& vanilla = variant(a, "vanilla");
-  EXPECT_EQ(vanilla.model.attn_type, "vanilla");
+  EXPECT_EQ(vanilla.model.attn_type, AttnType::kVanilla);
   EXPECT_EQ(vanilla.model.mem_len, 0);
   EXPECT_EQ(vanilla.model.d_model, 64);     // base
   EXPECT_EQ(vanilla.train.max_steps, 100);  // shared override beats the base
@@ -83,7 +83,7 @@ TEST_F(LoadAblation, VariantsKeepFileOrderAndApplyTheirOverrides) {
   EXPECT_EQ(vanilla.source, path);
 
   const ExperimentConfig& alpha = variant(a, "alpha");
-  EXPECT_EQ(alpha.model.attn_type, "shaw");
+  EXPECT_EQ(alpha.model.attn_type, AttnType::kShaw);
   EXPECT_EQ(alpha.model.n_layer, 5);
   EXPECT_EQ(alpha.model.mem_len, 32);
 
@@ -243,7 +243,7 @@ TEST(LoadAblationFixture, CommittedAblationLoads) {
   EXPECT_EQ(variant(a, "xl").model.mem_len, 16);
   EXPECT_EQ(variant(a, "rel_no_memory").model.mem_len, 0);
   EXPECT_EQ(variant(a, "shaw").model.max_rel_dist, 16);
-  EXPECT_EQ(variant(a, "vanilla").eval.mode, "sliding");
+  EXPECT_EQ(variant(a, "vanilla").eval.mode, EvalMode::kSliding);
   EXPECT_EQ(variant(a, "vanilla").run.output_dir, "runs/tiny_ablation/vanilla");
   for (const auto& [name, config] : a.variants) {
     EXPECT_EQ(config.train.max_steps, 10) << name;

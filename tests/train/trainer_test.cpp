@@ -109,7 +109,8 @@ TEST(Trainer, GradientAccumulationEqualsOneBatch) {
   one.model.dropout = 0.0;
   one.train.max_steps = 1;
   one.train.eval_interval = 0;
-  one.train.optimizer = "sgd";  // an update proportional to the gradient: accumulation shows
+  // an update proportional to the gradient: accumulation shows
+  one.train.optimizer = txl::config::Optimizer::kSgd;
   one.train.clip = 0;
   auto two = one;
   two.run.name = "two";
@@ -163,8 +164,8 @@ TEST(Trainer, ANonFiniteLossNamesACheckpointThatEvaluatesToAFiniteLoss) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
   auto c = txl::test::tiny_experiment(dir.path(), "nan");
-  c.train.optimizer = "sgd";
-  c.train.schedule = "constant";
+  c.train.optimizer = txl::config::Optimizer::kSgd;
+  c.train.schedule = txl::config::Schedule::kConstant;
   c.train.warmup_steps = 0;
   c.train.lr = 1e30;
   c.train.clip = 0;
@@ -182,8 +183,8 @@ TEST(Trainer, DivergenceNamesACheckpointThatEvaluatesToAFiniteLoss) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
   auto c = txl::test::tiny_experiment(dir.path(), "diverge");
-  c.train.optimizer = "sgd";
-  c.train.schedule = "constant";
+  c.train.optimizer = txl::config::Optimizer::kSgd;
+  c.train.schedule = txl::config::Schedule::kConstant;
   c.train.warmup_steps = 0;
   c.train.lr = 10;  // slowly unstable: a few sound steps, then the loss explodes
   c.train.clip = 0;
@@ -226,7 +227,7 @@ TEST(Trainer, ResumeWithAChangedModelKeyNamesItAndTouchesNothing) {
   TXL_EXPECT_THROW_WITH(txl::train::train(wider, txl::test::quiet_run(txl::train::StartMode::kResume)),
                         "model.d_inner: 64 -> 128");
   auto other_optimizer = c;
-  other_optimizer.train.optimizer = "sgd";
+  other_optimizer.train.optimizer = txl::config::Optimizer::kSgd;
   TXL_EXPECT_THROW_WITH(
       txl::train::train(other_optimizer, txl::test::quiet_run(txl::train::StartMode::kResume)),
       "train.optimizer");
@@ -334,7 +335,7 @@ TEST(Trainer, TrainsOnTheGpuLikeOnTheCpu) {
   auto gpu = cpu;
   gpu.run.name = "gpu";
   gpu.run.output_dir = (dir / "runs/gpu").string();
-  gpu.run.device = "cuda";
+  gpu.run.device = txl::config::Device::kCuda;
   txl::train::train(cpu, txl::test::quiet_run());
   txl::train::train(gpu, txl::test::quiet_run());
   auto a = parameters_of(dir / "runs/cpu/checkpoint_last.safetensors");
@@ -343,9 +344,9 @@ TEST(Trainer, TrainsOnTheGpuLikeOnTheCpu) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_near(b[i], a[i], 1e-4, 1e-3)) << i;
 
   auto whole = txl::test::tiny_experiment(dir.path(), "gpu_whole");  // dropout on
-  whole.run.device = "cuda";
+  whole.run.device = txl::config::Device::kCuda;
   auto split = txl::test::tiny_experiment(dir.path(), "gpu_split");
-  split.run.device = "cuda";
+  split.run.device = txl::config::Device::kCuda;
   txl::train::train(whole, txl::test::quiet_run());
   auto pause = txl::test::quiet_run(txl::train::StartMode::kNew, 9);
   txl::train::train(split, pause);

@@ -8,10 +8,10 @@
 #include <iostream>
 
 #include "txl/config/command_line.h"
+#include "txl/config/device.h"
 #include "txl/config/load.h"
 #include "txl/dist/group.h"
 #include "txl/train/trainer.h"
-#include "txl/util/device.h"
 #include "txl/util/error.h"
 #include "txl/util/process.h"
 #include "txl/util/process_setup.h"
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     options.start = resume      ? txl::train::StartMode::kResume
                     : overwrite ? txl::train::StartMode::kOverwrite
                                 : txl::train::StartMode::kNew;
-    const bool cuda = txl::resolve_device(config.run.device, env.local_rank).is_cuda();
+    const bool cuda = txl::config::resolve_device(config.run.device, env.local_rank).is_cuda();
     options.group =
         txl::dist::Group::create(env, std::chrono::seconds(config.run.dist_timeout), cuda);
     txl::train::install_stop_handlers();  // after the rendezvous, which a signal simply ends
