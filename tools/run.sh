@@ -13,6 +13,6 @@ bin="$txl_build_dir/bin"
 echo "[run] KJV ablation: experiments/kjv_ablation.yaml -> runs/kjv_ablation/"
 start=$(date +%s)
 status=0
-"$bin/txl-ablate" experiments/kjv_ablation.yaml "$@" || status=$?
+"$bin/txl-ablate" --config experiments/kjv_ablation.yaml "$@" || status=$?
 echo "[run] finished in $(( $(date +%s) - start )) s (exit $status)"
 exit $status

@@ -12,7 +12,6 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/flops.h"
 #include "txl/models/transformer_lm.h"
-#include "txl/util/openmp.h"
 #include "txl/util/error.h"
 #include "txl/util/json.h"
 #include "txl/util/log.h"
@@ -42,10 +41,11 @@ double load_average() {
   return one;
 }
 
-BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions& options) {
-  const auto& s = options.settings;
-  const auto start = std::chrono::steady_clock::now();
-  BenchReport r;
+namespace {
+
+// The machine: its load average and the threads the program set; a warning when the load makes
+// the figures measure contention.
+void describe_machine(const BenchOptions& options, BenchReport& r) {
   r.load_average = load_average();
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   r.threads = options.threads > 0 ? options.threads : cores;
@@ -57,12 +57,15 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
               "contention more than the code; compare with --threads 1",
               r.load_average, cores, r.threads);
   }
-  use_threads(r.threads);  // as the trainer does
+}
 
+// The model, batch and evaluation geometry, the parameter count and the FLOPs per token.
+void describe_model(const config::ExperimentConfig& config, const BenchOptions& options,
+                    BenchReport& r) {
   const auto& m = config.model;
   const auto eo = memory_eval_settings(config);
   r.source = config.source;
-  r.attn_type = m.attn_type;
+  r.attn_type = config::to_string(m.attn_type);
   r.n_layer = m.n_layer;
   r.d_model = m.d_model;
   r.n_head = m.n_head;
@@ -75,34 +78,31 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
   r.eval_batch_size = config.eval.batch_size;
   r.eval_tgt_len = eo.tgt_len;
   r.eval_mem_len = eo.mem_len;
-  r.quick = s.repetitions < BenchSettings::full().repetitions;
-  r.warmup = s.warmup;
-  r.repetitions = s.repetitions;
+  r.quick = options.settings.repetitions < BenchSettings::full().repetitions;
+  r.warmup = options.settings.warmup;
+  r.repetitions = options.settings.repetitions;
   {
     models::TransformerLM probe(m, options.vocab);  // also validates the model against V
     for (const auto& p : probe->parameters()) r.n_params += p.numel();
   }
-
   const auto train_flops = models::count_flops_per_token(m, options.vocab, m.tgt_len, m.mem_len);
   r.flops_per_token = train_flops.training;
   r.flops_per_token_forward = train_flops.forward;
   r.eval_flops_per_token =
       models::count_flops_per_token(m, options.vocab, r.eval_tgt_len, r.eval_mem_len, /*memory_kv_cached=*/true)
           .forward;  // the evaluator carries the memory's keys and values
+}
 
-  PhaseOptions train;
-  train.batch_size = config.train.batch_size;
-  train.warmup = s.warmup;
-  train.repetitions = s.repetitions;
-  train.seed = config.run.seed;
-  PhaseOptions evaluation = train;
-  evaluation.batch_size = config.eval.batch_size;
-
+// Training and memory-mode evaluation throughput, fp32 and (when asked) bf16 autocast.
+void measure_throughput(const config::ExperimentConfig& config, const BenchOptions& options,
+                        const PhaseOptions& train, const PhaseOptions& evaluation,
+                        BenchReport& r) {
+  const auto& m = config.model;
   r.rss_per_phase = reset_peak_rss();
   log::info("bench", "training fp32: batch {} x {} (mem {})", train.batch_size, m.tgt_len,
             m.mem_len);
   r.train_fp32 = measure_training(config, options.vocab, train);
-  if (s.bf16) {
+  if (options.settings.bf16) {
     log::info("bench", "training bf16 autocast");
     auto bf16 = train;
     bf16.bf16 = true;
@@ -111,39 +111,70 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
   log::info("bench", "evaluation (memory mode): batch {} x {} (mem {})", evaluation.batch_size,
             r.eval_tgt_len, r.eval_mem_len);
   r.eval_fp32 = measure_eval(config, options.vocab, evaluation);
-  if (s.bf16) {
+  if (options.settings.bf16) {
     auto bf16 = evaluation;
     bf16.bf16 = true;
     r.eval_bf16 = measure_eval(config, options.vocab, bf16);
   }
+}
 
+// The matrix-product peaks, and the GFLOP/s and MFU of the measured throughput against them.
+void measure_peaks(const BenchSettings& s, BenchReport& r) {
   log::info("bench", "matmul peak probe: sizes {}", fmt::join(s.peak_sizes, ", "));
   r.peak_fp32 = probe_matmul_peak(torch::kFloat, s.peak_sizes, s.peak_repetitions);
   r.peak_bf16 = probe_matmul_peak(torch::kBFloat16, s.peak_sizes, s.peak_repetitions);
-
   r.train_gflops = r.train_fp32.tokens_per_s * r.flops_per_token / 1e9;
   r.train_gflops_bf16 = r.train_bf16.tokens_per_s * r.flops_per_token / 1e9;
   r.eval_gflops = r.eval_fp32.tokens_per_s * r.eval_flops_per_token / 1e9;
   r.mfu = r.peak_fp32.gflops > 0 ? r.train_gflops / r.peak_fp32.gflops : 0.0;
   r.mfu_bf16 = r.peak_bf16.gflops > 0 ? r.train_gflops_bf16 / r.peak_bf16.gflops : 0.0;
+}
 
+// Sliding-window against memory evaluation at every attention length of the settings.
+void measure_sliding_costs(const config::ExperimentConfig& config, const BenchOptions& options,
+                           const PhaseOptions& memory, BenchReport& r) {
+  const auto& s = options.settings;
   PhaseOptions sliding;
   sliding.batch_size = s.sliding_batch;
   sliding.warmup = s.sliding_warmup;
   sliding.repetitions = s.sliding_repetitions;
   sliding.seed = config.run.seed;
-  PhaseOptions memory = evaluation;
   for (std::int64_t l : s.attention_lengths) {
     log::info("bench", "sliding window vs memory evaluation at attention length {}", l);
     r.sliding_vs_memory.push_back(
         sliding_over_memory_cost(config, options.vocab, l, sliding, memory));
   }
-  r.peak_rss_mb = peak_rss_mb();
-  if (r.rss_per_phase) {  // the window was reset per phase: the process peak is their maximum
+}
+
+// The process's peak resident memory; where the peak was reset per phase, their maximum.
+double overall_peak_rss_mb(const BenchReport& r) {
+  double peak = peak_rss_mb();
+  if (r.rss_per_phase) {
     for (const auto* p : {&r.train_fp32, &r.train_bf16, &r.eval_fp32, &r.eval_bf16}) {
-      r.peak_rss_mb = std::max(r.peak_rss_mb, p->peak_rss_mb);
+      peak = std::max(peak, p->peak_rss_mb);
     }
   }
+  return peak;
+}
+
+}  // namespace
+
+BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  BenchReport r;
+  describe_machine(options, r);
+  describe_model(config, options, r);
+  PhaseOptions train;
+  train.batch_size = config.train.batch_size;
+  train.warmup = options.settings.warmup;
+  train.repetitions = options.settings.repetitions;
+  train.seed = config.run.seed;
+  PhaseOptions evaluation = train;
+  evaluation.batch_size = config.eval.batch_size;
+  measure_throughput(config, options, train, evaluation, r);
+  measure_peaks(options.settings, r);
+  measure_sliding_costs(config, options, evaluation, r);
+  r.peak_rss_mb = overall_peak_rss_mb(r);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }

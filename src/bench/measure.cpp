@@ -185,14 +185,14 @@ struct EvalCost {
 EvalCost sliding_cost(const config::ExperimentConfig& config, std::int64_t vocab,
                       std::int64_t l, const PhaseOptions& options) {
   auto vanilla = config;
-  vanilla.model.attn_type = "vanilla";
+  vanilla.model.attn_type = config::AttnType::kVanilla;
   vanilla.model.mem_len = 0;
-  vanilla.eval.mode = eval::mode_name(eval::Mode::kSliding);
+  vanilla.eval.mode = eval::Mode::kSliding;
   vanilla.eval.window = static_cast<int>(l);
   vanilla.eval.stride = 1;
   vanilla.eval.batch_size = static_cast<int>(options.batch_size);
-  vanilla.run.device = "cpu";
-  vanilla.run.precision = options.bf16 ? "bf16" : "fp32";
+  vanilla.run.device = config::Device::kCpu;
+  vanilla.run.precision = options.bf16 ? config::Precision::kBf16 : config::Precision::kFp32;
   const eval::Settings settings = eval::resolve_settings(vanilla);
   torch::manual_seed(options.seed);
   models::TransformerLM model(vanilla.model, vocab);
@@ -215,7 +215,7 @@ EvalCost sliding_cost(const config::ExperimentConfig& config, std::int64_t vocab
 
 // attn_type xl unless the model already carries a memory (xl or shaw).
 config::ModelConfig with_memory(config::ModelConfig model) {
-  if (model.attn_type != "xl" && model.attn_type != "shaw") model.attn_type = "xl";
+  if (!config::uses_relative_positions(model.attn_type)) model.attn_type = config::AttnType::kXl;
   return model;
 }
 
@@ -240,7 +240,7 @@ EvalCost memory_cost(const config::ExperimentConfig& config, std::int64_t vocab,
 double predicted_flop_ratio(const config::ModelConfig& model, std::int64_t vocab, std::int64_t l,
                             std::int64_t q) {
   auto vanilla_config = model;
-  vanilla_config.attn_type = "vanilla";
+  vanilla_config.attn_type = config::AttnType::kVanilla;
   const double sliding_flops =
       static_cast<double>(l) * models::count_flops_per_token(vanilla_config, vocab, l, 0).forward;
   const double memory_flops =
@@ -253,10 +253,10 @@ double predicted_flop_ratio(const config::ModelConfig& model, std::int64_t vocab
 
 eval::Settings memory_eval_settings(const config::ExperimentConfig& config) {
   auto memory = config;
-  memory.eval.mode = eval::mode_name(eval::Mode::kMemory);
+  memory.eval.mode = eval::Mode::kMemory;
   memory.eval.warmup = 0;
-  memory.run.device = "cpu";
-  memory.run.precision = "fp32";
+  memory.run.device = config::Device::kCpu;
+  memory.run.precision = config::Precision::kFp32;
   return eval::resolve_settings(memory);
 }
 

@@ -5,6 +5,7 @@
 // Private to src/config.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -13,15 +14,46 @@
 
 namespace txl::config::detail {
 
+// An enum member of one particular ExperimentConfig, read and written by name through its enum's
+// name table (EnumNames), so the loader, the dump and the diff treat every enum alike.
+class EnumRef {
+ public:
+  template <typename E>
+  explicit EnumRef(E* member)
+      : member_(member), get_(&get_of<E>), set_(&set_of<E>) {}
+
+  // The value's name, e.g. "vanilla".
+  std::string name() const { return get_(member_); }
+  // Sets the value called `text`; false (and nothing set) when the table has no such name.
+  bool set(const std::string& text) const { return set_(member_, text); }
+
+ private:
+  template <typename E>
+  static std::string get_of(const void* member) {
+    return to_string(*static_cast<const E*>(member));
+  }
+  template <typename E>
+  static bool set_of(void* member, const std::string& text) {
+    const std::optional<E> value = parse_enum<E>(text);
+    if (value) *static_cast<E*>(member) = *value;
+    return value.has_value();
+  }
+
+  void* member_;
+  std::string (*get_)(const void*);
+  bool (*set_)(void*, const std::string&);
+};
+
 // Where a field's value lives in one particular ExperimentConfig.
 using Target =
     std::variant<std::string*, bool*, int*, std::int64_t*, std::uint64_t*, double*,
-                 std::vector<std::string>*, std::vector<std::int64_t>*, std::vector<int>*>;
+                 std::vector<std::string>*, std::vector<std::int64_t>*, std::vector<int>*, EnumRef>;
 
 struct Field {
   std::string key;                   // dotted, e.g. "data.tokenizer.vocab_size"
   Target target;                     // the member of the config the table was built for
-  std::vector<std::string> choices;  // allowed values of a string (or string list); empty = any
+  std::vector<std::string> choices;  // allowed values of a string, string list or enum (its
+                                     // table's names); empty = any
 };
 
 // The table for `config`: its targets point into `config`, so build it for the object at hand.
@@ -30,8 +62,8 @@ std::vector<Field> fields_of(ExperimentConfig& config);
 // Every section key ("run", "data", "data.tokenizer", ...), parents before children.
 const std::vector<std::string>& section_keys();
 
-// The value in canonical text form, what equality and diffs compare: strings as they are, list
-// items of strings quoted, doubles as format_double.
+// The value in canonical text form, what equality and diffs compare: strings and enum names as
+// they are, list items of strings quoted, doubles as format_double.
 std::string format_value(const Target& target);
 
 // Shortest decimal text that parses back to exactly `value`, always with a '.' or an exponent

@@ -442,7 +442,7 @@ class Loader {
       layer_[field.key] = location;
     }
     std::string problem =
-        std::visit([&](auto* member) { return assign(member, field, value); }, field.target);
+        std::visit([&](auto member) { return assign(member, field, value); }, field.target);
     if (!problem.empty()) {
       error(location, field.key + ": " + problem);
       return;
@@ -460,6 +460,19 @@ class Loader {
     std::string problem = check_choice(field, text);
     if (problem.empty()) *member = text;
     return problem;
+  }
+
+  // An enum by the name its table gives a value; any other text lists the names.
+  std::string assign(const detail::EnumRef& member, const Field& field, const YAML::Node& value) {
+    std::string text;
+    if (!value.IsNull()) {
+      if (!value.IsScalar()) {
+        return "expected one of " + detail::join_choices(field.choices) + ", got " +
+               describe(value);
+      }
+      text = value.Scalar();
+    }
+    return member.set(text) ? "" : check_choice(field, text);
   }
 
   std::string assign(bool* member, const Field&, const YAML::Node& value) {
@@ -675,6 +688,132 @@ std::string ablation_string(Loader& loader, const YAML::Node& root, const std::s
   return node.Scalar();
 }
 
+// Threads belong to the process, which txl-ablate sets once before the first variant, so every
+// variant asks for the same run.threads. "" when `variant` agrees with the first variant loaded,
+// else the error at the place that set its run.threads (the variant's name when none did).
+std::string threads_error(const AblationConfig& ablation, const std::string& name,
+                          const State& variant, const std::string& location) {
+  if (ablation.variants.empty()) return "";
+  const auto& [first_name, first] = ablation.variants.front();
+  const int threads = variant.config.run.threads;
+  if (threads == first.run.threads) return "";
+  const auto set_at = variant.origin.find("run.threads");
+  return (set_at != variant.origin.end() ? set_at->second : location) +
+         ": run.threads: variant '" + name + "' asks for " + std::to_string(threads) +
+         ", variant '" + first_name + "' for " + std::to_string(first.run.threads) +
+         "; threads belong to the process, which txl-ablate sets once for every variant: set "
+         "run.threads in the ablation's own run section or with --set";
+}
+
+// ------------------------------------------------------------------------------ ablations
+
+// The ablation's name and output_dir, checked (a name is required and must be a folder name).
+AblationConfig read_ablation_names(Loader& loader, const YAML::Node& root, const Source& source) {
+  AblationConfig ablation;
+  ablation.name = ablation_string(loader, root, "name", source);
+  ablation.output_dir = ablation_string(loader, root, "output_dir", source);
+  if (!root["name"]) {
+    loader.error(source.name,
+                 "name: missing; every ablation needs a name (its runs go to runs/<name>/)");
+  } else if (!loader.has_errors() && !name_error("name:", ablation.name).empty()) {
+    loader.error(where(source, root["name"].Mark()), name_error("name:", ablation.name));
+  }
+  return ablation;
+}
+
+// Applies the ablation's base (an experiment file, or an inline mapping of sections), then the
+// ablation file's own sections, which every variant shares.
+void apply_ablation_base(Loader& loader, const YAML::Node& root, const Source& source) {
+  Chain chain;
+  const stdfs::path folder = stdfs::path(source.name).parent_path();
+  const YAML::Node base_node = root["base"];
+  if (base_node && base_node.IsScalar()) {
+    apply_experiment_file(loader, (folder / base_node.Scalar()).lexically_normal(),
+                          where(source, base_node.Mark()), chain);
+  } else if (base_node && base_node.IsMap()) {
+    apply_experiment_node(loader, base_node, source.name, folder, chain);
+  } else if (base_node && !base_node.IsNull()) {
+    loader.error(where(source, base_node.Mark()),
+                 "base: expected an experiment file path or a mapping of sections, got " +
+                     describe(base_node));
+  }
+  loader.begin_layer();
+  loader.apply_document(root, source, {"name", "output_dir", "base", "variants"});
+}
+
+// An error unless `variants` is a non-empty mapping of variant name -> overrides.
+void check_variants_node(Loader& loader, const YAML::Node& variants, const Source& source) {
+  if (!variants || variants.IsNull() || (variants.IsMap() && variants.size() == 0)) {
+    loader.error(source.name,
+                 "variants: missing or empty; list at least one, e.g. variants: {xl: {}}");
+  } else if (!variants.IsMap()) {
+    loader.error(
+        where(source, variants.Mark()),
+        "variants: expected a mapping of variant name -> overrides, got " + describe(variants));
+  }
+}
+
+// The base with the --set overrides, which may not name the runs (each variant's are its own).
+ExperimentConfig base_with_overrides(const State& base, const std::vector<std::string>& overrides) {
+  Loader resolved(base);
+  for (const std::string& text : overrides) {
+    resolved.begin_layer(true);
+    resolved.apply_override(text);
+    for (const char* key : {"run.name", "run.output_dir"}) {
+      if (resolved.layer_keys().count(key)) {
+        resolved.error("--set " + detail::shorten(text),
+                       std::string(key) +
+                           ": an ablation names its variants itself "
+                           "(<ablation>/<variant>); set it per variant in the file");
+      }
+    }
+  }
+  resolved.throw_if_errors();
+  return resolved.state().config;
+}
+
+// One entry of an ablation's variants: its name, where it sits and its overrides.
+struct VariantNode {
+  std::string name;
+  std::string location;  // "file:line:col" of its name
+  YAML::Node changes;
+  const Source& source;
+};
+
+// Resolves one variant (the base, its changes, the --set overrides, its run name and folder)
+// and appends it to `ablation`, or its errors to `errors`.
+void load_variant(const State& base, AblationConfig& ablation, const VariantNode& node,
+                  const std::vector<std::string>& overrides, std::vector<std::string>& errors) {
+  const std::string context = "variant '" + node.name + "': ";
+  Loader variant(base);
+  variant.begin_layer();
+  if (node.changes.IsMap()) {
+    variant.apply_mapping(node.changes, "", node.source);
+  } else if (!node.changes.IsNull()) {
+    variant.error(where(node.source, node.changes.Mark()),
+                  context + "expected a mapping of overrides (dotted keys or sections), got " +
+                      describe(node.changes));
+  }
+  const bool sets_name = variant.layer_keys().count("run.name") > 0;
+  const bool sets_dir = variant.layer_keys().count("run.output_dir") > 0;
+  apply_overrides(variant, overrides);
+  ExperimentConfig& config = variant.config();
+  if (!sets_name) {
+    config.run.name = ablation.name + "/" + node.name;
+    variant.note_origin("run.name", node.location);  // a rule on the name points at the variant
+  }
+  const std::string root_dir =
+      ablation.output_dir.empty() ? "runs/" + ablation.name : ablation.output_dir;
+  if (!sets_dir) config.run.output_dir = root_dir + "/" + node.name;
+  if (!variant.has_errors()) variant.validate(context);
+  errors.insert(errors.end(), variant.errors().begin(), variant.errors().end());
+  if (errors.empty()) {
+    const std::string threads = threads_error(ablation, node.name, variant.state(), node.location);
+    if (!threads.empty()) errors.push_back(threads);
+  }
+  if (errors.empty()) ablation.variants.emplace_back(node.name, config);
+}
+
 // ------------------------------------------------------------------------------ diffs
 
 // The "key: before -> after" line of every setting that differs and that `wanted` accepts, in
@@ -691,7 +830,8 @@ std::vector<std::string> diff_lines(const ExperimentConfig& before, const Experi
     std::string va = detail::format_value(fa[i].target);
     std::string vb = detail::format_value(fb[i].target);
     if (va == vb || !wanted(fa[i].key)) continue;
-    const bool text = std::holds_alternative<std::string*>(fa[i].target);
+    const bool text = std::holds_alternative<std::string*>(fa[i].target) ||
+                      std::holds_alternative<detail::EnumRef>(fa[i].target);
     if (shorten) {
       va = text ? detail::quoted(va) : detail::shorten(va);
       vb = text ? detail::quoted(vb) : detail::shorten(vb);
@@ -774,102 +914,27 @@ AblationConfig load_ablation(const std::string& path, const std::vector<std::str
   const Source source{path};
   TXL_CHECK(root.IsMap(), where(source, root.Mark()),
             ": expected an ablation (name, base, variants), got ", describe(root));
-
   Loader base;
   base.config().source = path;
-  AblationConfig ablation;
-  ablation.name = ablation_string(base, root, "name", source);
-  ablation.output_dir = ablation_string(base, root, "output_dir", source);
-  if (!root["name"]) {
-    base.error(path, "name: missing; every ablation needs a name (its runs go to runs/<name>/)");
-  } else if (!base.has_errors() && !name_error("name:", ablation.name).empty()) {
-    base.error(where(source, root["name"].Mark()), name_error("name:", ablation.name));
-  }
-
-  // The base: an experiment file, or an inline mapping of sections.
-  Chain chain;
-  const stdfs::path folder = stdfs::path(path).parent_path();
-  const YAML::Node base_node = root["base"];
-  if (base_node && base_node.IsScalar()) {
-    apply_experiment_file(base, (folder / base_node.Scalar()).lexically_normal(),
-                          where(source, base_node.Mark()), chain);
-  } else if (base_node && base_node.IsMap()) {
-    apply_experiment_node(base, base_node, path, folder, chain);
-  } else if (base_node && !base_node.IsNull()) {
-    base.error(where(source, base_node.Mark()),
-               "base: expected an experiment file path or a mapping of sections, got " +
-                   describe(base_node));
-  }
-  // Settings shared by every variant: the ablation file's own sections.
-  base.begin_layer();
-  base.apply_document(root, source, {"name", "output_dir", "base", "variants"});
-
-  const YAML::Node variants = root["variants"];
-  if (!variants || variants.IsNull() || (variants.IsMap() && variants.size() == 0)) {
-    base.error(path, "variants: missing or empty; list at least one, e.g. variants: {xl: {}}");
-  } else if (!variants.IsMap()) {
-    base.error(
-        where(source, variants.Mark()),
-        "variants: expected a mapping of variant name -> overrides, got " + describe(variants));
-  }
+  AblationConfig ablation = read_ablation_names(base, root, source);
+  apply_ablation_base(base, root, source);
+  check_variants_node(base, root["variants"], source);
   base.throw_if_errors();
-
-  {
-    Loader resolved(base.state());
-    for (const std::string& text : overrides) {
-      resolved.begin_layer(true);
-      resolved.apply_override(text);
-      for (const char* key : {"run.name", "run.output_dir"}) {
-        if (resolved.layer_keys().count(key)) {
-          resolved.error("--set " + detail::shorten(text),
-                         std::string(key) +
-                             ": an ablation names its variants itself "
-                             "(<ablation>/<variant>); set it per variant in the file");
-        }
-      }
-    }
-    resolved.throw_if_errors();
-    ablation.base = resolved.state().config;
-  }
-
-  const std::string root_dir =
-      ablation.output_dir.empty() ? "runs/" + ablation.name : ablation.output_dir;
+  ablation.base = base_with_overrides(base.state(), overrides);
   std::vector<std::string> errors;
   std::set<std::string> names;
+  const YAML::Node variants = root["variants"];
   for (auto it = variants.begin(); it != variants.end(); ++it) {
     const std::string name = it->first.Scalar();
     const std::string location = where(source, it->first.Mark());
-    const std::string context = "variant '" + name + "': ";
     if (!name_error("variant name", name).empty()) {
       errors.push_back(location + ": " + name_error("variant name", name));
-      continue;
-    }
-    if (!names.insert(name).second) {
+    } else if (!names.insert(name).second) {
       errors.push_back(location + ": variant '" + name + "' is listed twice");
-      continue;
+    } else {
+      load_variant(base.state(), ablation, {name, location, it->second, source}, overrides,
+                   errors);
     }
-    Loader variant(base.state());
-    variant.begin_layer();
-    const YAML::Node changes = it->second;
-    if (changes.IsMap()) {
-      variant.apply_mapping(changes, "", source);
-    } else if (!changes.IsNull()) {
-      variant.error(where(source, changes.Mark()),
-                    context + "expected a mapping of overrides (dotted keys or sections), got " +
-                        describe(changes));
-    }
-    const bool sets_name = variant.layer_keys().count("run.name") > 0;
-    const bool sets_dir = variant.layer_keys().count("run.output_dir") > 0;
-    apply_overrides(variant, overrides);
-    ExperimentConfig& config = variant.config();
-    if (!sets_name) {
-      config.run.name = ablation.name + "/" + name;
-      variant.note_origin("run.name", location);  // a rule on the name points at the variant
-    }
-    if (!sets_dir) config.run.output_dir = root_dir + "/" + name;
-    if (!variant.has_errors()) variant.validate(context);
-    errors.insert(errors.end(), variant.errors().begin(), variant.errors().end());
-    if (errors.empty()) ablation.variants.emplace_back(name, config);
   }
   Loader::throw_errors(errors);
   return ablation;
@@ -903,9 +968,11 @@ std::string dump_experiment(const ExperimentConfig& config) {
     }
     out << YAML::Key << name << YAML::Value;
     std::visit(
-        [&](auto* member) {
+        [&](auto member) {
           using T = std::remove_pointer_t<decltype(member)>;
-          if constexpr (std::is_same_v<T, std::string>) {
+          if constexpr (std::is_same_v<T, detail::EnumRef>) {
+            emit_string(member.name());
+          } else if constexpr (std::is_same_v<T, std::string>) {
             emit_string(*member);
           } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
             out << YAML::Flow << YAML::BeginSeq;

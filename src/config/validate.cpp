@@ -61,10 +61,6 @@ class Checker {
   std::vector<Violation> out_;
 };
 
-bool absolute_positions(const std::string& attn_type) {
-  return attn_type == "vanilla" || attn_type == "vanilla_learned";
-}
-
 bool plain_character(char ch) {
   // ASCII only: std::isalnum would also take the locale's letters.
   return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
@@ -102,12 +98,14 @@ std::string plain_name_problem(const std::string& name, bool parts) {
 std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   Checker k;
 
-  // Enums: the loader rejects them as they are read; configs built in code are checked here.
+  // Names from a list (and enum values cast from a number): the loader rejects them as they are
+  // read; configs built in code are checked here.
   ExperimentConfig copy = c;
   for (const Field& field : fields_of(copy)) {
     if (field.choices.empty()) continue;
     std::vector<std::string> values;
     if (auto* s = std::get_if<std::string*>(&field.target)) values = {**s};
+    if (auto* e = std::get_if<EnumRef>(&field.target)) values = {e->name()};
     if (auto* list = std::get_if<std::vector<std::string>*>(&field.target)) values = **list;
     for (const std::string& value : values) {
       bool allowed = false;
@@ -174,18 +172,19 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.fits_float("model.init_std", m.init_std);
   k.positive("model.proj_init_std", m.proj_init_std);
   k.fits_float("model.proj_init_std", m.proj_init_std);
-  if (absolute_positions(m.attn_type) && !m.allow_abs_with_memory) {
+  if (uses_absolute_positions(m.attn_type) && !m.allow_abs_with_memory) {
     // Absolute positions restart at 0 in every segment, so cached states would collide with the
     // current ones (paper 3.3): a vanilla model with memory is a known-wrong setup.
     k.rule(m.mem_len == 0, "model.mem_len",
-           "attn_type " + m.attn_type + " uses absolute positions and needs mem_len 0, got " +
-               text(m.mem_len) + " (or set model.allow_abs_with_memory: true)");
+           "attn_type " + to_string(m.attn_type) +
+               " uses absolute positions and needs mem_len 0, got " + text(m.mem_len) +
+               " (or set model.allow_abs_with_memory: true)");
     k.rule(c.eval.mem_len <= 0, "eval.mem_len",
-           "attn_type " + m.attn_type +
+           "attn_type " + to_string(m.attn_type) +
                " uses absolute positions and needs eval.mem_len 0 or -1, got " +
                text(c.eval.mem_len) + " (or set model.allow_abs_with_memory: true)");
   }
-  if (m.attn_type == "vanilla_learned") {
+  if (m.attn_type == AttnType::kVanillaLearned) {
     // A learned table has no row for a position beyond it: training and evaluation windows must
     // both fit.
     const long long needed = static_cast<long long>(m.tgt_len) + m.mem_len + m.ext_len;
@@ -195,9 +194,10 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
     const EvalConfig& e = c.eval;
     const long long eval_tgt = e.tgt_len > 0 ? e.tgt_len : m.tgt_len;
     const long long eval_mem = e.mem_len >= 0 ? e.mem_len : m.mem_len;
-    const long long eval_needed = e.mode == "sliding" ? (e.window > 0 ? e.window : eval_tgt)
-                                                      : eval_tgt + eval_mem + m.ext_len;
-    k.rule(eval_needed <= m.max_positions, e.mode == "sliding" ? "eval.window" : "eval.tgt_len",
+    const bool sliding = e.mode == EvalMode::kSliding;
+    const long long eval_needed =
+        sliding ? (e.window > 0 ? e.window : eval_tgt) : eval_tgt + eval_mem + m.ext_len;
+    k.rule(eval_needed <= m.max_positions, sliding ? "eval.window" : "eval.tgt_len",
            "vanilla_learned has " + text(m.max_positions) +
                " positions (model.max_positions) but evaluation needs " + text(eval_needed));
   }
@@ -207,7 +207,7 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.fits_float("train.lr", t.lr);
   k.at_least("train.weight_decay", t.weight_decay, 0.0);
   k.fits_float("train.weight_decay", t.weight_decay);
-  if (t.optimizer == "adamw") {
+  if (t.optimizer == Optimizer::kAdamW) {
     // Decoupled decay multiplies every weight by 1 - lr * weight_decay each step: at 1 or more
     // it zeroes the weights or flips their sign (and a huge product overflows float32).
     k.rule(!(t.lr * t.weight_decay >= 1.0), "train.weight_decay",
@@ -253,7 +253,7 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.at_least("eval.warmup", e.warmup, 0);
   k.at_least("eval.batch_size", e.batch_size, 1);
   k.at_least("eval.max_tokens", e.max_tokens, std::int64_t{0});
-  if (e.mode == "sliding" && e.stride >= 1) {
+  if (e.mode == EvalMode::kSliding && e.stride >= 1) {
     const int window = e.window > 0 ? e.window : (e.tgt_len > 0 ? e.tgt_len : m.tgt_len);
     k.rule(e.stride <= window, "eval.stride",
            "must be <= the sliding window (" + text(window) + "), got " + text(e.stride));

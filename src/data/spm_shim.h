@@ -4,7 +4,7 @@
 // Why a shim: Debian's libsentencepiece embeds its own copy of protobuf-lite (3.14) and exports
 // those symbols, while libtorch loads the system libprotobuf (3.21). Linked into one process
 // the two copies interpose each other and the program crashes at start-up (or fails protobuf's
-// version check). So sentencepiece is never linked into txl: tokenizer.cpp loads this shim with
+// version check). So sentencepiece is never linked into txl: spm_library.cpp loads this shim with
 // dlmopen(LM_ID_NEWLM), into a link-map namespace of its own where it gets its own libstdc++
 // and never sees libtorch's protobuf. (RTLD_DEEPBIND is not enough: it binds the shim to
 // libstdc++'s own std::cerr instead of the executable's copy-relocated, initialised one, and

@@ -1,24 +1,14 @@
 #include "txl/data/tokenizer.h"
 
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <deque>
-#include <iostream>
-#include <mutex>
 #include <sstream>
 #include <thread>
-#include <type_traits>
 #include <unordered_map>
 
-#include "spm_shim.h"
+#include "spm_library.h"
 #include "txl/data/corpus.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
@@ -29,6 +19,8 @@ namespace txl::data {
 namespace stdfs = std::filesystem;
 
 namespace {
+
+using spm::append_bytes;
 
 constexpr int kMetaFormat = 1;
 constexpr const char* kMetaFile = "tokenizer.meta";      // kind + fingerprint (Tokenizer::save)
@@ -78,211 +70,23 @@ std::string decode_lines(const std::vector<std::int64_t>& ids, std::int64_t eos,
   return out;
 }
 
-// ------------------------------------------------------------------ sentencepiece
-
-// Keeps sentencepiece's training chatter off the terminal: while alive, file descriptor 2 goes
-// into a pipe; a thread reads it, keeps the last lines for error messages and forwards a
-// progress line (milestones, and at most one line every 2 s) under [data].
-class StderrCapture {
- public:
-  StderrCapture() {
-    std::fflush(stderr);
-    std::cerr.flush();
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return;  // cannot capture: the output stays visible
-    saved_ = ::fcntl(2, F_DUPFD_CLOEXEC, 3);
-    if (saved_ < 0 || ::dup2(fds[1], 2) < 0) {
-      ::close(fds[0]);
-      ::close(fds[1]);
-      if (saved_ >= 0) ::close(saved_);
-      saved_ = -1;
-      return;
-    }
-    ::close(fds[1]);
-    read_fd_ = fds[0];
-    reader_ = std::thread([this] { pump(); });
-  }
-
-  ~StderrCapture() { stop(); }
-
-  // Restores stderr and returns the last captured lines.
-  std::string stop() {
-    if (saved_ >= 0) {
-      std::cerr.flush();
-      std::fflush(stderr);
-      ::dup2(saved_, 2);  // closes the pipe's last write end: the reader drains it, sees EOF
-      reader_.join();     // the reader writes to saved_ until here
-      ::close(read_fd_);
-      ::close(saved_);
-      saved_ = -1;
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    std::string out;
-    for (const auto& line : tail_) out += line + "\n";
-    return out;
-  }
-
- private:
-  void pump() {
-    std::string pending;
-    char buffer[4096];
-    ssize_t n;
-    while ((n = ::read(read_fd_, buffer, sizeof buffer)) > 0 || (n < 0 && errno == EINTR)) {
-      if (n <= 0) continue;
-      pending.append(buffer, static_cast<size_t>(n));
-      size_t nl;
-      while ((nl = pending.find('\n')) != std::string::npos) {
-        line(pending.substr(0, nl));
-        pending.erase(0, nl + 1);
-      }
-    }
-    if (!pending.empty()) line(pending);
-  }
-
-  void line(const std::string& text) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      tail_.push_back(text);
-      if (tail_.size() > 20) tail_.pop_front();
-    }
-    // "trainer_interface.cc(409) LOG(INFO) Loaded all 27991 sentences" -> the message.
-    size_t tag = text.find(") LOG(");
-    if (tag == std::string::npos) return;
-    size_t close = text.find(") ", tag + 6);
-    std::string message = close == std::string::npos ? text : text.substr(close + 2);
-    // Milestones of unigram / bpe training: sentences loaded, alphabet, seed pieces, the
-    // vocabulary size after each EM pruning round, saving. Other lines at most every 2 s.
-    static const char* const kMilestones[] = {"Loaded all",  "Alphabet size", "Making suffix",
-                                              "Initialized", "EM sub_iter=1", "Saving model"};
-    bool milestone = text.find("LOG(WARNING)") != std::string::npos ||
-                     text.find("LOG(ERROR)") != std::string::npos;
-    for (const char* m : kMilestones) milestone = milestone || message.rfind(m, 0) == 0;
-    if (message.rfind("Starts training", 0) == 0 || message.rfind("Adding meta", 0) == 0) return;
-    auto now = std::chrono::steady_clock::now();
-    if (!milestone && now - last_ < std::chrono::seconds(2)) return;
-    last_ = now;
-    std::string out = "[data] sentencepiece: " + message + "\n";
-    if (saved_fd() >= 0) (void)!::write(saved_fd(), out.data(), out.size());
-  }
-
-  int saved_fd() const { return saved_; }
-
-  int saved_ = -1;
-  int read_fd_ = -1;
-  std::thread reader_;
-  std::mutex mutex_;
-  std::deque<std::string> tail_;
-  std::chrono::steady_clock::time_point last_{};
-};
-
-// The sentencepiece shim (spm_shim.h), loaded once per process.
-struct SpmLibrary {
-  decltype(&txl_spm_train) train;
-  decltype(&txl_spm_load) load;
-  decltype(&txl_spm_free) free;
-  decltype(&txl_spm_encode) encode;
-  decltype(&txl_spm_decode) decode;
-  decltype(&txl_spm_piece_size) piece_size;
-  decltype(&txl_spm_special_id) special_id;
-  decltype(&txl_spm_id_to_piece) id_to_piece;
-};
-
-// Where libtxl_spm.so may be: $TXL_SPM_LIBRARY, the build tree, beside the executable, ../lib.
-std::vector<std::string> spm_library_candidates() {
-  std::vector<std::string> out;
-  if (const char* env = std::getenv("TXL_SPM_LIBRARY")) out.emplace_back(env);
-#ifdef TXL_SPM_BUILD_PATH
-  out.emplace_back(TXL_SPM_BUILD_PATH);
-#endif
-  std::error_code ec;
-  auto exe = stdfs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    out.push_back((exe.parent_path() / "libtxl_spm.so").string());
-    out.push_back((exe.parent_path().parent_path() / "lib" / "libtxl_spm.so").string());
-  }
-  return out;
-}
-
-#ifdef TXL_SPM_LINKED
-// The fuzz build (tests/fuzz) links the shim and sentencepiece into a binary without torch, so
-// the sanitizers and coverage see sentencepiece's parser; no second namespace is needed there.
-const SpmLibrary& spm() {
-  static const SpmLibrary lib = [] {
-    txl_spm_init();
-    return SpmLibrary{&txl_spm_train,      &txl_spm_load,       &txl_spm_free,
-                      &txl_spm_encode,     &txl_spm_decode,     &txl_spm_piece_size,
-                      &txl_spm_special_id, &txl_spm_id_to_piece};
-  }();
-  return lib;
-}
-#else
-const SpmLibrary& spm() {
-  static const SpmLibrary lib = [] {
-    std::string tried;
-    for (const auto& path : spm_library_candidates()) {
-      std::error_code ec;
-      if (!stdfs::is_regular_file(path, ec)) {
-        tried += "\n  " + path + " (not found)";
-        continue;
-      }
-      // A fresh link-map namespace: sentencepiece, its embedded protobuf and its own libstdc++
-      // never meet libtorch's protobuf (spm_shim.h).
-      void* handle = ::dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (!handle) {
-        std::string why = ::dlerror();
-        tried += "\n  " + path + " (" + why + ")";
-        if (why.find("static TLS") != std::string::npos)
-          tried +=
-              "\n  (a second link-map namespace needs static TLS space: try "
-              "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096)";
-        continue;
-      }
-      SpmLibrary l{};
-      auto sym = [&](auto* fn, const char* name) {
-        void* p = ::dlsym(handle, name);
-        TXL_CHECK(p != nullptr, path, " lacks ", name, ": rebuild txl");
-        *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(p);
-      };
-      sym(&l.train, "txl_spm_train");
-      sym(&l.load, "txl_spm_load");
-      sym(&l.free, "txl_spm_free");
-      sym(&l.encode, "txl_spm_encode");
-      sym(&l.decode, "txl_spm_decode");
-      sym(&l.piece_size, "txl_spm_piece_size");
-      sym(&l.special_id, "txl_spm_special_id");
-      sym(&l.id_to_piece, "txl_spm_id_to_piece");
-      decltype(&txl_spm_init) init = nullptr;
-      sym(&init, "txl_spm_init");
-      init();
-      return l;
-    }
-    TXL_FAIL("cannot load the sentencepiece shim libtxl_spm.so (built with txl); tried:", tried,
-             "\nset TXL_SPM_LIBRARY to its path");
-  }();
-  return lib;
-}
-#endif
-
-void append_bytes(void* ctx, const char* data, std::size_t size) {
-  static_cast<std::string*>(ctx)->append(data, size);
-}
-
 class SentencePieceTokenizer : public Tokenizer {
  public:
   // Takes a serialized ModelProto (the bytes of a .model file).
   SentencePieceTokenizer(std::string serialized, const std::string& origin)
       : serialized_(std::move(serialized)) {
     std::string error;
-    TXL_CHECK(spm().load(serialized_.data(), serialized_.size(), &handle_.ptr, append_bytes,
-                         &error) == 0,
+    const spm::Library& lib = spm::library();
+    TXL_CHECK(lib.load(serialized_.data(), serialized_.size(), &handle_.ptr, append_bytes,
+                       &error) == 0,
               "cannot load sentencepiece model ", origin, ": ", error);
-    const int pad = spm().special_id(handle_, 0), unk = spm().special_id(handle_, 1),
-              eos = spm().special_id(handle_, 2);
+    const int pad = lib.special_id(handle_, 0), unk = lib.special_id(handle_, 1),
+              eos = lib.special_id(handle_, 2);
     TXL_CHECK(pad == 0 && unk == 1 && eos == 2, "sentencepiece model ", origin, " has ids pad ",
               pad, ", unk ", unk, ", eos ", eos, "; txl needs pad 0, unk 1, eos 2 (train it with ",
               "--pad_id=0 --unk_id=1 --eos_id=2 --bos_id=-1, or leave data.tokenizer.model_path ",
               "empty to let txl train one)");
-    vocab_size_ = spm().piece_size(handle_);
+    vocab_size_ = lib.piece_size(handle_);
     fingerprint_ = fs::hex64(fs::fnv1a(serialized_));
   }
   SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
@@ -300,9 +104,9 @@ class SentencePieceTokenizer : public Tokenizer {
     auto sink = [](void* ctx, const int* data, std::size_t n) {
       static_cast<std::vector<std::int64_t>*>(ctx)->assign(data, data + n);
     };
-    TXL_CHECK(
-        spm().encode(handle_, text.data(), text.size(), sink, &ids, append_bytes, &error) == 0,
-        "sentencepiece encode failed: ", error);
+    TXL_CHECK(spm::library().encode(handle_, text.data(), text.size(), sink, &ids, append_bytes,
+                                    &error) == 0,
+              "sentencepiece encode failed: ", error);
     return ids;
   }
 
@@ -316,8 +120,8 @@ class SentencePieceTokenizer : public Tokenizer {
         ints.push_back(static_cast<int>(id));
       }
       std::string text, error;
-      TXL_CHECK(spm().decode(handle_, ints.data(), ints.size(), append_bytes, &text, append_bytes,
-                             &error) == 0,
+      TXL_CHECK(spm::library().decode(handle_, ints.data(), ints.size(), append_bytes, &text,
+                                      append_bytes, &error) == 0,
                 "sentencepiece decode failed: ", error);
       return text;
     });
@@ -330,7 +134,7 @@ class SentencePieceTokenizer : public Tokenizer {
   std::string piece(std::int64_t id) const override {
     TXL_CHECK(id >= 0 && id < vocab_size_, "token id ", id, " outside the vocabulary");
     std::string out;
-    spm().id_to_piece(handle_, static_cast<int>(id), append_bytes, &out);
+    spm::library().id_to_piece(handle_, static_cast<int>(id), append_bytes, &out);
     return out;
   }
   std::string fingerprint() const override { return fingerprint_; }
@@ -350,7 +154,7 @@ class SentencePieceTokenizer : public Tokenizer {
     Handle(const Handle&) = delete;
     Handle& operator=(const Handle&) = delete;
     ~Handle() {
-      if (ptr) spm().free(ptr);
+      if (ptr) spm::library().free(ptr);
     }
     operator void*() const { return ptr; }
   };
@@ -575,7 +379,7 @@ std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cf
 
   log::info("data", "training a sentencepiece {} tokenizer, vocab {}, on {} of {} train lines",
             cfg.model_type, cfg.vocab_size, sample.size(), train_lines.size());
-  const SpmLibrary& lib = spm();
+  const spm::Library& lib = spm::library();
   auto start = std::chrono::steady_clock::now();
   std::string serialized, error, chatter;
   auto line_at = [](void* ctx, std::size_t i, std::size_t* size) -> const char* {
@@ -585,7 +389,7 @@ std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cf
   };
   int rc;
   {
-    StderrCapture capture;
+    spm::StderrCapture capture;
     rc = lib.train(keys.data(), values.data(), keys.size(), line_at, &sample, sample.size(),
                    append_bytes, &serialized, append_bytes, &error);
     chatter = capture.stop();

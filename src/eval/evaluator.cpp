@@ -224,7 +224,7 @@ EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& spli
 }
 
 std::string to_json(const EvalResult& r) {
-  json::Json j = {{"split", r.split},   {"mode", mode_name(r.mode)}, {"tgt_len", r.tgt_len},
+  json::Json j = {{"split", r.split},   {"mode", config::to_string(r.mode)}, {"tgt_len", r.tgt_len},
                   {"mem_len", r.mem_len}, {"window", r.window},      {"stride", r.stride},
                   {"tokens", r.tokens},   {"recall_tokens", r.recall_tokens}};
   const std::pair<const char*, double> numbers[] = {

@@ -6,7 +6,9 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
+#include "txl/config/command_line.h"
 #include "txl/config/load.h"
 #include "txl/data/corpus.h"
 #include "txl/data/dataset.h"
@@ -14,7 +16,6 @@
 #include "txl/dist/group.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
-#include "txl/util/openmp.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/json.h"
@@ -33,7 +34,7 @@ void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
                      "bits/B", "tokens", "tok/s");
   for (const auto& r : results) {
     out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9.4f} {:>10.3f} {:>8.4f} {:>8.4f} {:>10} {:>9.0f}\n",
-                       r.split, mode_name(r.mode), r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
+                       r.split, config::to_string(r.mode), r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
                        r.bits_per_token, r.bits_per_byte, r.tokens, r.tokens_per_s);
     if (r.recall_tokens > 0) {
       out << fmt::format("{:<8} recall loss {:.4f} nats over {} recalled values (ln 64 = 4.159 "
@@ -64,26 +65,6 @@ std::string npy_float32(const torch::Tensor& values) {
   out += header;
   out.append(reinterpret_cast<const char*>(v.data_ptr<float>()), v.numel() * sizeof(float));
   return out;
-}
-
-// The experiment to evaluate with: the checkpoint's own, with the request's --set overrides.
-// Only what evaluation reads may change (eval.*, data.* to find the corpus, run.threads); the
-// model and its training are fixed by the checkpoint.
-config::ExperimentConfig evaluation_config(const models::LoadedModel& loaded,
-                                           const EvalRequest& request) {
-  if (request.overrides.empty()) return loaded.config;
-  auto config = config::parse_experiment_string(config::dump_experiment(loaded.config),
-                                                request.checkpoint + " (stored experiment)",
-                                                request.overrides);
-  for (const auto& line : config::diff_experiments(loaded.config, config)) {
-    const bool allowed = line.rfind("eval.", 0) == 0 || line.rfind("data.", 0) == 0 ||
-                         line.rfind("run.threads:", 0) == 0 || line.rfind("run.device:", 0) == 0 ||
-                         line.rfind("run.precision:", 0) == 0;
-    TXL_CHECK(allowed, "txl-eval --set: ", line.substr(0, 120),
-              ": only eval.*, data.* and run.threads, run.device, run.precision may be set; the "
-              "model and its training are those of the checkpoint");
-  }
-  return config;
 }
 
 // Text given on the command line, encoded like a file (one line a line, eos after each).
@@ -141,7 +122,7 @@ std::vector<EvalResult> sweep(const EvalRequest& request, const config::Experime
   for (const auto& target : targets) {
     for (int m : mem_lens) {
       config::ExperimentConfig point = config;
-      point.eval.mode = mode_name(Mode::kMemory);
+      point.eval.mode = Mode::kMemory;
       point.eval.mem_len = m;
       auto r = evaluate(loaded.model, target.split, resolve_settings(point, settings.group));
       r.split = target.name;
@@ -200,8 +181,9 @@ std::vector<EvalResult> score(const EvalRequest& request, const config::Experime
 }  // namespace
 
 const std::vector<EvalFlag>& eval_flags() {
+  static const std::string modes = config::enum_choices<Mode>();  // memory | segments | sliding
   static const std::vector<EvalFlag> flags = {
-      {"--mode", "eval.mode", "memory | segments | sliding", false},
+      {"--mode", "eval.mode", modes.c_str(), false},
       {"--tgt-len", "eval.tgt_len", "segment length Q (0 = model.tgt_len)", false},
       {"--mem-len", "eval.mem_len", "memory length M (-1 = model.mem_len)", false},
       {"--clamp-len", "eval.clamp_len", "clamp relative distances (-1 = none, -2 = model's)", false},
@@ -216,17 +198,33 @@ const std::vector<EvalFlag>& eval_flags() {
   return flags;
 }
 
-std::string flag_override(const EvalFlag& flag, const std::string& value) {
-  return std::string(flag.key) + "=" + (flag.list ? "[" + value + "]" : value);
+void add_eval_flags(CLI::App& app, config::CommandLine& line) {
+  for (const EvalFlag& flag : eval_flags()) {
+    config::add_set_shorthand(app, line, flag.flag, flag.key, flag.help,
+                              flag.list ? config::Shorthand::kList : config::Shorthand::kValue);
+  }
 }
 
-void run(const EvalRequest& request, std::ostream& out) {
+const std::vector<std::string>& settable_keys() {
+  static const std::vector<std::string> keys = {
+      "eval.", "data.", "run.threads", "run.device", "run.precision", "run.dist_timeout"};
+  return keys;
+}
+
+Evaluation load(const EvalRequest& request) {
+  Evaluation evaluation;
+  evaluation.loaded = models::load_model(request.checkpoint);
+  evaluation.config =
+      config::experiment_over(evaluation.loaded.config, request.checkpoint + " (stored experiment)",
+                              request.overrides, settable_keys());
+  return evaluation;
+}
+
+void run(const EvalRequest& request, Evaluation evaluation, std::ostream& out) {
   const auto group = request.group ? request.group : std::make_shared<dist::Group>();
   const bool main_rank = group->is_main();
-  use_threads(request.threads, group->env().local_world_size);  // the node's cores shared
-  // The model and the tokenizer it was trained with, from the checkpoint alone.
-  auto loaded = models::load_model(request.checkpoint);
-  const auto config = evaluation_config(loaded, request);
+  models::LoadedModel& loaded = evaluation.loaded;
+  const config::ExperimentConfig& config = evaluation.config;
   const Settings settings = resolve_settings(config, group.get());
   loaded.model->to(settings.device);
   const auto targets = collect_targets(request, config, loaded, *group);
@@ -239,5 +237,7 @@ void run(const EvalRequest& request, std::ostream& out) {
     print_table(results, out);
   }
 }
+
+void run(const EvalRequest& request, std::ostream& out) { run(request, load(request), out); }
 
 }  // namespace txl::eval

@@ -1,35 +1,16 @@
 #include "txl/eval/settings.h"
 
-#include <ostream>
-
+#include "txl/config/device.h"
 #include "txl/dist/group.h"
-#include "txl/util/device.h"
 #include "txl/util/error.h"
 
 namespace txl::eval {
-
-const char* mode_name(Mode mode) {
-  switch (mode) {
-    case Mode::kMemory: return "memory";
-    case Mode::kSegments: return "segments";
-    case Mode::kSliding: return "sliding";
-  }
-  return "?";
-}
-
-Mode parse_mode(const std::string& name) {
-  for (Mode mode : {Mode::kMemory, Mode::kSegments, Mode::kSliding})
-    if (name == mode_name(mode)) return mode;
-  TXL_FAIL("eval.mode: '", name, "' is not one of memory | segments | sliding");
-}
-
-std::ostream& operator<<(std::ostream& out, Mode mode) { return out << mode_name(mode); }
 
 Settings resolve_settings(const config::ExperimentConfig& config, dist::Group* group) {
   const auto& m = config.model;
   const auto& e = config.eval;
   Settings s;
-  s.mode = parse_mode(e.mode);
+  s.mode = e.mode;
   s.tgt_len = e.tgt_len > 0 ? e.tgt_len : m.tgt_len;
   s.mem_len = s.mode != Mode::kMemory ? 0 : e.mem_len >= 0 ? e.mem_len : m.mem_len;
   s.clamp_len = e.clamp_len >= -1 ? e.clamp_len : m.clamp_len;
@@ -41,8 +22,9 @@ Settings resolve_settings(const config::ExperimentConfig& config, dist::Group* g
   s.batch_size = e.batch_size;
   s.max_tokens = e.max_tokens;
   s.documents = config.data.document_mode;
-  s.device = resolve_device(config.run.device, group != nullptr ? group->env().local_rank : 0);
-  s.bf16 = config.run.precision == "bf16";
+  s.device =
+      config::resolve_device(config.run.device, group != nullptr ? group->env().local_rank : 0);
+  s.bf16 = config.run.precision == config::Precision::kBf16;
   s.group = group;
   // The warm-up batches hold no ext context, so with ext_len the memory they leave would miss
   // ext_len tokens between batches.
@@ -54,7 +36,7 @@ Settings resolve_settings(const config::ExperimentConfig& config, dist::Group* g
 
 Settings validation_settings(const config::ExperimentConfig& config, dist::Group* group) {
   config::ExperimentConfig periodic = config;
-  if (parse_mode(config.eval.mode) == Mode::kSliding) periodic.eval.mode = mode_name(Mode::kSegments);
+  if (config.eval.mode == Mode::kSliding) periodic.eval.mode = Mode::kSegments;
   if (config.train.eval_max_tokens > 0) periodic.eval.max_tokens = config.train.eval_max_tokens;
   Settings s = resolve_settings(periodic, group);
   s.documents = false;

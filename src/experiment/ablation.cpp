@@ -13,7 +13,6 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/train/trainer.h"
-#include "txl/util/openmp.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/json.h"
@@ -261,7 +260,7 @@ ResultRecord evaluate_planned(const std::string& name, const config::ExperimentC
   r.split = p.split;
   const eval::Shape shape = eval::shape_of(p.settings);
   log::info(kTag, "variant {}: {} {} (Q {}, M {}, L {}, s {}): ppl {:.3f}, {:.0f} tok/s, {:.1f} s",
-            name, p.split, eval::mode_name(p.settings.mode), shape.tgt_len, shape.mem_len,
+            name, p.split, config::to_string(p.settings.mode), shape.tgt_len, shape.mem_len,
             shape.window, shape.stride, r.ppl, r.tokens_per_s, r.seconds);
   ResultRecord record = make_record(r, p.settings);
   record.variant = name;
@@ -331,8 +330,8 @@ std::optional<DoneMarker> train_variant(const std::string& name, const config::E
   std::error_code ec;
   const bool resume = stdfs::exists(dir / train::kLastCheckpoint, ec);
   log::info(kTag, "variant {}: {} ({}, Q {}, M {}) in {}", name,
-            resume ? "resuming training" : "training", cfg.model.attn_type, cfg.model.tgt_len,
-            cfg.model.mem_len, dir.string());
+            resume ? "resuming training" : "training", config::to_string(cfg.model.attn_type),
+            cfg.model.tgt_len, cfg.model.mem_len, dir.string());
   train::TrainOptions train_options;
   // Without a checkpoint, whatever an earlier attempt left before its first one is replaced.
   train_options.start = resume ? train::StartMode::kResume : train::StartMode::kOverwrite;
@@ -378,7 +377,6 @@ bool evaluate_missing(const std::string& name, const config::ExperimentConfig& c
     done.params = params;
     write_done(dir, done);
   }
-  use_threads(cfg.run.threads);
   loaded.model->to(plan.front().settings.device);  // run.device, the same for every evaluation
   const data::Dataset& dataset = datasets.get(cfg.data, loaded.tokenizer);
   log::info(kTag, "variant {}: evaluating {}", name, checkpoint.string());

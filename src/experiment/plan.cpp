@@ -11,7 +11,7 @@ namespace txl::experiment {
 
 std::string PlannedEval::key() const {
   const eval::Shape s = eval::shape_of(settings);
-  return fmt::format("{}/{}/Q{}/M{}/L{}/s{}", split, eval::mode_name(settings.mode), s.tgt_len,
+  return fmt::format("{}/{}/Q{}/M{}/L{}/s{}", split, config::to_string(settings.mode), s.tgt_len,
                      s.mem_len, s.window, s.stride);
 }
 
@@ -20,7 +20,7 @@ namespace {
 // The variant's settings in `mode` (with eval.mem_len = mem_len when >= 0).
 eval::Settings in_mode(const config::ExperimentConfig& variant, eval::Mode mode, int mem_len = -1) {
   config::ExperimentConfig c = variant;
-  c.eval.mode = eval::mode_name(mode);
+  c.eval.mode = mode;
   if (mem_len >= 0) c.eval.mem_len = mem_len;
   return eval::resolve_settings(c);
 }
@@ -33,9 +33,8 @@ std::vector<PlannedEval> evaluation_plan(const config::ExperimentConfig& variant
   // Absolute positions cannot use memory (their positions would repeat across segments, paper
   // 3.3), so they get the two fixed-context evaluations of Al-Rfou et al.; relative ones get
   // memory, the Transformer-XL evaluation, and fixed segments as the like-for-like reference.
-  const bool absolute = variant.model.attn_type == "vanilla" || variant.model.attn_type == "vanilla_learned";
   std::vector<eval::Settings> per_split;
-  if (absolute) {
+  if (config::uses_absolute_positions(variant.model.attn_type)) {
     per_split.push_back(in_mode(variant, eval::Mode::kSegments));
     const eval::Settings sliding = in_mode(variant, eval::Mode::kSliding);
     TXL_CHECK(sliding.stride >= 1 && sliding.stride <= sliding.window, "eval.stride = ",

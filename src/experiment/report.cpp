@@ -18,21 +18,23 @@ namespace txl::experiment {
 
 namespace stdfs = std::filesystem;
 using Json = json::OrderedJson;
+using config::AttnType;
+using config::EvalMode;
 
 double ResultRecord::seconds_per_token() const {
   return tokens > 0 ? seconds / static_cast<double>(tokens) : 0.0;
 }
 
 int ResultRecord::context() const {
-  if (eval_mode == "memory") return mem_len;
-  if (eval_mode == "sliding") return window;
+  if (eval_mode == EvalMode::kMemory) return mem_len;
+  if (eval_mode == EvalMode::kSliding) return window;
   return tgt_len;
 }
 
 ResultRecord make_record(const eval::EvalResult& result, const eval::Settings& settings) {
   const eval::Shape shape = eval::shape_of(settings);
   ResultRecord rec;
-  rec.eval_mode = eval::mode_name(settings.mode);
+  rec.eval_mode = settings.mode;
   rec.split = result.split;
   rec.tgt_len = shape.tgt_len;
   rec.mem_len = shape.mem_len;
@@ -57,8 +59,8 @@ namespace {
 Json record_to_json(const ResultRecord& r) {
   Json j;
   j["variant"] = r.variant;
-  j["attn_type"] = r.attn_type;
-  j["eval_mode"] = r.eval_mode;
+  j["attn_type"] = config::to_string(r.attn_type);
+  j["eval_mode"] = config::to_string(r.eval_mode);
   j["split"] = r.split;
   j["tgt_len"] = r.tgt_len;
   j["mem_len"] = r.mem_len;
@@ -102,12 +104,22 @@ T field(const Json& j, const char* key, const std::string& origin) {
   }
 }
 
+// An enum field of a cached record, by its name in the enum's table.
+template <typename E>
+E enum_field(const Json& j, const char* key, const std::string& origin) {
+  const std::string name = field<std::string>(j, key, origin);
+  const std::optional<E> value = config::parse_enum<E>(name);
+  TXL_CHECK(value.has_value(), origin, ": result field \"", key, "\" is '", name,
+            "', not one of ", config::enum_choices<E>(), "; delete the file to recompute it");
+  return *value;
+}
+
 ResultRecord record_from_json(const Json& j, const std::string& origin) {
   TXL_CHECK(j.is_object(), origin, ": expected a JSON object per result record");
   ResultRecord r;
   r.variant = field<std::string>(j, "variant", origin);
-  r.attn_type = field<std::string>(j, "attn_type", origin);
-  r.eval_mode = field<std::string>(j, "eval_mode", origin);
+  r.attn_type = enum_field<AttnType>(j, "attn_type", origin);
+  r.eval_mode = enum_field<EvalMode>(j, "eval_mode", origin);
   r.split = field<std::string>(j, "split", origin);
   r.tgt_len = field<int>(j, "tgt_len", origin);
   r.mem_len = field<int>(j, "mem_len", origin);
@@ -182,7 +194,8 @@ std::string to_csv(const std::vector<ResultRecord>& records) {
   for (const auto& r : records) {
     out += fmt::format(
         "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-        csv_field(r.variant), csv_field(r.attn_type), csv_field(r.eval_mode), csv_field(r.split),
+        csv_field(r.variant), csv_field(config::to_string(r.attn_type)),
+        csv_field(config::to_string(r.eval_mode)), csv_field(r.split),
         r.tgt_len, r.mem_len, r.window, r.stride, csv_number(r.loss), csv_number(r.ppl),
         csv_number(r.bits_per_byte), csv_number(r.bits_per_char), r.tokens,
         csv_number(r.tokens_per_s), csv_number(r.seconds), csv_number(r.seconds_per_token()),
@@ -229,14 +242,14 @@ std::string join(const std::vector<std::string>& parts, const std::string& separ
 }
 
 std::string context_label(const ResultRecord& r) {
-  if (r.eval_mode == "memory") return fmt::format("M={}", r.mem_len);
-  if (r.eval_mode == "sliding") return fmt::format("L={} s={}", r.window, r.stride);
+  if (r.eval_mode == EvalMode::kMemory) return fmt::format("M={}", r.mem_len);
+  if (r.eval_mode == EvalMode::kSliding) return fmt::format("L={} s={}", r.window, r.stride);
   return "-";
 }
 
 std::string describe_eval(const ResultRecord& r) {
-  if (r.eval_mode == "memory") return fmt::format("memory M={}", r.mem_len);
-  if (r.eval_mode == "sliding")
+  if (r.eval_mode == EvalMode::kMemory) return fmt::format("memory M={}", r.mem_len);
+  if (r.eval_mode == EvalMode::kSliding)
     return fmt::format("sliding window L={}, stride {}", r.window, r.stride);
   return fmt::format("fixed segments Q={}", r.tgt_len);
 }
@@ -245,19 +258,20 @@ std::string describe_eval(const ResultRecord& r) {
 // vanilla's segments evaluation at the same tgt_len.
 std::optional<std::pair<const ResultRecord*, const ResultRecord*>> margin_pair(
     const std::vector<ResultRecord>& records, const std::string& split) {
-  std::string xl = first_variant(
-      records, [](const ResultRecord& r) { return r.attn_type == "xl" && r.train_mem_len > 0; });
-  std::string vanilla =
-      first_variant(records, [](const ResultRecord& r) { return r.attn_type == "vanilla"; });
+  std::string xl = first_variant(records, [](const ResultRecord& r) {
+    return r.attn_type == AttnType::kXl && r.train_mem_len > 0;
+  });
+  std::string vanilla = first_variant(
+      records, [](const ResultRecord& r) { return r.attn_type == AttnType::kVanilla; });
   if (vanilla.empty()) {
-    vanilla = first_variant(records,
-                            [](const ResultRecord& r) { return r.attn_type == "vanilla_learned"; });
+    vanilla = first_variant(
+        records, [](const ResultRecord& r) { return r.attn_type == AttnType::kVanillaLearned; });
   }
   if (xl.empty() || vanilla.empty()) return std::nullopt;
 
   std::vector<const ResultRecord*> xl_memory;
   for (const auto& r : records) {
-    if (r.variant == xl && r.split == split && r.eval_mode == "memory" && r.mem_len > 0) {
+    if (r.variant == xl && r.split == split && r.eval_mode == EvalMode::kMemory && r.mem_len > 0) {
       xl_memory.push_back(&r);
     }
   }
@@ -267,7 +281,7 @@ std::optional<std::pair<const ResultRecord*, const ResultRecord*>> margin_pair(
   });
   for (const auto* x : xl_memory) {
     for (const auto& v : records) {
-      if (v.variant == vanilla && v.split == split && v.eval_mode == "segments" &&
+      if (v.variant == vanilla && v.split == split && v.eval_mode == EvalMode::kSegments &&
           v.tgt_len == x->tgt_len) {
         return std::make_pair(x, &v);
       }
@@ -377,8 +391,8 @@ std::string split_table(const std::vector<ResultRecord>& records, const std::str
   std::vector<std::vector<std::string>> rows;
   for (const auto& r : records) {
     if (r.split != split) continue;
-    std::vector<std::string> row = {r.variant,        r.attn_type,
-                                    r.eval_mode,      std::to_string(r.tgt_len),
+    std::vector<std::string> row = {r.variant,        config::to_string(r.attn_type),
+                                    config::to_string(r.eval_mode), std::to_string(r.tgt_len),
                                     context_label(r), fixed(r.ppl, 2)};
     if (any_bpb) row.push_back(r.bits_per_byte > 0 ? fixed(r.bits_per_byte, 4) : "-");
     if (any_bpc) row.push_back(r.bits_per_char > 0 ? fixed(r.bits_per_char, 4) : "-");
@@ -389,7 +403,7 @@ std::string split_table(const std::vector<ResultRecord>& records, const std::str
     // Cost relative to the same variant's segments pass: sliding's price for its context.
     std::string relative = "-";
     for (const auto& s : records) {
-      if (s.variant == r.variant && s.split == split && s.eval_mode == "segments" &&
+      if (s.variant == r.variant && s.split == split && s.eval_mode == EvalMode::kSegments &&
           s.seconds_per_token() > 0) {
         relative = fmt::format("{:.1f}x", r.seconds_per_token() / s.seconds_per_token());
         break;
@@ -437,7 +451,7 @@ std::string training_table(const std::vector<ResultRecord>& records,
     auto it = std::find_if(curves.begin(), curves.end(),
                            [&](const TrainingCurve& c) { return c.variant == name; });
     const TrainingCurve c = it != curves.end() ? *it : TrainingCurve{};
-    rows.push_back({r.variant, r.attn_type, std::to_string(r.train_tgt_len),
+    rows.push_back({r.variant, config::to_string(r.attn_type), std::to_string(r.train_tgt_len),
                     std::to_string(r.train_mem_len), count(r.params), count(r.train_steps),
                     count(r.train_tokens),
                     count(static_cast<std::int64_t>(std::llround(r.train_tokens_per_s))),
@@ -453,7 +467,7 @@ std::string training_table(const std::vector<ResultRecord>& records,
 std::string cost_sentence(const std::vector<ResultRecord>& records, const std::string& split) {
   const ResultRecord* sliding = nullptr;
   for (const auto& r : records) {
-    if (r.split == split && r.eval_mode == "sliding" && r.seconds_per_token() > 0) {
+    if (r.split == split && r.eval_mode == EvalMode::kSliding && r.seconds_per_token() > 0) {
       sliding = &r;
       break;
     }
@@ -462,7 +476,7 @@ std::string cost_sentence(const std::vector<ResultRecord>& records, const std::s
   if (auto pair = margin_pair(records, split)) memory = pair->first;
   if (memory == nullptr) {
     for (const auto& r : records) {
-      if (r.split == split && r.eval_mode == "memory" && r.mem_len > 0) {
+      if (r.split == split && r.eval_mode == EvalMode::kMemory && r.mem_len > 0) {
         memory = &r;
         break;
       }
@@ -488,12 +502,13 @@ std::string decomposition_sentence(const std::vector<ResultRecord>& records,
   auto pair = margin_pair(records, split);
   if (!pair) return "";
   const auto& [x, v] = *pair;
-  std::string rel = first_variant(
-      records, [](const ResultRecord& r) { return r.attn_type == "xl" && r.train_mem_len == 0; });
+  std::string rel = first_variant(records, [](const ResultRecord& r) {
+    return r.attn_type == AttnType::kXl && r.train_mem_len == 0;
+  });
   if (rel.empty()) return "";
   const ResultRecord* r = nullptr;
   for (const auto& c : records) {
-    if (c.variant == rel && c.split == split && c.eval_mode == "segments" &&
+    if (c.variant == rel && c.split == split && c.eval_mode == EvalMode::kSegments &&
         c.tgt_len == x->tgt_len) {
       r = &c;
       break;
@@ -529,7 +544,8 @@ std::string memory_sweep_sentence(const std::vector<ResultRecord>& records,
   for (const auto& name : variants_in_order(records)) {
     std::vector<const ResultRecord*> memory;
     for (const auto& r : records) {
-      if (r.variant == name && r.split == split && r.eval_mode == "memory" && r.mem_len > 0) {
+      if (r.variant == name && r.split == split && r.eval_mode == EvalMode::kMemory &&
+          r.mem_len > 0) {
         memory.push_back(&r);
       }
     }

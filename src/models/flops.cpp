@@ -10,9 +10,10 @@ FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab,
             "tgt_len > 0, mem_len >= 0, got ", vocab, ", ", tgt_len, ", ", mem_len);
   const double d = c.d_model, hd = static_cast<double>(c.n_head) * c.d_head, f = c.d_inner;
   const double q = static_cast<double>(tgt_len), k = q + mem_len;
-  const bool relative = c.attn_type == "xl" || c.attn_type == "shaw";
+  const bool relative = config::uses_relative_positions(c.attn_type);
   // Keys and values projected: every key row, or only the segment's when the memory's are cached.
-  const double projected = memory_kv_cached && c.attn_type != "vanilla_learned" ? q : k;
+  const double projected =
+      memory_kv_cached && c.attn_type != config::AttnType::kVanillaLearned ? q : k;
   double layer = 2 * d * hd                       // queries over the segment
                  + 2 * d * 2 * hd * projected / q  // keys and values
                  + 2 * hd * k                     // content scores

@@ -12,18 +12,19 @@ namespace txl::models {
 
 namespace {
 
-modules::PositionScheme scheme_of(const std::string& attn_type) {
-  if (attn_type == "xl") return modules::PositionScheme::kRelative;
-  if (attn_type == "shaw") return modules::PositionScheme::kShaw;
-  if (attn_type == "vanilla" || attn_type == "vanilla_learned") {
-    return modules::PositionScheme::kAbsolute;
+modules::PositionScheme scheme_of(config::AttnType attn_type) {
+  switch (attn_type) {
+    case config::AttnType::kXl:
+      return modules::PositionScheme::kRelative;
+    case config::AttnType::kShaw:
+      return modules::PositionScheme::kShaw;
+    case config::AttnType::kVanilla:
+    case config::AttnType::kVanillaLearned:
+      return modules::PositionScheme::kAbsolute;
   }
-  TXL_FAIL("model.attn_type: unknown value \"", attn_type,
-           "\" (allowed: xl, shaw, vanilla, vanilla_learned)");
-}
-
-bool is_absolute(const config::ModelConfig& c) {
-  return c.attn_type == "vanilla" || c.attn_type == "vanilla_learned";
+  // Only a value cast from a number reaches here: the loader takes names from the table alone.
+  TXL_FAIL("model.attn_type: unknown value \"", config::to_string(attn_type), "\" (allowed: ",
+           config::enum_choices<config::AttnType>(), ")");
 }
 
 void check_positive(int64_t value, const char* key) {
@@ -57,10 +58,12 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
   TXL_CHECK(config.ext_len >= 0, "model.ext_len = ", config.ext_len, " must be >= 0");
   TXL_CHECK(config.clamp_len >= -1, "model.clamp_len = ", config.clamp_len,
             " must be -1 (no clamp) or >= 0");
-  TXL_CHECK(config.attn_type != "vanilla" || config.d_model % 2 == 0,
+  TXL_CHECK(config.attn_type != config::AttnType::kVanilla || config.d_model % 2 == 0,
             "model.d_model = ", config.d_model, " must be even for sinusoid positions");
-  if (config.attn_type == "vanilla_learned") check_positive(config.max_positions, "max_positions");
-  if (is_absolute(config) && config.mem_len > 0) {
+  if (config.attn_type == config::AttnType::kVanillaLearned) {
+    check_positive(config.max_positions, "max_positions");
+  }
+  if (config::uses_absolute_positions(config.attn_type) && config.mem_len > 0) {
     TXL_CHECK(config.allow_abs_with_memory, "model.attn_type = ", config.attn_type,
               " with model.mem_len = ", config.mem_len,
               ": absolute positions are confused across segments (paper 3.3); set "
@@ -68,7 +71,7 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
     log::warn("model",
               "attn_type {} with mem_len {}: absolute positions restart every segment, "
               "so memory positions collide with the segment's (paper 3.3)",
-              config.attn_type, config.mem_len);
+              config::to_string(config.attn_type), config.mem_len);
   }
 
   modules::InitOptions init{config.init, config.init_std, config.norm_init};
@@ -98,7 +101,8 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
     o.d_inner = config.d_inner;
     o.dropout = config.dropout;
     o.pre_norm = config.pre_norm;
-    o.abs_positions = config.attn_type == "vanilla_learned" ? config.max_positions : 0;
+    o.abs_positions =
+        config.attn_type == config::AttnType::kVanillaLearned ? config.max_positions : 0;
     o.init = init;
     layer_list_.emplace_back(o);
     layers->push_back(layer_list_.back());
@@ -150,7 +154,7 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
   TXL_CHECK(ctx.ext_len >= 0, "model context: ext_len = ", ctx.ext_len, " must be >= 0");
   TXL_CHECK(ctx.clamp_len >= -1, "model context: clamp_len = ", ctx.clamp_len,
             " must be -1 (no clamp) or >= 0");
-  if (is_absolute(config_)) {
+  if (config::uses_absolute_positions(config_.attn_type)) {
     TXL_CHECK((ctx.mem_len == 0 && memory.empty()) || config_.allow_abs_with_memory,
               "model context: attn_type ", config_.attn_type, " with mem_len = ", ctx.mem_len,
               " (memory of ", memory.length(),
@@ -268,7 +272,7 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& memory, cons
   auto key_mask = torch::cat({memory_keys, segment_keys}, 1);  // [B, K]
 
   auto x = word_emb(tokens);  // [B, Q, d], scaled by sqrt(d)
-  if (config_.attn_type == "vanilla") {
+  if (config_.attn_type == config::AttnType::kVanilla) {
     // Vaswani et al.: positions within the segment, added once to the embedding.
     auto pos = torch::arange(q_len, torch::dtype(x.scalar_type()).device(device));  // [Q]
     x = x + ops::sinusoid_encoding(pos, d);                                         // [B, Q, d]

@@ -98,7 +98,48 @@ models::Checkpoint convert(InputArchive& archive, const data::Tokenizer& tokeniz
   return converted;
 }
 
+// The cached tokenizer folders of `cache_dir` (each holding tokenizer.meta) with `vocab` ids.
+std::vector<std::filesystem::path> fitting_tokenizers(const std::filesystem::path& cache_dir,
+                                                      std::int64_t vocab) {
+  std::vector<std::filesystem::path> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(cache_dir, ec)) return out;
+  for (const auto& entry : std::filesystem::directory_iterator(cache_dir, ec)) {
+    if (!std::filesystem::exists(entry.path() / "tokenizer.meta", ec)) continue;
+    try {
+      if (data::load_tokenizer(entry.path())->vocab_size() == vocab) out.push_back(entry.path());
+    } catch (const Error&) {
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::filesystem::path find_legacy_tokenizer(const std::filesystem::path& path,
+                                            const config::CommandLine& line) {
+  std::error_code ec;
+  TXL_CHECK(std::filesystem::exists(path, ec), "checkpoint not found: ", path.string());
+  std::int64_t vocab = 0;
+  config::ExperimentConfig stored;
+  try {
+    InputArchive archive;
+    archive.load_from(path.string());
+    vocab = read_int(archive, "vocab_size");
+    stored = config::parse_experiment_string(read_string(archive, "config"),
+                                             path.string() + " (stored experiment)");
+  } catch (const c10::Error& e) {
+    TXL_FAIL("cannot read ", path.string(), " as a version 1 txl checkpoint: ",
+             std::string(e.what_without_backtrace()).substr(0, 300));
+  }
+  const auto config = line.experiment_over(stored, path.string(), {"data.cache_dir"});
+  const auto found = fitting_tokenizers(config.data.cache_dir, vocab);
+  TXL_CHECK(found.size() == 1, found.empty() ? "no" : "more than one", " cached tokenizer with ",
+            vocab, " ids in ", config.data.cache_dir,
+            "; name the one the model was trained with (--tokenizer DIR) or where to look "
+            "(--set data.cache_dir=DIR)");
+  return found.front();
+}
 
 models::Checkpoint convert_legacy_checkpoint(const std::filesystem::path& path,
                                              const data::Tokenizer& tokenizer) {

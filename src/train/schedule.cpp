@@ -11,22 +11,29 @@ double learning_rate(const config::TrainConfig& train, std::int64_t step, double
   const double peak = train.lr;
   const std::int64_t warmup = train.warmup_steps;
   if (warmup > 0 && step <= warmup) return peak * static_cast<double>(step) / warmup;
-  if (train.schedule == "constant") return peak;
-  if (train.schedule == "plateau") return std::max(train.lr_min, peak * plateau_scale);
-  if (train.schedule == "inv_sqrt") {
-    // lr / sqrt(step / warmup) after warm-up: continuous at the end of warm-up.
-    const double w = static_cast<double>(std::max<std::int64_t>(warmup, 1));
-    return std::max(train.lr_min, peak * std::sqrt(w / static_cast<double>(std::max<std::int64_t>(step, 1))));
+  switch (train.schedule) {
+    case config::Schedule::kConstant:
+      return peak;
+    case config::Schedule::kPlateau:
+      return std::max(train.lr_min, peak * plateau_scale);
+    case config::Schedule::kInvSqrt: {
+      // lr / sqrt(step / warmup) after warm-up: continuous at the end of warm-up.
+      const double w = static_cast<double>(std::max<std::int64_t>(warmup, 1));
+      const double at = static_cast<double>(std::max<std::int64_t>(step, 1));
+      return std::max(train.lr_min, peak * std::sqrt(w / at));
+    }
+    case config::Schedule::kCosine: {
+      // Cosine from peak to lr_min over the steps after warm-up; without max_steps it stays at
+      // peak (there is no horizon to anneal to).
+      if (train.max_steps <= 0) return peak;
+      const double span = static_cast<double>(std::max<std::int64_t>(train.max_steps - warmup, 1));
+      const double progress = std::clamp((step - warmup) / span, 0.0, 1.0);
+      return train.lr_min + 0.5 * (peak - train.lr_min) * (1.0 + std::cos(M_PI * progress));
+    }
   }
-  if (train.schedule == "cosine") {
-    // Cosine from peak to lr_min over the steps after warm-up; without max_steps it stays at
-    // peak (there is no horizon to anneal to).
-    if (train.max_steps <= 0) return peak;
-    const double span = static_cast<double>(std::max<std::int64_t>(train.max_steps - warmup, 1));
-    const double progress = std::clamp((step - warmup) / span, 0.0, 1.0);
-    return train.lr_min + 0.5 * (peak - train.lr_min) * (1.0 + std::cos(M_PI * progress));
-  }
-  TXL_FAIL("train.schedule: '", train.schedule, "' is not one of cosine | inv_sqrt | constant | plateau");
+  // Only a value cast from a number reaches here: the loader takes names from the table alone.
+  TXL_FAIL("train.schedule: '", config::to_string(train.schedule), "' is not one of ",
+           config::enum_choices<config::Schedule>());
 }
 
 }  // namespace txl::train
@@ -74,7 +81,7 @@ Schedule::Validation Schedule::record_validation(TrainState& state, double loss)
   } else {
     ++state.evals_without_gain;
   }
-  if (train_.schedule == "plateau") {
+  if (train_.schedule == config::Schedule::kPlateau) {
     if (v.improved) {
       state.plateau_bad_evals = 0;
     } else if (++state.plateau_bad_evals > train_.plateau_patience) {

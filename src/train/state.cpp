@@ -51,7 +51,7 @@ NamedTensors parameter_state(const torch::optim::OptimizerParamState& s) {
 // The optimizer's state entry for one parameter, rebuilt from its named tensors (on the
 // parameter's device). `fields` holds the tensors of "optimizer/<name>/<field>".
 std::unique_ptr<torch::optim::OptimizerParamState> make_parameter_state(
-    const std::string& kind, const std::map<std::string, torch::Tensor>& fields,
+    config::Optimizer kind, const std::map<std::string, torch::Tensor>& fields,
     const torch::Tensor& param, const std::string& where) {
   auto tensor = [&](const char* field, bool like_param) {
     auto it = fields.find(field);
@@ -67,7 +67,7 @@ std::unique_ptr<torch::optim::OptimizerParamState> make_parameter_state(
     }
     return t.to(param.device());
   };
-  if (kind == "adam" || kind == "adamw") {
+  if (kind == config::Optimizer::kAdam || kind == config::Optimizer::kAdamW) {
     TXL_CHECK(fields.size() == 3, where, ": expected step, exp_avg and exp_avg_sq");
     auto fill = [&](auto state) {
       state->step(tensor("step", false).template item<std::int64_t>());
@@ -75,10 +75,13 @@ std::unique_ptr<torch::optim::OptimizerParamState> make_parameter_state(
       state->exp_avg_sq(tensor("exp_avg_sq", true));
       return std::unique_ptr<torch::optim::OptimizerParamState>(std::move(state));
     };
-    if (kind == "adam") return fill(std::make_unique<torch::optim::AdamParamState>());
+    if (kind == config::Optimizer::kAdam) {
+      return fill(std::make_unique<torch::optim::AdamParamState>());
+    }
     return fill(std::make_unique<torch::optim::AdamWParamState>());
   }
-  TXL_CHECK(kind == "sgd" && fields.size() == 1, where, ": unexpected state for optimizer ", kind);
+  TXL_CHECK(kind == config::Optimizer::kSgd && fields.size() == 1, where,
+            ": unexpected state for optimizer ", kind);
   auto state = std::make_unique<torch::optim::SGDParamState>();
   state->momentum_buffer(tensor("momentum_buffer", true));
   return state;
@@ -97,7 +100,7 @@ std::map<std::string, std::map<std::string, torch::Tensor>> optimizer_fields(
   return out;
 }
 
-void restore_optimizer(const models::Checkpoint& c, const std::string& kind,
+void restore_optimizer(const models::Checkpoint& c, config::Optimizer kind,
                        models::TransformerLM& model, torch::optim::Optimizer& optimizer,
                        const std::string& origin) {
   auto fields = optimizer_fields(c, origin);

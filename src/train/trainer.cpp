@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 
+#include "txl/config/device.h"
 #include "txl/config/load.h"
 #include "txl/data/dataset.h"
 #include "txl/data/stream.h"
@@ -26,7 +27,6 @@
 #include "txl/util/fs.h"
 #include "txl/util/json.h"
 #include "txl/util/log.h"
-#include "txl/util/openmp.h"
 
 namespace txl::train {
 
@@ -53,19 +53,20 @@ void install_stop_handlers() {
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfig& t,
                                                         std::vector<torch::Tensor> params) {
-  if (t.optimizer == "adam") {
-    return std::make_unique<torch::optim::Adam>(
-        params, torch::optim::AdamOptions(t.lr).weight_decay(t.weight_decay));
+  switch (t.optimizer) {
+    case config::Optimizer::kAdam:
+      return std::make_unique<torch::optim::Adam>(
+          params, torch::optim::AdamOptions(t.lr).weight_decay(t.weight_decay));
+    case config::Optimizer::kAdamW:
+      return std::make_unique<torch::optim::AdamW>(
+          params, torch::optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
+    case config::Optimizer::kSgd:
+      return std::make_unique<torch::optim::SGD>(
+          params, torch::optim::SGDOptions(t.lr).momentum(t.momentum).weight_decay(t.weight_decay));
   }
-  if (t.optimizer == "adamw") {
-    return std::make_unique<torch::optim::AdamW>(
-        params, torch::optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
-  }
-  if (t.optimizer == "sgd") {
-    return std::make_unique<torch::optim::SGD>(
-        params, torch::optim::SGDOptions(t.lr).momentum(t.momentum).weight_decay(t.weight_decay));
-  }
-  TXL_FAIL("train.optimizer: '", t.optimizer, "' is not one of adam | adamw | sgd");
+  // Only a value cast from a number reaches here: the loader takes names from the table alone.
+  TXL_FAIL("train.optimizer: '", config::to_string(t.optimizer), "' is not one of ",
+           config::enum_choices<config::Optimizer>());
 }
 
 namespace {
@@ -190,9 +191,8 @@ Trainer::Trainer(const config::ExperimentConfig& config, const TrainOptions& opt
   mine_ = dist::shard_rows(t_.batch_size, rank, world);
   // Dropout draws differ between ranks, as their rows do; rank 0 keeps the single-process stream.
   rank_seed_ = config.run.seed + 7919 * static_cast<std::uint64_t>(rank);
-  // Threads: all cores by default, shared among the processes of one node.
-  threads_ = use_threads(config.run.threads, group_->env().local_world_size);
-  device_ = resolve_device(config.run.device, group_->env().local_rank);
+  threads_ = torch::get_num_threads();  // set by the program (ProcessSetup), for the log line
+  device_ = config::resolve_device(config.run.device, group_->env().local_rank);
 }
 
 void Trainer::build() {
@@ -208,7 +208,7 @@ void Trainer::build() {
   for (const auto& p : model_->parameters()) summary_.params += p.numel();
   StepSettings step;
   step.device = device_;
-  step.bf16 = config_.run.precision == "bf16";
+  step.bf16 = config_.run.precision == config::Precision::kBf16;
   step.batch_chunk = t_.batch_chunk;
   step.clip = t_.clip;
   step_ = std::make_unique<Step>(model_, *optimizer_, step, mine_, group_);
@@ -463,10 +463,11 @@ void Trainer::log_start() const {
   log::info("train", "{}: {} layers, d_model {}, {} heads of {}, attn {}, {:.2f}M parameters, "
             "vocab {}, {} train tokens, batch {} x {} (mem {}), {}{}{}",
             config_.run.name, config_.model.n_layer, config_.model.d_model, config_.model.n_head,
-            config_.model.d_head, config_.model.attn_type, summary_.params / 1e6, vocab_,
+            config_.model.d_head, config::to_string(config_.model.attn_type),
+            summary_.params / 1e6, vocab_,
             dataset_.train.ids.numel(), t_.batch_size, config_.model.tgt_len, config_.model.mem_len,
             device_.is_cuda() ? device_.str() : fmt::format("{} threads", threads_),
-            config_.run.precision == "bf16" ? ", bf16 autocast" : "",
+            config_.run.precision == config::Precision::kBf16 ? ", bf16 autocast" : "",
             group_->distributed() ? fmt::format(", {} processes ({} rows each, gradients in {} buckets)",
                                                 group_->world_size(), mine_.size(), step_->gradient_buckets())
                                   : std::string());

@@ -221,6 +221,23 @@ ProgramResult run_program(const std::vector<std::string>& argv, const RunOptions
   return result;
 }
 
+std::string shell_command(const std::vector<std::string>& words) {
+  static const std::string kPlain =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/=:,+@%";
+  std::string out;
+  for (const std::string& word : words) {
+    if (!out.empty()) out += ' ';
+    if (!word.empty() && word.find_first_not_of(kPlain) == std::string::npos) {
+      out += word;
+      continue;
+    }
+    out += '\'';
+    for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
+}
+
 std::string last_lines(const std::string& text, std::size_t lines) {
   std::size_t end = text.size();
   while (end > 0 && text[end - 1] == '\n') --end;

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/process_as_program.h"
 #include "support/test_support.h"
 #include "txl/bench/bench.h"
 #include "txl/bench/measure.h"
@@ -24,6 +25,10 @@
 
 namespace txl::bench {
 namespace {
+
+// The process as txl-bench --threads 1 sets it (BenchOptions::threads = 1 below): 1 thread.
+const auto* const kProcess =
+    ::testing::AddGlobalTestEnvironment(new txl::test::ProcessAsProgram(1));
 
 constexpr std::int64_t kVocab = 50;
 
@@ -164,7 +169,7 @@ TEST(Bench, SlidingWindowCostsMoreThanMemoryPerToken) {
   // FLOPs: 32 vanilla positions per scored token against one xl token with 32 keys, whose
   // memory's keys and values are carried from the previous segment (as the evaluator does).
   auto vanilla = tiny().model;
-  vanilla.attn_type = "vanilla";
+  vanilla.attn_type = txl::config::AttnType::kVanilla;
   const double window = models::count_flops_per_token(vanilla, kVocab, 32, 0).forward;
   const double xl = models::count_flops_per_token(tiny().model, kVocab, 8, 24, true).forward;
   EXPECT_NEAR(c.flop_ratio, 32 * window / xl, 1e-9 * c.flop_ratio);

@@ -73,7 +73,7 @@ TEST_F(LoadAblation, VariantsKeepFileOrderAndApplyTheirOverrides) {
       << ::testing::PrintToString(diff_experiments(a.base, zeta));
 
   const ExperimentConfig& vanilla = variant(a, "vanilla");
-  EXPECT_EQ(vanilla.model.attn_type, "vanilla");
+  EXPECT_EQ(vanilla.model.attn_type, AttnType::kVanilla);
   EXPECT_EQ(vanilla.model.mem_len, 0);
   EXPECT_EQ(vanilla.model.d_model, 64);     // base
   EXPECT_EQ(vanilla.train.max_steps, 100);  // shared override beats the base
@@ -83,7 +83,7 @@ TEST_F(LoadAblation, VariantsKeepFileOrderAndApplyTheirOverrides) {
   EXPECT_EQ(vanilla.source, path);
 
   const ExperimentConfig& alpha = variant(a, "alpha");
-  EXPECT_EQ(alpha.model.attn_type, "shaw");
+  EXPECT_EQ(alpha.model.attn_type, AttnType::kShaw);
   EXPECT_EQ(alpha.model.n_layer, 5);
   EXPECT_EQ(alpha.model.mem_len, 32);
 
@@ -108,6 +108,22 @@ TEST_F(LoadAblation, SetOverridesEveryVariantLast) {
   TXL_EXPECT_THROW_WITH(
       load_ablation(path, {"model.n_leyer=2"}),
       "--set model.n_leyer=2: unknown key 'model.n_leyer'; did you mean 'model.n_layer'?");
+}
+
+// The process's threads are set once for every variant: a variant asking for others is named
+// where it asks; the same threads everywhere (shared section or --set) are fine.
+TEST_F(LoadAblation, VariantsShareTheProcesssThreads) {
+  const std::string path = write(
+      "name: threads\nbase: ../experiments/base.yaml\nrun: {threads: 1}\n"
+      "variants:\n  one: {}\n  two: {run.threads: 2}\n");
+  TXL_EXPECT_THROW_WITH(load_ablation(path),
+                        "abl.yaml:6:22: run.threads: variant 'two' asks for 2, variant 'one' for 1");
+  for (const auto& [name, config] : load_ablation(path, {"run.threads=3"}).variants)
+    EXPECT_EQ(config.run.threads, 3) << name;
+  const std::string same = write(
+      "name: threads\nbase: ../experiments/base.yaml\n"
+      "variants:\n  one: {run.threads: 2}\n  two: {run.threads: 2}\n");
+  EXPECT_EQ(load_ablation(same).variants.size(), 2u);
 }
 
 TEST_F(LoadAblation, InlineBaseMapping) {
@@ -227,7 +243,7 @@ TEST(LoadAblationFixture, CommittedAblationLoads) {
   EXPECT_EQ(variant(a, "xl").model.mem_len, 16);
   EXPECT_EQ(variant(a, "rel_no_memory").model.mem_len, 0);
   EXPECT_EQ(variant(a, "shaw").model.max_rel_dist, 16);
-  EXPECT_EQ(variant(a, "vanilla").eval.mode, "sliding");
+  EXPECT_EQ(variant(a, "vanilla").eval.mode, EvalMode::kSliding);
   EXPECT_EQ(variant(a, "vanilla").run.output_dir, "runs/tiny_ablation/vanilla");
   for (const auto& [name, config] : a.variants) {
     EXPECT_EQ(config.train.max_steps, 10) << name;

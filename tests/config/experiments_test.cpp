@@ -84,13 +84,13 @@ TEST(Experiments, KjvAblationComparesTheNamedVariants) {
   auto a = load_ablation((experiments() / "kjv_ablation.yaml").string());
   ASSERT_EQ(a.variants.size(), 4u);
   EXPECT_EQ(a.variants[0].first, "vanilla");
-  EXPECT_EQ(a.variants[0].second.model.attn_type, "vanilla");
+  EXPECT_EQ(a.variants[0].second.model.attn_type, txl::config::AttnType::kVanilla);
   EXPECT_EQ(a.variants[0].second.model.mem_len, 0);
-  EXPECT_EQ(a.variants[1].second.model.attn_type, "xl");
+  EXPECT_EQ(a.variants[1].second.model.attn_type, txl::config::AttnType::kXl);
   EXPECT_EQ(a.variants[1].second.model.mem_len, 0);
   EXPECT_EQ(a.variants[2].second.model.mem_len, 64);
   EXPECT_EQ(a.variants[3].first, "shaw");
-  EXPECT_EQ(a.variants[3].second.model.attn_type, "shaw");
+  EXPECT_EQ(a.variants[3].second.model.attn_type, txl::config::AttnType::kShaw);
   EXPECT_EQ(a.variants[3].second.model.mem_len, 64);
   for (const auto& [name, v] : a.variants) {
     // Only the named change differs: same data, seed, steps and segment length.

@@ -96,8 +96,8 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.run.output_dir, "out/e");
   EXPECT_EQ(c.run.seed, 99u);
   EXPECT_EQ(c.run.threads, 2);
-  EXPECT_EQ(c.run.device, "cuda");
-  EXPECT_EQ(c.run.precision, "bf16");
+  EXPECT_EQ(c.run.device, Device::kCuda);
+  EXPECT_EQ(c.run.precision, Precision::kBf16);
   EXPECT_EQ(c.run.log_interval, 7);
   EXPECT_EQ(c.run.dist_timeout, 45);
 
@@ -120,7 +120,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_TRUE(c.data.document_mode);
   EXPECT_FALSE(c.data.add_eos);
 
-  EXPECT_EQ(c.model.attn_type, "shaw");
+  EXPECT_EQ(c.model.attn_type, AttnType::kShaw);
   EXPECT_EQ(c.model.n_layer, 6);
   EXPECT_EQ(c.model.d_model, 128);
   EXPECT_EQ(c.model.n_head, 8);
@@ -147,11 +147,11 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_DOUBLE_EQ(c.model.init_std, 0.05);
   EXPECT_DOUBLE_EQ(c.model.proj_init_std, 0.02);
 
-  EXPECT_EQ(c.train.optimizer, "adamw");
+  EXPECT_EQ(c.train.optimizer, Optimizer::kAdamW);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
   EXPECT_DOUBLE_EQ(c.train.weight_decay, 0.01);
   EXPECT_DOUBLE_EQ(c.train.momentum, 0.9);
-  EXPECT_EQ(c.train.schedule, "inv_sqrt");
+  EXPECT_EQ(c.train.schedule, Schedule::kInvSqrt);
   EXPECT_EQ(c.train.warmup_steps, 100);
   EXPECT_DOUBLE_EQ(c.train.lr_min, 1e-5);
   EXPECT_DOUBLE_EQ(c.train.decay_rate, 0.25);
@@ -175,7 +175,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.eval.mem_len, 160);
   EXPECT_EQ(c.eval.clamp_len, 100);
   EXPECT_EQ(c.eval.same_length, 1);
-  EXPECT_EQ(c.eval.mode, "sliding");
+  EXPECT_EQ(c.eval.mode, EvalMode::kSliding);
   EXPECT_EQ(c.eval.window, 64);
   EXPECT_EQ(c.eval.stride, 32);
   EXPECT_EQ(c.eval.warmup, 10);
@@ -722,17 +722,17 @@ TEST(LoadExperiment, CommittedFixturesLoad) {
   EXPECT_EQ(tiny.model.d_model, 32);    // its base
   EXPECT_EQ(tiny.eval.mem_len, 32);
   EXPECT_EQ(tiny.data.corpus, "synthetic");
-  EXPECT_EQ(tiny.train.optimizer, "adam");  // default
+  EXPECT_EQ(tiny.train.optimizer, Optimizer::kAdam);  // default
 }
 
 TEST(ValidateExperiment, ChecksConfigsBuiltInCode) {
   EXPECT_NO_THROW(validate_experiment(ExperimentConfig{}));
   ExperimentConfig c;
   c.model.n_head = 0;
-  c.train.optimizer = "adagrad";
+  c.train.optimizer = static_cast<Optimizer>(3);  // no enumerator: only a cast makes one
   const std::string message = error_of([&] { validate_experiment(c); });
   EXPECT_NE(message.find("model.n_head: must be >= 1, got 0"), std::string::npos) << message;
-  EXPECT_NE(message.find("train.optimizer: 'adagrad' is not one of adam | adamw | sgd"),
+  EXPECT_NE(message.find("train.optimizer: '3' is not one of adam | adamw | sgd"),
             std::string::npos)
       << message;
 }

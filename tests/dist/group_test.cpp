@@ -142,11 +142,12 @@ TEST(ShardedEvaluation, EveryModeGivesTheSingleProcessResult) {
     torch::manual_seed(3);
     copies.emplace_back(config.model, 50);
   }
-  for (const std::string mode : {"memory", "segments", "sliding"}) {
+  using Mode = txl::eval::Mode;
+  for (const Mode mode : {Mode::kMemory, Mode::kSegments, Mode::kSliding}) {
     txl::eval::Settings o;
-    o.mode = txl::eval::parse_mode(mode);
+    o.mode = mode;
     o.tgt_len = 16;
-    o.mem_len = mode == "memory" ? 16 : 0;
+    o.mem_len = mode == Mode::kMemory ? 16 : 0;
     o.window = 16;
     o.stride = 4;
     o.batch_size = 5;  // 5 rows over 3 ranks: 2, 2, 1; sliding: 16 batches, 6, 5, 5

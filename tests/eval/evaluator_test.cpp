@@ -4,10 +4,13 @@
 
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
+#include "txl/config/load.h"
 
 namespace {
 
+using txl::config::AttnType;
 using txl::eval::Extras;
+using txl::eval::Mode;
 using txl::eval::Settings;
 using txl::eval::evaluate;
 
@@ -18,21 +21,21 @@ struct Fixture {
   torch::Tensor ids;
 };
 
-Fixture make(const std::string& attn_type, int64_t n_tokens) {
+Fixture make(txl::config::AttnType attn_type, int64_t n_tokens) {
   torch::manual_seed(3);
   txl::test::TempDir dir;
   auto config = txl::test::tiny_experiment(dir.path());
   config.model.attn_type = attn_type;
-  if (attn_type != "xl") config.model.mem_len = 0;
+  if (attn_type != txl::config::AttnType::kXl) config.model.mem_len = 0;
   Fixture f;
   f.model = txl::models::TransformerLM(config.model, kVocab);
   f.ids = torch::randint(kVocab, {n_tokens}, torch::kInt64);
   return f;
 }
 
-Settings options(const std::string& mode, int q, int m, int batch) {
+Settings options(Mode mode, int q, int m, int batch) {
   Settings o;
-  o.mode = txl::eval::parse_mode(mode);
+  o.mode = mode;
   o.tgt_len = q;
   o.mem_len = m;
   o.window = q;
@@ -60,9 +63,9 @@ torch::Tensor losses_of(txl::models::TransformerLM& model, const torch::Tensor& 
 }
 
 TEST(Evaluator, EveryTargetIsScoredOnceInEveryMode) {
-  auto f = make("xl", 203);
-  for (auto o : {options("memory", 16, 16, 3), options("segments", 16, 0, 3),
-                 options("sliding", 16, 0, 3)}) {
+  auto f = make(AttnType::kXl, 203);
+  for (auto o : {options(Mode::kMemory, 16, 16, 3), options(Mode::kSegments, 16, 0, 3),
+                 options(Mode::kSliding, 16, 0, 3)}) {
     o.stride = 5;
     Extras extras;
     extras.token_losses = true;
@@ -77,30 +80,30 @@ TEST(Evaluator, EveryTargetIsScoredOnceInEveryMode) {
 }
 
 TEST(Evaluator, MemoryModeWithoutMemoryEqualsSegments) {
-  auto f = make("xl", 150);
-  auto a = evaluate(f.model, text(f.ids), options("memory", 16, 0, 4));
-  auto b = evaluate(f.model, text(f.ids), options("segments", 16, 0, 4));
+  auto f = make(AttnType::kXl, 150);
+  auto a = evaluate(f.model, text(f.ids), options(Mode::kMemory, 16, 0, 4));
+  auto b = evaluate(f.model, text(f.ids), options(Mode::kSegments, 16, 0, 4));
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_DOUBLE_EQ(a.loss, b.loss);
   // Memory does change the result (otherwise the comparison above proves nothing).
-  auto c = evaluate(f.model, text(f.ids), options("memory", 16, 16, 4));
+  auto c = evaluate(f.model, text(f.ids), options(Mode::kMemory, 16, 16, 4));
   EXPECT_NE(a.loss, c.loss);
 }
 
 TEST(Evaluator, SlidingWithWindowAndStrideQEqualsSegments) {
-  for (const char* attn : {"vanilla", "xl"}) {
+  for (AttnType attn : {AttnType::kVanilla, AttnType::kXl}) {
     auto f = make(attn, 16 * 7 + 1);  // N - 1 a multiple of Q: the windows are the segments
     txl::eval::EvalResult a, b;
-    const torch::Tensor sl = losses_of(f.model, f.ids, options("sliding", 16, 0, 1), &a);
-    const torch::Tensor sg = losses_of(f.model, f.ids, options("segments", 16, 0, 1), &b);
+    const torch::Tensor sl = losses_of(f.model, f.ids, options(Mode::kSliding, 16, 0, 1), &a);
+    const torch::Tensor sg = losses_of(f.model, f.ids, options(Mode::kSegments, 16, 0, 1), &b);
     EXPECT_EQ(a.tokens, b.tokens);
     EXPECT_TRUE(txl::test::tensor_near(sl, sg, 1e-5, 1e-5)) << attn;
   }
 }
 
 TEST(Evaluator, SlidingDoesNotDependOnBatchingAndTokenLossesAreInTextOrder) {
-  auto f = make("vanilla", 97);
-  auto o1 = options("sliding", 12, 0, 1);
+  auto f = make(AttnType::kVanilla, 97);
+  auto o1 = options(Mode::kSliding, 12, 0, 1);
   o1.stride = 1;
   auto o7 = o1;
   o7.batch_size = 7;
@@ -108,16 +111,16 @@ TEST(Evaluator, SlidingDoesNotDependOnBatchingAndTokenLossesAreInTextOrder) {
   const torch::Tensor l7 = losses_of(f.model, f.ids, o7);
   EXPECT_TRUE(txl::test::tensor_near(l1, l7, 1e-5, 1e-5));
   // Token 1's loss has one token of context in both sliding and segment evaluation.
-  const torch::Tensor seg = losses_of(f.model, f.ids, options("segments", 12, 0, 1));
+  const torch::Tensor seg = losses_of(f.model, f.ids, options(Mode::kSegments, 12, 0, 1));
   EXPECT_NEAR(l1[0].item<float>(), seg[0].item<float>(), 1e-5);
 }
 
 TEST(Evaluator, MemoryModeTokenLossesFollowTheText) {
   // One stream (batch 1) against three: the first stream's first segment sees the same
   // context either way, so its losses lead both token-loss tensors.
-  auto f = make("xl", 121);
-  const torch::Tensor a = losses_of(f.model, f.ids, options("memory", 10, 10, 1));
-  const torch::Tensor b = losses_of(f.model, f.ids, options("memory", 10, 10, 3));
+  auto f = make(AttnType::kXl, 121);
+  const torch::Tensor a = losses_of(f.model, f.ids, options(Mode::kMemory, 10, 10, 1));
+  const torch::Tensor b = losses_of(f.model, f.ids, options(Mode::kMemory, 10, 10, 3));
   EXPECT_TRUE(txl::test::tensor_near(a.narrow(0, 0, 10), b.narrow(0, 0, 10), 1e-5, 1e-5));
 }
 
@@ -125,9 +128,9 @@ TEST(Evaluator, MemoryModeTokenLossesFollowTheText) {
 // them anew gives the same per-token losses (fp32: the same products over fewer rows), with
 // warm-up and with a memory longer than the segment.
 TEST(Evaluator, CachedKeysAndValuesGiveTheLossesOfRecomputingThem) {
-  auto f = make("xl", 241);
+  auto f = make(AttnType::kXl, 241);
   for (int m : {10, 25}) {
-    auto o = options("memory", 10, m, 3);
+    auto o = options(Mode::kMemory, 10, m, 3);
     o.warmup = 7;
     txl::eval::EvalResult a, b;
     const torch::Tensor cached = losses_of(f.model, f.ids, o, &a);
@@ -140,8 +143,8 @@ TEST(Evaluator, CachedKeysAndValuesGiveTheLossesOfRecomputingThem) {
 }
 
 TEST(Evaluator, MaxTokensScoresTheSamePrefixInEveryMode) {
-  auto f = make("xl", 400);
-  for (auto o : {options("memory", 16, 16, 2), options("segments", 16, 0, 3), options("sliding", 16, 0, 2)}) {
+  auto f = make(AttnType::kXl, 400);
+  for (auto o : {options(Mode::kMemory, 16, 16, 2), options(Mode::kSegments, 16, 0, 3), options(Mode::kSliding, 16, 0, 2)}) {
     o.max_tokens = 64;
     Extras extras;
     extras.token_losses = true;
@@ -172,15 +175,17 @@ TEST(Evaluator, ResolveInheritsFromTheModel) {
   EXPECT_EQ(o.mem_len, 64);
   EXPECT_EQ(o.clamp_len, -1);
   EXPECT_TRUE(o.same_length);
-  c.eval.mode = "segments";
+  c.eval.mode = txl::config::EvalMode::kSegments;
   EXPECT_EQ(txl::eval::resolve_settings(c).mem_len, 0);
 }
 
 TEST(Evaluator, BadInputIsAClearError) {
-  auto f = make("xl", 50);
-  TXL_EXPECT_THROW_WITH(evaluate(f.model, text(f.ids.narrow(0, 0, 1)), options("memory", 8, 8, 1)),
+  auto f = make(AttnType::kXl, 50);
+  TXL_EXPECT_THROW_WITH(evaluate(f.model, text(f.ids.narrow(0, 0, 1)), options(Mode::kMemory, 8, 8, 1)),
                         "at least 2 tokens");
-  TXL_EXPECT_THROW_WITH(evaluate(f.model, text(f.ids), options("beam", 8, 8, 1)), "memory | segments | sliding");
+  // A mode is one of the table's names, checked where the experiment is read.
+  TXL_EXPECT_THROW_WITH(txl::config::parse_experiment_string("eval: {mode: beam}\n", "x.yaml"),
+                        "memory | segments | sliding");
 }
 
 }  // namespace
@@ -188,14 +193,14 @@ TEST(Evaluator, BadInputIsAClearError) {
 namespace {
 
 TEST(Evaluator, RecallLossAveragesTheMaskedTargets) {
-  auto f = make("xl", 101);
+  auto f = make(AttnType::kXl, 101);
   auto mask = torch::zeros({101}, torch::kBool);
   mask[5] = true;
   mask[50] = true;
   Extras extras;
   extras.token_losses = true;
   extras.recall_mask = mask;
-  auto r = evaluate(f.model, text(f.ids), options("memory", 16, 16, 2), extras);
+  auto r = evaluate(f.model, text(f.ids), options(Mode::kMemory, 16, 16, 2), extras);
   const torch::Tensor losses = r.token_losses;
   EXPECT_EQ(r.recall_tokens, 2);
   // Target t is token t, predicted at index t - 1 of the text-order losses.
@@ -211,9 +216,9 @@ namespace {
 // segment's context begins. The evaluator's memory mode equals that computation written out
 // segment by segment for one stream.
 TEST(Evaluator, ExtLenEqualsSegmentsReadWithTheirPrecedingTokens) {
-  auto f = make("xl", 97);
+  auto f = make(AttnType::kXl, 97);
   const int64_t q = 10, m = 12, e = 4;
-  auto o = options("memory", q, m, 1);
+  auto o = options(Mode::kMemory, q, m, 1);
   o.ext_len = e;
   const torch::Tensor losses = losses_of(f.model, f.ids, o);
 
@@ -238,18 +243,18 @@ TEST(Evaluator, ExtLenEqualsSegmentsReadWithTheirPrecedingTokens) {
   }
   EXPECT_TRUE(txl::test::tensor_near(losses, torch::cat(direct), 1e-5, 1e-5));
   // The context matters (otherwise the comparison above proves little).
-  EXPECT_FALSE(txl::test::tensor_near(losses, losses_of(f.model, f.ids, options("memory", q, m, 1)), 1e-4, 1e-4));
+  EXPECT_FALSE(txl::test::tensor_near(losses, losses_of(f.model, f.ids, options(Mode::kMemory, q, m, 1)), 1e-4, 1e-4));
 }
 
 // Without memory, segments of Q that also read the Q tokens before them are windows of 2Q
 // scoring their last Q targets: segments mode with ext_len = Q equals sliding with L = 2Q,
 // s = Q (N - 1 a multiple of Q, so the windows end where the segments do).
 TEST(Evaluator, SegmentsWithExtLenQEqualSlidingWindowsOfTwoQ) {
-  for (const char* attn : {"vanilla", "xl"}) {
+  for (AttnType attn : {AttnType::kVanilla, AttnType::kXl}) {
     auto f = make(attn, 8 * 7 + 1);
-    auto segments = options("segments", 8, 0, 1);
+    auto segments = options(Mode::kSegments, 8, 0, 1);
     segments.ext_len = 8;
-    auto sliding = options("sliding", 8, 0, 3);
+    auto sliding = options(Mode::kSliding, 8, 0, 3);
     sliding.window = 16;
     sliding.stride = 8;
     EXPECT_TRUE(txl::test::tensor_near(losses_of(f.model, f.ids, segments),
@@ -260,12 +265,12 @@ TEST(Evaluator, SegmentsWithExtLenQEqualSlidingWindowsOfTwoQ) {
 // Document mode: each document on its own (memory reset at its start, its first token never a
 // target) is the sum of evaluating every document as a text of its own.
 TEST(Evaluator, DocumentsEvaluateAsIfEachWereItsOwnText) {
-  auto f = make("xl", 241);
+  auto f = make(AttnType::kXl, 241);
   const std::vector<int64_t> starts = {0, 37, 50, 121, 130, 200};
   txl::data::EncodedSplit split = text(f.ids);
   split.doc_starts = torch::tensor(starts, torch::kInt64);
-  for (auto o : {options("memory", 10, 10, 3), options("segments", 10, 0, 3)}) {
-    SCOPED_TRACE(txl::eval::mode_name(o.mode));
+  for (auto o : {options(Mode::kMemory, 10, 10, 3), options(Mode::kSegments, 10, 0, 3)}) {
+    SCOPED_TRACE(txl::config::to_string(o.mode));
     auto alone = o;
     alone.batch_size = 1;
     double sum = 0.0;
@@ -289,13 +294,13 @@ TEST(Evaluator, DocumentsEvaluateAsIfEachWereItsOwnText) {
 }
 
 TEST(Evaluator, DocumentModeRefusesWhatItCannotGive) {
-  auto f = make("xl", 120);
+  auto f = make(AttnType::kXl, 120);
   txl::data::EncodedSplit split = text(f.ids);
   split.doc_starts = torch::tensor({0, 50}, torch::kInt64);
-  auto o = options("sliding", 10, 0, 2);
+  auto o = options(Mode::kSliding, 10, 0, 2);
   o.documents = true;
   TXL_EXPECT_THROW_WITH(evaluate(f.model, split, o), "data.document_mode");
-  o = options("memory", 10, 10, 2);
+  o = options(Mode::kMemory, 10, 10, 2);
   o.documents = true;
   Extras extras;
   extras.token_losses = true;
@@ -320,8 +325,8 @@ TEST(Evaluator, ScoredPrefixProratesBytesToTheNearest) {
   EXPECT_EQ(txl::eval::scored_prefix(split, 64).n_bytes, 161);
   for (int64_t all : {0, 399, 1000}) EXPECT_EQ(txl::eval::scored_prefix(split, all).ids.numel(), 400);
   // The evaluator's bits per byte divide by the prefix's bytes.
-  auto f = make("xl", 400);
-  auto o = options("segments", 16, 0, 3);
+  auto f = make(AttnType::kXl, 400);
+  auto o = options(Mode::kSegments, 16, 0, 3);
   o.max_tokens = 64;
   const auto r = evaluate(f.model, text(f.ids, 1000), o);
   EXPECT_NEAR(r.bits_per_byte, r.loss * 64 / std::log(2.0) / 160, 1e-12);
@@ -329,8 +334,8 @@ TEST(Evaluator, ScoredPrefixProratesBytesToTheNearest) {
 
 // run.precision: bf16 runs the forward under bf16 autocast: close to fp32, not the same numbers.
 TEST(Evaluator, Bf16RunsUnderAutocast) {
-  auto f = make("xl", 150);
-  auto o = options("memory", 16, 16, 3);
+  auto f = make(AttnType::kXl, 150);
+  auto o = options(Mode::kMemory, 16, 16, 3);
   const double fp32 = evaluate(f.model, text(f.ids), o).loss;
   o.bf16 = true;
   const double bf16 = evaluate(f.model, text(f.ids), o).loss;
@@ -339,8 +344,8 @@ TEST(Evaluator, Bf16RunsUnderAutocast) {
 }
 
 TEST(Evaluator, RunsWhereTheModelIs) {
-  auto f = make("xl", 50);
-  auto o = options("memory", 8, 8, 1);
+  auto f = make(AttnType::kXl, 50);
+  auto o = options(Mode::kMemory, 8, 8, 1);
   o.device = torch::Device(torch::kCUDA, 0);
   TXL_EXPECT_THROW_WITH(evaluate(f.model, text(f.ids), o), "evaluation runs where the model is");
 }

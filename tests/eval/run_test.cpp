@@ -10,20 +10,29 @@
 #include <set>
 #include <sstream>
 
+#include <CLI/CLI.hpp>
+
 #include <nlohmann/json.hpp>
 
+#include "support/process_as_program.h"
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
+#include "txl/config/command_line.h"
 #include "txl/config/load.h"
 #include "txl/train/trainer.h"
 #include "txl/util/fs.h"
+#include "txl/util/process.h"
 #include "txl/util/log.h"
 #include "txl/util/plot.h"
 
 namespace {
 
+// The process as txl-eval sets it for tiny_experiment's run.threads: 1 thread.
+const auto* const kProcess =
+    ::testing::AddGlobalTestEnvironment(new txl::test::ProcessAsProgram(1));
+
 TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
   auto config = txl::test::tiny_experiment(dir.path());
   config.train.max_steps = 3;
@@ -33,7 +42,6 @@ TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
   request.checkpoint = (dir / "runs/tiny/checkpoint_last.safetensors").string();
   request.splits = {"valid"};
   request.overrides = {"eval.mode=sliding", "eval.stride=4"};
-  request.threads = 1;
   request.token_losses_path = (dir / "losses.npy").string();
   request.json = true;
   std::ostringstream out;
@@ -64,7 +72,6 @@ TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
   // A folder that does not exist is named before anything is evaluated.
   request.token_losses_path = (dir / "no_such_folder" / "losses.npy").string();
   TXL_EXPECT_THROW_WITH(txl::eval::run(request, out), "no_such_folder does not exist");
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 // A `text` corpus of a few hundred words in a folder, and a tiny model trained on it.
@@ -105,7 +112,6 @@ double json_number(const std::string& json, const std::string& key) {
 }
 
 std::string evaluate_json(txl::eval::EvalRequest request) {
-  request.threads = 1;
   request.json = true;
   std::ostringstream out;
   txl::eval::run(request, out);
@@ -116,7 +122,7 @@ std::string evaluate_json(txl::eval::EvalRequest request) {
 // Evaluation still uses the checkpoint's own tokenizer, gives the same perplexity, and leaves
 // the corpus's cached tokenizer alone.
 TEST(EvalRun, AChangedCorpusIsEncodedWithTheCheckpointsOwnTokenizer) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
   const TextRun run = train_on_text(dir);
   txl::eval::EvalRequest request;
@@ -132,11 +138,10 @@ TEST(EvalRun, AChangedCorpusIsEncodedWithTheCheckpointsOwnTokenizer) {
   txl::test::write_text(run.corpus / "train.txt", words(200, 17) + "brand new words here\n");
   EXPECT_EQ(json_number(evaluate_json(request), "ppl"), before);
   for (const auto& [path, bytes] : cached) EXPECT_EQ(txl::fs::read_file(path), bytes) << path;
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 TEST(EvalRun, AFileOrATextNeedsNoCorpus) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
   const TextRun run = train_on_text(dir);
   txl::test::write_text(dir / "some.txt", words(3, 2));
@@ -151,11 +156,10 @@ TEST(EvalRun, AFileOrATextNeedsNoCorpus) {
   EXPECT_NEAR(json_number(evaluate_json(request), "loss"), from_file, 1e-9);
   EXPECT_GT(json_number(evaluate_json(request), "tokens"), 20);
   EXPECT_FALSE(std::filesystem::exists(dir / "cache"));
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 TEST(EvalRun, SetChangesEvaluationButNeverTheModel) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
   const TextRun run = train_on_text(dir);
   txl::eval::EvalRequest request;
@@ -166,12 +170,13 @@ TEST(EvalRun, SetChangesEvaluationButNeverTheModel) {
   request.overrides = {"model.d_inner=8"};
   TXL_EXPECT_THROW_WITH(evaluate_json(request), "model.d_inner");
   request.overrides = {"train.lr=1"};
-  TXL_EXPECT_THROW_WITH(evaluate_json(request), "only eval.*, data.* and run.threads");
-  txl::log::set_level(txl::log::Level::kInfo);
+  TXL_EXPECT_THROW_WITH(evaluate_json(request),
+                        "only eval.*, data.*, run.threads, run.device, run.precision and "
+                        "run.dist_timeout may be set here");
 }
 
 TEST(EvalRun, SweepPlotIntoAFolderNameAShellWouldSplitRunsNothing) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
   auto config = txl::test::tiny_experiment(dir.path());
   config.train.max_steps = 2;
@@ -182,13 +187,11 @@ TEST(EvalRun, SweepPlotIntoAFolderNameAShellWouldSplitRunsNothing) {
   txl::eval::EvalRequest request;
   request.checkpoint = (dir / "runs/tiny/checkpoint_last.safetensors").string();
   request.splits = {"valid"};
-  request.threads = 1;
   request.overrides = {"eval.max_tokens=64", "eval.sweep_mem_lens=[0,8]"};
   request.sweep = true;
   request.out_dir = out.string();
   std::ostringstream table;
   txl::eval::run(request, table);
-  txl::log::set_level(txl::log::Level::kInfo);
 
   EXPECT_TRUE(txl::test::nothing_executed(out));
   EXPECT_TRUE(std::filesystem::exists(out / "context_sweep.json"));
@@ -207,6 +210,19 @@ TEST(EvalRun, AMissingCheckpointIsNamed) {
   TXL_EXPECT_THROW_WITH(txl::eval::run(request, out), "/nonexistent/ckpt.pt");
 }
 
+// The overrides txl-eval's command line gives for `args` (without the checkpoint).
+std::vector<std::string> eval_overrides(std::vector<std::string> args) {
+  CLI::App app{"txl-eval"};
+  txl::config::CommandLine line;
+  txl::config::CommandLineOptions options;
+  options.config = txl::config::CommandLineOptions::Config::kAbsent;
+  txl::config::add_experiment_options(app, line, options);
+  txl::eval::add_eval_flags(app, line);
+  std::reverse(args.begin(), args.end());  // CLI11 takes them backwards
+  app.parse(args);
+  return line.overrides;
+}
+
 // txl-eval's shorthand flags are --set of eval keys the loader knows, so their values are
 // validated like any experiment file's.
 TEST(EvalRun, FlagsAreOverridesOfEvalKeys) {
@@ -216,16 +232,88 @@ TEST(EvalRun, FlagsAreOverridesOfEvalKeys) {
     EXPECT_TRUE(flags.insert(flag.flag).second) << flag.flag;
     EXPECT_EQ(std::string(flag.key).rfind("eval.", 0), 0u) << flag.key;
     EXPECT_NE(std::find(keys.begin(), keys.end(), flag.key), keys.end()) << flag.key;
+    // Every flag is its --set, whatever the value.
+    EXPECT_EQ(eval_overrides({flag.flag, "7"}),
+              std::vector<std::string>{std::string(flag.key) + (flag.list ? "=[7]" : "=7")});
   }
   const auto& mode = txl::eval::eval_flags().front();
-  EXPECT_EQ(txl::eval::flag_override(mode, "sliding"), "eval.mode=sliding");
+  EXPECT_EQ(eval_overrides({mode.flag, "sliding"}), std::vector<std::string>{"eval.mode=sliding"});
   const auto& sweep = txl::eval::eval_flags().back();
-  EXPECT_EQ(txl::eval::flag_override(sweep, "0,64"), "eval.sweep_mem_lens=[0,64]");
+  EXPECT_EQ(eval_overrides({sweep.flag, "0,64"}),
+            std::vector<std::string>{"eval.sweep_mem_lens=[0,64]"});
+  // A flag comes after every --set, so it wins over a --set of the same key.
+  EXPECT_EQ(eval_overrides({"--mem-len", "8", "--set", "eval.mem_len=4", "--set", "data.path=x"}),
+            (std::vector<std::string>{"eval.mem_len=4", "data.path=x", "eval.mem_len=8"}));
   // A bad value is the loader's error, naming the key.
-  TXL_EXPECT_THROW_WITH(txl::config::parse_experiment_string("{}", "flags", {txl::eval::flag_override(mode, "beam")}),
-                        "eval.mode");
-  auto c = txl::config::parse_experiment_string("{}", "flags", {txl::eval::flag_override(sweep, "0,64")});
+  TXL_EXPECT_THROW_WITH(
+      txl::config::parse_experiment_string("{}", "flags", eval_overrides({mode.flag, "beam"})),
+      "eval.mode");
+  auto c = txl::config::parse_experiment_string("{}", "flags", eval_overrides({sweep.flag, "0,64"}));
   EXPECT_EQ(c.eval.sweep_mem_lens, std::vector<int>({0, 64}));
+}
+
+struct ToolResult {
+  int status;
+  std::string out;     // stdout
+  std::string output;  // stdout, then the end of stderr
+};
+
+// txl-eval (the program) beside this test binary, else in TXL_BIN_DIR, run with `args`.
+ToolResult txl_eval(std::vector<std::string> args) {
+  std::error_code ec;
+  auto tool = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "txl-eval";
+  if (ec || !std::filesystem::exists(tool)) tool = txl::test::bin_dir() / "txl-eval";
+  args.insert(args.begin(), tool.string());
+  const auto r = txl::process::run_program(args);
+  EXPECT_TRUE(r.started) << r.error;
+  return {r.exit_code, r.out, r.out + r.stderr_tail};
+}
+
+// txl-eval takes the grammar of every program: its flags are the --set they stand for (the same
+// figures, the same resolved experiment), and a mistake names the key and exits 1.
+TEST(EvalTool, FlagsAndSetAreOneGrammar) {
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
+  txl::test::TempDir dir;
+  auto config = txl::test::tiny_experiment(dir.path());
+  config.train.max_steps = 3;
+  txl::train::train(config, txl::test::quiet_run());
+  const std::string ckpt = (dir / "runs/tiny/checkpoint_last.safetensors").string();
+  const auto flags = txl_eval({ckpt, "--split", "valid", "--json", "--mode", "sliding", "--stride",
+                               "4", "--max-tokens", "64", "--threads", "1"});
+  const auto sets = txl_eval({ckpt, "--split", "valid", "--json", "--set", "eval.mode=sliding",
+                              "--set", "eval.stride=4", "--set", "eval.max_tokens=64", "--set",
+                              "run.threads=1"});
+  ASSERT_EQ(flags.status, 0) << flags.output;
+  ASSERT_EQ(sets.status, 0) << sets.output;
+  const auto a = nlohmann::json::parse(flags.out), b = nlohmann::json::parse(sets.out);
+  EXPECT_EQ(a["mode"], "sliding");
+  EXPECT_EQ(a["stride"], 4);
+  EXPECT_EQ(a["tokens"], 64);
+  for (const char* key : {"mode", "tgt_len", "mem_len", "window", "stride", "tokens", "loss"})
+    EXPECT_EQ(a[key], b[key]) << key;
+
+  const auto dump = txl_eval({ckpt, "--mem-len", "5", "--set", "data.path=/corpus", "--dump-config"});
+  ASSERT_EQ(dump.status, 0) << dump.output;
+  auto expected = txl::models::load_model(ckpt).config;
+  expected.eval.mem_len = 5;
+  expected.data.path = "/corpus";
+  EXPECT_EQ(dump.out, txl::config::dump_experiment(expected));
+
+  const auto typo = txl_eval({ckpt, "--set", "eval.mem_lne=4"});
+  EXPECT_EQ(typo.status, 1);
+  EXPECT_NE(typo.output.find("error: --set eval.mem_lne=4: unknown key 'eval.mem_lne'; did you "
+                             "mean 'eval.mem_len'?"),
+            std::string::npos)
+      << typo.output;
+  const auto bad = txl_eval({ckpt, "--mem-len", "-7"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.output.find("--set eval.mem_len=-7: eval.mem_len: must be >= -1, got -7"),
+            std::string::npos)
+      << bad.output;
+  const auto model = txl_eval({ckpt, "--set", "model.n_layer=3"});
+  EXPECT_EQ(model.status, 1);
+  EXPECT_NE(model.output.find("model.n_layer: 2 -> 3: only eval.*"), std::string::npos)
+      << model.output;
 }
 
 }  // namespace

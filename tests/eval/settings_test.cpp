@@ -11,14 +11,18 @@ namespace {
 
 using txl::eval::Mode;
 
+// eval::Mode is the config's enum: one name table, read where the experiment is loaded.
+static_assert(std::is_same_v<Mode, txl::config::EvalMode>);
+
 TEST(Settings, ModesParseAndPrintByName) {
   for (Mode mode : {Mode::kMemory, Mode::kSegments, Mode::kSliding}) {
-    EXPECT_EQ(txl::eval::parse_mode(txl::eval::mode_name(mode)), mode);
+    EXPECT_EQ(txl::config::parse_enum<Mode>(txl::config::to_string(mode)), mode);
     std::ostringstream out;
     out << mode;
-    EXPECT_EQ(out.str(), txl::eval::mode_name(mode));
+    EXPECT_EQ(out.str(), txl::config::to_string(mode));
   }
-  TXL_EXPECT_THROW_WITH(txl::eval::parse_mode("beam"), "eval.mode: 'beam' is not one of memory | segments | sliding");
+  TXL_EXPECT_THROW_WITH(txl::config::parse_experiment_string("eval: {mode: beam}\n", "x.yaml"),
+                        "eval.mode: 'beam' is not one of memory | segments | sliding");
 }
 
 // What evaluate() did not read before: ext_len, document mode, device and precision.
@@ -34,8 +38,8 @@ TEST(Settings, ResolveReadsExtLenDocumentsDeviceAndPrecision) {
   EXPECT_EQ(s.group, nullptr);
   c.model.ext_len = 6;
   c.data.document_mode = true;
-  c.run.precision = "bf16";
-  c.eval.mode = "segments";
+  c.run.precision = txl::config::Precision::kBf16;
+  c.eval.mode = txl::config::EvalMode::kSegments;
   c.eval.max_tokens = 500;
   c.eval.batch_size = 3;
   s = txl::eval::resolve_settings(c);
@@ -53,7 +57,7 @@ TEST(Settings, WarmUpWithExtLenInMemoryModeIsAnError) {
   c.model.ext_len = 4;
   c.eval.warmup = 32;
   TXL_EXPECT_THROW_WITH(txl::eval::resolve_settings(c), "eval.warmup = 32 is not supported with model.ext_len = 4");
-  c.eval.mode = "segments";  // no memory to warm up
+  c.eval.mode = txl::config::EvalMode::kSegments;  // no memory to warm up
   EXPECT_EQ(txl::eval::resolve_settings(c).warmup, 32);
 }
 
@@ -61,7 +65,7 @@ TEST(Settings, WarmUpWithExtLenInMemoryModeIsAnError) {
 TEST(Settings, ValidationIsTheExperimentsEvaluationMadeCheap) {
   txl::test::TempDir dir;
   auto c = txl::test::tiny_experiment(dir.path());
-  c.eval.mode = "sliding";
+  c.eval.mode = txl::config::EvalMode::kSliding;
   c.eval.max_tokens = 700;
   c.data.document_mode = true;
   auto s = txl::eval::validation_settings(c, nullptr);
@@ -69,7 +73,7 @@ TEST(Settings, ValidationIsTheExperimentsEvaluationMadeCheap) {
   EXPECT_EQ(s.max_tokens, 700);
   EXPECT_FALSE(s.documents);
   c.train.eval_max_tokens = 90;
-  c.eval.mode = "memory";
+  c.eval.mode = txl::config::EvalMode::kMemory;
   s = txl::eval::validation_settings(c, nullptr);
   EXPECT_EQ(s.mode, Mode::kMemory);
   EXPECT_EQ(s.mem_len, 16);
@@ -90,7 +94,7 @@ TEST(Settings, SegmentContextHasMemoryOnlyInMemoryMode) {
   EXPECT_TRUE(context.same_length);
   EXPECT_TRUE(context.cache_kv);
   EXPECT_EQ(context.clamp_len, 20);
-  for (const char* mode : {"segments", "sliding"}) {
+  for (const Mode mode : {Mode::kSegments, Mode::kSliding}) {
     c.eval.mode = mode;
     context = txl::eval::segment_context(txl::eval::resolve_settings(c), model);
     EXPECT_EQ(context.mem_len, 0) << mode;
@@ -109,7 +113,8 @@ TEST(Settings, StreamOptionsFromTheExperimentConfig) {
   experiment.eval.batch_size = 5;
   experiment.eval.warmup = 32;
   experiment.eval.stride = 4;
-  experiment.eval.mode = "segments";  // warm-up and ext_len together only without memory
+  // warm-up and ext_len together only without memory
+  experiment.eval.mode = txl::config::EvalMode::kSegments;
   auto eval = txl::eval::eval_stream_options(txl::eval::resolve_settings(experiment));
   EXPECT_EQ(eval.batch_size, 5);
   EXPECT_EQ(eval.tgt_len, 64);  // eval.tgt_len = 0 means model.tgt_len
@@ -120,7 +125,7 @@ TEST(Settings, StreamOptionsFromTheExperimentConfig) {
   EXPECT_EQ(sliding.stride, 4);
   experiment.eval.tgt_len = 16;
   experiment.eval.window = 100;
-  experiment.eval.mode = "memory";
+  experiment.eval.mode = txl::config::EvalMode::kMemory;
   experiment.model.ext_len = 0;
   EXPECT_EQ(txl::eval::eval_stream_options(txl::eval::resolve_settings(experiment)).tgt_len, 16);
   EXPECT_EQ(txl::eval::eval_stream_options(txl::eval::resolve_settings(experiment)).warmup, 32);

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "support/process_as_program.h"
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
 #include "txl/config/load.h"
@@ -23,6 +24,10 @@
 #include "txl/util/fs.h"
 
 namespace {
+
+// The process as txl-ablate sets it for these variants' run.threads: 1 thread.
+const auto* const kProcess =
+    ::testing::AddGlobalTestEnvironment(new txl::test::ProcessAsProgram(1));
 
 using txl::experiment::AblationStatus;
 using txl::test::TempDir;
@@ -64,7 +69,7 @@ txl::config::AblationConfig tiny_ablation(const TempDir& dir) {
   a.name = "tiny";
   a.output_dir = (dir / "runs" / "tiny").string();
   a.base = tiny_base(dir);
-  auto add = [&](const std::string& name, const std::string& attn, int mem_len) {
+  auto add = [&](const std::string& name, txl::config::AttnType attn, int mem_len) {
     auto c = a.base;
     c.run.name = "tiny/" + name;
     c.run.output_dir = (dir / "runs" / "tiny" / name).string();
@@ -72,9 +77,9 @@ txl::config::AblationConfig tiny_ablation(const TempDir& dir) {
     c.model.mem_len = mem_len;
     a.variants.emplace_back(name, c);
   };
-  add("vanilla", "vanilla", 0);
-  add("rel_no_memory", "xl", 0);
-  add("xl", "xl", 8);
+  add("vanilla", txl::config::AttnType::kVanilla, 0);
+  add("rel_no_memory", txl::config::AttnType::kXl, 0);
+  add("xl", txl::config::AttnType::kXl, 8);
   return a;
 }
 
@@ -114,7 +119,7 @@ TEST_F(Ablation, EveryVariantIsTrainedEvaluatedAndReported) {
   // segments; on two splits.
   ASSERT_EQ(result.records.size(), 2u * (2 + 2 + 4));
   for (const auto& r : result.records) {
-    SCOPED_TRACE(r.variant + " " + r.split + " " + r.eval_mode);
+    SCOPED_TRACE(r.variant + " " + r.split + " " + txl::config::to_string(r.eval_mode));
     EXPECT_TRUE(std::isfinite(r.ppl));
     EXPECT_GT(r.ppl, 1.0);
     EXPECT_NEAR(r.ppl, std::exp(r.loss), 1e-6 * r.ppl);
@@ -206,7 +211,7 @@ TEST_F(Ablation, RerunSkipsFinishedWorkAndRedoesOnlyWhatChanged) {
     ASSERT_EQ(r.variant, before.variant);
     if (r.variant == "xl") {
       EXPECT_EQ(r.train_steps, 8);
-    } else if (r.eval_mode == "sliding") {
+    } else if (r.eval_mode == txl::config::EvalMode::kSliding) {
       EXPECT_EQ(r.stride, 2);
       EXPECT_NE(r.seconds, before.seconds);  // measured again
     } else {

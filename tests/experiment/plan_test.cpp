@@ -8,9 +8,11 @@ namespace {
 
 using txl::experiment::PlannedEval;
 
-txl::config::ExperimentConfig variant(const std::string& attn, int tgt_len, int mem_len) {
+using txl::config::AttnType;
+
+txl::config::ExperimentConfig variant(AttnType attn, int tgt_len, int mem_len) {
   txl::config::ExperimentConfig c;
-  c.run.name = "toy/" + attn;
+  c.run.name = "toy/" + txl::config::to_string(attn);
   c.model.attn_type = attn;
   c.model.tgt_len = tgt_len;
   c.model.mem_len = mem_len;
@@ -25,13 +27,13 @@ std::vector<std::string> keys(const std::vector<PlannedEval>& plan) {
 }
 
 TEST(EvaluationPlan, VanillaGetsSegmentsAndSlidingOnEverySplit) {
-  auto c = variant("vanilla", 32, 0);
+  auto c = variant(AttnType::kVanilla, 32, 0);
   c.eval.stride = 8;
   EXPECT_EQ(keys(txl::experiment::evaluation_plan(c)),
             (std::vector<std::string>{"valid/segments/Q32/M0/L0/s0", "valid/sliding/Q32/M0/L32/s8",
                                       "test/segments/Q32/M0/L0/s0", "test/sliding/Q32/M0/L32/s8"}));
   // vanilla_learned alike, with an explicit window and evaluation segment length.
-  auto l = variant("vanilla_learned", 32, 0);
+  auto l = variant(AttnType::kVanillaLearned, 32, 0);
   l.eval.tgt_len = 16;
   l.eval.window = 48;
   l.eval.splits = {"test"};
@@ -40,7 +42,7 @@ TEST(EvaluationPlan, VanillaGetsSegmentsAndSlidingOnEverySplit) {
 }
 
 TEST(EvaluationPlan, RelativeModelsGetMemoryAtTrainingAndLongerLengthsPlusSegments) {
-  auto xl = variant("xl", 32, 64);
+  auto xl = variant(AttnType::kXl, 32, 64);
   xl.eval.splits = {"test"};
   EXPECT_EQ(keys(txl::experiment::evaluation_plan(xl)),
             (std::vector<std::string>{"test/memory/Q32/M64/L0/s0", "test/memory/Q32/M128/L0/s0",
@@ -51,28 +53,28 @@ TEST(EvaluationPlan, RelativeModelsGetMemoryAtTrainingAndLongerLengthsPlusSegmen
             (std::vector<std::string>{"test/memory/Q32/M10/L0/s0", "test/memory/Q32/M30/L0/s0",
                                       "test/segments/Q32/M0/L0/s0"}));
   // shaw is relative too.
-  auto shaw = variant("shaw", 32, 32);
+  auto shaw = variant(AttnType::kShaw, 32, 32);
   shaw.eval.splits = {"valid"};
   EXPECT_EQ(txl::experiment::evaluation_plan(shaw).front().key(), "valid/memory/Q32/M32/L0/s0");
 }
 
 TEST(EvaluationPlan, NoMemoryVariantIsEvaluatedOnceWithoutMemory) {
-  auto rel = variant("xl", 32, 0);
+  auto rel = variant(AttnType::kXl, 32, 0);
   rel.eval.splits = {"test"};
   EXPECT_EQ(keys(txl::experiment::evaluation_plan(rel)),
             (std::vector<std::string>{"test/memory/Q32/M0/L0/s0", "test/segments/Q32/M0/L0/s0"}));
 }
 
 TEST(EvaluationPlan, BadSettingsAreErrorsNamingTheKey) {
-  auto c = variant("vanilla", 32, 0);
+  auto c = variant(AttnType::kVanilla, 32, 0);
   c.eval.stride = 64;
   TXL_EXPECT_THROW_WITH(txl::experiment::evaluation_plan(c), "eval.stride = 64");
   c.eval.stride = 0;
   TXL_EXPECT_THROW_WITH(txl::experiment::evaluation_plan(c), "eval.stride = 0");
-  auto x = variant("xl", 32, 32);
+  auto x = variant(AttnType::kXl, 32, 32);
   x.eval.splits.clear();
   TXL_EXPECT_THROW_WITH(txl::experiment::evaluation_plan(x), "eval.splits is empty");
-  TXL_EXPECT_THROW_WITH(txl::experiment::evaluation_plan(variant("xl", 8, 8), {0}),
+  TXL_EXPECT_THROW_WITH(txl::experiment::evaluation_plan(variant(AttnType::kXl, 8, 8), {0}),
                         "memory multiples must be >= 1");
 }
 

@@ -14,11 +14,13 @@
 
 namespace {
 
+using txl::config::AttnType;
+using txl::config::EvalMode;
 using txl::experiment::ResultRecord;
 using txl::test::TempDir;
 namespace stdfs = std::filesystem;
 
-ResultRecord make(const std::string& variant, const std::string& attn, const std::string& mode,
+ResultRecord make(const std::string& variant, AttnType attn, EvalMode mode,
                   const std::string& split, int mem_len, int window, double ppl, double seconds,
                   std::int64_t tokens = 1000) {
   ResultRecord r;
@@ -37,12 +39,12 @@ ResultRecord make(const std::string& variant, const std::string& attn, const std
   r.seconds = seconds;
   r.tokens_per_s = tokens / seconds;
   r.train_tgt_len = 128;
-  r.train_mem_len = attn == "xl" ? 128 : 0;
+  r.train_mem_len = attn == AttnType::kXl ? 128 : 0;
   r.train_steps = 500;
   r.train_tokens = 500 * 16 * 128;
-  r.train_tokens_per_s = attn == "xl" ? 3000.5 : 4000.25;
+  r.train_tokens_per_s = attn == AttnType::kXl ? 3000.5 : 4000.25;
   r.train_seconds = 123.5;
-  r.params = attn == "xl" ? 1234567 : 1200000;
+  r.params = attn == AttnType::kXl ? 1234567 : 1200000;
   return r;
 }
 
@@ -51,11 +53,16 @@ std::vector<ResultRecord> sample_records() {
   std::vector<ResultRecord> records;
   for (const std::string split : {"valid", "test"}) {
     double shift = split == "test" ? 1.0 : 0.0;
-    records.push_back(make("vanilla", "vanilla", "segments", split, 0, 0, 60.0 + shift, 0.5));
-    records.push_back(make("vanilla", "vanilla", "sliding", split, 0, 128, 48.0 + shift, 20.0));
-    records.push_back(make("xl", "xl", "memory", split, 128, 0, 42.0 + shift, 0.8));
-    records.push_back(make("xl", "xl", "memory", split, 256, 0, 40.5 + shift, 1.0));
-    records.push_back(make("xl", "xl", "segments", split, 0, 0, 58.0 + shift, 0.5));
+    records.push_back(make("vanilla", AttnType::kVanilla, EvalMode::kSegments,
+                           split, 0, 0, 60.0 + shift, 0.5));
+    records.push_back(make("vanilla", AttnType::kVanilla, EvalMode::kSliding,
+                           split, 0, 128, 48.0 + shift, 20.0));
+    records.push_back(make("xl", AttnType::kXl, EvalMode::kMemory,
+                           split, 128, 0, 42.0 + shift, 0.8));
+    records.push_back(make("xl", AttnType::kXl, EvalMode::kMemory,
+                           split, 256, 0, 40.5 + shift, 1.0));
+    records.push_back(make("xl", AttnType::kXl, EvalMode::kSegments,
+                           split, 0, 0, 58.0 + shift, 0.5));
   }
   return records;
 }
@@ -123,7 +130,8 @@ TEST(Report, JsonHoldsEveryRecordWithItsNumbers) {
   for (size_t i = 0; i < records.size(); ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(json[i]["variant"], records[i].variant);
-    EXPECT_EQ(json[i]["eval_mode"], records[i].eval_mode);
+    EXPECT_EQ(json[i]["attn_type"], txl::config::to_string(records[i].attn_type));
+    EXPECT_EQ(json[i]["eval_mode"], txl::config::to_string(records[i].eval_mode));
     EXPECT_EQ(json[i]["split"], records[i].split);
     EXPECT_EQ(json[i]["tgt_len"], records[i].tgt_len);
     EXPECT_EQ(json[i]["mem_len"], records[i].mem_len);
@@ -176,6 +184,17 @@ TEST(Report, RecordsFromJsonNamesTheFileAndTheMissingField) {
                         "cache.json: result record lacks \"attn_type\"");
   TXL_EXPECT_THROW_WITH(txl::experiment::records_from_json("[{", "cache.json"),
                         "cache.json: not valid JSON");
+  // Names are read through the enums' tables: another name is an error listing the valid ones.
+  auto json = nlohmann::json::parse(txl::experiment::to_json(sample_records()));
+  json[1]["attn_type"] = "transformer";
+  TXL_EXPECT_THROW_WITH(txl::experiment::records_from_json(json.dump(), "cache.json"),
+                        "cache.json: result field \"attn_type\" is 'transformer', not one of "
+                        "xl | shaw | vanilla | vanilla_learned");
+  json[1]["attn_type"] = "vanilla";
+  json[2]["eval_mode"] = "beam";
+  TXL_EXPECT_THROW_WITH(txl::experiment::records_from_json(json.dump(), "cache.json"),
+                        "cache.json: result field \"eval_mode\" is 'beam', not one of "
+                        "memory | segments | sliding");
   TXL_EXPECT_THROW_WITH(txl::experiment::records_from_json("{}", "cache.json"),
                         "expected a JSON list");
 }
@@ -253,7 +272,7 @@ TEST(Report, MarkdownHasEveryVariantSplitAndFigure) {
 TEST(Report, MarkdownSplitsTheMarginIntoPositionsAndRecurrence) {
   TempDir dir;
   auto records = sample_records();
-  auto rel = make("rel_no_memory", "xl", "segments", "test", 0, 0, 50.0, 0.5);
+  auto rel = make("rel_no_memory", AttnType::kXl, EvalMode::kSegments, "test", 0, 0, 50.0, 0.5);
   rel.train_mem_len = 0;
   records.push_back(rel);
   txl::experiment::write_report(dir.path(), "toy", records, {}, no_plots());
@@ -275,7 +294,7 @@ TEST(Report, RecallLossIsReportedForTheSyntheticTask) {
   auto records = sample_records();
   for (auto& r : records) {
     r.recall_tokens = 120;
-    r.recall_loss = r.attn_type == "xl" ? 0.25 : 4.125;
+    r.recall_loss = r.attn_type == AttnType::kXl ? 0.25 : 4.125;
   }
   txl::experiment::write_report(dir.path(), "toy", records, {}, no_plots());
   std::string md = txl::fs::read_file(dir / "report.md");
@@ -335,7 +354,7 @@ TEST(Report, MarkdownStatesTheMarginAndTheEvaluationCost) {
 TEST(Margin, ComparesXlAtItsTrainingMemoryWithVanillaSegmentsAtTheSameLength) {
   auto records = sample_records();
   // A vanilla segments evaluation at another length, better than everything, must be ignored.
-  auto shorter = make("vanilla", "vanilla", "segments", "test", 0, 0, 10.0, 0.1);
+  auto shorter = make("vanilla", AttnType::kVanilla, EvalMode::kSegments, "test", 0, 0, 10.0, 0.1);
   shorter.tgt_len = 64;
   records.insert(records.begin(), shorter);
   auto m = txl::experiment::compute_margin(records, "test");
@@ -353,8 +372,8 @@ TEST(Margin, ComparesXlAtItsTrainingMemoryWithVanillaSegmentsAtTheSameLength) {
 
 TEST(Margin, SaysSoWhenXlLoses) {
   std::vector<ResultRecord> records = {
-      make("base", "vanilla_learned", "segments", "valid", 0, 0, 50.0, 1.0),
-      make("recurrent", "xl", "memory", "valid", 128, 0, 55.0, 1.0)};
+      make("base", AttnType::kVanillaLearned, EvalMode::kSegments, "valid", 0, 0, 50.0, 1.0),
+      make("recurrent", AttnType::kXl, EvalMode::kMemory, "valid", 128, 0, 55.0, 1.0)};
   auto m = txl::experiment::compute_margin(records, "valid");
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(m->vanilla_variant, "base");  // vanilla_learned when there is no plain vanilla
@@ -371,13 +390,13 @@ TEST(Margin, AbsentWithoutBothSides) {
   EXPECT_FALSE(txl::experiment::compute_margin(records, "train").has_value());
   std::vector<ResultRecord> only_xl;
   for (const auto& r : records) {
-    if (r.attn_type == "xl") only_xl.push_back(r);
+    if (r.attn_type == AttnType::kXl) only_xl.push_back(r);
   }
   EXPECT_FALSE(txl::experiment::compute_margin(only_xl, "test").has_value());
   // rel_no_memory (relative positions, M = 0) is not the xl side of the headline.
   std::vector<ResultRecord> no_memory = {
-      make("vanilla", "vanilla", "segments", "test", 0, 0, 50.0, 1.0),
-      make("rel_no_memory", "xl", "memory", "test", 0, 0, 45.0, 1.0)};
+      make("vanilla", AttnType::kVanilla, EvalMode::kSegments, "test", 0, 0, 50.0, 1.0),
+      make("rel_no_memory", AttnType::kXl, EvalMode::kMemory, "test", 0, 0, 45.0, 1.0)};
   no_memory[1].train_mem_len = 0;
   EXPECT_FALSE(txl::experiment::compute_margin(no_memory, "test").has_value());
   TempDir dir;

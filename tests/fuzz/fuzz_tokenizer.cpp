@@ -37,11 +37,7 @@ std::vector<std::int64_t> exercise(const txl::data::Tokenizer& tok, std::string_
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const bool quiet = [] {
-    txl::log::set_level(txl::log::Level::kQuiet);
-    return true;
-  }();
-  (void)quiet;
+  static const txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);  // the whole fuzzing run
   if (size == 0) return 0;
   const std::string kind = data[0] % 2 ? "sentencepiece" : "word";
   const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);

@@ -42,7 +42,7 @@ torch::Tensor logits_of(txl::models::TransformerLM& model) {
 
 txl::models::Checkpoint tiny_checkpoint(const stdfs::path& dir, int seed) {
   auto config = txl::test::tiny_experiment(dir);
-  config.model.attn_type = "shaw";
+  config.model.attn_type = txl::config::AttnType::kShaw;
   config.model.cutoffs = {10, 20};
   config.model.div_val = 2;
   torch::manual_seed(seed);
@@ -53,7 +53,7 @@ txl::models::Checkpoint tiny_checkpoint(const stdfs::path& dir, int seed) {
 TEST(Checkpoint, TheModelAndItsTokenizerAreRebuiltFromTheFileAlone) {
   TempDir dir;
   auto config = txl::test::tiny_experiment(dir.path());
-  config.model.attn_type = "shaw";
+  config.model.attn_type = txl::config::AttnType::kShaw;
   config.model.cutoffs = {10, 20};
   config.model.div_val = 2;
   torch::manual_seed(5);
@@ -63,7 +63,7 @@ TEST(Checkpoint, TheModelAndItsTokenizerAreRebuiltFromTheFileAlone) {
                                 txl::models::model_checkpoint(config, model, *tokenizer, "abc"));
   auto loaded = txl::models::load_model(dir / "c.safetensors");
   EXPECT_EQ(loaded.vocab_size, 30);
-  EXPECT_EQ(loaded.config.model.attn_type, "shaw");
+  EXPECT_EQ(loaded.config.model.attn_type, txl::config::AttnType::kShaw);
   EXPECT_EQ(loaded.config.model.cutoffs, config.model.cutoffs);
   EXPECT_EQ(loaded.corpus_fingerprint, "abc");
   EXPECT_EQ(loaded.tokenizer->fingerprint(), tokenizer->fingerprint());

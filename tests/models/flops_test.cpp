@@ -7,7 +7,9 @@
 namespace txl::models {
 namespace {
 
-config::ModelConfig tiny(const std::string& attn_type) {
+using config::AttnType;
+
+config::ModelConfig tiny(AttnType attn_type) {
   config::ModelConfig c;
   c.attn_type = attn_type;
   c.n_layer = 2;
@@ -21,28 +23,31 @@ config::ModelConfig tiny(const std::string& attn_type) {
 TEST(Flops, XlByHand) {
   // Per layer: Q 2*8*8 = 128, KV 2*8*16*10/5 = 512, scores 160, position scores 160, values
   // 160, W_o 128, FF 512 -> 1760; two layers 3520; softmax 2*8*11 = 176.
-  auto f = count_flops_per_token(tiny("xl"), 11, 5, 5);
+  auto f = count_flops_per_token(tiny(AttnType::kXl), 11, 5, 5);
   EXPECT_DOUBLE_EQ(f.forward, 3696.0);
   EXPECT_DOUBLE_EQ(f.training, 3 * 3696.0);
 }
 
 TEST(Flops, CachedMemoryKeysAndValuesAreProjectedForTheSegmentOnly) {
   // KV over the segment's 5 rows: 2*8*16 = 256 instead of 512 per layer.
-  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny("xl"), 11, 5, 5, true).forward, 3696.0 - 2 * 256.0);
-  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny("xl"), 11, 5, 0, true).forward,
-                   count_flops_per_token(tiny("xl"), 11, 5, 0).forward);  // no memory, nothing saved
+  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny(AttnType::kXl), 11, 5, 5, true).forward,
+                   3696.0 - 2 * 256.0);
+  // No memory, nothing saved.
+  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny(AttnType::kXl), 11, 5, 0, true).forward,
+                   count_flops_per_token(tiny(AttnType::kXl), 11, 5, 0).forward);
   // vanilla_learned never caches.
-  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny("vanilla_learned"), 11, 5, 5, true).forward,
-                   count_flops_per_token(tiny("vanilla_learned"), 11, 5, 5).forward);
+  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny(AttnType::kVanillaLearned), 11, 5, 5, true).forward,
+                   count_flops_per_token(tiny(AttnType::kVanillaLearned), 11, 5, 5).forward);
 }
 
 TEST(Flops, VanillaByHand) {
   // Per layer: QKV 384, scores 80, values 80, W_o 128, FF 512 -> 1184.
-  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny("vanilla"), 11, 5, 0).forward, 2 * 1184.0 + 176.0);
+  EXPECT_DOUBLE_EQ(count_flops_per_token(tiny(AttnType::kVanilla), 11, 5, 0).forward,
+                   2 * 1184.0 + 176.0);
 }
 
 TEST(Flops, AdaptiveSoftmaxByHand) {
-  auto c = tiny("vanilla");
+  auto c = tiny(AttnType::kVanilla);
   c.cutoffs = {4, 8};
   c.div_val = 2;
   // Clusters of width 8, 4, 2: head 128 + 2*8*(4+2); tails 64 + 32 and 32 + 12; input proj 128.

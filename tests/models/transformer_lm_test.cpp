@@ -11,11 +11,12 @@
 namespace txl::models {
 namespace {
 
+using config::AttnType;
 using txl::test::tensor_near;
 
 constexpr int64_t kVocab = 11;
 
-config::ModelConfig tiny(const std::string& attn_type, int mem_len) {
+config::ModelConfig tiny(AttnType attn_type, int mem_len) {
   config::ModelConfig c;
   c.attn_type = attn_type;
   c.n_layer = 2;
@@ -69,14 +70,15 @@ torch::Tensor random_tokens(int64_t batch, int64_t len, uint64_t seed) {
 }
 
 struct Variant {
-  std::string name, attn_type;
+  std::string name;
+  AttnType attn_type;
   int mem_len;
 };
-const std::vector<Variant> kVariants = {{"xl", "xl", 4},
-                                        {"rel_no_memory", "xl", 0},
-                                        {"shaw", "shaw", 4},
-                                        {"vanilla", "vanilla", 0},
-                                        {"vanilla_learned", "vanilla_learned", 0}};
+const std::vector<Variant> kVariants = {{"xl", AttnType::kXl, 4},
+                                        {"rel_no_memory", AttnType::kXl, 0},
+                                        {"shaw", AttnType::kShaw, 4},
+                                        {"vanilla", AttnType::kVanilla, 0},
+                                        {"vanilla_learned", AttnType::kVanillaLearned, 0}};
 
 // Test 1: changing token t never changes an output before t, and does change the output at t.
 TEST(TransformerLM, CausalForEveryVariant) {
@@ -109,7 +111,7 @@ TEST(TransformerLM, CausalForEveryVariant) {
 // Test 2: two segments of Q with mem_len = Q equal one pass over 2Q tokens (eval, double).
 TEST(TransformerLM, RecurrenceEqualsOneLongPass) {
   torch::NoGradGuard no_grad;
-  for (std::string attn : {"xl", "shaw"}) {
+  for (AttnType attn : {AttnType::kXl, AttnType::kShaw}) {
     for (int64_t clamp : {-1, 3}) {
       auto model = make(tiny(attn, 5), 2, torch::kDouble);
       auto tokens = random_tokens(2, 10, 11);
@@ -129,7 +131,7 @@ TEST(TransformerLM, RecurrenceEqualsOneLongPass) {
 TEST(TransformerLM, ShortMemoryEqualsWindowedLongPass) {
   torch::NoGradGuard no_grad;
   const int64_t q = 5, m = 3;
-  auto model = make(tiny("xl", m), 3, torch::kDouble);
+  auto model = make(tiny(AttnType::kXl, m), 3, torch::kDouble);
   auto tokens = random_tokens(2, 2 * q, 12);
   auto first = run(model, tokens.narrow(1, 0, q), {}, ctx_with(m));
   ASSERT_EQ(first.memory.length(), m);
@@ -148,7 +150,7 @@ TEST(TransformerLM, ShortMemoryEqualsWindowedLongPass) {
 TEST(TransformerLM, LongMemoryEqualsOneLongPass) {
   torch::NoGradGuard no_grad;
   const int64_t q = 4;
-  auto model = make(tiny("xl", 2 * q), 4, torch::kDouble);
+  auto model = make(tiny(AttnType::kXl, 2 * q), 4, torch::kDouble);
   auto tokens = random_tokens(2, 3 * q, 13);
   Memory memory;
   std::vector<torch::Tensor> logits;
@@ -165,7 +167,7 @@ TEST(TransformerLM, LongMemoryEqualsOneLongPass) {
 // same_length over segments equals the one-pass run with the same window.
 TEST(TransformerLM, SameLengthSegmentsEqualWindowedLongPass) {
   torch::NoGradGuard no_grad;
-  auto model = make(tiny("xl", 5), 5, torch::kDouble);
+  auto model = make(tiny(AttnType::kXl, 5), 5, torch::kDouble);
   auto tokens = random_tokens(2, 10, 14);
   auto first = run(model, tokens.narrow(1, 0, 5), {}, ctx_with(5, -1, true));
   auto second = run(model, tokens.narrow(1, 5, 5), first.memory, ctx_with(5, -1, true));
@@ -180,7 +182,7 @@ TEST(TransformerLM, SameLengthSegmentsEqualWindowedLongPass) {
 TEST(TransformerLM, SameLengthEveryQuerySeesMemLenKeys) {
   torch::NoGradGuard no_grad;
   const int64_t q = 5, m = 3;
-  auto model = make(tiny("xl", m), 6);
+  auto model = make(tiny(AttnType::kXl, m), 6);
   auto inputs = model->segment_inputs(q, m, torch::ones({2, q + m}, torch::kBool),
                                       ctx_with(m, -1, true), torch::kFloat, torch::kCPU);
   auto visible = inputs.blocked.logical_not();  // [1, B, Q, K]
@@ -205,7 +207,7 @@ TEST(TransformerLM, PaperCrossCheck) {
     GTEST_SKIP() << "no Python with torch at " << python;
   }
   torch::NoGradGuard no_grad;
-  auto c = tiny("xl", 4);
+  auto c = tiny(AttnType::kXl, 4);
   c.n_layer = 3;
   auto model = make(c, 30, torch::kDouble);
   auto tokens = random_tokens(2, 8, 31);
@@ -232,7 +234,7 @@ TEST(TransformerLM, PaperCrossCheck) {
 
 // Test 3: the loss of segment 2 puts no gradient on segment 1, parameters still get gradients.
 TEST(TransformerLM, StopGradientThroughMemory) {
-  auto c = tiny("xl", 5);
+  auto c = tiny(AttnType::kXl, 5);
   c.tie_weight = false;  // so embedding rows are reached only through the input
   torch::manual_seed(7);
   TransformerLM model(c, kVocab);
@@ -266,7 +268,7 @@ TEST(TransformerLM, StopGradientThroughMemory) {
 // Test 4: left padding changes nothing for the real tokens of a row (relative positions).
 TEST(TransformerLM, PaddedRowEqualsRowAlone) {
   torch::NoGradGuard no_grad;
-  for (std::string attn : {"xl", "shaw"}) {
+  for (AttnType attn : {AttnType::kXl, AttnType::kShaw}) {
     auto model = make(tiny(attn, 4), 8, torch::kDouble);
     auto real = random_tokens(1, 4, 15);
     auto other = random_tokens(1, 6, 16);
@@ -306,7 +308,7 @@ TEST(TransformerLM, FullyPaddedRowGivesNoNaN) {
 
 TEST(TransformerLM, ResetClearsOnlyThatRowsMemory) {
   torch::NoGradGuard no_grad;
-  auto model = make(tiny("xl", 5), 10, torch::kDouble);
+  auto model = make(tiny(AttnType::kXl, 5), 10, torch::kDouble);
   auto first = run(model, random_tokens(2, 5, 19), {}, ctx_with(5));
   auto seg2 = random_tokens(2, 5, 20);
   auto reset = torch::tensor({true, false});
@@ -322,7 +324,7 @@ TEST(TransformerLM, ResetClearsOnlyThatRowsMemory) {
 
 TEST(TransformerLM, ExtLenLeavesTheSegmentEndOutOfMemory) {
   torch::NoGradGuard no_grad;
-  auto model = make(tiny("xl", 3), 11);
+  auto model = make(tiny(AttnType::kXl, 3), 11);
   auto ctx = ctx_with(3);
   ctx.ext_len = 2;
   auto out = run(model, random_tokens(1, 6, 21), {}, ctx);
@@ -338,7 +340,7 @@ TEST(TransformerLM, ExtLenLeavesTheSegmentEndOutOfMemory) {
 // Test 10: vanilla variants carry nothing from segment 1 to segment 2.
 TEST(TransformerLM, VanillaSegmentsAreIndependent) {
   torch::NoGradGuard no_grad;
-  for (std::string attn : {"vanilla", "vanilla_learned"}) {
+  for (AttnType attn : {AttnType::kVanilla, AttnType::kVanillaLearned}) {
     auto model = make(tiny(attn, 0), 12);
     auto seg2 = random_tokens(2, 5, 22);
     auto first = run(model, random_tokens(2, 5, 23), {}, ctx_with(0));
@@ -358,7 +360,7 @@ TEST(TransformerLM, VanillaSegmentsAreIndependent) {
 
 TEST(TransformerLM, LogProbsSumToOneAndMatchNll) {
   torch::NoGradGuard no_grad;
-  auto model = make(tiny("xl", 4), 13);
+  auto model = make(tiny(AttnType::kXl, 4), 13);
   auto tokens = random_tokens(2, 5, 24);
   auto out = run(model, tokens, {}, ctx_with(4));
   EXPECT_TRUE(tensor_near(out.logits.exp().sum(-1), torch::ones({2, 5}), 1e-5, 1e-5));
@@ -370,7 +372,7 @@ TEST(TransformerLM, LogProbsSumToOneAndMatchNll) {
 TEST(TransformerLM, SaveLoadGivesIdenticalLogits) {
   torch::NoGradGuard no_grad;
   txl::test::TempDir dir;
-  auto c = tiny("xl", 4);
+  auto c = tiny(AttnType::kXl, 4);
   c.cutoffs = {4, 8};
   c.div_val = 2;
   auto model = make(c, 14);
@@ -386,7 +388,7 @@ TEST(TransformerLM, SaveLoadGivesIdenticalLogits) {
 
 // The checkpoint keys of a 2-layer xl model are part of the file format: pin them.
 TEST(TransformerLM, ParameterNamesArePinned) {
-  auto model = make(tiny("xl", 4), 15);
+  auto model = make(tiny(AttnType::kXl, 4), 15);
   std::vector<std::string> names;
   for (const auto& p : model->named_parameters()) names.push_back(p.key());
   std::vector<std::string> expected = {"u_bias", "v_bias", "word_emb.emb_layers.0.weight"};
@@ -402,7 +404,7 @@ TEST(TransformerLM, ParameterNamesArePinned) {
 }
 
 TEST(TransformerLM, UntieRGivesEachLayerItsOwnBiases) {
-  auto c = tiny("xl", 4);
+  auto c = tiny(AttnType::kXl, 4);
   c.untie_r = true;
   auto model = make(c, 16);
   auto params = model->named_parameters();
@@ -415,7 +417,7 @@ TEST(TransformerLM, UntieRGivesEachLayerItsOwnBiases) {
 }
 
 TEST(TransformerLM, PreNormHasAFinalNorm) {
-  auto c = tiny("xl", 4);
+  auto c = tiny(AttnType::kXl, 4);
   c.pre_norm = true;
   auto model = make(c, 17);
   EXPECT_NE(model->named_parameters().find("final_norm.weight"), nullptr);
@@ -427,7 +429,7 @@ TEST(TransformerLM, PreNormHasAFinalNorm) {
 
 TEST(TransformerLM, BadInputsAreClearErrors) {
   torch::NoGradGuard no_grad;
-  auto model = make(tiny("xl", 4), 18);
+  auto model = make(tiny(AttnType::kXl, 4), 18);
   auto tokens = random_tokens(2, 5, 28);
   auto memory = run(model, tokens, {}, ctx_with(4)).memory;
   TXL_EXPECT_THROW_WITH(run(model, torch::full({2, 5}, kVocab, torch::kLong), {}, ctx_with(4)),
@@ -457,19 +459,19 @@ TEST(TransformerLM, BadInputsAreClearErrors) {
   grad_memory.layers[0] = grad_memory.layers[0].clone().requires_grad_(true);
   TXL_EXPECT_THROW_WITH(run(model, tokens, grad_memory, ctx_with(4)), "must be detached");
 
-  auto c = tiny("vanilla", 4);
+  auto c = tiny(AttnType::kVanilla, 4);
   TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab), "allow_abs_with_memory: true");
-  auto vanilla = make(tiny("vanilla", 0), 1);
+  auto vanilla = make(tiny(AttnType::kVanilla, 0), 1);
   TXL_EXPECT_THROW_WITH(run(vanilla, tokens, {}, ctx_with(4)), "absolute positions need mem_len 0");
-  c = tiny("xl", 4);
-  c.attn_type = "rel";
+  c = tiny(AttnType::kXl, 4);
+  c.attn_type = static_cast<AttnType>(9);  // no enumerator: only a cast makes one
   TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab),
-                        "model.attn_type: unknown value \"rel\" (allowed: xl, shaw, vanilla, "
+                        "model.attn_type: unknown value \"9\" (allowed: xl | shaw | vanilla | "
                         "vanilla_learned)");
-  c = tiny("xl", 4);
+  c = tiny(AttnType::kXl, 4);
   c.n_head = 0;
   TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab), "model.n_head = 0 must be > 0");
-  c = tiny("vanilla_learned", 0);
+  c = tiny(AttnType::kVanillaLearned, 0);
   c.max_positions = 4;
   auto learned = make(c, 1);
   TXL_EXPECT_THROW_WITH(run(learned, tokens, {}, ctx_with(0)),
@@ -483,16 +485,18 @@ TEST(TransformerLM, BadInputsAreClearErrors) {
 TEST(TransformerLM, CachedKeysAndValuesGiveTheSameNumbers) {
   torch::NoGradGuard no_grad;
   struct Case {
-    std::string attn;
+    AttnType attn;
     bool pre_norm;
     int64_t ext_len;
   };
-  for (const Case& k : {Case{"xl", false, 0}, Case{"xl", true, 0}, Case{"xl", false, 2},
-                        Case{"shaw", false, 0}, Case{"vanilla", false, 0}}) {
-    SCOPED_TRACE(k.attn + (k.pre_norm ? " pre_norm" : "") + " ext_len " + std::to_string(k.ext_len));
+  for (const Case& k :
+       {Case{AttnType::kXl, false, 0}, Case{AttnType::kXl, true, 0}, Case{AttnType::kXl, false, 2},
+        Case{AttnType::kShaw, false, 0}, Case{AttnType::kVanilla, false, 0}}) {
+    SCOPED_TRACE(config::to_string(k.attn) + (k.pre_norm ? " pre_norm" : "") + " ext_len " +
+                 std::to_string(k.ext_len));
     auto c = tiny(k.attn, 7);
     c.pre_norm = k.pre_norm;
-    c.allow_abs_with_memory = k.attn == "vanilla";
+    c.allow_abs_with_memory = k.attn == AttnType::kVanilla;
     auto model = make(c, 31, torch::kDouble);
     ASSERT_TRUE(model->can_cache_kv());
     Context plain = ctx_with(7);
@@ -534,12 +538,12 @@ TEST(TransformerLM, CachedKeysAndValuesGiveTheSameNumbers) {
 }
 
 TEST(TransformerLM, CachedKeysAndValuesAreForEvaluationOnly) {
-  auto model = make(tiny("xl", 4), 32);
+  auto model = make(tiny(AttnType::kXl, 4), 32);
   Context ctx = ctx_with(4);
   ctx.cache_kv = true;
   auto tokens = random_tokens(2, 5, 51);
   TXL_EXPECT_THROW_WITH(run(model, tokens, {}, ctx), "cache_kv is for evaluation without gradients");
-  auto c = tiny("vanilla_learned", 0);
+  auto c = tiny(AttnType::kVanillaLearned, 0);
   auto learned = make(c, 33);
   EXPECT_FALSE(learned->can_cache_kv());
   torch::NoGradGuard no_grad;

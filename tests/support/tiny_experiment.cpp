@@ -16,7 +16,7 @@ config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir, const
   c.data.synthetic.keys = 2;
   c.data.synthetic.gap = 24;
   c.data.synthetic.alphabet = 16;
-  c.model.attn_type = "xl";
+  c.model.attn_type = txl::config::AttnType::kXl;
   c.model.n_layer = 2;
   c.model.d_model = 32;
   c.model.n_head = 2;
@@ -26,7 +26,7 @@ config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir, const
   c.model.tgt_len = 16;
   c.model.mem_len = 16;
   c.train.lr = 1e-3;
-  c.train.schedule = "cosine";
+  c.train.schedule = txl::config::Schedule::kCosine;
   c.train.warmup_steps = 3;
   c.train.batch_size = 4;
   c.train.max_steps = 20;

@@ -10,7 +10,7 @@
 namespace txl::models {
 namespace {
 
-double train_on_repeated_sequence(const std::string& attn_type, int mem_len) {
+double train_on_repeated_sequence(config::AttnType attn_type, int mem_len) {
   config::ModelConfig c;
   c.attn_type = attn_type;
   c.n_layer = 2;
@@ -46,8 +46,12 @@ double train_on_repeated_sequence(const std::string& attn_type, int mem_len) {
 }
 
 TEST(Learning, EveryVariantLearnsARepeatedSequence) {
-  for (auto [attn, mem] : std::vector<std::pair<std::string, int>>{
-           {"xl", 16}, {"xl", 0}, {"shaw", 16}, {"vanilla", 0}, {"vanilla_learned", 0}}) {
+  using config::AttnType;
+  for (auto [attn, mem] : std::vector<std::pair<AttnType, int>>{{AttnType::kXl, 16},
+                                                                {AttnType::kXl, 0},
+                                                                {AttnType::kShaw, 16},
+                                                                {AttnType::kVanilla, 0},
+                                                                {AttnType::kVanillaLearned, 0}}) {
     const double loss = train_on_repeated_sequence(attn, mem);
     EXPECT_LT(loss, 0.05) << attn << " mem_len " << mem;
   }

@@ -139,4 +139,38 @@ TEST(Legacy, TheToolConvertsOnlyOnTheUsersWord) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(b[i], a[i])) << i;
 }
 
+// Without --tokenizer the one cached tokenizer of the checkpoint's vocabulary size is found in
+// the stored experiment's data.cache_dir, or where --set data.cache_dir says; --set may change
+// nothing else, and no fitting tokenizer, or two, is an error.
+TEST(Legacy, TheToolFindsTheTokenizerWhereTheCacheIs) {
+  TempDir dir;
+  auto config = txl::test::tiny_experiment(dir.path());
+  torch::manual_seed(3);
+  txl::models::TransformerLM model(config.model, 30);
+  auto optimizer = txl::train::make_optimizer(config.train, model->parameters());
+  write_version_1(dir / "old.pt", config, model, *optimizer, {});
+  const auto elsewhere = dir / "elsewhere";
+  // txl-convert --trust-old-format old.pt NEW [--set data.cache_dir=<elsewhere>] [extra...]
+  const auto convert = [&](const std::string& out, bool look_elsewhere,
+                           std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--trust-old-format", (dir / "old.pt").string(),
+                                     (dir / out).string()};
+    if (look_elsewhere) args.insert(args.end(), {"--set", "data.cache_dir=" + elsewhere.string()});
+    args.insert(args.end(), extra.begin(), extra.end());
+    return convert_tool(args);
+  };
+  txl::test::word_tokenizer(31)->save(elsewhere / "other_vocab");
+  EXPECT_EQ(convert("a.safetensors", false), 1);  // nothing cached in the stored cache_dir
+  EXPECT_EQ(convert("a.safetensors", true), 1);   // no tokenizer of 30 ids
+  txl::test::word_tokenizer()->save(elsewhere / "tok");
+  EXPECT_EQ(convert("a.safetensors", true, {"--set", "model.n_layer=7"}), 1);
+  EXPECT_FALSE(stdfs::exists(dir / "a.safetensors"));
+  EXPECT_EQ(convert("a.safetensors", true), 0);
+  EXPECT_EQ(txl::models::load_model(dir / "a.safetensors").tokenizer->fingerprint(),
+            txl::test::word_tokenizer()->fingerprint());
+  txl::test::word_tokenizer()->save(elsewhere / "tok_again");
+  EXPECT_EQ(convert("b.safetensors", true), 1);  // two fit
+  EXPECT_FALSE(stdfs::exists(dir / "b.safetensors"));
+}
+
 }  // namespace

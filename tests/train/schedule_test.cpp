@@ -6,7 +6,9 @@
 
 namespace {
 
-txl::config::TrainConfig base(const std::string& schedule) {
+using txl::config::Schedule;
+
+txl::config::TrainConfig base(Schedule schedule) {
   txl::config::TrainConfig t;
   t.schedule = schedule;
   t.lr = 1e-3;
@@ -17,7 +19,8 @@ txl::config::TrainConfig base(const std::string& schedule) {
 }
 
 TEST(Schedule, WarmupIsLinearFromZero) {
-  for (const char* s : {"cosine", "inv_sqrt", "constant", "plateau"}) {
+  for (Schedule s :
+       {Schedule::kCosine, Schedule::kInvSqrt, Schedule::kConstant, Schedule::kPlateau}) {
     auto t = base(s);
     EXPECT_DOUBLE_EQ(txl::train::learning_rate(t, 1), 1e-4) << s;
     EXPECT_DOUBLE_EQ(txl::train::learning_rate(t, 5), 5e-4) << s;
@@ -26,7 +29,7 @@ TEST(Schedule, WarmupIsLinearFromZero) {
 }
 
 TEST(Schedule, CosineReachesTheFloorAtMaxSteps) {
-  auto t = base("cosine");
+  auto t = base(Schedule::kCosine);
   EXPECT_NEAR(txl::train::learning_rate(t, 60), 1e-5 + 0.5 * (1e-3 - 1e-5), 1e-12);  // half way
   EXPECT_NEAR(txl::train::learning_rate(t, 110), 1e-5, 1e-12);
   EXPECT_NEAR(txl::train::learning_rate(t, 500), 1e-5, 1e-12);
@@ -35,16 +38,16 @@ TEST(Schedule, CosineReachesTheFloorAtMaxSteps) {
 }
 
 TEST(Schedule, InvSqrtIsContinuousAndDecays) {
-  auto t = base("inv_sqrt");
+  auto t = base(Schedule::kInvSqrt);
   EXPECT_NEAR(txl::train::learning_rate(t, 40), 1e-3 * std::sqrt(10.0 / 40.0), 1e-12);
   t.lr_min = 4e-4;
   EXPECT_NEAR(txl::train::learning_rate(t, 1000), 4e-4, 1e-12);
 }
 
 TEST(Schedule, PlateauScalesAndConstantStays) {
-  EXPECT_DOUBLE_EQ(txl::train::learning_rate(base("plateau"), 50, 0.25), 2.5e-4);
-  EXPECT_DOUBLE_EQ(txl::train::learning_rate(base("plateau"), 50, 1e-6), 1e-5);  // floor
-  EXPECT_DOUBLE_EQ(txl::train::learning_rate(base("constant"), 500), 1e-3);
+  EXPECT_DOUBLE_EQ(txl::train::learning_rate(base(Schedule::kPlateau), 50, 0.25), 2.5e-4);
+  EXPECT_DOUBLE_EQ(txl::train::learning_rate(base(Schedule::kPlateau), 50, 1e-6), 1e-5);  // floor
+  EXPECT_DOUBLE_EQ(txl::train::learning_rate(base(Schedule::kConstant), 500), 1e-3);
 }
 
 }  // namespace

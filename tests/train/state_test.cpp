@@ -44,7 +44,9 @@ TEST(TrainState, JsonRoundTripKeepsEveryField) {
 
 // Three steps, a checkpoint through bytes, a fresh model and optimizer restored from it: the
 // next step gives bit-identical weights to the original's next step.
-void expect_exact_continuation(const std::string& optimizer_kind, double momentum) {
+using txl::config::Optimizer;
+
+void expect_exact_continuation(Optimizer optimizer_kind, double momentum) {
   TempDir dir;
   auto config = txl::test::tiny_experiment(dir.path());
   config.train.optimizer = optimizer_kind;
@@ -78,9 +80,9 @@ void expect_exact_continuation(const std::string& optimizer_kind, double momentu
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(b[i], a[i])) << optimizer_kind << " " << i;
 }
 
-TEST(TrainState, AdamStateContinuesExactly) { expect_exact_continuation("adam", 0.0); }
-TEST(TrainState, AdamWStateContinuesExactly) { expect_exact_continuation("adamw", 0.0); }
-TEST(TrainState, SgdMomentumContinuesExactly) { expect_exact_continuation("sgd", 0.9); }
+TEST(TrainState, AdamStateContinuesExactly) { expect_exact_continuation(Optimizer::kAdam, 0.0); }
+TEST(TrainState, AdamWStateContinuesExactly) { expect_exact_continuation(Optimizer::kAdamW, 0.0); }
+TEST(TrainState, SgdMomentumContinuesExactly) { expect_exact_continuation(Optimizer::kSgd, 0.9); }
 
 TEST(TrainState, RefusedChangesAreListedBeforeAnythingIsRestored) {
   TempDir dir;

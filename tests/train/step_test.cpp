@@ -117,7 +117,7 @@ TEST(Schedule, CadenceOfLogsValidationsAndCheckpoints) {
 // without gain; early stopping after `patience`.
 TEST(Schedule, ValidationsMoveBestPlateauAndEarlyStop) {
   txl::config::TrainConfig t;
-  t.schedule = "plateau";
+  t.schedule = txl::config::Schedule::kPlateau;
   t.plateau_patience = 1;
   t.decay_rate = 0.5;
   t.patience = 3;

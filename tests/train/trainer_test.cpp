@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/process_as_program.h"
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
 #include "txl/config/load.h"
@@ -24,6 +25,10 @@
 #include "txl/util/log.h"
 
 namespace {
+
+// The process as txl-train sets it for tiny_experiment's run.threads: 1 thread.
+const auto* const kProcess =
+    ::testing::AddGlobalTestEnvironment(new txl::test::ProcessAsProgram(1));
 
 namespace stdfs = std::filesystem;
 using txl::test::TempDir;
@@ -61,7 +66,7 @@ std::vector<torch::Tensor> parameters_of(const stdfs::path& checkpoint) {
 }
 
 TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
   auto whole = txl::test::tiny_experiment(dir.path(), "whole");
   whole.train.checkpoint_interval = 7;  // not a multiple of log or eval intervals
@@ -95,17 +100,17 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
   auto b = parameters_of(dir / "runs/split/checkpoint_last.safetensors");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(a[i], b[i])) << i;
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneBatch) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
   auto one = txl::test::tiny_experiment(dir.path(), "one");
   one.model.dropout = 0.0;
   one.train.max_steps = 1;
   one.train.eval_interval = 0;
-  one.train.optimizer = "sgd";  // an update proportional to the gradient: accumulation shows
+  // an update proportional to the gradient: accumulation shows
+  one.train.optimizer = txl::config::Optimizer::kSgd;
   one.train.clip = 0;
   auto two = one;
   two.run.name = "two";
@@ -116,7 +121,6 @@ TEST(Trainer, GradientAccumulationEqualsOneBatch) {
   auto a = parameters_of(dir / "runs/one/checkpoint_last.safetensors");
   auto b = parameters_of(dir / "runs/two/checkpoint_last.safetensors");
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_near(a[i], b[i], 1e-6, 1e-5)) << i;
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 // Every file of a folder, by name, with its bytes.
@@ -157,11 +161,11 @@ void expect_good(const std::string& checkpoint) {
 // lr 1e30: the first update sends the weights to ~1e30 and the next loss is NaN. The checkpoint
 // named is the initial one (step 0), whose loss was finite, never the weights of step 1.
 TEST(Trainer, ANonFiniteLossNamesACheckpointThatEvaluatesToAFiniteLoss) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
   auto c = txl::test::tiny_experiment(dir.path(), "nan");
-  c.train.optimizer = "sgd";
-  c.train.schedule = "constant";
+  c.train.optimizer = txl::config::Optimizer::kSgd;
+  c.train.schedule = txl::config::Schedule::kConstant;
   c.train.warmup_steps = 0;
   c.train.lr = 1e30;
   c.train.clip = 0;
@@ -171,17 +175,16 @@ TEST(Trainer, ANonFiniteLossNamesACheckpointThatEvaluatesToAFiniteLoss) {
   ASSERT_FALSE(good.empty());
   EXPECT_NE(good.find("(step 0)"), std::string::npos) << good;
   expect_good(good.substr(0, good.find(" (step")));
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 // A run that learns for a while and then diverges names a later checkpoint, and it evaluates to
 // a finite loss (the weights one step before the failure would not: they gave it).
 TEST(Trainer, DivergenceNamesACheckpointThatEvaluatesToAFiniteLoss) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
   auto c = txl::test::tiny_experiment(dir.path(), "diverge");
-  c.train.optimizer = "sgd";
-  c.train.schedule = "constant";
+  c.train.optimizer = txl::config::Optimizer::kSgd;
+  c.train.schedule = txl::config::Schedule::kConstant;
   c.train.warmup_steps = 0;
   c.train.lr = 10;  // slowly unstable: a few sound steps, then the loss explodes
   c.train.clip = 0;
@@ -193,11 +196,10 @@ TEST(Trainer, DivergenceNamesACheckpointThatEvaluatesToAFiniteLoss) {
   ASSERT_FALSE(good.empty());
   EXPECT_EQ(good.find("(step 0)"), std::string::npos) << "no sound step before the divergence: " << good;
   expect_good(good.substr(0, good.find(" (step")));
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 TEST(Trainer, ARerunWithoutResumeRefusesAndTouchesNothing) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
   auto c = txl::test::tiny_experiment(dir.path(), "again");
   c.train.max_steps = 4;
@@ -211,11 +213,10 @@ TEST(Trainer, ARerunWithoutResumeRefusesAndTouchesNothing) {
   // --overwrite starts again from nothing: the same run writes the same records once.
   txl::train::train(c, txl::test::quiet_run(txl::train::StartMode::kOverwrite));
   EXPECT_EQ(metrics_without_timing(run), metrics_before);
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 TEST(Trainer, ResumeWithAChangedModelKeyNamesItAndTouchesNothing) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
   auto c = txl::test::tiny_experiment(dir.path(), "changed");
   txl::train::train(c, txl::test::quiet_run(txl::train::StartMode::kNew, 6));
@@ -226,7 +227,7 @@ TEST(Trainer, ResumeWithAChangedModelKeyNamesItAndTouchesNothing) {
   TXL_EXPECT_THROW_WITH(txl::train::train(wider, txl::test::quiet_run(txl::train::StartMode::kResume)),
                         "model.d_inner: 64 -> 128");
   auto other_optimizer = c;
-  other_optimizer.train.optimizer = "sgd";
+  other_optimizer.train.optimizer = txl::config::Optimizer::kSgd;
   TXL_EXPECT_THROW_WITH(
       txl::train::train(other_optimizer, txl::test::quiet_run(txl::train::StartMode::kResume)),
       "train.optimizer");
@@ -236,7 +237,6 @@ TEST(Trainer, ResumeWithAChangedModelKeyNamesItAndTouchesNothing) {
   longer.train.max_steps = 24;
   longer.run.log_interval = 3;
   EXPECT_EQ(txl::train::train(longer, txl::test::quiet_run(txl::train::StartMode::kResume)).step, 24);
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 TEST(Trainer, ResumeWithoutACheckpointSaysSo) {
@@ -250,7 +250,7 @@ TEST(Trainer, ResumeWithoutACheckpointSaysSo) {
 // What a kill -9 during a write leaves, and a metrics record cut mid-line: a resume removes the
 // one (but not a live process's temporary) and drops the other, and continues exactly.
 TEST(Trainer, ResumeRepairsWhatAKilledWriteLeft) {
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
   auto whole = txl::test::tiny_experiment(dir.path(), "whole");
   txl::train::train(whole, txl::test::quiet_run());
@@ -269,7 +269,6 @@ TEST(Trainer, ResumeRepairsWhatAKilledWriteLeft) {
   EXPECT_FALSE(stdfs::exists(stale));
   EXPECT_TRUE(stdfs::exists(live));
   EXPECT_EQ(metrics_without_timing(dir / "runs/whole"), metrics_without_timing(run));
-  txl::log::set_level(txl::log::Level::kInfo);
 }
 
 // Starts txl-train on `config_path` in `cwd`, waits for its first progress record, sends
@@ -329,14 +328,14 @@ TEST(Trainer, RunDirDefaultsToRunsSlashName) {
 // a resume there is exact. Skipped elsewhere.
 TEST(Trainer, TrainsOnTheGpuLikeOnTheCpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA GPU";
-  txl::log::set_level(txl::log::Level::kQuiet);
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
   auto cpu = txl::test::tiny_experiment(dir.path(), "cpu");
   cpu.model.dropout = 0.0;  // the GPU draws other dropout masks
   auto gpu = cpu;
   gpu.run.name = "gpu";
   gpu.run.output_dir = (dir / "runs/gpu").string();
-  gpu.run.device = "cuda";
+  gpu.run.device = txl::config::Device::kCuda;
   txl::train::train(cpu, txl::test::quiet_run());
   txl::train::train(gpu, txl::test::quiet_run());
   auto a = parameters_of(dir / "runs/cpu/checkpoint_last.safetensors");
@@ -345,13 +344,12 @@ TEST(Trainer, TrainsOnTheGpuLikeOnTheCpu) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_near(b[i], a[i], 1e-4, 1e-3)) << i;
 
   auto whole = txl::test::tiny_experiment(dir.path(), "gpu_whole");  // dropout on
-  whole.run.device = "cuda";
+  whole.run.device = txl::config::Device::kCuda;
   auto split = txl::test::tiny_experiment(dir.path(), "gpu_split");
-  split.run.device = "cuda";
+  split.run.device = txl::config::Device::kCuda;
   txl::train::train(whole, txl::test::quiet_run());
   auto pause = txl::test::quiet_run(txl::train::StartMode::kNew, 9);
   txl::train::train(split, pause);
   txl::train::train(split, txl::test::quiet_run(txl::train::StartMode::kResume));
   EXPECT_EQ(metrics_without_timing(dir / "runs/gpu_whole"), metrics_without_timing(dir / "runs/gpu_split"));
-  txl::log::set_level(txl::log::Level::kInfo);
 }

@@ -4,19 +4,6 @@
 
 namespace {
 
-TEST(ResolveDevice, CpuAutoAndCuda) {
-  EXPECT_TRUE(txl::resolve_device("cpu").is_cpu());
-  TXL_EXPECT_THROW_WITH(txl::resolve_device("tpu"), "cpu | cuda | auto");
-  if (torch::cuda::is_available()) {
-    const auto n = static_cast<int>(torch::cuda::device_count());
-    EXPECT_TRUE(txl::resolve_device("auto").is_cuda());
-    EXPECT_EQ(txl::resolve_device("cuda", n + 1).index(), (n + 1) % n);  // local rank -> GPU
-  } else {
-    EXPECT_TRUE(txl::resolve_device("auto").is_cpu());
-    TXL_EXPECT_THROW_WITH(txl::resolve_device("cuda"), "no CUDA GPU is available");
-  }
-}
-
 TEST(DefaultGenerator, SavingAndRestoringItsStateRepeatsTheDraws) {
   for (const auto& device : {torch::Device(torch::kCPU), torch::Device(torch::kCUDA, 0)}) {
     if (device.is_cuda() && !torch::cuda::is_available()) continue;

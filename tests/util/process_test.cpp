@@ -50,6 +50,24 @@ TEST(Process, ArgumentsReachTheChildVerbatim) {
   EXPECT_TRUE(stdfs::is_empty(dir.path())) << stdfs::directory_iterator(dir.path())->path();
 }
 
+// A printed command (the one that resumes a run) is read back by a shell as exactly its words:
+// nothing in them runs, nothing is split or joined.
+TEST(Process, ShellCommandIsReadBackAsTheSameWords) {
+  TempDir dir;
+  std::vector<std::string> words = {"printf", "%s\\n", "plain-word_1.yaml", "model.n_layer=2"};
+  const auto hostile = hostile_arguments(dir.path());
+  words.insert(words.end(), hostile.begin(), hostile.end());
+  const std::string command = txl::process::shell_command(words);
+  EXPECT_EQ(command.rfind("printf '%s\\n' plain-word_1.yaml model.n_layer=2 'it'\\''s' ", 0), 0u)
+      << command;
+  auto r = run_program({"/bin/sh", "-c", command});
+  ASSERT_TRUE(r.ok()) << r.status() << " " << r.stderr_tail;
+  std::string expected;
+  for (size_t i = 2; i < words.size(); ++i) expected += words[i] + "\n";
+  EXPECT_EQ(r.out, expected);
+  EXPECT_TRUE(stdfs::is_empty(dir.path())) << stdfs::directory_iterator(dir.path())->path();
+}
+
 TEST(Process, ProgramIsLookedUpOnPathAndArgumentsAreNotGlobbed) {
   // `printf` without a slash: found on PATH. "*" stays one argument, not the files of the cwd.
   auto r = run_program({"printf", "[%s]", "*", "$HOME"});

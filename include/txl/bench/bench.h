@@ -39,14 +39,14 @@ struct BenchSettings {
 
 struct BenchOptions {
   std::int64_t vocab = kBenchVocab;  // V of the random token ids
-  int threads = 0;                   // intra-op threads; 0 = all cores
+  int threads = 0;                   // the program's intra-op threads (reported); 0 = all cores
   BenchSettings settings = BenchSettings::full();
 };
 
 struct BenchReport {
   // what was measured
   std::string source;  // the experiment file ("" = built-in bench model)
-  std::string attn_type;
+  std::string attn_type;  // model.attn_type's name, as the JSON report writes it
   int n_layer = 0, d_model = 0, n_head = 0, d_head = 0, d_inner = 0;
   std::int64_t tgt_len = 0, mem_len = 0, batch_size = 0, vocab = 0;
   std::int64_t eval_batch_size = 0, eval_tgt_len = 0, eval_mem_len = 0;
@@ -78,7 +78,8 @@ struct BenchReport {
 };
 
 // Runs every measurement on `config` (config.model, config.train.batch_size; eval sizes from
-// config.eval resolved against the model). Sets the intra-op threads. Throws txl::Error for a
+// config.eval resolved against the model), on the intra-op threads the program set
+// (ProcessSetup; options.threads names them in the report). Throws txl::Error for a
 // configuration the model rejects.
 BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions& options);
 

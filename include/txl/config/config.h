@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "txl/config/enums.h"
+
 namespace txl::config {
 
 // ---------------------------------------------------------------------------------- run
@@ -20,8 +22,8 @@ struct RunConfig {
   std::string output_dir;           // "" = runs/<name>; else any folder
   std::uint64_t seed = 1234;        // seeds torch, data order and dropout
   int threads = 0;                  // intra-op threads; 0 = all cores
-  std::string device = "cpu";       // cpu | cuda | auto (GPU LOCAL_RANK; auto = GPU if visible)
-  std::string precision = "fp32";   // fp32 | bf16 (autocast, fp32 master weights)
+  Device device = Device::kCpu;     // cpu | cuda | auto (GPU LOCAL_RANK; auto = GPU if visible)
+  Precision precision = Precision::kFp32;  // fp32 | bf16 (autocast, fp32 master weights)
   int log_interval = 50;            // steps between progress lines
   int dist_timeout = 600;           // seconds a rank waits for the others (rendezvous and every
                                     // collective) before it stops with an error
@@ -63,7 +65,7 @@ struct DataConfig {
 
 // ---------------------------------------------------------------------------------- model
 struct ModelConfig {
-  std::string attn_type = "xl";  // xl | shaw | vanilla | vanilla_learned
+  AttnType attn_type = AttnType::kXl;  // xl | shaw | vanilla | vanilla_learned
   int n_layer = 4;               // decoder layers
   int d_model = 256;             // model width d
   int n_head = 4;                // heads H
@@ -94,11 +96,11 @@ struct ModelConfig {
 
 // ---------------------------------------------------------------------------------- train
 struct TrainConfig {
-  std::string optimizer = "adam";  // adam | adamw | sgd
+  Optimizer optimizer = Optimizer::kAdam;  // adam | adamw | sgd
   double lr = 2.5e-4;              // peak learning rate
   double weight_decay = 0.0;       // adamw / sgd weight decay
   double momentum = 0.0;           // sgd momentum
-  std::string schedule = "cosine"; // cosine | inv_sqrt | constant | plateau
+  Schedule schedule = Schedule::kCosine;   // cosine | inv_sqrt | constant | plateau
   std::int64_t warmup_steps = 0;   // linear warm-up from 0 to lr
   double lr_min = 0.0;             // floor of the schedule
   double decay_rate = 0.5;         // plateau: lr multiplier when validation stalls
@@ -126,7 +128,7 @@ struct EvalConfig {
   int mem_len = -1;                 // memory length; -1 = model.mem_len
   int clamp_len = -2;               // -2 = model.clamp_len; -1 = none
   int same_length = -1;             // -1 = model.same_length; 0 false; 1 true
-  std::string mode = "memory";      // memory | segments | sliding
+  EvalMode mode = EvalMode::kMemory;  // memory | segments | sliding
   int window = 0;                   // sliding: window L (0 = tgt_len)
   int stride = 1;                   // sliding: tokens scored per window
   int warmup = 0;                   // memory: tokens of preceding text used unscored

@@ -60,6 +60,8 @@ void validate_experiment(const ExperimentConfig& config);
 // digits, '_', '-', '.'). Its run.name becomes "<name>/<variant>" and its run.output_dir
 // "<output_dir or runs/<name>>/<variant>" unless the variant itself sets them. `base` in the result
 // is the resolved base with the shared sections and overrides applied (not range-validated).
+// Every variant has the same run.threads (the process's, which txl-ablate sets once); a variant
+// that asks for others is an error at the place that set them.
 AblationConfig load_ablation(const std::string& path,
                              const std::vector<std::string>& overrides = {});
 

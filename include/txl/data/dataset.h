@@ -85,6 +85,12 @@ struct Dataset {
 // statistics under [data]. Throws txl::Error for bad corpora or options.
 Dataset load_dataset(const config::DataConfig& cfg);
 
+// What a load made and reused, one line each (what txl-prepare prints): the corpus, the
+// tokenizer (kind, vocabulary, fingerprint, from the cache or built in how long), each split's
+// tokens, bytes, characters and documents, the encoding speed when anything was encoded, and
+// the cache folder ("hit", or how many splits were rebuilt).
+std::string describe(const Dataset& dataset);
+
 // The same corpus encoded with `fixed` and no other tokenizer (cfg.tokenizer only names the
 // folder that may already hold these splits; see the top of this file). Throws txl::Error for a
 // null tokenizer, bad corpora or text `fixed` cannot encode.

@@ -9,24 +9,35 @@
 #include <string>
 #include <vector>
 
+#include "txl/config/config.h"
+#include "txl/models/checkpoint.h"
+
+namespace CLI {
+class App;
+}
+
+namespace txl::config {
+struct CommandLine;
+}
+
 namespace txl::dist {
 class Group;
 }
 
 namespace txl::eval {
 
-// What txl-eval is asked besides evaluation settings. Every evaluation setting is an eval.* key
-// of the checkpoint's experiment, changed through `overrides` (txl-eval's --mode, --mem-len, ...
-// are written as such overrides), so it is validated like any experiment file.
+// What txl-eval is asked besides evaluation settings. Every evaluation setting is a key of the
+// checkpoint's experiment, changed through `overrides` (txl-eval's --mode, --mem-len, ... are
+// written as such overrides), so it is validated like any experiment file.
 struct EvalRequest {
   std::string checkpoint;                 // checkpoint file
   std::vector<std::string> splits;        // empty = the experiment's eval.splits
   std::string file;                       // a text file to evaluate instead of splits
   std::string text;                       // a text to evaluate instead of splits
-  // `key.path=value` overrides of the checkpoint's experiment: eval.*, data.* (e.g. data.path
-  // to find the corpus), run.threads, run.device and run.precision; anything else is refused.
+  // `key.path=value` overrides of the checkpoint's experiment, in order: the keys of
+  // settable_keys() (eval.*, data.* e.g. data.path to find the corpus, run.threads, ...);
+  // anything else is refused.
   std::vector<std::string> overrides;
-  int threads = 0;                        // 0 = all cores
   std::string token_losses_path;          // "" = not written
   bool sweep = false;                     // context sweep over mem_len (eval.sweep_mem_lens)
   std::string out_dir;                    // sweep output folder ("" = the checkpoint's folder)
@@ -36,6 +47,21 @@ struct EvalRequest {
   // 0 alone prints and writes files. Null = this process alone.
   std::shared_ptr<dist::Group> group;
 };
+
+// What an evaluation may change of the checkpoint's experiment (config::experiment_over): the
+// eval and data sections, and how this process runs (run.threads, run.device, run.precision,
+// run.dist_timeout). The model and its training are the checkpoint's.
+const std::vector<std::string>& settable_keys();
+
+// The model and tokenizer of the request's checkpoint, and the experiment to evaluate with: the
+// checkpoint's own with the request's overrides. Its run.threads is the thread count the
+// program sets (ProcessSetup). Throws txl::Error for a missing or bad checkpoint and for an
+// override that is invalid or not settable.
+struct Evaluation {
+  models::LoadedModel loaded;
+  config::ExperimentConfig config;
+};
+Evaluation load(const EvalRequest& request);
 
 // txl-eval's shorthand flags, each the override of one eval key: `--mode sliding` is
 // `--set eval.mode=sliding`; a list flag's comma-separated value becomes a YAML list
@@ -48,10 +74,15 @@ struct EvalFlag {
 };
 const std::vector<EvalFlag>& eval_flags();
 
-// The override a shorthand flag stands for: "eval.mem_len=256", "eval.sweep_mem_lens=[0,64]".
-std::string flag_override(const EvalFlag& flag, const std::string& value);
+// Adds every flag of eval_flags() to `app` as a config::add_set_shorthand into `line` (after
+// config::add_experiment_options).
+void add_eval_flags(CLI::App& app, config::CommandLine& line);
 
-// Runs the request, printing a table (or JSON lines) to `out`. Throws txl::Error on bad input.
+// Runs the request on what load() gave, printing a table (or JSON lines) to `out`. Throws
+// txl::Error on bad input.
+void run(const EvalRequest& request, Evaluation evaluation, std::ostream& out);
+
+// load(request), then run.
 void run(const EvalRequest& request, std::ostream& out);
 
 }  // namespace txl::eval

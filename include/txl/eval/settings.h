@@ -9,7 +9,6 @@
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <iosfwd>
 #include <string>
 
 #include "txl/config/config.h"
@@ -22,17 +21,8 @@ class Group;
 
 namespace txl::eval {
 
-enum class Mode {
-  kMemory,    // Transformer-XL: segments of Q in order, each with memory M
-  kSegments,  // each segment of Q on its own, no memory
-  kSliding,   // each window of L tokens on its own, the last s targets scored
-};
-
-// "memory" | "segments" | "sliding"
-const char* mode_name(Mode mode);
-// eval.mode's value as a Mode; a txl::Error listing the allowed values otherwise.
-Mode parse_mode(const std::string& name);
-std::ostream& operator<<(std::ostream& out, Mode mode);
+// eval.mode: memory | segments | sliding (config::EvalMode, named by config::to_string).
+using Mode = config::EvalMode;
 
 struct Settings {
   Mode mode = Mode::kMemory;    // eval.mode
@@ -68,8 +58,8 @@ struct Settings {
 // model.mem_len; 0 outside memory mode), eval.clamp_len (-2 = model.clamp_len), eval.same_length
 // (-1 = model.same_length), eval.window (0 = tgt_len), model.ext_len, the other eval keys as
 // they are, data.document_mode, run.device (on GPU `group`'s local rank) and run.precision.
-// Throws txl::Error naming the key for a mode outside memory | segments | sliding, and for
-// eval.warmup > 0 in memory mode with model.ext_len > 0 (warm-up text carries no ext context).
+// Throws txl::Error naming the key for eval.warmup > 0 in memory mode with model.ext_len > 0
+// (warm-up text carries no ext context).
 Settings resolve_settings(const config::ExperimentConfig& config, dist::Group* group = nullptr);
 
 // The trainer's periodic validation: resolve_settings, with segments instead of sliding (periodic

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "txl/config/enums.h"
+
 namespace txl::eval {
 struct EvalResult;
 struct Settings;
@@ -23,8 +25,8 @@ namespace txl::experiment {
 struct ResultRecord {
   // What was evaluated.
   std::string variant;    // ablation variant name, e.g. "xl"
-  std::string attn_type;  // model.attn_type: xl | shaw | vanilla | vanilla_learned
-  std::string eval_mode;  // memory | segments | sliding
+  config::AttnType attn_type = config::AttnType::kXl;  // model.attn_type
+  config::EvalMode eval_mode = config::EvalMode::kMemory;  // eval.mode
   std::string split;      // valid | test
   int tgt_len = 0;        // evaluation segment length Q
   int mem_len = 0;        // evaluation memory length M (memory mode; 0 otherwise)

@@ -89,7 +89,7 @@ class TransformerLMImpl : public torch::nn::Module {
   const config::ModelConfig& config() const { return config_; }
   // Whether Context::cache_kv is allowed: every attn_type but vanilla_learned, whose layers add
   // learned positions to the memory anew each segment.
-  bool can_cache_kv() const { return config_.attn_type != "vanilla_learned"; }
+  bool can_cache_kv() const { return config_.attn_type != config::AttnType::kVanillaLearned; }
   int64_t n_token() const { return n_token_; }
   Context default_context() const { return Context::from_config(config_); }
   const std::vector<modules::DecoderLayer>& layer_list() const { return layer_list_; }

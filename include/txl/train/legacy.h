@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "txl/config/command_line.h"
 #include "txl/data/tokenizer.h"
 #include "txl/models/checkpoint.h"
 
@@ -18,5 +19,14 @@ namespace txl::train {
 // the file when it is not a version 1 txl checkpoint.
 models::Checkpoint convert_legacy_checkpoint(const std::filesystem::path& path,
                                              const data::Tokenizer& tokenizer);
+
+// The cached tokenizer folder a version 1 checkpoint at `path` was trained with (those files did
+// not hold their tokenizer): the one folder under its stored experiment's data.cache_dir that
+// holds tokenizer.meta and has the checkpoint's vocabulary size. `line`'s overrides apply to the
+// stored experiment and may change only data.cache_dir (where to look). Reads the file with the
+// same loader as convert_legacy_checkpoint (call it only on the user's word). Throws txl::Error
+// when no folder or several fit, asking for the one the model was trained with.
+std::filesystem::path find_legacy_tokenizer(const std::filesystem::path& path,
+                                            const config::CommandLine& line);
 
 }  // namespace txl::train

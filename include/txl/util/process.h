@@ -51,6 +51,11 @@ struct ProgramResult {
 // an empty argv or when the operating system refuses pipes or processes.
 ProgramResult run_program(const std::vector<std::string>& argv, const RunOptions& options = {});
 
+// `words` as one line that a POSIX shell reads back as exactly those words: a plain word as is,
+// any other single-quoted ("it's" -> 'it'\''s'). Only for printing a command the user may copy
+// (the one that resumes a run); txl itself never runs a shell.
+std::string shell_command(const std::vector<std::string>& words);
+
 // The last `lines` lines of `text` (without a final newline), for quoting stderr in messages.
 std::string last_lines(const std::string& text, std::size_t lines);
 

@@ -1,0 +1,54 @@
+#pragma once
+// The settings of the whole process, made by a program's main in one explicit call: LibTorch's
+// intra-op threads, the C allocator's policy and how long idle OpenMP threads spin. For mains
+// only (tools/*/main.cpp, and tests that run the library as a program would): no library code
+// calls it, so the library never re-executes the program, sets environment variables or calls
+// mallopt.
+//
+//   int main(int argc, char** argv) {
+//     ... parse flags, load the experiment ...
+//     txl::ProcessSetup setup;
+//     setup.threads = config.run.threads;
+//     setup.processes_per_node = env.local_world_size;  // a data-parallel job
+//     setup.apply(argv);  // before any computation and before the job's rendezvous
+//     ...
+//   }
+
+namespace txl {
+
+struct ProcessSetup {
+  // LibTorch intra-op threads, e.g. run.threads; <= 0: this machine's cores divided among
+  // processes_per_node (at least 1).
+  int threads = 0;
+  // Processes of one data-parallel job on this node, which share its cores (LOCAL_WORLD_SIZE,
+  // dist::LaunchEnv::local_world_size); 1 for a process alone.
+  int processes_per_node = 1;
+  // glibc serves every block from the heap and keeps what is freed (up to 2 GiB at the top) for
+  // the next step. A training step allocates and frees the same large tensors every time (the
+  // [N, V] logits and their gradient, the [H, B, Q, K] attention scores); by default glibc
+  // serves blocks above its mmap threshold with mmap, gives them back with munmap and trims the
+  // heap, so every step page-faults that memory in again (README, Performance, gives the cost).
+  // The resident size then stays near the peak between steps. Nothing happens with another C
+  // library.
+  bool keep_freed_memory = true;
+  // Idle OpenMP threads stop spinning after 30,000 rounds instead of libgomp's 300,000, so that
+  // OpenBLAS, which runs fp32 matrix products on its own threads, gets the cores (README,
+  // Performance). libgomp reads GOMP_SPINCOUNT once, when it is loaded, so apply()
+  // sets it and re-executes the program once, unless the user set GOMP_SPINCOUNT or
+  // OMP_WAIT_POLICY (their choice is kept).
+  bool limit_openmp_spinning = true;
+
+  // The intra-op thread count apply() sets: `threads`, or the cores divided among
+  // processes_per_node.
+  int resolved_threads() const;
+
+  // Makes the settings, once per process, before any computation. With limit_openmp_spinning
+  // and neither variable set, this call does not return: it sets GOMP_SPINCOUNT=30000 and
+  // re-executes /proc/self/exe with `argv` (main then runs again from the start, parses the same
+  // flags and applies the same settings, which now find GOMP_SPINCOUNT set); it returns only
+  // when the re-execution fails (the default spinning stays). Returns the intra-op thread count.
+  // Throws txl::Error when a re-execution is due and `argv` is null.
+  int apply(char** argv) const;
+};
+
+}  // namespace txl

@@ -1,0 +1,59 @@
+#include "txl/bench/run.h"
+
+#include <ostream>
+
+#include "txl/bench/profile.h"
+#include "txl/bench/sweep.h"
+#include "txl/util/fs.h"
+
+namespace txl::bench {
+
+namespace {
+
+// One training step and / or one evaluation segment under the profiler, each at its own batch.
+void print_profiles(const config::ExperimentConfig& config, const BenchRequest& request,
+                    std::ostream& out) {
+  PhaseOptions phase;
+  phase.bf16 = config.run.precision == config::Precision::kBf16;
+  phase.seed = config.run.seed;
+  phase.warmup = 5;  // until the allocator has settled: no more page faults
+  if (request.profile) {
+    phase.batch_size = config.train.batch_size;
+    out << format_profile(profile_training_step(config, request.vocab, phase, request.by_shape),
+                          request.top);
+  }
+  if (request.profile_eval) {
+    phase.batch_size = config.eval.batch_size;
+    out << format_profile(profile_eval_segment(config, request.vocab, phase, request.by_shape),
+                          request.top);
+  }
+}
+
+void print_sweep(const config::ExperimentConfig& config, const BenchRequest& request,
+                 std::ostream& out) {
+  SweepOptions options;
+  options.out_dir = request.sweep_out;
+  options.vocab = request.vocab;
+  const auto sweep = run_sweep(config, options);
+  out << sweep_markdown(sweep) << "\n";
+  for (const auto& file : sweep.files) out << "wrote " << file.string() << "\n";
+}
+
+}  // namespace
+
+void run(const config::ExperimentConfig& config, const BenchRequest& request, std::ostream& out) {
+  if (request.profile || request.profile_eval) print_profiles(config, request, out);
+  if (request.sweep) print_sweep(config, request, out);
+  if (request.profile || request.profile_eval || request.sweep) return;
+  BenchOptions options;
+  options.vocab = request.vocab;
+  options.threads = request.threads;
+  options.settings = request.quick ? BenchSettings::quick() : BenchSettings::full();
+  options.settings.bf16 = !request.skip_bf16;
+  const auto report = run_bench(config, options);
+  const std::string object = to_json(report) + "\n";
+  out << (request.json ? object : format_table(report));
+  if (!request.save.empty()) fs::write_atomic(request.save, object);
+}
+
+}  // namespace txl::bench
