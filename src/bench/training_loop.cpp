@@ -25,10 +25,12 @@ TrainingLoop::TrainingLoop(const config::ExperimentConfig& config, std::int64_t 
             options.batch_size, " and ", steps);
   torch::manual_seed(options.seed);
   model_ = models::TransformerLM(config.model, vocab);
+  model_->to(options.device);
   model_->train();
   optimizer_ = train::make_optimizer(config.train, model_->parameters());
   train::StepSettings settings;
   settings.bf16 = options.bf16;
+  settings.device = options.device;
   settings.batch_chunk = config.train.batch_chunk;
   settings.clip = config.train.clip;
   step_ = std::make_unique<train::Step>(model_, *optimizer_, settings, dist::RowRange{0, batch_size_});
@@ -58,20 +60,21 @@ EvalLoop::EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::
             "bench: needs batch >= 1 and segments >= 1, got ", options.batch_size, " and ", segments);
   settings_.batch_size = static_cast<int>(options.batch_size);
   settings_.bf16 = options.bf16;
+  settings_.device = options.device;  // the model's (measure_eval moved it there)
   const std::int64_t b = settings_.batch_size, q = settings_.tgt_len;
   // Segment 0 is skipped (it would reset the memory).
   stream_ = std::make_unique<data::EvalStream>(
       random_ids(b * (segments + 1) * q + 1, vocab, options.seed), eval::eval_stream_options(settings_));
   const std::int64_t m = eval::segment_context(settings_, model_).mem_len;  // as the evaluator
   for (int l = 0; m > 0 && l < model_->config().n_layer; ++l) {
-    memory_.layers.push_back(torch::randn({b, m, model_->config().d_model}));  // [B, M, d]
+    memory_.layers.push_back(torch::randn({b, m, model_->config().d_model}).to(options.device));  // [B, M, d]
   }
 }
 
 double EvalLoop::segment() {
   model_->eval();
   const auto score = eval::score_batch(model_, stream_->batch(index_++), settings_, &memory_);
-  return score.sum / static_cast<double>(std::max<std::int64_t>(score.count, 1));
+  return score.sum_value() / static_cast<double>(std::max<std::int64_t>(score.count, 1));
 }
 
 }  // namespace txl::bench::detail

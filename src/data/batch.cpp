@@ -3,9 +3,21 @@
 #include <algorithm>
 #include <cstring>
 
+#include "txl/util/device_traffic.h"
 #include "txl/util/error.h"
 
 namespace txl::data {
+
+namespace {
+
+// True entries of a target mask: free on the host, a wait for the device elsewhere.
+std::int64_t count_scored(const torch::Tensor& target_mask) {
+  if (!target_mask.is_cpu()) return target_mask.sum().item<std::int64_t>();
+  TXL_HOST_ONLY_SCOPE();
+  return target_mask.sum().item<std::int64_t>();
+}
+
+}  // namespace
 
 Batch Batch::to(const torch::Device& device, bool non_blocking) const {
   Batch out;
@@ -29,7 +41,7 @@ Batch Batch::narrow_rows(std::int64_t begin, std::int64_t count) const {
   out.input_mask = input_mask.narrow(0, begin, count);
   out.target_mask = target_mask.narrow(0, begin, count);
   out.reset = reset.narrow(0, begin, count);
-  out.n_scored = out.target_mask.sum().item<std::int64_t>();
+  out.n_scored = count_scored(out.target_mask);
   out.index = index;
   return out;
 }

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <utility>
 
+#include "txl/util/device_traffic.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -125,7 +126,10 @@ Batch gather(const torch::Tensor& ids, const Layout& layout, std::int64_t pad_id
   batch.input_mask = input_mask;
   batch.target_mask = target_mask;
   batch.reset = layout.reset;
-  batch.n_scored = target_mask.sum().item<std::int64_t>();
+  {
+    TXL_HOST_ONLY_SCOPE();  // a stream's ids are on the CPU (checked_ids)
+    batch.n_scored = target_mask.sum().item<std::int64_t>();
+  }
   batch.index = index;
   return batch;
 }

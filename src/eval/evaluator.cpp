@@ -13,9 +13,11 @@
 
 namespace txl::eval {
 
-double masked_sum(const torch::Tensor& nll, const torch::Tensor& mask) {
-  return nll.to(torch::kDouble).masked_fill(mask.logical_not(), 0.0).sum().item<double>();
+torch::Tensor masked_sum(const torch::Tensor& nll, const torch::Tensor& mask) {
+  return nll.to(torch::kDouble).masked_fill(mask.logical_not(), 0.0).sum();  // []
 }
+
+double BatchScore::sum_value() const { return sum.item<double>(); }
 
 BatchScore score_batch(models::TransformerLM& model, const data::Batch& cpu_batch,
                        const Settings& settings, models::Memory* memory) {
@@ -29,9 +31,9 @@ BatchScore score_batch(models::TransformerLM& model, const data::Batch& cpu_batc
   }
   if (memory) *memory = std::move(out.memory);  // stays on the device
   BatchScore score;
-  score.nll = out.nll.to(torch::kCPU);  // float [B, T]
-  score.sum = masked_sum(score.nll, cpu_batch.target_mask);
-  score.count = cpu_batch.target_mask.sum().item<std::int64_t>();
+  score.nll = out.nll;  // float [B, T], on the device
+  score.sum = masked_sum(score.nll, batch.target_mask);
+  score.count = cpu_batch.n_scored;
   return score;
 }
 
@@ -58,11 +60,12 @@ class Accumulator {
   // Rows are the batch's streams (memory, segments) or windows (sliding); `row_major` says
   // whether rows are consecutive pieces of text (sliding) or long streams read column by column
   // (memory, segments). mask: bool [B, T], the batch's target_mask.
+  // The sum stays on the device; per-token losses, when kept, come to the host batch by batch.
   void add(const BatchScore& score, const torch::Tensor& mask, bool row_major) {
-    sum_ += score.sum;
+    sum_ = sum_.defined() ? sum_ + score.sum : score.sum;  // []
     count_ += score.count;
     if (!keep_) return;
-    auto values = score.nll.to(torch::kFloat);  // [B, T]
+    auto values = score.nll.to(torch::kCPU, torch::kFloat);  // [B, T]
     for (std::int64_t b = 0; b < values.size(0); ++b) {
       auto piece = values[b].masked_select(mask[b]);
       if (piece.numel() == 0) continue;
@@ -75,7 +78,8 @@ class Accumulator {
     }
   }
 
-  double sum() const { return sum_; }
+  // The one read of the evaluation's sum from the device.
+  double sum() const { return sum_.defined() ? sum_.item<double>() : 0.0; }
   std::int64_t count() const { return count_; }
 
   torch::Tensor token_losses() const {
@@ -88,7 +92,7 @@ class Accumulator {
  private:
   bool keep_;
   std::int64_t rows_;
-  double sum_ = 0.0;
+  torch::Tensor sum_;  // double [], on the device; undefined before the first batch
   std::int64_t count_ = 0;
   std::vector<torch::Tensor> pieces_;
   std::vector<std::vector<torch::Tensor>> per_row_;

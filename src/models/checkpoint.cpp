@@ -227,8 +227,8 @@ LoadedModel rebuild_model(const Checkpoint& checkpoint, const std::string& origi
             loaded.tokenizer->vocab_size(), " ids but its model ", checkpoint.vocab_size);
   loaded.corpus_fingerprint = checkpoint.corpus_fingerprint;
   loaded.model = TransformerLM(loaded.config.model, loaded.vocab_size);
+  loaded.model->to(device);  // then each stored tensor is copied from the file straight there
   load_model_tensors(loaded.model, checkpoint, origin);
-  loaded.model->to(device);
   return loaded;
 }
 

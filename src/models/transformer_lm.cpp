@@ -252,6 +252,16 @@ Memory TransformerLMImpl::update_memory(const Memory& memory,
   return next;
 }
 
+namespace {
+
+// `t` on `device`: itself when it is there already (no call to count as a move, see
+// util/device_traffic.h), else a copy.
+torch::Tensor on(const torch::Tensor& t, const torch::Device& device) {
+  return t.device() == device ? t : t.to(device);
+}
+
+}  // namespace
+
 LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& memory, const Context& ctx,
                                     bool want_logits) {
   check_inputs(in, memory, ctx);
@@ -263,10 +273,10 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& memory, cons
   // Which keys are real, over concat(memory, segment); reset rows forget their memory.
   auto bool_opts = torch::dtype(torch::kBool).device(device);
   auto memory_keys = m_len == 0                  ? torch::empty({batch, 0}, bool_opts)
-                     : memory.key_mask.defined() ? memory.key_mask.to(device)
+                     : memory.key_mask.defined() ? on(memory.key_mask, device)
                                                  : torch::ones({batch, m_len}, bool_opts);
   if (reset.defined() && m_len > 0) {
-    memory_keys = memory_keys.logical_and(reset.to(device).logical_not().unsqueeze(1));
+    memory_keys = memory_keys.logical_and(on(reset, device).logical_not().unsqueeze(1));
   }
   auto segment_keys = input_mask.defined() ? input_mask : torch::ones({batch, q_len}, bool_opts);
   auto key_mask = torch::cat({memory_keys, segment_keys}, 1);  // [B, K]

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <utility>
 
+#include "txl/util/device_traffic.h"
 #include "txl/util/error.h"
 
 // Shapes: B batch, T tokens per row, N = B * T, d_proj model width, d_k width of table k,
@@ -70,9 +71,11 @@ void adaptive_init_weight(torch::Tensor& weight, const std::string& init, double
 
 void check_token_ids(const torch::Tensor& ids, std::int64_t n_token, const std::string& who) {
   TORCH_CHECK(ids.scalar_type() == torch::kLong, who, ": token ids must be int64, got ", ids.scalar_type());
-  if (ids.numel() == 0) return;
-  // min and max in one transfer: a single host sync on the happy path.
-  const torch::Tensor range = torch::stack({ids.min(), ids.max()}).to(torch::kCPU);  // [2]
+  // Only on the CPU, where reading the ids costs no device sync (on a GPU the embedding and
+  // gather reject an out-of-range id themselves, with a device-side assert).
+  if (ids.numel() == 0 || !ids.is_cpu()) return;
+  TXL_HOST_ONLY_SCOPE();
+  const torch::Tensor range = torch::stack({ids.min(), ids.max()});  // [2]
   const std::int64_t lowest = range[0].item<std::int64_t>();
   const std::int64_t highest = range[1].item<std::int64_t>();
   if (lowest >= 0 && highest < n_token) return;

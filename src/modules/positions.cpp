@@ -1,5 +1,6 @@
 #include "txl/modules/positions.h"
 
+#include "txl/util/device_traffic.h"
 #include "txl/util/error.h"
 
 namespace txl::modules {
@@ -21,6 +22,7 @@ torch::Tensor LearnedPositionsImpl::forward(const torch::Tensor& index) {
   // A readable error for a bad index; only on the CPU, where it costs no device sync
   // (index_select itself rejects out-of-range indices on every device).
   if (index.numel() > 0 && index.is_cpu()) {
+    TXL_HOST_ONLY_SCOPE();
     const int64_t top = index.max().item<int64_t>();
     TXL_CHECK(top < size() && index.min().item<int64_t>() >= 0, "learned positions: index ", top,
               " outside the table of ", size(), " rows");

@@ -1,6 +1,8 @@
 #include "txl/train/step.h"
 
+#include <cmath>
 #include <limits>
+#include <vector>
 
 #include "txl/util/autocast.h"
 #include "txl/util/error.h"
@@ -11,6 +13,26 @@ namespace {
 
 std::shared_ptr<dist::Group> or_alone(std::shared_ptr<dist::Group> group) {
   return group ? std::move(group) : std::make_shared<dist::Group>();
+}
+
+// torch::nn::utils::clip_grad_norm_ without its host read: the total 2-norm of the gradients
+// (a tensor on their device) and the gradients scaled by min(1, max_norm / (norm + 1e-6)).
+torch::Tensor clip_gradients(const std::vector<torch::Tensor>& params, double max_norm,
+                             const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads, norms;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(p.grad());
+    norms.push_back(p.grad().norm(2));  // []
+  }
+  if (grads.empty()) return torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device));  // []
+  const torch::Tensor total = torch::stack(norms).norm(2);      // []
+  if (std::isfinite(max_norm)) {
+    const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);  // []
+    for (auto& g : grads) g.mul_(coef);
+  }
+  return total;
 }
 
 }  // namespace
@@ -32,14 +54,16 @@ Step::Step(models::TransformerLM model, torch::optim::Optimizer& optimizer,
 }
 
 StepResult Step::backward(const data::Batch& global) {
-  const data::Batch batch = global.narrow_rows(rows_.begin, rows_.size()).to(settings_.device);
+  // This rank's rows, and each chunk's, are cut on the host (counting their scored tokens
+  // there) and moved to the device chunk by chunk.
+  const data::Batch batch = global.narrow_rows(rows_.begin, rows_.size());
   // Gradients are reset rather than zero-filled (LibTorch 1.13's zero_grad fills): the first
   // backward then writes them without a read-modify-write.
   for (auto& p : model_->parameters()) p.mutable_grad().reset();
   const double scored = static_cast<double>(std::max<std::int64_t>(global.n_scored, 1));
-  double loss_sum = 0.0;
+  torch::Tensor loss_sum = torch::zeros({1}, torch::TensorOptions(torch::kDouble).device(settings_.device));  // [1]
   for (std::int64_t c = 0; c < settings_.batch_chunk; ++c) {
-    const data::Batch chunk = batch.narrow_rows(c * chunk_rows_, chunk_rows_);
+    const data::Batch chunk = batch.narrow_rows(c * chunk_rows_, chunk_rows_).to(settings_.device);
     auto& memory = memory_[static_cast<size_t>(c)];
     torch::Tensor nll_sum;  // [] over the chunk's scored tokens
     {
@@ -49,17 +73,19 @@ StepResult Step::backward(const data::Batch& global) {
       memory = std::move(out.memory);
     }
     (nll_sum / scored).backward();
-    loss_sum += nll_sum.item<double>();
+    loss_sum += nll_sum.detach().to(torch::kDouble);
   }
   if (group_->distributed()) {
-    auto total = torch::tensor({loss_sum}, torch::kDouble);  // [1]
-    group_->all_reduce(total);
-    loss_sum = total.item<double>();
+    group_->all_reduce(loss_sum);
     reducer_.reduce();
   }
   const double max_norm = settings_.clip > 0 ? settings_.clip : std::numeric_limits<double>::infinity();
-  const double norm = torch::nn::utils::clip_grad_norm_(model_->parameters(), max_norm);
-  return {loss_sum, global.n_scored, norm};
+  const torch::Tensor norm = clip_gradients(model_->parameters(), max_norm, settings_.device);  // []
+  // The step's one read from the device: the loss and the norm the divergence guard checks
+  // before the update.
+  const torch::Tensor both = torch::cat({loss_sum, norm.to(torch::kDouble).reshape({1})}).to(torch::kCPU);  // [2]
+  const double* values = both.data_ptr<double>();
+  return {values[0], global.n_scored, values[1]};
 }
 
 void Step::update(double lr) {

@@ -63,15 +63,18 @@ EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& text
 // after max_tokens scored tokens would sample B places of the text instead.
 data::EncodedSplit scored_prefix(const data::EncodedSplit& split, std::int64_t max_tokens);
 
-// The negative log-likelihood summed over the positions `mask` selects, in double precision.
-// nll float [B, T]; mask bool [B, T].
-double masked_sum(const torch::Tensor& nll, const torch::Tensor& mask);
+// The negative log-likelihood summed over the positions `mask` selects, in double precision,
+// as a tensor on nll's device (no host read). nll float [B, T]; mask bool [B, T].
+torch::Tensor masked_sum(const torch::Tensor& nll, const torch::Tensor& mask);
 
-// One batch scored: the per-position nll and its masked sum over the batch's target_mask.
+// One batch scored: the per-position nll and its masked sum over the batch's target_mask, both
+// left on the evaluation's device (an evaluation reads its sum once, at the end).
 struct BatchScore {
-  torch::Tensor nll;        // float [B, T] on the CPU; meaningful where target_mask is true
-  double sum = 0.0;         // masked_sum(nll, target_mask), nats
-  std::int64_t count = 0;   // scored targets (true entries of target_mask)
+  torch::Tensor nll;        // float [B, T] on the device; meaningful where target_mask is true
+  torch::Tensor sum;        // double [] on the device: masked_sum(nll, target_mask), nats
+  std::int64_t count = 0;   // scored targets (the batch's n_scored)
+
+  double sum_value() const;  // `sum` read to the host (waits for the device)
 };
 
 // The evaluation forward, the only one: `batch` (on the CPU) is moved to settings.device and
