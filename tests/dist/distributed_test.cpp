@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -115,8 +116,17 @@ void run_job(int world, const stdfs::path& config, const std::vector<std::string
   expect_exits(job, code);
 }
 
+// The jobs' run.device: the CPU (Gloo), or with TXL_TEST_DEVICE=cuda each rank's GPU (NCCL),
+// as tools/gpu_check.sh runs these tests on a machine with 2 or more GPUs.
+txl::config::Device test_device() {
+  const char* value = std::getenv("TXL_TEST_DEVICE");
+  return value != nullptr && std::string(value) == "cuda" ? txl::config::Device::kCuda
+                                                         : txl::config::Device::kCpu;
+}
+
 stdfs::path write_config(const TempDir& dir, const std::string& name, double dropout) {
   auto c = txl::test::tiny_experiment(dir.path(), name);
+  c.run.device = test_device();
   c.model.dropout = dropout;
   c.train.batch_size = 4;
   c.train.max_steps = 20;

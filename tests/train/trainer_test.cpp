@@ -323,33 +323,3 @@ TEST(Trainer, RunDirDefaultsToRunsSlashName) {
 }
 
 }  // namespace
-
-// On a machine with a GPU (and a CUDA LibTorch): training on the GPU gives the CPU's losses, and
-// a resume there is exact. Skipped elsewhere.
-TEST(Trainer, TrainsOnTheGpuLikeOnTheCpu) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA GPU";
-  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
-  TempDir dir;
-  auto cpu = txl::test::tiny_experiment(dir.path(), "cpu");
-  cpu.model.dropout = 0.0;  // the GPU draws other dropout masks
-  auto gpu = cpu;
-  gpu.run.name = "gpu";
-  gpu.run.output_dir = (dir / "runs/gpu").string();
-  gpu.run.device = txl::config::Device::kCuda;
-  txl::train::train(cpu, txl::test::quiet_run());
-  txl::train::train(gpu, txl::test::quiet_run());
-  auto a = parameters_of(dir / "runs/cpu/checkpoint_last.safetensors");
-  auto b = parameters_of(dir / "runs/gpu/checkpoint_last.safetensors");
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_near(b[i], a[i], 1e-4, 1e-3)) << i;
-
-  auto whole = txl::test::tiny_experiment(dir.path(), "gpu_whole");  // dropout on
-  whole.run.device = txl::config::Device::kCuda;
-  auto split = txl::test::tiny_experiment(dir.path(), "gpu_split");
-  split.run.device = txl::config::Device::kCuda;
-  txl::train::train(whole, txl::test::quiet_run());
-  auto pause = txl::test::quiet_run(txl::train::StartMode::kNew, 9);
-  txl::train::train(split, pause);
-  txl::train::train(split, txl::test::quiet_run(txl::train::StartMode::kResume));
-  EXPECT_EQ(metrics_without_timing(dir / "runs/gpu_whole"), metrics_without_timing(dir / "runs/gpu_split"));
-}
