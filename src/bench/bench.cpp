@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "txl/config/device.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/flops.h"
 #include "txl/models/transformer_lm.h"
@@ -43,9 +44,23 @@ double load_average() {
 
 namespace {
 
-// The machine: its load average and the threads the program set; a warning when the load makes
-// the figures measure contention.
-void describe_machine(const BenchOptions& options, BenchReport& r) {
+// The CPU's model name from /proc/cpuinfo, or "unknown".
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon != std::string::npos && colon + 2 <= line.size()) return line.substr(colon + 2);
+  }
+  return "unknown";
+}
+
+// The machine: its device, load average and the threads the program set; a warning when the
+// load makes the figures measure contention.
+void describe_machine(const BenchOptions& options, const torch::Device& device, BenchReport& r) {
+  r.device = device.str();
+  r.device_name = device.is_cpu() ? cpu_name() : "unknown";
   r.load_average = load_average();
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   r.threads = options.threads > 0 ? options.threads : cores;
@@ -119,10 +134,10 @@ void measure_throughput(const config::ExperimentConfig& config, const BenchOptio
 }
 
 // The matrix-product peaks, and the GFLOP/s and MFU of the measured throughput against them.
-void measure_peaks(const BenchSettings& s, BenchReport& r) {
-  log::info("bench", "matmul peak probe: sizes {}", fmt::join(s.peak_sizes, ", "));
-  r.peak_fp32 = probe_matmul_peak(torch::kFloat, s.peak_sizes, s.peak_repetitions);
-  r.peak_bf16 = probe_matmul_peak(torch::kBFloat16, s.peak_sizes, s.peak_repetitions);
+void measure_peaks(const BenchSettings& s, const torch::Device& device, BenchReport& r) {
+  log::info("bench", "matmul peak probe on {}: sizes {}", device.str(), fmt::join(s.peak_sizes, ", "));
+  r.peak_fp32 = probe_matmul_peak(torch::kFloat, s.peak_sizes, s.peak_repetitions, device);
+  r.peak_bf16 = probe_matmul_peak(torch::kBFloat16, s.peak_sizes, s.peak_repetitions, device);
   r.train_gflops = r.train_fp32.tokens_per_s * r.flops_per_token / 1e9;
   r.train_gflops_bf16 = r.train_bf16.tokens_per_s * r.flops_per_token / 1e9;
   r.eval_gflops = r.eval_fp32.tokens_per_s * r.eval_flops_per_token / 1e9;
@@ -162,18 +177,24 @@ double overall_peak_rss_mb(const BenchReport& r) {
 BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   BenchReport r;
-  describe_machine(options, r);
+  const torch::Device device = config::resolve_device(config.run.device);
+  describe_machine(options, device, r);
   describe_model(config, options, r);
   PhaseOptions train;
   train.batch_size = config.train.batch_size;
   train.warmup = options.settings.warmup;
   train.repetitions = options.settings.repetitions;
   train.seed = config.run.seed;
+  train.device = device;
   PhaseOptions evaluation = train;
   evaluation.batch_size = config.eval.batch_size;
   measure_throughput(config, options, train, evaluation, r);
-  measure_peaks(options.settings, r);
-  measure_sliding_costs(config, options, evaluation, r);
+  measure_peaks(options.settings, device, r);
+  if (device.is_cpu()) {
+    measure_sliding_costs(config, options, evaluation, r);
+  } else {
+    log::info("bench", "the sliding window / memory comparison is measured on the CPU only");
+  }
   r.peak_rss_mb = overall_peak_rss_mb(r);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -271,6 +292,8 @@ void put_setup(OrderedJson& o, const BenchReport& r) {
   o["vocab"] = r.vocab;
   o["n_params"] = r.n_params;
   o["threads"] = r.threads;
+  o["device"] = r.device;
+  o["device_name"] = r.device_name;
   json::put_number(o, "load_average", r.load_average);
   o["quick"] = r.quick;
   o["warmup"] = r.warmup;
@@ -295,9 +318,9 @@ std::string format_table(const BenchReport& r) {
       r.d_head, r.d_inner, r.n_params / 1e6, r.vocab);
   s += fmt::format(
       "attn {}, train batch {} x tgt_len {} (mem {}), eval batch {} x {} (mem {}), {} threads, "
-      "load average {:.2f}{}\n\n",
+      "load average {:.2f}{}\ndevice {} ({})\n\n",
       r.attn_type, r.batch_size, r.tgt_len, r.mem_len, r.eval_batch_size, r.eval_tgt_len,
-      r.eval_mem_len, r.threads, r.load_average, r.quick ? ", quick" : "");
+      r.eval_mem_len, r.threads, r.load_average, r.quick ? ", quick" : "", r.device, r.device_name);
   s += fmt::format("{:<26} {:>9} {:>9} {:>9} {:>8} {:>11} {:>11} {:>8}\n", "phase", "tokens/s",
                    "ms/step", "best ms", "GFLOP/s", "RSS start", "RSS peak", "loss");
   auto row = [&](const char* name, const PhaseResult& p, double flops) {
@@ -331,8 +354,9 @@ std::string format_table(const BenchReport& r) {
     s += fmt::format("evaluation / training         {:.2f}x\n",
                      r.eval_fp32.tokens_per_s / r.train_fp32.tokens_per_s);
   }
-  s += fmt::format("peak RSS                      {:.0f} MB{}\n", r.peak_rss_mb,
-                   r.rss_per_phase ? "" : " (per-phase peaks are cumulative here)");
+  s += fmt::format("peak RSS                      {:.0f} MB{}{}\n", r.peak_rss_mb,
+                   r.rss_per_phase ? "" : " (per-phase peaks are cumulative here)",
+                   r.device == "cpu" ? "" : " of host memory; the GPU's memory: unknown");
   if (!r.sliding_vs_memory.empty()) {
     s += "\nsliding window (vanilla, stride 1, window L) vs memory (xl, Q + M = L), per scored "
          "token\n";

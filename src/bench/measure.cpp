@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include <torch/cuda.h>
+
 #include "training_loop.h"
 #include "txl/bench/profile.h"
 #include "txl/data/stream.h"
@@ -116,18 +118,22 @@ bool reset_peak_rss() {
   return out.good();
 }
 
+void wait_for(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
 MatmulPeak probe_matmul_peak(torch::ScalarType dtype, const std::vector<std::int64_t>& sizes,
-                             int repetitions) {
+                             int repetitions, const torch::Device& device) {
   TXL_CHECK(!sizes.empty() && repetitions >= 1, "probe_matmul_peak: needs sizes and ",
             "repetitions >= 1");
   torch::NoGradGuard no_grad;
   MatmulPeak best;
   for (std::int64_t n : sizes) {
     TXL_CHECK(n >= 1, "probe_matmul_peak: size ", n, " must be >= 1");
-    auto a = torch::randn({n, n}).to(dtype);     // [n, n]
-    auto b = torch::randn({n, n}).to(dtype);     // [n, n]
-    auto c = torch::empty({n, n}, a.options());  // [n, n]
-    auto t = time_repeated([&] { torch::mm_out(c, a, b); }, 1, repetitions);
+    auto a = torch::randn({n, n}).to(device, dtype);  // [n, n]
+    auto b = torch::randn({n, n}).to(device, dtype);  // [n, n]
+    auto c = torch::empty({n, n}, a.options());       // [n, n]
+    auto t = time_repeated([&] { torch::mm_out(c, a, b); wait_for(device); }, 1, repetitions);
     const double gflops = 2.0 * n * n * n / t.best_s / 1e9;
     if (gflops > best.gflops) {
       best.gflops = gflops;
@@ -266,6 +272,7 @@ PhaseResult measure_eval(const config::ExperimentConfig& config, std::int64_t vo
   RssWindow rss;
   torch::manual_seed(options.seed);
   models::TransformerLM model(config.model, vocab);
+  model->to(options.device);
   auto r = time_memory_eval(model, vocab, memory_eval_settings(config), options);
   rss.finish(r);
   return r;

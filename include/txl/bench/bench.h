@@ -53,6 +53,8 @@ struct BenchReport {
   std::int64_t n_params = 0;
   int threads = 0;
   double load_average = -1.0;  // 1-minute load average at the start (-1 unknown)
+  std::string device;          // where the phases ran (run.device resolved), e.g. "cpu", "cuda:0"
+  std::string device_name;     // the CPU's model name, or "unknown" (a GPU's name is not queried)
   bool quick = false;
   int warmup = 0, repetitions = 0;  // of the training and evaluation phases
 

@@ -45,11 +45,15 @@ struct MatmulPeak {
   std::int64_t size = 0;  // n of the best square product
 };
 
-// This machine's matrix-product peak for `dtype` (kFloat or kBFloat16) on the current intra-op
-// threads: square torch::mm of each size in `sizes`, best of `repetitions` (after one warm-up
-// each). Throws txl::Error for an empty size list or a size < 1.
+// The matrix-product peak of `device` for `dtype` (kFloat or kBFloat16), on the CPU with the
+// current intra-op threads: square torch::mm of each size in `sizes`, best of `repetitions` (after
+// one warm-up each; a GPU is waited for inside each timing). Throws txl::Error for an empty size
+// list or a size < 1.
 MatmulPeak probe_matmul_peak(torch::ScalarType dtype, const std::vector<std::int64_t>& sizes,
-                             int repetitions);
+                             int repetitions, const torch::Device& device = torch::kCPU);
+
+// Waits until `device` has finished the work queued so far (nothing to wait for on the CPU).
+void wait_for(const torch::Device& device);
 
 // -------------------------------------------------------------------- model throughput
 struct PhaseOptions {
@@ -58,6 +62,7 @@ struct PhaseOptions {
   int repetitions = 5;           // timed ones; the median counts
   bool bf16 = false;             // bf16 autocast (fp32 master weights), as run.precision: bf16
   std::uint64_t seed = 1234;     // model initialisation and the random token ids
+  torch::Device device = torch::kCPU;  // where the model runs (run.device)
 };
 
 struct PhaseResult {
