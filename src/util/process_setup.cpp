@@ -1,10 +1,12 @@
 #include "txl/util/process_setup.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <string>
 #include <thread>
 
 #include <torch/torch.h>
@@ -34,14 +36,32 @@ bool spinning_chosen() {
   return std::getenv("GOMP_SPINCOUNT") != nullptr || std::getenv("OMP_WAIT_POLICY") != nullptr;
 }
 
-// Returns only when the re-execution failed: the program carries on with libgomp's default.
-void reexecute_with_limited_spinning(char** argv) {
-  TXL_CHECK(argv != nullptr, "ProcessSetup::apply: limit_openmp_spinning re-executes the program "
-            "and needs main's argv (or set limit_openmp_spinning = false)");
-  if (setenv("GOMP_SPINCOUNT", kSpinCount, 1) != 0) return;
+// Returns only when the re-execution failed: the program carries on as it was.
+void reexecute(char** argv) {
+  TXL_CHECK(argv != nullptr, "ProcessSetup::apply: limit_openmp_spinning and choose_openblas_core "
+            "re-execute the program and need main's argv (or set them to false)");
 #if defined(__linux__)
   execv("/proc/self/exe", argv);
 #endif
+}
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+// The core OpenBLAS chose when it was loaded ("" when the fp32 BLAS is not OpenBLAS, e.g.
+// PyPI's LibTorch with MKL).
+std::string openblas_core() {
+  using CoreName = char* (*)();
+  auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  const char* core = name != nullptr ? name() : nullptr;
+  return core != nullptr ? core : "";
 }
 
 void keep_freed_blocks_in_heap() {
@@ -54,6 +74,14 @@ void keep_freed_blocks_in_heap() {
 
 }  // namespace
 
+namespace detail {
+
+std::string openblas_core_override(const std::string& core, bool cpu_has_avx512) {
+  return core == "Prescott" && cpu_has_avx512 ? "SkylakeX" : "";
+}
+
+}  // namespace detail
+
 int ProcessSetup::resolved_threads() const {
   if (threads > 0) return threads;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -61,7 +89,14 @@ int ProcessSetup::resolved_threads() const {
 }
 
 int ProcessSetup::apply(char** argv) const {
-  if (limit_openmp_spinning && !spinning_chosen()) reexecute_with_limited_spinning(argv);
+  bool changed = false;
+  if (limit_openmp_spinning && !spinning_chosen())
+    changed = setenv("GOMP_SPINCOUNT", kSpinCount, 1) == 0;
+  if (choose_openblas_core && std::getenv("OPENBLAS_CORETYPE") == nullptr) {
+    const std::string core = detail::openblas_core_override(openblas_core(), cpu_has_avx512());
+    if (!core.empty()) changed = setenv("OPENBLAS_CORETYPE", core.c_str(), 1) == 0 || changed;
+  }
+  if (changed) reexecute(argv);
   const int n = resolved_threads();
   torch::set_num_threads(n);
   if (keep_freed_memory) keep_freed_blocks_in_heap();

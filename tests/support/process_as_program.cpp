@@ -8,6 +8,7 @@ void ProcessAsProgram::SetUp() {
   ProcessSetup setup;
   setup.threads = threads_;
   setup.limit_openmp_spinning = false;
+  setup.choose_openblas_core = false;
   setup.apply(nullptr);
 }
 

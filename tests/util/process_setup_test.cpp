@@ -27,6 +27,7 @@ TEST(ProcessSetup, ResolvesThreadsAndSetsThem) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   txl::ProcessSetup setup;
   setup.limit_openmp_spinning = false;
+  setup.choose_openblas_core = false;
   EXPECT_EQ(setup.resolved_threads(), cores);
   setup.processes_per_node = cores * 4;  // more processes than cores: still one thread each
   EXPECT_EQ(setup.resolved_threads(), 1);
@@ -47,6 +48,7 @@ TEST(ProcessSetup, ResolvesThreadsAndSetsThem) {
 TEST(ProcessSetup, KeepsFreedMemoryInTheHeap) {
   txl::ProcessSetup setup;
   setup.limit_openmp_spinning = false;
+  setup.choose_openblas_core = false;
   setup.apply(nullptr);
   const auto mapped = mallinfo2().hblkhd;
   void* block = std::malloc(64u << 20);
@@ -113,11 +115,20 @@ TEST(ProcessSetup, KeepsTheUsersSpinChoiceWithoutReexecuting) {
   EXPECT_EQ(child_report("", "passive"), "(unset)\n");
 }
 
+TEST(ProcessSetup, ReplacesOpenBlasGenericKernelsOnlyOnAnAvx512Cpu) {
+  using txl::detail::openblas_core_override;
+  EXPECT_EQ(openblas_core_override("Prescott", true), "SkylakeX");
+  EXPECT_EQ(openblas_core_override("Prescott", false), "");
+  EXPECT_EQ(openblas_core_override("Zen", true), "");
+  EXPECT_EQ(openblas_core_override("SkylakeX", true), "");
+  EXPECT_EQ(openblas_core_override("", true), "");  // not OpenBLAS (MKL)
+}
+
 TEST(ProcessSetup, ReexecutionNeedsArgv) {
   if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY"))
     GTEST_SKIP() << "the environment chose the spinning: no re-execution is due";
   txl::ProcessSetup setup;
-  TXL_EXPECT_THROW_WITH(setup.apply(nullptr), "needs main's argv");
+  TXL_EXPECT_THROW_WITH(setup.apply(nullptr), "need main's argv");
 }
 
 }  // namespace

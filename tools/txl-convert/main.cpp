@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
     TXL_CHECK(std::filesystem::exists(old_path), "checkpoint not found: ", old_path);
     txl::ProcessSetup setup;
     setup.limit_openmp_spinning = false;  // nothing here computes enough for a re-execution
+    setup.choose_openblas_core = false;
     setup.apply(argv);
     if (tokenizer_dir.empty())
       tokenizer_dir = txl::train::find_legacy_tokenizer(old_path, line).string();

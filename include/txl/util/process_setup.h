@@ -14,6 +14,8 @@
 //     ...
 //   }
 
+#include <string>
+
 namespace txl {
 
 struct ProcessSetup {
@@ -37,6 +39,12 @@ struct ProcessSetup {
   // sets it and re-executes the program once, unless the user set GOMP_SPINCOUNT or
   // OMP_WAIT_POLICY (their choice is kept).
   bool limit_openmp_spinning = true;
+  // OpenBLAS 0.3.21 (Debian bookworm's, which multiplies Debian LibTorch's fp32 matrices) does not
+  // know newer Intel CPUs and falls back to its generic "Prescott" kernels: fp32 matmul at 65
+  // GFLOP/s instead of 290 on this project's 2-core Xeon. OpenBLAS reads OPENBLAS_CORETYPE once,
+  // when it is loaded, so when it chose Prescott on a CPU with AVX-512 apply() sets
+  // OPENBLAS_CORETYPE=SkylakeX and re-executes the program once (a value the user set is kept).
+  bool choose_openblas_core = true;
 
   // The intra-op thread count apply() sets: `threads`, or the cores divided among
   // processes_per_node.
@@ -50,5 +58,11 @@ struct ProcessSetup {
   // Throws txl::Error when a re-execution is due and `argv` is null.
   int apply(char** argv) const;
 };
+
+namespace detail {
+// The OPENBLAS_CORETYPE apply() sets for the core OpenBLAS chose: "SkylakeX" for its generic
+// "Prescott" on a CPU with AVX-512 (F, BW, VL, DQ), else "" (nothing to change).
+std::string openblas_core_override(const std::string& core, bool cpu_has_avx512);
+}  // namespace detail
 
 }  // namespace txl
