@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""tools/gpu_check_report.py: the 1% comparison of validation losses and the joined report
+(a failed step fails the check, a skipped one does not)."""
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+
+TOOL = pathlib.Path(__file__).resolve().parents[2] / "tools" / "gpu_check_report.py"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(TOOL), *map(str, args)], capture_output=True, text=True)
+
+
+def write_run(folder, losses):
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [{"kind": "train", "step": 10, "loss": 9.0}]
+    lines += [{"kind": "eval", "split": "valid", "step": s, "loss": l} for s, l in losses]
+    lines.append({"kind": "eval", "split": "test", "step": losses[-1][0], "loss": 1.0})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+
+def compare(tmp, gpu_loss, cpu_loss):
+    write_run(tmp / f"g{gpu_loss}", [(100, 7.0), (200, gpu_loss)])
+    write_run(tmp / f"c{cpu_loss}", [(100, 7.5), (200, cpu_loss)])
+    r = run("--compare", tmp / f"g{gpu_loss}", tmp / f"c{cpu_loss}", 0.01)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        tmp = pathlib.Path(d)
+        near = compare(tmp, 5.04, 5.0)  # 0.8%: the last validation loss, not the test split's
+        assert near["within"] and abs(near["relative_difference"] - 0.008) < 1e-9, near
+        assert near["gpu_valid_loss"] == 5.04 and near["cpu_valid_loss"] == 5.0, near
+        far = compare(tmp, 5.06, 5.0)  # 1.2%
+        assert not far["within"], far
+
+        out = tmp / "check"
+        (out / "steps").mkdir(parents=True)
+        steps = [("build", "passed"), ("distributed", "skipped"), ("bench", "passed")]
+        for i, (name, status) in enumerate(steps):
+            (out / "steps" / f"{i:02d}_{name}.json").write_text(
+                json.dumps({"name": name, "status": status, "seconds": 1, "details": {}}))
+        r = run(out, "cpu", 0, 0)
+        report = json.loads((out / "report.json").read_text())
+        assert r.returncode == 0 and report["passed"] and report["failed"] == [], (r.stdout, report)
+        (out / "steps" / "03_kjv_valid_loss.json").write_text(
+            json.dumps({"name": "kjv_valid_loss", "status": "failed", "seconds": 1, "details": far}))
+        r = run(out, "cpu", 0, 0)
+        report = json.loads((out / "report.json").read_text())
+        assert r.returncode == 1 and not report["passed"], (r.stdout, report)
+        assert report["failed"] == ["kjv_valid_loss"] and len(report["steps"]) == 4, report
+    print("gpu_check_report: ok")
+
+
+if __name__ == "__main__":
+    main()
