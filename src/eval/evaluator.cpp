@@ -33,6 +33,7 @@ BatchScore score_batch(models::TransformerLM& model, const data::Batch& cpu_batc
   BatchScore score;
   score.nll = out.nll;  // float [B, T], on the device
   score.sum = masked_sum(score.nll, batch.target_mask);
+  score.target_mask = batch.target_mask;
   score.count = cpu_batch.n_scored;
   return score;
 }
@@ -52,10 +53,58 @@ data::EncodedSplit scored_prefix(const data::EncodedSplit& split, std::int64_t m
 
 namespace {
 
-// Accumulates the sums one evaluation needs, and the per-token losses in text order on request.
+// Loss summed by column of the batches (the position within the segment, after ext_len
+// columns), on the device, and the scored tokens by column, on the host.
+class PositionTotals {
+ public:
+  void add(const BatchScore& score, const torch::Tensor& host_mask) {
+    const auto sums = score.nll.to(torch::kDouble).masked_fill(score.target_mask.logical_not(), 0.0).sum(0);  // [T]
+    const auto counts = host_mask.sum(0);  // int64 [T]
+    sum_ = grow_add(sum_, sums);
+    count_ = grow_add(count_, counts);
+  }
+
+  // Sums and counts of every rank, read once, from column `first` on.
+  std::pair<std::vector<double>, std::vector<std::int64_t>> read(dist::Group* group, std::int64_t first) const {
+    if (!sum_.defined()) return {};
+    auto both = torch::stack({sum_.to(torch::kCPU), count_.to(torch::kDouble)});  // [2, T]
+    if (group != nullptr) group->all_reduce(both);
+    both = both.narrow(1, first, both.size(1) - first).contiguous();  // [2, Q]
+    const std::int64_t q = both.size(1);
+    const double* v = both.data_ptr<double>();
+    std::vector<double> sums(v, v + q);
+    std::vector<std::int64_t> counts(static_cast<size_t>(q));
+    for (std::int64_t p = 0; p < q; ++p) counts[static_cast<size_t>(p)] = std::llround(v[q + p]);
+    return {sums, counts};
+  }
+
+ private:
+  // a + b, the shorter padded with zeros at the end (a final batch may be narrower).
+  static torch::Tensor grow_add(const torch::Tensor& a, const torch::Tensor& b) {
+    if (!a.defined()) return b.clone();
+    if (a.size(0) >= b.size(0)) {
+      a.narrow(0, 0, b.size(0)).add_(b);
+      return a;
+    }
+    auto out = b.clone();
+    out.narrow(0, 0, a.size(0)).add_(a);
+    return out;
+  }
+
+  torch::Tensor sum_;    // double [T] on the device
+  torch::Tensor count_;  // int64 [T] on the host
+};
+
+// Accumulates the sums one evaluation needs, and the per-token losses in text order and the
+// losses by position on request.
 class Accumulator {
  public:
-  Accumulator(std::int64_t rows, bool keep_tokens) : keep_(keep_tokens), rows_(rows) {}
+  Accumulator(std::int64_t rows, bool keep_tokens, bool by_position)
+      : keep_(keep_tokens), rows_(rows) {
+    if (by_position) positions_.emplace();
+  }
+
+  const std::optional<PositionTotals>& positions() const { return positions_; }
 
   // Rows are the batch's streams (memory, segments) or windows (sliding); `row_major` says
   // whether rows are consecutive pieces of text (sliding) or long streams read column by column
@@ -64,6 +113,7 @@ class Accumulator {
   void add(const BatchScore& score, const torch::Tensor& mask, bool row_major) {
     sum_ = sum_.defined() ? sum_ + score.sum : score.sum;  // []
     count_ += score.count;
+    if (positions_) positions_->add(score, mask);
     if (!keep_) return;
     auto values = score.nll.to(torch::kCPU, torch::kFloat);  // [B, T]
     for (std::int64_t b = 0; b < values.size(0); ++b) {
@@ -96,6 +146,7 @@ class Accumulator {
   std::int64_t count_ = 0;
   std::vector<torch::Tensor> pieces_;
   std::vector<std::vector<torch::Tensor>> per_row_;
+  std::optional<PositionTotals> positions_;
 };
 
 // The group the evaluation is shared with; null when this process is alone.
@@ -147,6 +198,8 @@ void check_request(const models::TransformerLM& model, const data::EncodedSplit&
             " but the evaluation settings say ", settings.device.str());
   TXL_CHECK(!extras.recall_mask.defined() || extras.recall_mask.numel() == text.ids.numel(),
             "recall mask has ", extras.recall_mask.numel(), " entries for ", text.ids.numel(), " tokens");
+  TXL_CHECK(!extras.by_position || settings.mode != Mode::kSliding,
+            "losses by position need segments (eval.mode memory or segments), not sliding windows");
   if (!settings.documents) return;
   TXL_CHECK(settings.mode != Mode::kSliding && !extras.token_losses && !extras.recall_mask.defined(),
             "data.document_mode: evaluating documents on their own gives no sliding windows, "
@@ -185,6 +238,15 @@ void fill_token_figures(EvalResult& r, const Accumulator& acc, const Settings& s
   if (extras.token_losses) r.token_losses = losses;
 }
 
+// Mean loss and scored tokens at every position of the segment.
+void fill_position_figures(EvalResult& r, const PositionTotals& totals, const Settings& settings) {
+  auto [sums, counts] = totals.read(sharing(settings), settings.ext_len);
+  r.tokens_by_position = counts;
+  r.loss_by_position.resize(sums.size());
+  for (size_t p = 0; p < sums.size(); ++p)
+    r.loss_by_position[p] = counts[p] > 0 ? sums[p] / static_cast<double>(counts[p]) : std::nan("");
+}
+
 }  // namespace
 
 EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& split,
@@ -200,7 +262,7 @@ EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& spli
   EvalResult result;
   result.mode = settings.mode;
   const bool keep_tokens = extras.token_losses || extras.recall_mask.defined();
-  Accumulator acc(settings.batch_size, keep_tokens);
+  Accumulator acc(settings.batch_size, keep_tokens, extras.by_position);
   if (settings.mode == Mode::kSliding) {
     result.tgt_len = settings.window;
     result.window = settings.window;
@@ -224,6 +286,7 @@ EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& spli
   }
   fill_figures(result, sum, count, text);
   if (keep_tokens) fill_token_figures(result, acc, settings, extras, n);
+  if (acc.positions()) fill_position_figures(result, *acc.positions(), settings);
   return result;
 }
 

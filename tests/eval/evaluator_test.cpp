@@ -351,3 +351,36 @@ TEST(Evaluator, RunsWhereTheModelIs) {
 }
 
 }  // namespace
+
+namespace {
+
+// One stream (batch 1) in memory mode: target t sits at position t mod Q of its segment, so the
+// mean loss at position p is the mean of every Q-th token loss from p; the counts add up to the
+// tokens, and the weighted means to the loss. Segments mode gives its own, larger first losses.
+TEST(Evaluator, LossByPositionIsTheMeanOfEveryQthTokenLoss) {
+  auto f = make(AttnType::kXl, 203);
+  for (auto o : {options(Mode::kMemory, 16, 16, 1), options(Mode::kSegments, 16, 0, 1)}) {
+    Extras extras;
+    extras.token_losses = true;
+    extras.by_position = true;
+    const auto r = evaluate(f.model, text(f.ids), o, extras);
+    ASSERT_EQ(r.loss_by_position.size(), 16u);
+    std::int64_t tokens = 0;
+    double sum = 0.0;
+    for (std::int64_t p = 0; p < 16; ++p) {
+      const auto every_qth = r.token_losses.slice(0, p, r.token_losses.size(0), 16).to(torch::kDouble);  // [~N / Q]
+      EXPECT_EQ(r.tokens_by_position[p], every_qth.numel()) << p;
+      EXPECT_NEAR(r.loss_by_position[p], every_qth.mean().item<double>(), 1e-6) << p;
+      tokens += r.tokens_by_position[p];
+      sum += r.loss_by_position[p] * static_cast<double>(r.tokens_by_position[p]);
+    }
+    EXPECT_EQ(tokens, r.tokens);
+    EXPECT_NEAR(sum / static_cast<double>(tokens), r.loss, 1e-6);
+  }
+  Extras sliding;
+  sliding.by_position = true;
+  TXL_EXPECT_THROW_WITH(evaluate(f.model, text(f.ids), options(Mode::kSliding, 16, 0, 1), sliding),
+                        "not sliding windows");
+}
+
+}  // namespace

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "txl/data/batch.h"
 #include "txl/data/dataset.h"
@@ -39,6 +40,11 @@ struct EvalResult {
   double recall_loss = 0.0;          // nats per recall token; ln 64 = 4.159 = no recall
   std::int64_t recall_tokens = 0;
   torch::Tensor token_losses;  // float [tokens] in text order, when asked (Extras); else undefined
+  // When asked (Extras::by_position): the mean loss at each position 0..Q-1 of a segment (after
+  // ext_len context columns; NaN where no token was scored) and the tokens scored there. Without
+  // memory, position 0 has no context at all; with it, every position has M tokens or more.
+  std::vector<double> loss_by_position;
+  std::vector<std::int64_t> tokens_by_position;
 };
 
 // What an evaluation gives beyond its figures, on request. Both need plain text (not
@@ -47,6 +53,7 @@ struct Extras {
   bool token_losses = false;  // fill EvalResult::token_losses
   torch::Tensor recall_mask;  // bool [N] (e.g. data::synthetic_recall_mask): targets whose loss is
                               // also reported on its own (recall_loss)
+  bool by_position = false;   // fill EvalResult::loss_by_position (memory and segments modes)
 };
 
 // Evaluates `model` (on settings.device) on `text`: its first settings.max_tokens targets
@@ -72,6 +79,7 @@ torch::Tensor masked_sum(const torch::Tensor& nll, const torch::Tensor& mask);
 struct BatchScore {
   torch::Tensor nll;        // float [B, T] on the device; meaningful where target_mask is true
   torch::Tensor sum;        // double [] on the device: masked_sum(nll, target_mask), nats
+  torch::Tensor target_mask;  // bool [B, T] on the device
   std::int64_t count = 0;   // scored targets (the batch's n_scored)
 
   double sum_value() const;  // `sum` read to the host (waits for the device)
