@@ -304,6 +304,12 @@ std::string to_json(const EvalResult& r) {
       {"tokens_per_s", r.tokens_per_s},
       {"recall_loss", r.recall_loss}};
   for (const auto& [key, value] : numbers) json::put_number(j, key, value);
+  if (!r.loss_by_position.empty()) {
+    json::Json by_position = json::Json::array();  // NaN (no token scored there) as null
+    for (double loss : r.loss_by_position) by_position.push_back(std::isfinite(loss) ? json::Json(loss) : json::Json());
+    j["loss_by_position"] = std::move(by_position);
+    j["tokens_by_position"] = r.tokens_by_position;
+  }
   return j.dump();
 }
 

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "txl/config/command_line.h"
+#include "txl/config/device.h"
 #include "txl/config/load.h"
 #include "txl/data/corpus.h"
 #include "txl/data/dataset.h"
@@ -28,6 +29,17 @@ namespace stdfs = std::filesystem;
 
 namespace {
 
+// Mean loss by position of the segment, eight positions a line.
+void print_positions(const EvalResult& r, std::ostream& out) {
+  out << fmt::format("{:<8} loss by position in the segment (0..{}):\n", "", r.loss_by_position.size() - 1);
+  for (size_t p = 0; p < r.loss_by_position.size(); p += 8) {
+    std::string line = fmt::format("{:<8} {:>5}:", "", p);
+    for (size_t k = p; k < std::min(p + 8, r.loss_by_position.size()); ++k)
+      line += fmt::format(" {:>7.4f}", r.loss_by_position[k]);
+    out << line << "\n";
+  }
+}
+
 void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
   out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9} {:>10} {:>8} {:>8} {:>10} {:>9}\n",
                      "split", "mode", "Q", "M", "L", "s", "loss", "ppl", "bits/tok",
@@ -36,6 +48,7 @@ void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
     out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9.4f} {:>10.3f} {:>8.4f} {:>8.4f} {:>10} {:>9.0f}\n",
                        r.split, config::to_string(r.mode), r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
                        r.bits_per_token, r.bits_per_byte, r.tokens, r.tokens_per_s);
+    if (!r.loss_by_position.empty()) print_positions(r, out);
     if (r.recall_tokens > 0) {
       out << fmt::format("{:<8} recall loss {:.4f} nats over {} recalled values (ln 64 = 4.159 "
                          "means no recall, 0 perfect)\n", "", r.recall_loss, r.recall_tokens);
@@ -158,6 +171,7 @@ std::vector<EvalResult> score(const EvalRequest& request, const config::Experime
   for (const auto& target : targets) {
     Extras extras;
     extras.token_losses = keep_losses;
+    extras.by_position = request.by_position;
     // The synthetic corpus's recalled values, also on their own (plain text only).
     if (config.data.corpus == "synthetic" && !settings.documents)
       extras.recall_mask = data::synthetic_recall_mask(target.split.ids, *loaded.tokenizer);
@@ -211,12 +225,14 @@ const std::vector<std::string>& settable_keys() {
   return keys;
 }
 
-Evaluation load(const EvalRequest& request) {
+Evaluation load(const EvalRequest& request, int local_rank) {
+  const models::Checkpoint checkpoint = models::read_checkpoint(request.checkpoint);
   Evaluation evaluation;
-  evaluation.loaded = models::load_model(request.checkpoint);
-  evaluation.config =
-      config::experiment_over(evaluation.loaded.config, request.checkpoint + " (stored experiment)",
-                              request.overrides, settable_keys());
+  evaluation.config = config::experiment_over(checkpoint.config, request.checkpoint + " (stored experiment)",
+                                              request.overrides, settable_keys());
+  // The weights go from the file straight to the evaluation's device.
+  evaluation.loaded = models::rebuild_model(checkpoint, request.checkpoint,
+                                            config::resolve_device(evaluation.config.run.device, local_rank));
   return evaluation;
 }
 

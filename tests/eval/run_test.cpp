@@ -317,3 +317,39 @@ TEST(EvalTool, FlagsAndSetAreOneGrammar) {
 }
 
 }  // namespace
+
+namespace {
+
+// txl-eval --by-position: the JSON carries the mean loss at each of the Q positions and the
+// tokens there, which weigh back to the loss; the table prints them; sliding windows refuse.
+TEST(EvalTool, ByPositionGivesTheLossAtEachPositionOfTheSegment) {
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
+  txl::test::TempDir dir;
+  auto config = txl::test::tiny_experiment(dir.path());
+  config.train.max_steps = 3;
+  txl::train::train(config, txl::test::quiet_run());
+  const std::string ckpt = (dir / "runs/tiny/checkpoint_last.safetensors").string();
+  const auto json = txl_eval({ckpt, "--split", "valid", "--json", "--by-position", "--threads", "1"});
+  ASSERT_EQ(json.status, 0) << json.output;
+  const auto r = nlohmann::json::parse(json.out);
+  const auto losses = r.at("loss_by_position").get<std::vector<double>>();
+  const auto tokens = r.at("tokens_by_position").get<std::vector<std::int64_t>>();
+  ASSERT_EQ(losses.size(), static_cast<size_t>(config.model.tgt_len));
+  ASSERT_EQ(tokens.size(), losses.size());
+  double sum = 0.0;
+  std::int64_t count = 0;
+  for (size_t p = 0; p < losses.size(); ++p) {
+    sum += losses[p] * static_cast<double>(tokens[p]);
+    count += tokens[p];
+  }
+  EXPECT_EQ(count, r.at("tokens").get<std::int64_t>());
+  EXPECT_NEAR(sum / static_cast<double>(count), r.at("loss").get<double>(), 1e-6);
+  const auto table = txl_eval({ckpt, "--split", "valid", "--by-position", "--threads", "1"});
+  ASSERT_EQ(table.status, 0) << table.output;
+  EXPECT_NE(table.out.find("loss by position in the segment (0..15)"), std::string::npos) << table.out;
+  const auto sliding = txl_eval({ckpt, "--split", "valid", "--by-position", "--mode", "sliding"});
+  EXPECT_EQ(sliding.status, 1);
+  EXPECT_NE(sliding.output.find("not sliding windows"), std::string::npos) << sliding.output;
+}
+
+}  // namespace

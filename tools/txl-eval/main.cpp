@@ -45,12 +45,14 @@ int main(int argc, char** argv) {
   app.add_flag("--sweep", request.sweep, "perplexity against evaluation mem_len: table, JSON, plot");
   app.add_option("--out", request.out_dir, "sweep results folder (default: the checkpoint's)");
   app.add_flag("--json", request.json, "print results as JSON lines");
+  app.add_flag("--by-position", request.by_position,
+               "also the mean loss at each position of the segment (memory, segments modes)");
   CLI11_PARSE(app, argc, argv);
   request.overrides = line.overrides;
   std::string who;  // "rank R: " in a data-parallel job
   try {
     const auto env = txl::dist::enter_job(who);
-    auto evaluation = txl::eval::load(request);
+    auto evaluation = txl::eval::load(request, env.local_rank);
     if (line.dump) {
       std::cout << txl::config::dump_experiment(evaluation.config);
       return 0;

@@ -42,6 +42,7 @@ struct EvalRequest {
   bool sweep = false;                     // context sweep over mem_len (eval.sweep_mem_lens)
   std::string out_dir;                    // sweep output folder ("" = the checkpoint's folder)
   bool json = false;                      // JSON lines instead of a table
+  bool by_position = false;               // also the mean loss at each position of the segment
   // Data-parallel evaluation (txl-eval under torchrun or srun): every rank scores its share of
   // each batch's rows and the sums are reduced, so the figures are those of one process; rank
   // 0 alone prints and writes files. Null = this process alone.
@@ -61,7 +62,8 @@ struct Evaluation {
   models::LoadedModel loaded;
   config::ExperimentConfig config;
 };
-Evaluation load(const EvalRequest& request);
+// The model goes straight to run.device (on a GPU, the one of `local_rank`).
+Evaluation load(const EvalRequest& request, int local_rank = 0);
 
 // txl-eval's shorthand flags, each the override of one eval key: `--mode sliding` is
 // `--set eval.mode=sliding`; a list flag's comma-separated value becomes a YAML list
