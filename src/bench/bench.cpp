@@ -135,9 +135,11 @@ void measure_throughput(const config::ExperimentConfig& config, const BenchOptio
 
 // The matrix-product peaks, and the GFLOP/s and MFU of the measured throughput against them.
 void measure_peaks(const BenchSettings& s, const torch::Device& device, BenchReport& r) {
-  log::info("bench", "matmul peak probe on {}: sizes {}", device.str(), fmt::join(s.peak_sizes, ", "));
-  r.peak_fp32 = probe_matmul_peak(torch::kFloat, s.peak_sizes, s.peak_repetitions, device);
-  r.peak_bf16 = probe_matmul_peak(torch::kBFloat16, s.peak_sizes, s.peak_repetitions, device);
+  // A GPU reaches its peak only on products large enough to hide launch and wait times.
+  const std::vector<std::int64_t> sizes = device.is_cpu() ? s.peak_sizes : std::vector<std::int64_t>{4096, 8192};
+  log::info("bench", "matmul peak probe on {}: sizes {}", device.str(), fmt::join(sizes, ", "));
+  r.peak_fp32 = probe_matmul_peak(torch::kFloat, sizes, s.peak_repetitions, device);
+  r.peak_bf16 = probe_matmul_peak(torch::kBFloat16, sizes, s.peak_repetitions, device);
   r.train_gflops = r.train_fp32.tokens_per_s * r.flops_per_token / 1e9;
   r.train_gflops_bf16 = r.train_bf16.tokens_per_s * r.flops_per_token / 1e9;
   r.eval_gflops = r.eval_fp32.tokens_per_s * r.eval_flops_per_token / 1e9;

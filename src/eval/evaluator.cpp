@@ -53,23 +53,27 @@ data::EncodedSplit scored_prefix(const data::EncodedSplit& split, std::int64_t m
 
 namespace {
 
-// Loss summed by column of the batches (the position within the segment, after ext_len
-// columns), on the device, and the scored tokens by column, on the host.
+// Loss summed by position of the segment (batch column; ext_len is 0) on the device, and the
+// scored tokens by position on the host, Q wide on every rank so that every rank takes part in
+// the reduction.
 class PositionTotals {
  public:
+  PositionTotals(std::int64_t q, const torch::Device& device)
+      : sum_(torch::zeros({q}, torch::TensorOptions(torch::kDouble).device(device))),  // [Q]
+        count_(torch::zeros({q}, torch::kInt64)) {}                                    // [Q]
+
   void add(const BatchScore& score, const torch::Tensor& host_mask) {
-    const auto sums = score.nll.to(torch::kDouble).masked_fill(score.target_mask.logical_not(), 0.0).sum(0);  // [T]
-    const auto counts = host_mask.sum(0);  // int64 [T]
-    sum_ = grow_add(sum_, sums);
-    count_ = grow_add(count_, counts);
+    const std::int64_t t = host_mask.size(1);
+    TXL_CHECK(t <= sum_.size(0), "losses by position: a batch of ", t, " columns for segments of ",
+              sum_.size(0));
+    sum_.narrow(0, 0, t).add_(score.nll.to(torch::kDouble).masked_fill(score.target_mask.logical_not(), 0.0).sum(0));
+    count_.narrow(0, 0, t).add_(host_mask.sum(0));
   }
 
-  // Sums and counts of every rank, read once, from column `first` on.
-  std::pair<std::vector<double>, std::vector<std::int64_t>> read(dist::Group* group, std::int64_t first) const {
-    if (!sum_.defined()) return {};
-    auto both = torch::stack({sum_.to(torch::kCPU), count_.to(torch::kDouble)});  // [2, T]
+  // Sums and counts of every rank, read once.
+  std::pair<std::vector<double>, std::vector<std::int64_t>> read(dist::Group* group) const {
+    auto both = torch::stack({sum_.to(torch::kCPU), count_.to(torch::kDouble)});  // [2, Q]
     if (group != nullptr) group->all_reduce(both);
-    both = both.narrow(1, first, both.size(1) - first).contiguous();  // [2, Q]
     const std::int64_t q = both.size(1);
     const double* v = both.data_ptr<double>();
     std::vector<double> sums(v, v + q);
@@ -79,29 +83,17 @@ class PositionTotals {
   }
 
  private:
-  // a + b, the shorter padded with zeros at the end (a final batch may be narrower).
-  static torch::Tensor grow_add(const torch::Tensor& a, const torch::Tensor& b) {
-    if (!a.defined()) return b.clone();
-    if (a.size(0) >= b.size(0)) {
-      a.narrow(0, 0, b.size(0)).add_(b);
-      return a;
-    }
-    auto out = b.clone();
-    out.narrow(0, 0, a.size(0)).add_(a);
-    return out;
-  }
-
-  torch::Tensor sum_;    // double [T] on the device
-  torch::Tensor count_;  // int64 [T] on the host
+  torch::Tensor sum_;    // double [Q] on the device
+  torch::Tensor count_;  // int64 [Q] on the host
 };
 
 // Accumulates the sums one evaluation needs, and the per-token losses in text order and the
 // losses by position on request.
 class Accumulator {
  public:
-  Accumulator(std::int64_t rows, bool keep_tokens, bool by_position)
-      : keep_(keep_tokens), rows_(rows) {
-    if (by_position) positions_.emplace();
+  Accumulator(const Settings& settings, bool keep_tokens, bool by_position)
+      : keep_(keep_tokens), rows_(settings.batch_size) {
+    if (by_position) positions_.emplace(settings.tgt_len, settings.device);
   }
 
   const std::optional<PositionTotals>& positions() const { return positions_; }
@@ -200,6 +192,9 @@ void check_request(const models::TransformerLM& model, const data::EncodedSplit&
             "recall mask has ", extras.recall_mask.numel(), " entries for ", text.ids.numel(), " tokens");
   TXL_CHECK(!extras.by_position || settings.mode != Mode::kSliding,
             "losses by position need segments (eval.mode memory or segments), not sliding windows");
+  TXL_CHECK(!extras.by_position || settings.ext_len == 0,
+            "losses by position are not measured with model.ext_len = ", settings.ext_len,
+            " (the segment's columns then start at different places)");
   if (!settings.documents) return;
   TXL_CHECK(settings.mode != Mode::kSliding && !extras.token_losses && !extras.recall_mask.defined(),
             "data.document_mode: evaluating documents on their own gives no sliding windows, "
@@ -240,7 +235,7 @@ void fill_token_figures(EvalResult& r, const Accumulator& acc, const Settings& s
 
 // Mean loss and scored tokens at every position of the segment.
 void fill_position_figures(EvalResult& r, const PositionTotals& totals, const Settings& settings) {
-  auto [sums, counts] = totals.read(sharing(settings), settings.ext_len);
+  auto [sums, counts] = totals.read(sharing(settings));
   r.tokens_by_position = counts;
   r.loss_by_position.resize(sums.size());
   for (size_t p = 0; p < sums.size(); ++p)
@@ -262,7 +257,7 @@ EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& spli
   EvalResult result;
   result.mode = settings.mode;
   const bool keep_tokens = extras.token_losses || extras.recall_mask.defined();
-  Accumulator acc(settings.batch_size, keep_tokens, extras.by_position);
+  Accumulator acc(settings, keep_tokens, extras.by_position);
   if (settings.mode == Mode::kSliding) {
     result.tgt_len = settings.window;
     result.window = settings.window;

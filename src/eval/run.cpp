@@ -9,7 +9,6 @@
 #include <CLI/CLI.hpp>
 
 #include "txl/config/command_line.h"
-#include "txl/config/device.h"
 #include "txl/config/load.h"
 #include "txl/data/corpus.h"
 #include "txl/data/dataset.h"
@@ -225,24 +224,22 @@ const std::vector<std::string>& settable_keys() {
   return keys;
 }
 
-Evaluation load(const EvalRequest& request, int local_rank) {
-  const models::Checkpoint checkpoint = models::read_checkpoint(request.checkpoint);
+Evaluation load(const EvalRequest& request) {
   Evaluation evaluation;
-  evaluation.config = config::experiment_over(checkpoint.config, request.checkpoint + " (stored experiment)",
+  evaluation.checkpoint = models::read_checkpoint(request.checkpoint);
+  evaluation.config = config::experiment_over(evaluation.checkpoint.config, request.checkpoint + " (stored experiment)",
                                               request.overrides, settable_keys());
-  // The weights go from the file straight to the evaluation's device.
-  evaluation.loaded = models::rebuild_model(checkpoint, request.checkpoint,
-                                            config::resolve_device(evaluation.config.run.device, local_rank));
   return evaluation;
 }
 
 void run(const EvalRequest& request, Evaluation evaluation, std::ostream& out) {
   const auto group = request.group ? request.group : std::make_shared<dist::Group>();
   const bool main_rank = group->is_main();
-  models::LoadedModel& loaded = evaluation.loaded;
   const config::ExperimentConfig& config = evaluation.config;
   const Settings settings = resolve_settings(config, group.get());
-  loaded.model->to(settings.device);
+  TXL_CHECK(!(request.by_position && request.sweep), "--by-position does not go with --sweep");
+  // The weights go from the file straight to the evaluation's device.
+  models::LoadedModel loaded = models::rebuild_model(evaluation.checkpoint, request.checkpoint, settings.device);
   const auto targets = collect_targets(request, config, loaded, *group);
   const auto results = request.sweep ? sweep(request, config, settings, loaded, targets, main_rank)
                                      : score(request, config, settings, loaded, targets, main_rank);

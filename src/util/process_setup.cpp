@@ -36,10 +36,13 @@ bool spinning_chosen() {
   return std::getenv("GOMP_SPINCOUNT") != nullptr || std::getenv("OMP_WAIT_POLICY") != nullptr;
 }
 
-// Returns only when the re-execution failed: the program carries on as it was.
-void reexecute(char** argv) {
+void check_argv(char** argv) {
   TXL_CHECK(argv != nullptr, "ProcessSetup::apply: limit_openmp_spinning and choose_openblas_core "
             "re-execute the program and need main's argv (or set them to false)");
+}
+
+// Returns only when the re-execution failed: the program carries on as it was.
+void reexecute(char** argv) {
 #if defined(__linux__)
   execv("/proc/self/exe", argv);
 #endif
@@ -89,14 +92,16 @@ int ProcessSetup::resolved_threads() const {
 }
 
 int ProcessSetup::apply(char** argv) const {
-  bool changed = false;
-  if (limit_openmp_spinning && !spinning_chosen())
-    changed = setenv("GOMP_SPINCOUNT", kSpinCount, 1) == 0;
-  if (choose_openblas_core && std::getenv("OPENBLAS_CORETYPE") == nullptr) {
-    const std::string core = detail::openblas_core_override(openblas_core(), cpu_has_avx512());
+  const bool spin = limit_openmp_spinning && !spinning_chosen();
+  const std::string core = choose_openblas_core && std::getenv("OPENBLAS_CORETYPE") == nullptr
+                               ? detail::openblas_core_override(openblas_core(), cpu_has_avx512())
+                               : "";
+  if (spin || !core.empty()) {
+    check_argv(argv);  // before the environment changes
+    bool changed = spin && setenv("GOMP_SPINCOUNT", kSpinCount, 1) == 0;
     if (!core.empty()) changed = setenv("OPENBLAS_CORETYPE", core.c_str(), 1) == 0 || changed;
+    if (changed) reexecute(argv);
   }
-  if (changed) reexecute(argv);
   const int n = resolved_threads();
   torch::set_num_threads(n);
   if (keep_freed_memory) keep_freed_blocks_in_heap();

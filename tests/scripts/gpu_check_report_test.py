@@ -54,6 +54,10 @@ def main():
         report = json.loads((out / "report.json").read_text())
         assert r.returncode == 1 and not report["passed"], (r.stdout, report)
         assert report["failed"] == ["kjv_valid_loss"] and len(report["steps"]) == 4, report
+        (out / "steps" / "03_kjv_valid_loss.json").write_text(  # a status nobody set is a failure
+            json.dumps({"name": "kjv_valid_loss", "status": "", "seconds": 1, "details": {}}))
+        r = run(out, "cpu", 0, 0)
+        assert r.returncode == 1 and not json.loads((out / "report.json").read_text())["passed"], r.stdout
     print("gpu_check_report: ok")
 
 

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   std::string who;  // "rank R: " in a data-parallel job
   try {
     const auto env = txl::dist::enter_job(who);
-    auto evaluation = txl::eval::load(request, env.local_rank);
+    auto evaluation = txl::eval::load(request);
     if (line.dump) {
       std::cout << txl::config::dump_experiment(evaluation.config);
       return 0;

@@ -40,9 +40,9 @@ struct EvalResult {
   double recall_loss = 0.0;          // nats per recall token; ln 64 = 4.159 = no recall
   std::int64_t recall_tokens = 0;
   torch::Tensor token_losses;  // float [tokens] in text order, when asked (Extras); else undefined
-  // When asked (Extras::by_position): the mean loss at each position 0..Q-1 of a segment (after
-  // ext_len context columns; NaN where no token was scored) and the tokens scored there. Without
-  // memory, position 0 has no context at all; with it, every position has M tokens or more.
+  // When asked (Extras::by_position): the mean loss at each position 0..Q-1 of a segment (NaN
+  // where no token was scored) and the tokens scored there. Without memory, position 0 has no
+  // context at all; with it, every position has M tokens or more.
   std::vector<double> loss_by_position;
   std::vector<std::int64_t> tokens_by_position;
 };
@@ -53,7 +53,8 @@ struct Extras {
   bool token_losses = false;  // fill EvalResult::token_losses
   torch::Tensor recall_mask;  // bool [N] (e.g. data::synthetic_recall_mask): targets whose loss is
                               // also reported on its own (recall_loss)
-  bool by_position = false;   // fill EvalResult::loss_by_position (memory and segments modes)
+  bool by_position = false;   // fill EvalResult::loss_by_position (memory and segments modes,
+                              // model.ext_len 0)
 };
 
 // Evaluates `model` (on settings.device) on `text`: its first settings.max_tokens targets

@@ -54,16 +54,15 @@ struct EvalRequest {
 // run.dist_timeout). The model and its training are the checkpoint's.
 const std::vector<std::string>& settable_keys();
 
-// The model and tokenizer of the request's checkpoint, and the experiment to evaluate with: the
+// The request's checkpoint as read, and the experiment to evaluate with: the
 // checkpoint's own with the request's overrides. Its run.threads is the thread count the
 // program sets (ProcessSetup). Throws txl::Error for a missing or bad checkpoint and for an
 // override that is invalid or not settable.
 struct Evaluation {
-  models::LoadedModel loaded;
+  models::Checkpoint checkpoint;    // as read (the model is built from it on the run's device)
   config::ExperimentConfig config;
 };
-// The model goes straight to run.device (on a GPU, the one of `local_rank`).
-Evaluation load(const EvalRequest& request, int local_rank = 0);
+Evaluation load(const EvalRequest& request);
 
 // txl-eval's shorthand flags, each the override of one eval key: `--mode sliding` is
 // `--set eval.mode=sliding`; a list flag's comma-separated value becomes a YAML list
