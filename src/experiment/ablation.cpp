@@ -254,6 +254,7 @@ ResultRecord evaluate_planned(const std::string& name, const config::ExperimentC
                               const PlannedEval& p) {
   const data::EncodedSplit& split = dataset.split(p.split);
   eval::Extras extras;
+  extras.by_position = p.settings.mode != eval::Mode::kSliding && p.settings.ext_len == 0;
   if (cfg.data.corpus == "synthetic" && !p.settings.documents)
     extras.recall_mask = data::synthetic_recall_mask(split.ids, *dataset.tokenizer);  // bool [N]
   auto r = eval::evaluate(model, split, p.settings, extras);

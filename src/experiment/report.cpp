@@ -49,6 +49,7 @@ ResultRecord make_record(const eval::EvalResult& result, const eval::Settings& s
   rec.seconds = result.seconds;
   rec.recall_loss = result.recall_loss;
   rec.recall_tokens = result.recall_tokens;
+  rec.loss_by_position = result.loss_by_position;
   return rec;
 }
 
@@ -83,6 +84,11 @@ Json record_to_json(const ResultRecord& r) {
   json::put_number(j, "train_tokens_per_s", r.train_tokens_per_s);
   json::put_number(j, "train_seconds", r.train_seconds);
   j["params"] = r.params;
+  if (!r.loss_by_position.empty()) {
+    Json by_position = Json::array();  // a position nothing was scored at: null
+    for (double loss : r.loss_by_position) by_position.push_back(std::isfinite(loss) ? Json(loss) : Json());
+    j["loss_by_position"] = std::move(by_position);
+  }
   return j;
 }
 
@@ -143,6 +149,14 @@ ResultRecord record_from_json(const Json& j, const std::string& origin) {
   r.train_tokens_per_s = field<double>(j, "train_tokens_per_s", origin);
   r.train_seconds = field<double>(j, "train_seconds", origin);
   r.params = field<std::int64_t>(j, "params", origin);
+  if (j.contains("loss_by_position")) {  // optional: not in sliding records nor older files
+    const Json& by_position = j.at("loss_by_position");
+    TXL_CHECK(by_position.is_array(), origin, ": result field \"loss_by_position\" must be an array");
+    for (const Json& v : by_position) {
+      TXL_CHECK(v.is_null() || v.is_number(), origin, ": \"loss_by_position\" holds a non-number");
+      r.loss_by_position.push_back(v.is_null() ? std::nan("") : v.get<double>());
+    }
+  }
   return r;
 }
 
@@ -652,6 +666,42 @@ std::string plots_section(const Report& report) {
          "![Evaluation cost against perplexity](eval_cost.png)\n";
 }
 
+// The positions a position table shows: 0, 1, 2, 4, 8, ... below q, and q - 1.
+std::vector<size_t> shown_positions(size_t q) {
+  std::vector<size_t> out;
+  for (size_t p = 0; p < q; p = p == 0 ? 1 : 2 * p) out.push_back(p);
+  if (out.back() != q - 1) out.push_back(q - 1);
+  return out;
+}
+
+// Mean loss by position of the segment, for every record that has it, split by split.
+std::string position_section(const std::vector<ResultRecord>& records) {
+  std::string md;
+  for (const auto& split : splits_in_order(records)) {
+    std::vector<const ResultRecord*> rows;
+    for (const auto& r : records)
+      if (r.split == split && !r.loss_by_position.empty()) rows.push_back(&r);
+    if (rows.empty()) continue;
+    const auto positions = shown_positions(rows.front()->loss_by_position.size());
+    std::vector<std::string> header = {"variant", "mode", "M"};
+    for (size_t p : positions) header.push_back(fmt::format("pos {}", p));
+    std::vector<std::vector<std::string>> cells;
+    for (const ResultRecord* r : rows) {
+      std::vector<std::string> row = {r->variant, config::to_string(r->eval_mode), std::to_string(r->mem_len)};
+      for (size_t p : positions)
+        row.push_back(p < r->loss_by_position.size() ? fmt::format("{:.4f}", r->loss_by_position[p]) : "");
+      cells.push_back(row);
+    }
+    std::vector<bool> right(header.size(), true);
+    right[0] = right[1] = false;
+    md += "\n## Loss by position in the segment (" + split + ")\n\nMean loss in nats of the tokens at "
+          "each position of a segment. Without memory, position 0 has no context and the first "
+          "positions little; memory gives every position M tokens more.\n\n" +
+          markdown_table(header, cells, right);
+  }
+  return md;
+}
+
 }  // namespace
 
 Report write_report(const stdfs::path& dir, const std::string& ablation_name,
@@ -673,6 +723,7 @@ Report write_report(const stdfs::path& dir, const std::string& ablation_name,
   for (const auto& split : splits_in_order(records)) {
     md += "\n## Results on " + split + "\n\n" + split_table(records, split);
   }
+  md += position_section(records);
   md += "\n## Findings\n\n" + findings_section(records);
   md += "\n## Plots\n\n" + plots_section(report);
   md +=

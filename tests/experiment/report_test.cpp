@@ -515,3 +515,41 @@ TEST(Report, UnwritableDirectoryIsAnError) {
 }
 
 }  // namespace
+
+namespace {
+
+// Records with losses by position: results.json keeps them (a NaN as null, and back), records
+// without them stay without, and report.md tabulates positions 0, 1, 2, 4, ..., Q - 1.
+TEST(Report, LossByPositionIsKeptAndTabulated) {
+  TempDir dir;
+  auto records = sample_records();
+  std::vector<double> xl(8), vanilla(8);
+  for (int p = 0; p < 8; ++p) {
+    xl[static_cast<size_t>(p)] = 4.0 + 0.01 * p;
+    vanilla[static_cast<size_t>(p)] = 5.0 - 0.1 * p;
+  }
+  vanilla[3] = NAN;
+  for (auto& r : records) {
+    if (r.split != "test") continue;
+    if (r.variant == "xl" && r.mem_len == 128) r.loss_by_position = xl;
+    if (r.variant == "vanilla" && r.eval_mode == EvalMode::kSegments) r.loss_by_position = vanilla;
+  }
+  txl::experiment::write_report(dir.path(), "toy_ablation", records, sample_curves(dir), no_plots());
+  const auto back = txl::experiment::records_from_json(txl::fs::read_file(dir / "results.json"), "x");
+  ASSERT_EQ(back.size(), records.size());
+  for (size_t i = 0; i < back.size(); ++i) {
+    ASSERT_EQ(back[i].loss_by_position.size(), records[i].loss_by_position.size()) << i;
+    for (size_t p = 0; p < back[i].loss_by_position.size(); ++p) {
+      const double want = records[i].loss_by_position[p], got = back[i].loss_by_position[p];
+      EXPECT_TRUE(std::isnan(want) ? std::isnan(got) : got == want) << i << " " << p;
+    }
+  }
+  const std::string md = txl::fs::read_file(dir / "report.md");
+  EXPECT_TRUE(contains(md, "## Loss by position in the segment (test)")) << md;
+  EXPECT_FALSE(contains(md, "## Loss by position in the segment (valid)"));
+  EXPECT_TRUE(contains(md, "|  pos 0 |  pos 1 |  pos 2 |  pos 4 |  pos 7 |")) << md;
+  EXPECT_TRUE(contains(md, "| 5.0000 | 4.9000 | 4.8000 | 4.6000 | 4.3000 |")) << md;
+  EXPECT_TRUE(contains(md, "| 4.0000 | 4.0100 | 4.0200 | 4.0400 | 4.0700 |")) << md;
+}
+
+}  // namespace

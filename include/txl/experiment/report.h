@@ -44,6 +44,9 @@ struct ResultRecord {
   // 0 perfect recall) and their count; 0 / 0 on other corpora.
   double recall_loss = 0.0;
   std::int64_t recall_tokens = 0;
+  // Mean loss at each position 0..Q-1 of the segment (memory and segments modes without
+  // model.ext_len; empty otherwise, and in records of older versions).
+  std::vector<double> loss_by_position;
   // Training figures of the variant.
   int train_tgt_len = 0;            // model.tgt_len
   int train_mem_len = 0;            // model.mem_len
