@@ -14,6 +14,7 @@
 #include "txl/data/dataset.h"
 #include "txl/data/synthetic.h"
 #include "txl/dist/group.h"
+#include "txl/eval/context_use.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/util/error.h"
@@ -232,12 +233,85 @@ Evaluation load(const EvalRequest& request) {
   return evaluation;
 }
 
+namespace {
+
+// Both checkpoints on the same tokens: the first's targets, each model with its own settings.
+struct Comparison {
+  std::string split;
+  EvalResult a, b;
+  RatioInterval ratio;
+};
+
+std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& first, dist::Group& group) {
+  EvalRequest other_request = request;
+  other_request.checkpoint = request.compare;
+  const Evaluation second = load(other_request);
+  TXL_CHECK(second.checkpoint.tokenizer_fingerprint == first.checkpoint.tokenizer_fingerprint,
+            "--compare: ", request.compare, " has another tokenizer than ", request.checkpoint,
+            " (fingerprints ", second.checkpoint.tokenizer_fingerprint, " and ",
+            first.checkpoint.tokenizer_fingerprint, "): their losses are not on the same tokens");
+  const Settings sa = resolve_settings(first.config, &group), sb = resolve_settings(second.config, &group);
+  auto a = models::rebuild_model(first.checkpoint, request.checkpoint, sa.device);
+  auto b = models::rebuild_model(second.checkpoint, request.compare, sb.device);
+  const auto targets = collect_targets(request, first.config, a, group);
+  Extras extras;
+  extras.token_losses = true;
+  std::vector<Comparison> out;
+  for (const auto& target : targets) {
+    Comparison c{target.name, evaluate(a.model, target.split, sa, extras), evaluate(b.model, target.split, sb, extras), {}};
+    c.a.split = c.b.split = target.name;
+    TXL_CHECK(c.a.token_losses.numel() == c.b.token_losses.numel(), "--compare: ", c.a.token_losses.numel(),
+              " and ", c.b.token_losses.numel(), " tokens scored on ", target.name, "; set eval.max_tokens");
+    c.ratio = paired_bootstrap_ppl_ratio(c.a.token_losses, c.b.token_losses);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::string comparison_json(const EvalRequest& request, const Comparison& c) {
+  json::Json j = {{"compare", {{"split", c.split}, {"a", request.checkpoint}, {"b", request.compare},
+                               {"tokens", c.ratio.tokens}, {"block", c.ratio.block},
+                               {"samples", c.ratio.samples}, {"confidence", c.ratio.confidence},
+                               {"significant", c.ratio.significant()}}}};
+  json::put_number(j["compare"], "ppl_a", c.a.ppl);
+  json::put_number(j["compare"], "ppl_b", c.b.ppl);
+  json::put_number(j["compare"], "ratio", c.ratio.ratio);
+  json::put_number(j["compare"], "low", c.ratio.low);
+  json::put_number(j["compare"], "high", c.ratio.high);
+  return j.dump();
+}
+
+void print_comparisons(const EvalRequest& request, const std::vector<Comparison>& comparisons, bool json,
+                       std::ostream& out) {
+  for (const auto& c : comparisons) {
+    if (json) {
+      out << to_json(c.a) << "\n" << to_json(c.b) << "\n" << comparison_json(request, c) << "\n";
+      continue;
+    }
+    print_table({c.a, c.b}, out);
+    out << fmt::format("{}: ppl {:.3f} (a: {}) / {:.3f} (b: {}) = {:.4f}, {:.0f}% interval [{:.4f}, {:.4f}] "
+                       "(paired bootstrap of {}-token blocks, {} resamples, {} tokens): {}\n",
+                       c.split, c.a.ppl, request.checkpoint, c.b.ppl, request.compare, c.ratio.ratio,
+                       100 * c.ratio.confidence, c.ratio.low, c.ratio.high, c.ratio.block, c.ratio.samples,
+                       c.ratio.tokens, c.ratio.significant() ? "significant" : "not significant (the interval holds 1)");
+  }
+}
+
+}  // namespace
+
 void run(const EvalRequest& request, Evaluation evaluation, std::ostream& out) {
   const auto group = request.group ? request.group : std::make_shared<dist::Group>();
   const bool main_rank = group->is_main();
   const config::ExperimentConfig& config = evaluation.config;
   const Settings settings = resolve_settings(config, group.get());
   TXL_CHECK(!(request.by_position && request.sweep), "--by-position does not go with --sweep");
+  if (!request.compare.empty()) {
+    TXL_CHECK(!request.sweep && request.token_losses_path.empty(),
+              "--compare does not go with --sweep or --token-losses");
+    const auto comparisons = compare(request, evaluation, *group);
+    if (main_rank) print_comparisons(request, comparisons, request.json, out);
+    return;
+  }
   // The weights go from the file straight to the evaluation's device.
   models::LoadedModel loaded = models::rebuild_model(evaluation.checkpoint, request.checkpoint, settings.device);
   const auto targets = collect_targets(request, config, loaded, *group);

@@ -353,3 +353,45 @@ TEST(EvalTool, ByPositionGivesTheLossAtEachPositionOfTheSegment) {
 }
 
 }  // namespace
+
+namespace {
+
+// txl-eval --compare: both checkpoints on the same tokens; the ratio is exp(loss_a - loss_b)
+// with its interval around it; a checkpoint against itself is ratio 1, not significant; another
+// tokenizer is refused by name.
+TEST(EvalTool, CompareGivesTheRatioOfTwoCheckpointsWithItsInterval) {
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
+  txl::test::TempDir dir;
+  auto a = txl::test::tiny_experiment(dir.path(), "a");
+  a.train.max_steps = 3;
+  auto b = txl::test::tiny_experiment(dir.path(), "b");
+  b.train.max_steps = 6;
+  auto other = txl::test::tiny_experiment(dir.path(), "other");
+  other.train.max_steps = 1;
+  other.data.synthetic.alphabet = 12;  // another vocabulary
+  for (const auto* c : {&a, &b, &other}) txl::train::train(*c, txl::test::quiet_run());
+  const std::string ca = (dir / "runs/a/checkpoint_last.safetensors").string();
+  const std::string cb = (dir / "runs/b/checkpoint_last.safetensors").string();
+  const auto r = txl_eval({ca, "--compare", cb, "--split", "valid", "--json", "--threads", "1"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::istringstream lines(r.out);
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(lines, line);) records.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(records.size(), 3u) << r.out;
+  const auto& c = records[2].at("compare");
+  const double ratio = c.at("ratio").get<double>();
+  EXPECT_NEAR(ratio, std::exp(records[0].at("loss").get<double>() - records[1].at("loss").get<double>()), 1e-9);
+  EXPECT_EQ(records[0].at("tokens"), records[1].at("tokens"));
+  EXPECT_LE(c.at("low").get<double>(), ratio);
+  EXPECT_GE(c.at("high").get<double>(), ratio);
+  EXPECT_EQ(c.at("block"), 64);
+  const auto self = txl_eval({ca, "--compare", ca, "--split", "valid", "--threads", "1"});
+  ASSERT_EQ(self.status, 0) << self.output;
+  EXPECT_NE(self.out.find("= 1.0000, 95% interval [1.0000, 1.0000]"), std::string::npos) << self.out;
+  EXPECT_NE(self.out.find("not significant"), std::string::npos) << self.out;
+  const auto refused = txl_eval({ca, "--compare", (dir / "runs/other/checkpoint_last.safetensors").string()});
+  EXPECT_EQ(refused.status, 1);
+  EXPECT_NE(refused.output.find("has another tokenizer"), std::string::npos) << refused.output;
+}
+
+}  // namespace

@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
   app.add_flag("--sweep", request.sweep, "perplexity against evaluation mem_len: table, JSON, plot");
   app.add_option("--out", request.out_dir, "sweep results folder (default: the checkpoint's)");
   app.add_flag("--json", request.json, "print results as JSON lines");
+  app.add_option("--compare", request.compare,
+                 "a second checkpoint (same tokenizer): both on the same tokens, and the ppl ratio's "
+                 "paired bootstrap 95% interval");
   app.add_flag("--by-position", request.by_position,
                "also the mean loss at each position of the segment (memory, segments modes)");
   CLI11_PARSE(app, argc, argv);

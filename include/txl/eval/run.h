@@ -43,6 +43,11 @@ struct EvalRequest {
   std::string out_dir;                    // sweep output folder ("" = the checkpoint's folder)
   bool json = false;                      // JSON lines instead of a table
   bool by_position = false;               // also the mean loss at each position of the segment
+  // A second checkpoint (same tokenizer) to evaluate on the same tokens, each model with its own
+  // experiment and the same overrides; the ratio of their perplexities gets a paired block
+  // bootstrap 95% interval (eval::paired_bootstrap_ppl_ratio: blocks of 64 tokens, 1,000
+  // resamples, seed 1). "" = none.
+  std::string compare;
   // Data-parallel evaluation (txl-eval under torchrun or srun): every rank scores its share of
   // each batch's rows and the sums are reduced, so the figures are those of one process; rank
   // 0 alone prints and writes files. Null = this process alone.
