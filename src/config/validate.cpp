@@ -95,11 +95,11 @@ std::string plain_name_problem(const std::string& name, bool parts) {
   }
 }
 
-std::vector<Violation> check_experiment(const ExperimentConfig& c) {
-  Checker k;
+namespace {
 
-  // Names from a list (and enum values cast from a number): the loader rejects them as they are
-  // read; configs built in code are checked here.
+// Names from a list (and enum values cast from a number): the loader rejects them as they
+// are read; configs built in code are checked here.
+void check_choices(Checker& k, const ExperimentConfig& c) {
   ExperimentConfig copy = c;
   for (const Field& field : fields_of(copy)) {
     if (field.choices.empty()) continue;
@@ -113,7 +113,10 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
       k.rule(allowed, field.key, quoted(value) + " is not one of " + join_choices(field.choices));
     }
   }
+}
 
+// run.*
+void check_run(Checker& k, const ExperimentConfig& c) {
   const RunConfig& run = c.run;
   k.rule(!run.name.empty(), "run.name", "must not be empty (it names the run and its folder)");
   if (!run.name.empty()) {
@@ -128,7 +131,10 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.at_least("run.threads", run.threads, 0);
   k.at_least("run.log_interval", run.log_interval, 1);
   k.at_least("run.dist_timeout", run.dist_timeout, 1);
+}
 
+// data.*
+void check_data(Checker& k, const ExperimentConfig& c) {
   const DataConfig& data = c.data;
   k.rule(!data.cache_dir.empty(), "data.cache_dir", "must not be empty (e.g. data/cache)");
   k.rule(data.corpus != "text" || !data.path.empty(), "data.path",
@@ -143,7 +149,10 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.at_least("data.synthetic.keys", syn.keys, 1);
   k.at_least("data.synthetic.gap", syn.gap, 0);
   k.at_least("data.synthetic.alphabet", syn.alphabet, 1);
+}
 
+// model.*: sizes, rates, the output layer and initialisation.
+void check_model_shape(Checker& k, const ExperimentConfig& c) {
   const ModelConfig& m = c.model;
   k.at_least("model.n_layer", m.n_layer, 1);
   k.at_least("model.d_model", m.d_model, 1);
@@ -172,6 +181,11 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.fits_float("model.init_std", m.init_std);
   k.positive("model.proj_init_std", m.proj_init_std);
   k.fits_float("model.proj_init_std", m.proj_init_std);
+}
+
+// model.*: the lengths absolute and learned positions allow.
+void check_model_positions(Checker& k, const ExperimentConfig& c) {
+  const ModelConfig& m = c.model;
   if (uses_absolute_positions(m.attn_type) && !m.allow_abs_with_memory) {
     // Absolute positions restart at 0 in every segment, so cached states would collide with the
     // current ones (paper 3.3): a vanilla model with memory is a known-wrong setup.
@@ -201,7 +215,10 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
            "vanilla_learned has " + text(m.max_positions) +
                " positions (model.max_positions) but evaluation needs " + text(eval_needed));
   }
+}
 
+// train.*
+void check_train(Checker& k, const ExperimentConfig& c) {
   const TrainConfig& t = c.train;
   k.positive("train.lr", t.lr);
   k.fits_float("train.lr", t.lr);
@@ -241,7 +258,11 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   k.at_least("train.divergence_factor", t.divergence_factor, 0.0);
   k.fits_float("train.divergence_factor", t.divergence_factor);
   k.at_least("train.divergence_patience", t.divergence_patience, 1);
+}
 
+// eval.*
+void check_eval(Checker& k, const ExperimentConfig& c) {
+  const ModelConfig& m = c.model;
   const EvalConfig& e = c.eval;
   k.at_least("eval.tgt_len", e.tgt_len, 0);
   k.at_least("eval.mem_len", e.mem_len, -1);
@@ -266,6 +287,15 @@ std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   for (int mem_len : e.sweep_mem_lens) {
     k.rule(mem_len >= 0, "eval.sweep_mem_lens", "entries must be >= 0, got " + text(mem_len));
   }
+}
+
+}  // namespace
+
+std::vector<Violation> check_experiment(const ExperimentConfig& c) {
+  Checker k;
+  for (auto* section : {check_choices, check_run, check_data, check_model_shape, check_model_positions,
+                        check_train, check_eval})
+    section(k, c);
   return k.take();
 }
 
