@@ -300,9 +300,7 @@ std::string to_json(const EvalResult& r) {
       {"recall_loss", r.recall_loss}};
   for (const auto& [key, value] : numbers) json::put_number(j, key, value);
   if (!r.loss_by_position.empty()) {
-    json::Json by_position = json::Json::array();  // NaN (no token scored there) as null
-    for (double loss : r.loss_by_position) by_position.push_back(std::isfinite(loss) ? json::Json(loss) : json::Json());
-    j["loss_by_position"] = std::move(by_position);
+    j["loss_by_position"] = json::number_list(r.loss_by_position);  // no token scored there: null
     j["tokens_by_position"] = r.tokens_by_position;
   }
   return j.dump();

@@ -85,9 +85,7 @@ Json record_to_json(const ResultRecord& r) {
   json::put_number(j, "train_seconds", r.train_seconds);
   j["params"] = r.params;
   if (!r.loss_by_position.empty()) {
-    Json by_position = Json::array();  // a position nothing was scored at: null
-    for (double loss : r.loss_by_position) by_position.push_back(std::isfinite(loss) ? Json(loss) : Json());
-    j["loss_by_position"] = std::move(by_position);
+    j["loss_by_position"] = json::number_list(r.loss_by_position);  // nothing scored there: null
   }
   return j;
 }

@@ -269,15 +269,20 @@ ToolResult txl_eval(std::vector<std::string> args) {
   return {r.exit_code, r.out, r.out + r.stderr_tail};
 }
 
+// The last checkpoint of the tiny experiment `name` trained for `steps` steps in `dir`.
+std::string trained_tiny(const txl::test::TempDir& dir, const std::string& name = "tiny", int steps = 3) {
+  auto config = txl::test::tiny_experiment(dir.path(), name);
+  config.train.max_steps = steps;
+  txl::train::train(config, txl::test::quiet_run());
+  return (dir / ("runs/" + name + "/checkpoint_last.safetensors")).string();
+}
+
 // txl-eval takes the grammar of every program: its flags are the --set they stand for (the same
 // figures, the same resolved experiment), and a mistake names the key and exits 1.
 TEST(EvalTool, FlagsAndSetAreOneGrammar) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
-  auto config = txl::test::tiny_experiment(dir.path());
-  config.train.max_steps = 3;
-  txl::train::train(config, txl::test::quiet_run());
-  const std::string ckpt = (dir / "runs/tiny/checkpoint_last.safetensors").string();
+  const std::string ckpt = trained_tiny(dir);
   const auto flags = txl_eval({ckpt, "--split", "valid", "--json", "--mode", "sliding", "--stride",
                                "4", "--max-tokens", "64", "--threads", "1"});
   const auto sets = txl_eval({ckpt, "--split", "valid", "--json", "--set", "eval.mode=sliding",
@@ -325,16 +330,13 @@ namespace {
 TEST(EvalTool, ByPositionGivesTheLossAtEachPositionOfTheSegment) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
-  auto config = txl::test::tiny_experiment(dir.path());
-  config.train.max_steps = 3;
-  txl::train::train(config, txl::test::quiet_run());
-  const std::string ckpt = (dir / "runs/tiny/checkpoint_last.safetensors").string();
+  const std::string ckpt = trained_tiny(dir);
   const auto json = txl_eval({ckpt, "--split", "valid", "--json", "--by-position", "--threads", "1"});
   ASSERT_EQ(json.status, 0) << json.output;
   const auto r = nlohmann::json::parse(json.out);
   const auto losses = r.at("loss_by_position").get<std::vector<double>>();
   const auto tokens = r.at("tokens_by_position").get<std::vector<std::int64_t>>();
-  ASSERT_EQ(losses.size(), static_cast<size_t>(config.model.tgt_len));
+  ASSERT_EQ(losses.size(), static_cast<size_t>(txl::models::load_model(ckpt).config.model.tgt_len));
   ASSERT_EQ(tokens.size(), losses.size());
   double sum = 0.0;
   std::int64_t count = 0;
@@ -362,16 +364,11 @@ namespace {
 TEST(EvalTool, CompareGivesTheRatioOfTwoCheckpointsWithItsInterval) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
-  auto a = txl::test::tiny_experiment(dir.path(), "a");
-  a.train.max_steps = 3;
-  auto b = txl::test::tiny_experiment(dir.path(), "b");
-  b.train.max_steps = 6;
   auto other = txl::test::tiny_experiment(dir.path(), "other");
   other.train.max_steps = 1;
   other.data.synthetic.alphabet = 12;  // another vocabulary
-  for (const auto* c : {&a, &b, &other}) txl::train::train(*c, txl::test::quiet_run());
-  const std::string ca = (dir / "runs/a/checkpoint_last.safetensors").string();
-  const std::string cb = (dir / "runs/b/checkpoint_last.safetensors").string();
+  txl::train::train(other, txl::test::quiet_run());
+  const std::string ca = trained_tiny(dir, "a", 3), cb = trained_tiny(dir, "b", 6);
   const auto r = txl_eval({ca, "--compare", cb, "--split", "valid", "--json", "--threads", "1"});
   ASSERT_EQ(r.status, 0) << r.output;
   std::istringstream lines(r.out);

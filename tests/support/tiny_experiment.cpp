@@ -43,6 +43,18 @@ std::shared_ptr<data::Tokenizer> word_tokenizer(int vocab) {
   return data::build_word_tokenizer({line}, 0);
 }
 
+data::Batch random_batch(std::uint64_t seed) {
+  torch::manual_seed(seed);
+  data::Batch b;
+  b.tokens = torch::randint(30, {4, 12}, torch::kInt64);   // [4, 12]
+  b.targets = torch::randint(30, {4, 12}, torch::kInt64);  // [4, 12]
+  b.input_mask = torch::ones({4, 12}, torch::kBool);        // [4, 12]
+  b.target_mask = torch::ones({4, 12}, torch::kBool);       // [4, 12]
+  b.reset = torch::zeros({4}, torch::kBool);                // [4]
+  b.n_scored = 48;
+  return b;
+}
+
 train::TrainOptions quiet_run(train::StartMode start, std::int64_t pause_at_step) {
   train::TrainOptions options;
   options.start = start;

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "txl/config/config.h"
+#include "txl/data/batch.h"
 #include "txl/data/tokenizer.h"
 #include "txl/train/trainer.h"
 
@@ -17,6 +18,10 @@ config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir,
 // A word tokenizer of exactly `vocab` ids (vocab - 3 words "w0", "w1", ... and the 3 specials),
 // for model checkpoints of tiny models (30 ids: the tiny model's test vocabulary).
 std::shared_ptr<data::Tokenizer> word_tokenizer(int vocab = 30);
+
+// A batch of 4 rows of 12 random tokens of a 30-id vocabulary (the tiny model's test vocabulary),
+// every position real and scored, no row reset; `seed` chooses the tokens.
+data::Batch random_batch(std::uint64_t seed);
 
 // Options of a quiet training run: a new run by default, or a resume; pause_at_step 0 = none.
 train::TrainOptions quiet_run(train::StartMode start = train::StartMode::kNew,

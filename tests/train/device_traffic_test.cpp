@@ -19,18 +19,6 @@ using txl::DeviceTrafficCounts;
 // reset.
 constexpr std::int64_t kBatchTensors = 5;
 
-txl::data::Batch batch_of_four(std::uint64_t seed) {
-  torch::manual_seed(seed);
-  txl::data::Batch b;
-  b.tokens = torch::randint(30, {4, 12}, torch::kInt64);   // [4, 12]
-  b.targets = torch::randint(30, {4, 12}, torch::kInt64);  // [4, 12]
-  b.input_mask = torch::ones({4, 12}, torch::kBool);        // [4, 12]
-  b.target_mask = torch::ones({4, 12}, torch::kBool);       // [4, 12]
-  b.reset = torch::zeros({4}, torch::kBool);                // [4]
-  b.n_scored = 48;
-  return b;
-}
-
 TEST(DeviceTraffic, CountsMovesAndReadsButNotHostOnlyWork) {
   const auto t = torch::randn({3, 4});  // [3, 4]
   DeviceTraffic traffic;
@@ -71,7 +59,7 @@ TEST(DeviceTraffic, ATrainingStepMovesItsBatchUpAndTwoNumbersDownInOneCopy) {
       settings.clip = 0.25;
       txl::train::Step step(model, *optimizer, settings, {0, 4});
       for (std::uint64_t s = 0; s < 3; ++s) {
-        const auto batch = batch_of_four(s);
+        const auto batch = txl::test::random_batch(s);
         DeviceTraffic traffic;
         const auto r = step.run(batch, 1e-3);
         EXPECT_TRUE(std::isfinite(r.loss_sum) && r.grad_norm > 0);

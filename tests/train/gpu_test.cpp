@@ -116,13 +116,7 @@ TEST(Gpu, ATrainingStepCopiesItsBatchUpAndTwoNumbersDown) {
     settings.batch_chunk = 2;
     settings.clip = 0.25;
     txl::train::Step step(model, *optimizer, settings, {0, 4});
-    txl::data::Batch b;
-    b.tokens = torch::randint(30, {4, 12}, torch::kInt64);   // [4, 12]
-    b.targets = torch::randint(30, {4, 12}, torch::kInt64);  // [4, 12]
-    b.input_mask = torch::ones({4, 12}, torch::kBool);        // [4, 12]
-    b.target_mask = torch::ones({4, 12}, torch::kBool);       // [4, 12]
-    b.reset = torch::zeros({4}, torch::kBool);                // [4]
-    b.n_scored = 48;
+    const auto b = txl::test::random_batch(5);
     for (int s = 0; s < 3; ++s) {
       txl::DeviceTraffic traffic;
       const auto r = step.run(b, 1e-3);

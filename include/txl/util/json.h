@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace txl::json {
 
@@ -25,6 +26,13 @@ void put_number(JsonT& record, const std::string& key, double value) {
   }
   record[key] = nullptr;
   record["null_because"][key] = std::isnan(value) ? "nan" : value > 0 ? "+inf" : "-inf";
+}
+
+// A list of numbers, each non-finite one (e.g. a mean over nothing) as null.
+inline Json number_list(const std::vector<double>& values) {
+  Json list = Json::array();
+  for (double v : values) list.push_back(std::isfinite(v) ? Json(v) : Json());
+  return list;
 }
 
 // The number put_number wrote under `key`: the value, or for null the non-finite number that
