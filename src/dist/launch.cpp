@@ -1,6 +1,7 @@
 #include "txl/dist/launch.h"
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 
 #include "txl/util/error.h"
@@ -84,6 +85,9 @@ LaunchEnv launch_env() {
 LaunchEnv enter_job(std::string& who) {
   const LaunchEnv env = launch_env();
   if (env.world_size > 1) {
+    // A write to a rank that died must fail with an error this rank reports, not end it
+    // silently by SIGPIPE (which happened now and then when a peer was killed).
+    std::signal(SIGPIPE, SIG_IGN);
     who = "rank " + std::to_string(env.rank) + ": ";
     if (env.rank != 0) log::set_level(log::Level::kQuiet);
   }
