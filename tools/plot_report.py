@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Plots of a txl ablation report (called by txl-ablate through txl::experiment::write_report).
 
-Reads results.json (a list of evaluation records) and each variant's metrics.jsonl, and writes
-into --out:
+Reads results.json (the evaluation records and each split's analysis; an older file is a plain
+list of records) and each variant's metrics.jsonl, and writes into --out:
   training_loss.png  training loss against step, one line per variant (validation dashed)
   context_ppl.png    perplexity on --split against evaluation context length
                      (mem_len for memory mode, window for sliding, tgt_len for segments)
   eval_cost.png      evaluation cost (seconds per token, log scale) against perplexity
+and, when the report has them:
+  context_sweep.png  the context sweep: ppl (mean and std over seeds) against attention length
+  recl.png           the group's RECL per variant at each r
+  loss_by_position.png  mean loss at each position of the segment
 Each PNG is written to a temporary file and renamed, so a crash never leaves half an image.
 
 Also, for txl-eval's context sweep (txl::eval::run):
@@ -94,7 +98,8 @@ def save(fig, out_dir, name):
 
 
 def sweep(json_path, png_path):
-    """Perplexity against evaluation memory length, from txl-eval --sweep's JSON list."""
+    """Perplexity against attention length (memory M, or the sliding window L of an absolute-
+    position model), from txl-eval --sweep's JSON list."""
     plt = import_pyplot()
     if plt is None:
         return 3
@@ -111,16 +116,17 @@ def sweep(json_path, png_path):
     by_split = {}
     for r in results:
         if isinstance(r, dict) and finite(r.get("ppl")) and "mem_len" in r:
-            by_split.setdefault(r.get("split", "?"), []).append((r["mem_len"], r["ppl"]))
+            length = r.get("window", 0) if r.get("mode") == "sliding" else r["mem_len"]
+            by_split.setdefault(r.get("split", "?"), []).append((length, r["ppl"]))
     for i, (split, points) in enumerate(by_split.items()):
         points.sort()
         ax.plot([m for m, _ in points], [p for _, p in points], marker="o", color=f"C{i % 10}",
                 label=split)
     if by_split:
         ax.legend(fontsize=8)
-    ax.set_xlabel("evaluation memory length M")
+    ax.set_xlabel("attention length c (memory M, or sliding window L)")
     ax.set_ylabel("perplexity")
-    ax.set_title("Perplexity against evaluation memory")
+    ax.set_title("Perplexity against attention length")
     ax.grid(alpha=0.3)
     save(fig, os.path.dirname(os.path.abspath(png_path)), os.path.basename(png_path))
     plt.close(fig)
@@ -194,9 +200,14 @@ def main():
     except (OSError, json.JSONDecodeError) as e:
         print(f"cannot read {args.results}: {e}", file=sys.stderr)
         return 2
+    analyses = []
+    if isinstance(records, dict):  # a report's results.json: records, then each split's analysis
+        analyses = records.get("analysis", [])
+        records = records.get("records")
     if not isinstance(records, list):
         print(f"{args.results}: expected a list of records", file=sys.stderr)
         return 2
+    records = [r for r in records if not r.get("sweep")]
     curves = []
     for item in args.curve:
         variant, sep, path = item.partition("=")
@@ -249,8 +260,11 @@ def main():
         groups.setdefault((r["variant"], r["eval_mode"]), []).append(r)
     markers = {"memory": "o", "segments": "s", "sliding": "^"}
     for i, ((variant, mode), group) in enumerate(groups.items()):
-        group.sort(key=context)
-        ax.plot([context(r) for r in group], [r["ppl"] for r in group], color=f"C{i % 10}",
+        by_context = {}  # seeds averaged
+        for r in group:
+            by_context.setdefault(context(r), []).append(r["ppl"])
+        xs = sorted(by_context)
+        ax.plot(xs, [sum(by_context[x]) / len(by_context[x]) for x in xs], color=f"C{i % 10}",
                 marker=markers.get(mode, "x"), label=f"{variant} / {mode}")
     if groups:
         ax.legend(fontsize=8)
@@ -284,7 +298,85 @@ def main():
     ax.grid(alpha=0.3)
     save(fig, args.out, "eval_cost.png")
     plt.close(fig)
+
+    analysis = next((a for a in analyses if a.get("split") == split), None)
+    if analysis is not None and analysis.get("sweeps"):
+        plot_sweeps(plt, analysis, args.out)
+    if analysis is not None and analysis.get("recl", {}).get("variants"):
+        plot_recl(plt, analysis, args.out)
+    if any(r.get("loss_by_position") for r in rows):
+        plot_positions(plt, rows, split, args.out)
     return 0
+
+
+def plot_sweeps(plt, analysis, out_dir):
+    """Perplexity against attention length per variant (mean and std over seeds), Attn Len
+    marked."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, s in enumerate(analysis["sweeps"]):
+        means = [p.get("mean") for p in s["ppl"]]
+        stds = [p.get("std") or 0.0 for p in s["ppl"]]
+        pts = [(c, m, e) for c, m, e in zip(s["contexts"], means, stds) if finite(m)]
+        if not pts:
+            continue
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
+                    color=f"C{i % 10}", marker="o", capsize=3,
+                    label=f"{s['variant']} (Attn Len {s['attn_len']})")
+        if finite(s.get("ppl_best")):
+            ax.scatter([s["attn_len"]], [s["ppl_best"]], color=f"C{i % 10}", marker="*", s=120)
+    ax.set_xlabel("attention length c (memory M with same_length, or sliding window L)")
+    ax.set_ylabel(f"{analysis['split']} perplexity")
+    ax.set_title(f"Context sweep ({analysis['split']}; star: PPL best at Attn Len)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    save(fig, out_dir, "context_sweep.png")
+    plt.close(fig)
+
+
+def plot_recl(plt, analysis, out_dir):
+    """RECL per variant, one bar per ratio r."""
+    recl = analysis["recl"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    n = len(recl["ratios"])
+    width = 0.8 / max(n, 1)
+    for k, r in enumerate(recl["ratios"]):
+        xs = [i + (k - (n - 1) / 2) * width for i in range(len(recl["variants"]))]
+        ax.bar(xs, [row[k] for row in recl["recl"]], width=width, label=f"r = {r}")
+    ax.set_xticks(range(len(recl["variants"])))
+    ax.set_xticklabels(recl["variants"])
+    contexts = recl["contexts"]
+    ax.set_ylabel("RECL (tokens)")
+    ax.set_title(f"Relative effective context length ({analysis['split']}; grid "
+                 f"{contexts[0]}..{contexts[-1]})")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    save(fig, out_dir, "recl.png")
+    plt.close(fig)
+
+
+def plot_positions(plt, rows, split, out_dir):
+    """Mean loss at each position of the segment, per (variant, mode, M), seeds averaged."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    groups = {}
+    for r in rows:
+        if r.get("loss_by_position"):
+            key = (r["variant"], r["eval_mode"], r.get("mem_len", 0))
+            groups.setdefault(key, []).append(r["loss_by_position"])
+    for i, ((variant, mode, mem), curves) in enumerate(groups.items()):
+        length = min(len(c) for c in curves)
+        ys = []
+        for p in range(length):
+            vals = [c[p] for c in curves if finite(c[p])]
+            ys.append(sum(vals) / len(vals) if vals else float("nan"))
+        label = f"{variant} / {mode}" + (f" M={mem}" if mode == "memory" else "")
+        ax.plot(range(length), ys, color=f"C{i % 10}", label=label)
+    ax.set_xlabel("position in the segment")
+    ax.set_ylabel("mean loss (nats)")
+    ax.set_title(f"Loss by position in the segment ({split})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save(fig, out_dir, "loss_by_position.png")
+    plt.close(fig)
 
 
 if __name__ == "__main__":

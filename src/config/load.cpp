@@ -688,6 +688,69 @@ std::string ablation_string(Loader& loader, const YAML::Node& root, const std::s
   return node.Scalar();
 }
 
+// An ablation-level list of integers (seeds, contexts): each at least `least`, no repeats,
+// strictly increasing when `increasing`; an error at the offending item otherwise.
+std::vector<std::int64_t> ablation_int_list(Loader& loader, const YAML::Node& root,
+                                            const std::string& key, const Source& source,
+                                            std::int64_t least, bool increasing) {
+  std::vector<std::int64_t> out;
+  const YAML::Node node = root[key];
+  if (!node || node.IsNull()) return out;
+  if (!node.IsSequence() || node.size() == 0) {
+    loader.error(where(source, node.Mark()),
+                 key + ": expected a non-empty list of integers, e.g. " + key + ": [1, 2, 3], got " +
+                     describe(node));
+    return out;
+  }
+  for (const YAML::Node& item : node) {
+    std::int64_t value = 0;
+    const std::string text = item.IsScalar() ? item.Scalar() : "";
+    std::size_t used = 0;
+    try {
+      value = std::stoll(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    const std::string at = where(source, item.Mark());
+    if (text.empty() || used != text.size()) {
+      loader.error(at, key + ": expected an integer, got " + describe(item));
+    } else if (value < least) {
+      loader.error(at, key + ": " + text + " is below the least allowed, " + std::to_string(least));
+    } else if (std::find(out.begin(), out.end(), value) != out.end()) {
+      loader.error(at, key + ": " + text + " is listed twice");
+    } else if (increasing && !out.empty() && value < out.back()) {
+      loader.error(at, key + ": " + text + " comes after " + std::to_string(out.back()) +
+                           "; list them in increasing order");
+    } else {
+      out.push_back(value);
+      continue;
+    }
+    return {};
+  }
+  return out;
+}
+
+// `sbatch:` of an ablation: a list of option strings.
+std::vector<std::string> ablation_string_list(Loader& loader, const YAML::Node& root,
+                                              const std::string& key, const Source& source) {
+  std::vector<std::string> out;
+  const YAML::Node node = root[key];
+  if (!node || node.IsNull()) return out;
+  if (!node.IsSequence()) {
+    loader.error(where(source, node.Mark()),
+                 key + ": expected a list of strings, e.g. [\"--time=60\"], got " + describe(node));
+    return out;
+  }
+  for (const YAML::Node& item : node) {
+    if (!item.IsScalar()) {
+      loader.error(where(source, item.Mark()), key + ": expected a string, got " + describe(item));
+      return {};
+    }
+    out.push_back(item.Scalar());
+  }
+  return out;
+}
+
 // Threads belong to the process, which txl-ablate sets once before the first variant, so every
 // variant asks for the same run.threads. "" when `variant` agrees with the first variant loaded,
 // else the error at the place that set its run.threads (the variant's name when none did).
@@ -712,6 +775,9 @@ AblationConfig read_ablation_names(Loader& loader, const YAML::Node& root, const
   AblationConfig ablation;
   ablation.name = ablation_string(loader, root, "name", source);
   ablation.output_dir = ablation_string(loader, root, "output_dir", source);
+  ablation.seeds = ablation_int_list(loader, root, "seeds", source, 0, false);
+  ablation.contexts = ablation_int_list(loader, root, "contexts", source, 1, true);
+  ablation.sbatch = ablation_string_list(loader, root, "sbatch", source);
   if (!root["name"]) {
     loader.error(source.name,
                  "name: missing; every ablation needs a name (its runs go to runs/<name>/)");
@@ -738,7 +804,8 @@ void apply_ablation_base(Loader& loader, const YAML::Node& root, const Source& s
                      describe(base_node));
   }
   loader.begin_layer();
-  loader.apply_document(root, source, {"name", "output_dir", "base", "variants"});
+  loader.apply_document(root, source,
+                        {"name", "output_dir", "base", "variants", "seeds", "contexts", "sbatch"});
 }
 
 // An error unless `variants` is a non-empty mapping of variant name -> overrides.

@@ -122,8 +122,9 @@ std::vector<Target> collect_targets(const EvalRequest& request, const config::Ex
   return targets;
 }
 
-// Perplexity against the evaluation memory length: results, context_sweep.json and its plot.
-// Each point is the experiment in memory mode with eval.mem_len = M.
+// Perplexity against the attention length c (eval.sweep_mem_lens): results, context_sweep.json
+// and its plot. Each point is the experiment at_context(c): memory M = c with same_length for
+// relative positions, a sliding window L = c for absolute ones.
 std::vector<EvalResult> sweep(const EvalRequest& request, const config::ExperimentConfig& config,
                               const Settings& settings, models::LoadedModel& loaded,
                               const std::vector<Target>& targets, bool main_rank) {
@@ -134,12 +135,11 @@ std::vector<EvalResult> sweep(const EvalRequest& request, const config::Experime
   json::Json records = json::Json::array();
   for (const auto& target : targets) {
     for (int m : mem_lens) {
-      config::ExperimentConfig point = config;
-      point.eval.mode = Mode::kMemory;
-      point.eval.mem_len = m;
-      auto r = evaluate(loaded.model, target.split, resolve_settings(point, settings.group));
+      const Settings at = resolve_settings(at_context(config, m), settings.group);
+      auto r = evaluate(loaded.model, target.split, at);
       r.split = target.name;
-      log::info("eval", "{} mem_len {:>5}: ppl {:.3f}", target.name, m, r.ppl);
+      log::info("eval", "{} context {:>5} ({}): ppl {:.3f}", target.name, m,
+                config::to_string(at.mode), r.ppl);
       results.push_back(r);
       records.push_back(json::Json::parse(to_json(r)));
     }

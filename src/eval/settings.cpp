@@ -83,4 +83,24 @@ Shape shape_of(const Settings& settings) {
   return shape;
 }
 
+config::ExperimentConfig at_context(const config::ExperimentConfig& config, std::int64_t c) {
+  TXL_CHECK(c >= 0, "a context length must be at least 0, got ", c);
+  config::ExperimentConfig v = config;
+  if (config::uses_absolute_positions(config.model.attn_type)) {
+    const std::int64_t window = c > 0 ? c : (v.eval.tgt_len > 0 ? v.eval.tgt_len : v.model.tgt_len);
+    v.eval.mode = Mode::kSliding;
+    v.eval.window = static_cast<int>(window);
+    v.eval.stride = static_cast<int>(std::max<std::int64_t>(1, window / kSweepStrideDivisor));
+  } else {
+    v.eval.mode = Mode::kMemory;
+    v.eval.mem_len = static_cast<int>(c);
+    if (c > 0) {
+      v.eval.same_length = 1;
+      // Every stream starts with a full context (warm-up text carries no ext_len context).
+      if (v.model.ext_len == 0) v.eval.warmup = static_cast<int>(c);
+    }
+  }
+  return v;
+}
+
 }  // namespace txl::eval

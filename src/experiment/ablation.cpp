@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "txl/config/load.h"
 #include "txl/data/dataset.h"
@@ -15,6 +18,8 @@
 #include "txl/train/trainer.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
+#include "txl/util/process.h"
+#include "txl/util/safetensors.h"
 #include "txl/util/json.h"
 #include "txl/util/log.h"
 
@@ -26,6 +31,9 @@ using Json = json::OrderedJson;
 std::string training_fingerprint(const config::ExperimentConfig& variant) {
   config::ExperimentConfig trained = variant;
   trained.eval = config::EvalConfig{};
+  // Threads change how fast a job trains, not what: a job run by --jobs (run.threads split
+  // among them) or by a Slurm task counts as the same training.
+  trained.run.threads = config::ExperimentConfig{}.run.threads;
   return config::fingerprint(trained);
 }
 
@@ -108,6 +116,41 @@ struct EvalCache {
   std::map<std::string, ResultRecord> records;  // key -> record
 };
 
+constexpr const char* kLossesFile = "token_losses.safetensors";
+
+// The per-token losses of the cached evaluations (float [tokens] each, named by cache key),
+// attached to their records; a file that does not parse, or of another training, is ignored
+// (the evaluations lacking losses are then run again).
+void read_token_losses(const stdfs::path& dir, EvalCache& cache) {
+  const stdfs::path path = dir / kLossesFile;
+  std::error_code ec;
+  if (!stdfs::exists(path, ec)) return;
+  try {
+    const safetensors::File file = safetensors::parse(fs::read_file(path), path.string());
+    auto it = file.metadata.find("fingerprint");
+    if (it == file.metadata.end() || it->second != cache.fingerprint) return;
+    for (const auto& [key, tensor] : file.tensors) {
+      auto record = cache.records.find(key);
+      if (record != cache.records.end() && tensor.dim() == 1 &&
+          tensor.size(0) == record->second.tokens) {
+        record->second.token_losses = tensor;  // float [tokens]
+      }
+    }
+  } catch (const Error& e) {
+    log::warn(kTag, "{}; the evaluations it held will be run again", e.what());
+  }
+}
+
+void write_token_losses(const stdfs::path& dir, const EvalCache& cache) {
+  safetensors::NamedTensors tensors;
+  for (const auto& key : cache.keys) {
+    const ResultRecord& r = cache.records.at(key);
+    if (r.token_losses.defined()) tensors.emplace_back(key, r.token_losses.to(torch::kFloat));
+  }
+  fs::write_atomic(dir / kLossesFile,
+                   safetensors::serialize(tensors, {{"fingerprint", cache.fingerprint}}));
+}
+
 EvalCache read_cache(const stdfs::path& dir, const std::string& fingerprint) {
   EvalCache cache;
   cache.fingerprint = fingerprint;
@@ -139,6 +182,7 @@ EvalCache read_cache(const stdfs::path& dir, const std::string& fingerprint) {
     const std::string key = keys[i].get<std::string>();
     if (cache.records.emplace(key, records[i]).second) cache.keys.push_back(key);
   }
+  read_token_losses(dir, cache);
   return cache;
 }
 
@@ -150,6 +194,7 @@ void write_cache(const stdfs::path& dir, const EvalCache& cache) {
   j["fingerprint"] = cache.fingerprint;
   j["keys"] = cache.keys;
   j["records"] = Json::parse(to_json(records));
+  write_token_losses(dir, cache);  // first: a record is never cached without its losses
   fs::write_atomic(dir / kEvalFile, j.dump(2) + "\n");
 }
 
@@ -160,13 +205,23 @@ std::int64_t eval_limit(const config::ExperimentConfig& cfg, const AblationOptio
   return options.eval_max_tokens > 0 ? options.eval_max_tokens : cfg.eval.max_tokens;
 }
 
-// The variant's evaluations, each scoring the same prefix of its split (eval_limit).
+// The job's evaluations, then its context sweep (options.sweep), each scoring the same prefix
+// of its split (eval_limit).
 std::vector<PlannedEval> planned_evals(const config::ExperimentConfig& cfg,
-                                       const AblationOptions& options) {
+                                       const AblationOptions& options,
+                                       const std::vector<std::int64_t>& contexts) {
   config::ExperimentConfig limited = cfg;
   limited.eval.max_tokens = eval_limit(cfg, options);
-  return evaluation_plan(limited, options.memory_multiples);
+  std::vector<PlannedEval> plan = evaluation_plan(limited, options.memory_multiples);
+  if (options.sweep) {
+    for (auto& p : sweep_plan(limited, contexts)) plan.push_back(std::move(p));
+  }
+  return plan;
 }
+
+// Whether an evaluation keeps per-token losses: all but document mode's, which scores each
+// document on its own (eval::Extras).
+bool keeps_losses(const PlannedEval& p) { return !p.settings.documents; }
 
 // Every setting that changes an evaluation's result, so a cached one is reused only when equal.
 // ext_len, document mode and bf16 were not honoured by older versions: they appear only when on,
@@ -179,6 +234,7 @@ std::string cache_key(const PlannedEval& p) {
   if (s.ext_len > 0 && s.mode != eval::Mode::kSliding) key += fmt::format("|ext{}", s.ext_len);
   if (s.documents) key += "|documents";
   if (s.bf16) key += "|bf16";
+  if (p.sweep) key += "|sweep";
   return key;
 }
 
@@ -255,6 +311,7 @@ ResultRecord evaluate_planned(const std::string& name, const config::ExperimentC
   const data::EncodedSplit& split = dataset.split(p.split);
   eval::Extras extras;
   extras.by_position = p.settings.mode != eval::Mode::kSliding && p.settings.ext_len == 0;
+  extras.token_losses = keeps_losses(p);
   if (cfg.data.corpus == "synthetic" && !p.settings.documents)
     extras.recall_mask = data::synthetic_recall_mask(split.ids, *dataset.tokenizer);  // bool [N]
   auto r = eval::evaluate(model, split, p.settings, extras);
@@ -266,6 +323,7 @@ ResultRecord evaluate_planned(const std::string& name, const config::ExperimentC
   ResultRecord record = make_record(r, p.settings);
   record.variant = name;
   record.attn_type = cfg.model.attn_type;
+  record.sweep = p.sweep;
   return record;
 }
 
@@ -282,7 +340,6 @@ void fill_training(ResultRecord& rec, const config::ExperimentConfig& cfg, const
 
 // What happened to one variant.
 struct VariantOutcome {
-  bool interrupted = false;
   std::vector<ResultRecord> records;
   TrainingCurve curve;
 };
@@ -364,13 +421,20 @@ stdfs::path checkpoint_to_evaluate(const std::string& name, const stdfs::path& d
   return checkpoint;
 }
 
+// Whether `cache` holds plan entry `p` (under `key`) with everything the report needs.
+bool cached(const EvalCache& cache, const PlannedEval& p, const std::string& key) {
+  auto it = cache.records.find(key);
+  return it != cache.records.end() && (!keeps_losses(p) || it->second.token_losses.defined());
+}
+
 // Runs every evaluation of `plan` that `cache` lacks (keys[i] is plan[i]'s), writing the cache
 // after each; false when a signal interrupted them.
-bool evaluate_missing(const std::string& name, const config::ExperimentConfig& cfg,
-                      const std::vector<PlannedEval>& plan, const std::vector<std::string>& keys,
-                      EvalCache& cache, DoneMarker& done, DatasetCache& datasets) {
+bool evaluate_missing(const Job& job, const std::vector<PlannedEval>& plan,
+                      const std::vector<std::string>& keys, EvalCache& cache, DoneMarker& done,
+                      DatasetCache& datasets) {
+  const config::ExperimentConfig& cfg = job.config;
   const stdfs::path dir = train::run_dir(cfg);
-  const stdfs::path checkpoint = checkpoint_to_evaluate(name, dir);
+  const stdfs::path checkpoint = checkpoint_to_evaluate(job.label(), dir);
   models::LoadedModel loaded = models::load_model(checkpoint);
   std::int64_t params = 0;
   for (const auto& t : loaded.model->parameters()) params += t.numel();
@@ -380,79 +444,80 @@ bool evaluate_missing(const std::string& name, const config::ExperimentConfig& c
   }
   loaded.model->to(plan.front().settings.device);  // run.device, the same for every evaluation
   const data::Dataset& dataset = datasets.get(cfg.data, loaded.tokenizer);
-  log::info(kTag, "variant {}: evaluating {}", name, checkpoint.string());
+  log::info(kTag, "job {}: evaluating {}", job.label(), checkpoint.string());
   for (size_t i = 0; i < plan.size(); ++i) {
-    if (cache.records.count(keys[i]) != 0) continue;
+    if (cached(cache, plan[i], keys[i])) continue;
     if (train::stop_signal().load() != 0) return false;
-    cache.records[keys[i]] = evaluate_planned(name, cfg, loaded.model, dataset, plan[i]);
-    cache.keys.push_back(keys[i]);
+    const bool known = cache.records.count(keys[i]) != 0;
+    cache.records[keys[i]] = evaluate_planned(job.label(), cfg, loaded.model, dataset, plan[i]);
+    if (!known) cache.keys.push_back(keys[i]);
     write_cache(dir, cache);
   }
   return true;
 }
 
-// The records of every planned evaluation found in `cache`, with the training figures.
-std::vector<ResultRecord> cached_plan_records(const std::string& name,
-                                              const config::ExperimentConfig& cfg,
-                                              const std::vector<PlannedEval>& plan,
+// The records of every planned evaluation found in `cache`, with the job's training figures.
+std::vector<ResultRecord> cached_plan_records(const Job& job, const std::vector<PlannedEval>& plan,
                                               const EvalCache& cache, const DoneMarker& done) {
   std::vector<ResultRecord> records;
   for (const auto& p : plan) {
     auto it = cache.records.find(cache_key(p));
     if (it == cache.records.end()) continue;
     ResultRecord rec = it->second;
-    fill_training(rec, cfg, done);
-    rec.variant = name;
+    fill_training(rec, job.config, done);
+    rec.variant = job.variant;
+    rec.seed = job.seed;
+    rec.sweep = p.sweep;
     records.push_back(rec);
   }
   return records;
 }
 
-// Trains (unless finished earlier) and evaluates (what is not cached) one variant.
-VariantOutcome run_variant(const std::string& name, const config::ExperimentConfig& cfg,
-                           const AblationOptions& options, DatasetCache& datasets) {
-  VariantOutcome outcome;
+// Trains (unless finished earlier) and evaluates (what is not cached) one job; false when a
+// signal interrupted it. Throws txl::Error when training or evaluation fails.
+bool run_job(const Job& job, const AblationOptions& options,
+             const std::vector<std::int64_t>& contexts, DatasetCache& datasets) {
+  const config::ExperimentConfig& cfg = job.config;
   const stdfs::path dir = train::run_dir(cfg);
   const std::string fingerprint = training_fingerprint(cfg);
-  std::optional<DoneMarker> done = current_progress(name, cfg, fingerprint);
+  std::optional<DoneMarker> done = current_progress(job.label(), cfg, fingerprint);
   if (done) {
-    log::info(kTag, "variant {}: training finished earlier ({} steps); not retrained", name,
+    log::info(kTag, "job {}: training finished earlier ({} steps); not retrained", job.label(),
               done->steps);
-  } else if (!(done = train_variant(name, cfg, options, fingerprint))) {
-    outcome.interrupted = true;
-    return outcome;
+  } else if (!(done = train_variant(job.label(), cfg, options, fingerprint))) {
+    return false;
   }
-  const auto plan = planned_evals(cfg, options);
+  const auto plan = planned_evals(cfg, options, contexts);
   EvalCache cache = read_cache(dir, fingerprint);
   std::vector<std::string> keys;
   for (const auto& p : plan) keys.push_back(cache_key(p));
-  const bool missing = std::any_of(keys.begin(), keys.end(),
-                                   [&](const auto& k) { return cache.records.count(k) == 0; });
+  bool missing = false;
+  for (size_t i = 0; i < plan.size(); ++i) missing = missing || !cached(cache, plan[i], keys[i]);
   if (!missing) {
-    log::info(kTag, "variant {}: every evaluation cached in {}", name, (dir / kEvalFile).string());
-  } else if (!evaluate_missing(name, cfg, plan, keys, cache, *done, datasets)) {
-    outcome.interrupted = true;
-    return outcome;
+    log::info(kTag, "job {}: every evaluation cached in {}", job.label(),
+              (dir / kEvalFile).string());
+  } else if (!evaluate_missing(job, plan, keys, cache, *done, datasets)) {
+    return false;
   }
   if (done->stage != "evaluated") {
     done->stage = "evaluated";
     write_done(dir, *done);
   }
-  outcome.records = cached_plan_records(name, cfg, plan, cache, *done);
-  outcome.curve = training_curve(name, cfg, *done);
-  return outcome;
+  return true;
 }
 
-// Cached results of a variant left out by `only`, when they still match its settings.
-VariantOutcome cached_outcome(const std::string& name, const config::ExperimentConfig& cfg,
-                              const AblationOptions& options) {
+// A job's current results: its cached evaluations when its training still matches its settings.
+VariantOutcome cached_outcome(const Job& job, const AblationOptions& options,
+                              const std::vector<std::int64_t>& contexts) {
   VariantOutcome outcome;
-  const std::string fingerprint = training_fingerprint(cfg);
-  auto done = read_done(train::run_dir(cfg));
+  const std::string fingerprint = training_fingerprint(job.config);
+  const stdfs::path dir = train::run_dir(job.config);
+  auto done = read_done(dir);
   if (!done || done->fingerprint != fingerprint) return outcome;
-  const EvalCache cache = read_cache(train::run_dir(cfg), fingerprint);
-  outcome.records = cached_plan_records(name, cfg, planned_evals(cfg, options), cache, *done);
-  outcome.curve = training_curve(name, cfg, *done);
+  const EvalCache cache = read_cache(dir, fingerprint);
+  outcome.records = cached_plan_records(job, planned_evals(job.config, options, contexts), cache,
+                                        *done);
+  outcome.curve = training_curve(job.label(), job.config, *done);
   return outcome;
 }
 
@@ -484,75 +549,276 @@ void warn_unfair_variants(const config::AblationConfig& ablation) {
   }
 }
 
+// The jobs to run: all, those of the `only` variants, or the one labelled `options.job`.
+std::vector<Job> selected_jobs(const config::AblationConfig& ablation,
+                               const AblationOptions& options) {
+  const std::vector<Job> jobs = ablation_jobs(ablation);
+  std::string names;
+  for (const auto& [name, cfg] : ablation.variants) names += (names.empty() ? "" : ", ") + name;
+  for (const auto& wanted : options.only) {
+    const bool known = std::any_of(jobs.begin(), jobs.end(),
+                                   [&](const Job& j) { return j.variant == wanted; });
+    TXL_CHECK(known, "--only: ablation ", ablation.name, " has no variant '", wanted,
+              "'; its variants are: ", names);
+  }
+  std::vector<Job> out;
+  for (const Job& job : jobs) {
+    const bool only = options.only.empty() || std::find(options.only.begin(), options.only.end(),
+                                                        job.variant) != options.only.end();
+    if (options.job.empty() ? only : job.label() == options.job) out.push_back(job);
+  }
+  TXL_CHECK(options.job.empty() || !out.empty(), "--job: ablation ", ablation.name,
+            " has no job '", options.job, "'; its variants are: ", names,
+            ablation.seeds.empty() ? "" : " (a job is VARIANT@SEED)");
+  return out;
+}
+
+// What happened to the jobs that ran.
+struct RunOutcome {
+  int signal = 0;                   // a signal stopped them
+  std::string stopped;              // the job in progress then
+  std::vector<std::string> failed;  // "label: why"
+};
+
+// Runs `jobs` one after another in this process; a failed job is logged and the next one runs.
+RunOutcome run_serially(const std::vector<Job>& jobs, const AblationOptions& options,
+                        const std::vector<std::int64_t>& contexts) {
+  RunOutcome out;
+  DatasetCache datasets;
+  for (const Job& job : jobs) {
+    bool finished = false;
+    if (train::stop_signal().load() == 0) {
+      try {
+        finished = run_job(job, options, contexts, datasets);
+      } catch (const Error& e) {
+        log::warn(kTag, "job {} failed: {}", job.label(), e.what());
+        out.failed.push_back(job.label() + ": " + e.what());
+        continue;
+      }
+    }
+    if (!finished) {
+      out.signal = train::stop_signal().load();
+      out.stopped = job.label();
+      log::info(kTag, "stopped during job {}; run the same command again to resume", job.label());
+      return out;
+    }
+  }
+  return out;
+}
+
+// Builds the tokenizer and encoded cache of each distinct data section once, before the jobs
+// that share it start together (each would otherwise build the same files at the same time).
+void prepare_data(const std::vector<Job>& jobs) {
+  std::set<std::string> done;
+  for (const Job& job : jobs) {
+    config::ExperimentConfig probe;
+    probe.data = job.config.data;
+    if (!done.insert(config::fingerprint(probe)).second) continue;
+    log::info(kTag, "preparing the data of {} for the jobs that share it", job.label());
+    try {
+      data::load_dataset(job.config.data);
+    } catch (const Error& e) {  // the job meets it again, and fails with it, on its own
+      log::warn(kTag, "preparing the data of {}: {}", job.label(), e.what());
+    }
+  }
+}
+
+// Runs `jobs` options.jobs at a time, each as a child process (options.job_command) with its
+// share of the threads and its output in <run dir>/job.log.
+RunOutcome run_in_processes(const std::vector<Job>& jobs, const AblationOptions& options) {
+  prepare_data(jobs);
+  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = options.threads > 0 ? options.threads : hardware;
+  const int per_job = std::max(1, threads / options.jobs);
+  log::info(kTag, "running {} job(s), {} at a time with {} thread(s) each", jobs.size(),
+            options.jobs, per_job);
+  RunOutcome out;
+  std::mutex mutex;
+  size_t next = 0;
+  auto worker = [&] {
+    for (;;) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        if (next >= jobs.size() || train::stop_signal().load() != 0) return;
+        i = next++;
+      }
+      const Job& job = jobs[i];
+      const stdfs::path dir = train::run_dir(job.config);
+      fs::ensure_dir(dir);
+      std::vector<std::string> argv = options.job_command;
+      for (const std::string& extra : {std::string("--job"), job.label(), std::string("--quiet"),
+                                       std::string("--no-plots"), std::string("--set"),
+                                       fmt::format("run.threads={}", per_job)}) {
+        argv.push_back(extra);
+      }
+      process::RunOptions run;
+      run.output_file = (dir / "job.log").string();
+      log::info(kTag, "job {}: started (log: {})", job.label(), run.output_file);
+      const process::ProgramResult result = process::run_program(argv, run);
+      std::lock_guard<std::mutex> lock(mutex);
+      if (result.ok()) {
+        log::info(kTag, "job {}: finished", job.label());
+      } else if (train::stop_signal().load() != 0) {  // Ctrl-C reached the children too
+        out.signal = train::stop_signal().load();
+        out.stopped = job.label();
+      } else {
+        out.failed.push_back(fmt::format("{}: the job {}; the end of {}:\n{}", job.label(),
+                                         result.status(), run.output_file, result.stderr_tail));
+        log::warn(kTag, "{}", out.failed.back());
+      }
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int w = 0; w < std::min<int>(options.jobs, static_cast<int>(jobs.size())); ++w) {
+    workers.emplace_back(worker);
+  }
+  for (auto& w : workers) w.join();
+  if (out.signal == 0) out.signal = train::stop_signal().load();
+  return out;
+}
+
+// The report's per-variant notes: what each variant changes relative to the base.
+ReportOptions report_options(const config::AblationConfig& ablation,
+                             const AblationOptions& options) {
+  ReportOptions report = options.report;
+  for (const auto& [name, cfg] : ablation.variants) {
+    std::string changes;
+    for (const auto& line : changes_from_base(ablation, cfg)) {
+      changes += (changes.empty() ? "" : "; ") + line;
+    }
+    report.variant_changes.emplace_back(name, changes);
+  }
+  return report;
+}
+
 }  // namespace
 
 AblationResult run_ablation(const config::AblationConfig& ablation,
                             const AblationOptions& options) {
   TXL_CHECK(!ablation.variants.empty(), "ablation ", ablation.name,
             " has no variants; list them under `variants:`");
-  std::vector<std::string> names;
-  for (const auto& [name, cfg] : ablation.variants) names.push_back(name);
-  for (const auto& wanted : options.only) {
-    TXL_CHECK(std::find(names.begin(), names.end(), wanted) != names.end(), "--only: ablation ",
-              ablation.name, " has no variant '", wanted, "'; its variants are: ", [&] {
-                std::string list;
-                for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
-                return list;
-              }());
-  }
-  auto selected = [&](const std::string& name) {
-    return options.only.empty() ||
-           std::find(options.only.begin(), options.only.end(), name) != options.only.end();
-  };
-
+  TXL_CHECK(options.jobs >= 1, "--jobs must be at least 1, got ", options.jobs);
+  const std::vector<Job> jobs = selected_jobs(ablation, options);
+  const std::vector<std::int64_t> contexts = sweep_contexts(ablation);
   AblationResult result;
   result.dir = ablation_dir(ablation);
   fs::ensure_dir(result.dir);
-  log::info(kTag, "ablation {}: {} variant(s), report in {}", ablation.name, names.size(),
-            result.dir.string());
-
-  warn_unfair_variants(ablation);
-  ReportOptions report_options = options.report;
-  for (const auto& [name, cfg] : ablation.variants) {
-    std::string changes;
-    for (const auto& line : changes_from_base(ablation, cfg)) {
-      changes += (changes.empty() ? "" : "; ") + line;
-    }
-    report_options.variant_changes.emplace_back(name, changes);
+  if (options.job.empty()) {
+    log::info(kTag, "ablation {}: {} variant(s), {} job(s) to run, report in {}", ablation.name,
+              ablation.variants.size(), jobs.size(), result.dir.string());
+    warn_unfair_variants(ablation);
   }
-
-  DatasetCache datasets;
+  const bool in_processes = options.jobs > 1 && options.job.empty() && jobs.size() > 1;
+  TXL_CHECK(!in_processes || !options.job_command.empty(),
+            "--jobs needs the command that runs one job (AblationOptions::job_command)");
+  const RunOutcome ran = in_processes ? run_in_processes(jobs, options)
+                                      : run_serially(jobs, options, contexts);
+  result.failed = ran.failed;
+  if (ran.signal != 0) {
+    result.status = AblationStatus::kInterrupted;
+    result.signal = ran.signal;
+    result.stopped_variant = ran.stopped;
+    return result;
+  }
+  if (!result.failed.empty()) result.status = AblationStatus::kFailed;
+  if (!options.job.empty()) return result;  // one job of many: the parent writes the report
   std::vector<TrainingCurve> curves;
-  for (const auto& [name, cfg] : ablation.variants) {
-    VariantOutcome outcome;
-    if (selected(name)) {
-      if (int sig = train::stop_signal().load(); sig != 0) {
-        result.status = AblationStatus::kInterrupted;
-        result.signal = sig;
-        result.stopped_variant = name;
-        return result;
-      }
-      outcome = run_variant(name, cfg, options, datasets);
-      if (outcome.interrupted) {
-        result.status = AblationStatus::kInterrupted;
-        result.signal = train::stop_signal().load();
-        result.stopped_variant = name;
-        log::info(kTag, "stopped during variant {}; run the same command again to resume", name);
-        return result;
-      }
-    } else {
-      outcome = cached_outcome(name, cfg, options);
-      if (outcome.records.empty()) {
-        log::info(kTag, "variant {}: not selected and no current results; left out of the report",
-                  name);
-      }
+  for (const Job& job : ablation_jobs(ablation)) {
+    VariantOutcome outcome = cached_outcome(job, options, contexts);
+    if (outcome.records.empty()) {
+      log::info(kTag, "job {}: no current results; left out of the report", job.label());
+      continue;
     }
-    if (outcome.records.empty()) continue;
     curves.push_back(outcome.curve);
     result.records.insert(result.records.end(), outcome.records.begin(), outcome.records.end());
   }
-  result.report = write_report(result.dir, ablation.name, result.records, curves, report_options);
+  ReportOptions report = report_options(ablation, options);
+  report.failed = result.failed;
+  report.contexts = contexts;
+  result.report = write_report(result.dir, ablation.name, result.records, curves, report);
   return result;
+}
+
+namespace {
+
+// Whether a job's training and evaluations are all current (nothing for it to do).
+bool job_finished(const Job& job, const AblationOptions& options,
+                  const std::vector<std::int64_t>& contexts) {
+  const std::string fingerprint = training_fingerprint(job.config);
+  const stdfs::path dir = train::run_dir(job.config);
+  auto done = read_done(dir);
+  if (!done || done->fingerprint != fingerprint || done->stage != "evaluated") return false;
+  const EvalCache cache = read_cache(dir, fingerprint);
+  const auto plan = planned_evals(job.config, options, contexts);
+  return std::all_of(plan.begin(), plan.end(),
+                     [&](const PlannedEval& p) { return cached(cache, p, cache_key(p)); });
+}
+
+// A batch script: #SBATCH lines, then one command, every word quoted for the shell Slurm runs.
+std::string batch_script(const std::vector<std::string>& directives, const std::string& prelude,
+                         const std::string& command) {
+  std::string text = "#!/bin/bash\n# Written by txl-ablate --slurm.\n";
+  for (const auto& d : directives) text += "#SBATCH " + d + "\n";
+  return text + prelude + "exec " + command + "\n";
+}
+
+// sbatch --parsable's answer: "<id>" or "<id>;<cluster>".
+std::string submitted_id(const process::ProgramResult& r, const std::string& what) {
+  TXL_CHECK(r.ok(), "sbatch (", what, ") ", r.status(), r.stderr_tail.empty() ? "" : ": ",
+            r.stderr_tail);
+  std::string id = r.out.substr(0, r.out.find_first_of(";\n"));
+  TXL_CHECK(!id.empty() && id.find_first_not_of("0123456789_") == std::string::npos,
+            "sbatch (", what, ") answered '", r.out, "', not a job id");
+  return id;
+}
+
+}  // namespace
+
+SlurmPlan submit_slurm(const config::AblationConfig& ablation, const AblationOptions& options,
+                       const std::vector<std::string>& sbatch_options) {
+  TXL_CHECK(!options.job_command.empty(), "--slurm needs the command that runs one job");
+  const std::vector<std::int64_t> contexts = sweep_contexts(ablation);
+  SlurmPlan plan;
+  for (const Job& job : selected_jobs(ablation, options)) {
+    if (!job_finished(job, options, contexts)) plan.labels.push_back(job.label());
+  }
+  const stdfs::path dir = ablation_dir(ablation) / "slurm";
+  fs::ensure_dir(dir);
+  std::vector<std::string> opts = ablation.sbatch;
+  opts.insert(opts.end(), sbatch_options.begin(), sbatch_options.end());
+  std::string labels;
+  for (const auto& l : plan.labels) labels += " " + process::shell_command({l});
+  std::vector<std::string> job_argv = options.job_command;
+  for (const char* a : {"--quiet", "--no-plots"}) job_argv.push_back(a);
+  const std::string abs_dir = stdfs::absolute(dir).string();
+  std::string report_id;
+  if (!plan.labels.empty()) {
+    plan.script = dir / "jobs.sh";
+    fs::write_atomic(plan.script, batch_script(
+        {"--job-name=txl-" + ablation.name,
+         fmt::format("--array=0-{}", plan.labels.size() - 1),
+         "--output=" + abs_dir + "/job_%a.log"},
+        "labels=(" + labels + ")\n",
+        process::shell_command(job_argv) + " --job \"${labels[$SLURM_ARRAY_TASK_ID]}\""));
+    plan.array_command = {"sbatch", "--parsable"};
+    plan.array_command.insert(plan.array_command.end(), opts.begin(), opts.end());
+    plan.array_command.push_back(plan.script.string());
+    report_id = submitted_id(process::run_program(plan.array_command), "job array");
+  }
+  const stdfs::path report_script = dir / "report.sh";
+  std::vector<std::string> report_argv = options.job_command;
+  report_argv.push_back("--quiet");
+  fs::write_atomic(report_script,
+                   batch_script({"--job-name=txl-" + ablation.name + "-report",
+                                 "--output=" + abs_dir + "/report.log"},
+                                "", process::shell_command(report_argv)));
+  plan.report_command = {"sbatch", "--parsable"};
+  if (!report_id.empty()) plan.report_command.push_back("--dependency=afterany:" + report_id);
+  plan.report_command.insert(plan.report_command.end(), opts.begin(), opts.end());
+  plan.report_command.push_back(report_script.string());
+  submitted_id(process::run_program(plan.report_command), "report");
+  return plan;
 }
 
 }  // namespace txl::experiment

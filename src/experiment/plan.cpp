@@ -57,9 +57,55 @@ std::vector<PlannedEval> evaluation_plan(const config::ExperimentConfig& variant
             "; list at least one of valid, test");
   std::vector<PlannedEval> plan;
   for (const auto& split : e.splits) {
-    for (const auto& settings : per_split) plan.push_back({split, settings});
+    for (const auto& settings : per_split) plan.push_back({split, settings, false});
   }
   return plan;
+}
+
+std::vector<std::int64_t> sweep_contexts(const config::AblationConfig& ablation) {
+  if (!ablation.contexts.empty()) return ablation.contexts;
+  const std::int64_t q = ablation.base.model.tgt_len;
+  const std::int64_t step = std::max<std::int64_t>(1, q / 2);
+  std::vector<std::int64_t> grid;
+  for (std::int64_t c = step; c <= 4 * q; c += step) grid.push_back(c);
+  return grid;
+}
+
+std::vector<PlannedEval> sweep_plan(const config::ExperimentConfig& variant,
+                                    const std::vector<std::int64_t>& contexts) {
+  std::vector<PlannedEval> plan;
+  for (const auto& split : variant.eval.splits) {
+    for (std::int64_t c : contexts) {
+      const config::ExperimentConfig v = eval::at_context(variant, c);
+      plan.push_back({split, eval::resolve_settings(v), /*sweep=*/true});
+    }
+  }
+  return plan;
+}
+
+std::string Job::label() const {
+  return replicate ? fmt::format("{}@{}", variant, seed) : variant;
+}
+
+std::vector<Job> ablation_jobs(const config::AblationConfig& ablation) {
+  std::vector<Job> jobs;
+  for (const auto& [name, cfg] : ablation.variants) {
+    if (ablation.seeds.empty()) {
+      jobs.push_back({name, static_cast<std::int64_t>(cfg.run.seed), false, cfg});
+      continue;
+    }
+    for (std::int64_t seed : ablation.seeds) {
+      Job job{name, seed, true, cfg};
+      const std::filesystem::path dir = cfg.run.output_dir.empty()
+                                            ? std::filesystem::path("runs") / cfg.run.name
+                                            : std::filesystem::path(cfg.run.output_dir);
+      job.config.run.seed = static_cast<std::uint64_t>(seed);
+      job.config.run.name = fmt::format("{}/seed{}", cfg.run.name, seed);
+      job.config.run.output_dir = (dir / fmt::format("seed{}", seed)).string();
+      jobs.push_back(job);
+    }
+  }
+  return jobs;
 }
 
 std::filesystem::path ablation_dir(const config::AblationConfig& ablation) {

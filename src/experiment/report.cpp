@@ -8,11 +8,13 @@
 #include <sstream>
 
 #include "txl/eval/evaluator.h"
+#include "txl/experiment/analysis.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/json.h"
 #include "txl/util/log.h"
 #include "txl/util/plot.h"
+#include "txl/util/process.h"
 
 namespace txl::experiment {
 
@@ -50,6 +52,7 @@ ResultRecord make_record(const eval::EvalResult& result, const eval::Settings& s
   rec.recall_loss = result.recall_loss;
   rec.recall_tokens = result.recall_tokens;
   rec.loss_by_position = result.loss_by_position;
+  rec.token_losses = result.token_losses;
   return rec;
 }
 
@@ -60,6 +63,8 @@ namespace {
 Json record_to_json(const ResultRecord& r) {
   Json j;
   j["variant"] = r.variant;
+  j["seed"] = r.seed;
+  j["sweep"] = r.sweep;
   j["attn_type"] = config::to_string(r.attn_type);
   j["eval_mode"] = config::to_string(r.eval_mode);
   j["split"] = r.split;
@@ -122,6 +127,9 @@ ResultRecord record_from_json(const Json& j, const std::string& origin) {
   TXL_CHECK(j.is_object(), origin, ": expected a JSON object per result record");
   ResultRecord r;
   r.variant = field<std::string>(j, "variant", origin);
+  // Optional: absent in records written before seeds and sweeps.
+  r.seed = j.contains("seed") ? field<std::int64_t>(j, "seed", origin) : 0;
+  r.sweep = j.contains("sweep") ? field<bool>(j, "sweep", origin) : false;
   r.attn_type = enum_field<AttnType>(j, "attn_type", origin);
   r.eval_mode = enum_field<EvalMode>(j, "eval_mode", origin);
   r.split = field<std::string>(j, "split", origin);
@@ -191,6 +199,8 @@ std::vector<ResultRecord> records_from_json(const std::string& text, const std::
   } catch (const nlohmann::json::exception& e) {
     TXL_FAIL(origin, ": not valid JSON (", e.what(), "); delete the file to recompute it");
   }
+  // A report's results.json holds them under "records", a cache as a plain list.
+  if (list.is_object() && list.contains("records")) list = Json(list.at("records"));
   TXL_CHECK(list.is_array(), origin, ": expected a JSON list of result records");
   std::vector<ResultRecord> records;
   for (const auto& j : list) records.push_back(record_from_json(j, origin));
@@ -202,17 +212,18 @@ std::string to_csv(const std::vector<ResultRecord>& records) {
       "variant,attn_type,eval_mode,split,tgt_len,mem_len,window,stride,loss,ppl,bits_per_byte,"
       "bits_per_char,tokens,tokens_per_s,seconds,seconds_per_token,recall_loss,recall_tokens,"
       "train_tgt_len,train_mem_len,train_steps,train_tokens,train_tokens_per_s,train_seconds,"
-      "params\n";
+      "params,seed,sweep\n";
   for (const auto& r : records) {
     out += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
         csv_field(r.variant), csv_field(config::to_string(r.attn_type)),
         csv_field(config::to_string(r.eval_mode)), csv_field(r.split),
         r.tgt_len, r.mem_len, r.window, r.stride, csv_number(r.loss), csv_number(r.ppl),
         csv_number(r.bits_per_byte), csv_number(r.bits_per_char), r.tokens,
         csv_number(r.tokens_per_s), csv_number(r.seconds), csv_number(r.seconds_per_token()),
         csv_number(r.recall_loss), r.recall_tokens, r.train_tgt_len, r.train_mem_len, r.train_steps,
-        r.train_tokens, csv_number(r.train_tokens_per_s), csv_number(r.train_seconds), r.params);
+        r.train_tokens, csv_number(r.train_tokens_per_s), csv_number(r.train_seconds), r.params,
+        r.seed, r.sweep ? 1 : 0);
   }
   return out;
 }
@@ -383,16 +394,25 @@ std::string count(std::int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
-std::string split_table(const std::vector<ResultRecord>& records, const std::string& split) {
-  bool any_bpb = false, any_bpc = false, any_recall = false;
-  for (const auto& r : records) {
-    if (r.split != split) continue;
-    any_bpb = any_bpb || r.bits_per_byte > 0;
-    any_bpc = any_bpc || r.bits_per_char > 0;
-    any_recall = any_recall || r.recall_tokens > 0;
+// "127.83" for one seed, "127.83 ± 0.41" over several.
+std::string with_spread(const MeanStd& m, int digits) {
+  if (m.n < 2) return fixed(m.mean, digits);
+  return fixed(m.mean, digits) + " ± " + fixed(m.std, digits);
+}
+
+// One row per evaluation of `split` (seeds averaged: ppl as mean ± std).
+std::string split_table(const std::vector<SeedSummary>& summaries, const std::string& split) {
+  bool any_bpb = false, any_bpc = false, any_recall = false, any_seeds = false;
+  for (const auto& s : summaries) {
+    if (s.first.split != split) continue;
+    any_bpb = any_bpb || s.first.bits_per_byte > 0;
+    any_bpc = any_bpc || s.first.bits_per_char > 0;
+    any_recall = any_recall || s.first.recall_tokens > 0;
+    any_seeds = any_seeds || s.seeds.size() > 1;
   }
   std::vector<std::string> header = {"variant", "attn", "mode", "Q", "context", "ppl"};
   std::vector<bool> right = {false, false, false, true, false, true};
+  if (any_seeds) header.push_back("seeds"), right.push_back(true);
   if (any_bpb) header.push_back("bits/byte"), right.push_back(true);
   if (any_bpc) header.push_back("bits/char"), right.push_back(true);
   if (any_recall) header.push_back("recall loss"), right.push_back(true);
@@ -401,23 +421,26 @@ std::string split_table(const std::vector<ResultRecord>& records, const std::str
     right.push_back(true);
   }
   std::vector<std::vector<std::string>> rows;
-  for (const auto& r : records) {
+  for (const auto& s : summaries) {
+    const ResultRecord& r = s.first;
     if (r.split != split) continue;
     std::vector<std::string> row = {r.variant,        config::to_string(r.attn_type),
                                     config::to_string(r.eval_mode), std::to_string(r.tgt_len),
-                                    context_label(r), fixed(r.ppl, 2)};
-    if (any_bpb) row.push_back(r.bits_per_byte > 0 ? fixed(r.bits_per_byte, 4) : "-");
+                                    context_label(r), with_spread(s.ppl, 2)};
+    if (any_seeds) row.push_back(std::to_string(s.seeds.size()));
+    if (any_bpb) row.push_back(r.bits_per_byte > 0 ? with_spread(s.bits_per_byte, 4) : "-");
     if (any_bpc) row.push_back(r.bits_per_char > 0 ? fixed(r.bits_per_char, 4) : "-");
-    if (any_recall) row.push_back(r.recall_tokens > 0 ? fixed(r.recall_loss, 3) : "-");
+    if (any_recall) row.push_back(r.recall_tokens > 0 ? with_spread(s.recall_loss, 3) : "-");
     row.push_back(count(r.tokens));
     row.push_back(count(static_cast<std::int64_t>(std::llround(r.tokens_per_s))));
     row.push_back(fixed(1000.0 * r.seconds_per_token(), 4));
     // Cost relative to the same variant's segments pass: sliding's price for its context.
     std::string relative = "-";
-    for (const auto& s : records) {
-      if (s.variant == r.variant && s.split == split && s.eval_mode == EvalMode::kSegments &&
-          s.seconds_per_token() > 0) {
-        relative = fmt::format("{:.1f}x", r.seconds_per_token() / s.seconds_per_token());
+    for (const auto& o : summaries) {
+      const ResultRecord& x = o.first;
+      if (x.variant == r.variant && x.split == split && x.eval_mode == EvalMode::kSegments &&
+          x.seconds_per_token() > 0) {
+        relative = fmt::format("{:.1f}x", r.seconds_per_token() / x.seconds_per_token());
         break;
       }
     }
@@ -427,13 +450,23 @@ std::string split_table(const std::vector<ResultRecord>& records, const std::str
   return markdown_table(header, rows, right);
 }
 
+// The main evaluations (no sweep points), whose tables and findings the report shows.
+std::vector<ResultRecord> main_records(const std::vector<ResultRecord>& records) {
+  std::vector<ResultRecord> out;
+  for (const auto& r : records) {
+    if (!r.sweep) out.push_back(r);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string format_table(const std::vector<ResultRecord>& records) {
+  const auto summaries = summarize_seeds(main_records(records));
   std::string out;
   for (const auto& split : splits_in_order(records)) {
     if (!out.empty()) out += "\n";
-    out += "Split: " + split + "\n\n" + split_table(records, split);
+    out += "Split: " + split + "\n\n" + split_table(summaries, split);
   }
   return out;
 }
@@ -576,6 +609,9 @@ std::string memory_sweep_sentence(const std::vector<ResultRecord>& records,
 // ------------------------------------------------------------------------------------- plots
 
 constexpr const char* kPlotFiles[] = {"training_loss.png", "context_ppl.png", "eval_cost.png"};
+// Drawn when the records have what they show: the context sweep, RECL, loss by position.
+constexpr const char* kOptionalPlotFiles[] = {"context_sweep.png", "recl.png",
+                                              "loss_by_position.png"};
 
 // Draws the plots with the plot script (plot.h); returns "" on success, else the reason they
 // were skipped.
@@ -598,6 +634,9 @@ std::string draw_plots(const stdfs::path& dir, const std::vector<TrainingCurve>&
       return fmt::format("{} did not write {}", script.filename().string(), name);
     }
     plots.push_back(dir / name);
+  }
+  for (const char* name : kOptionalPlotFiles) {
+    if (stdfs::exists(dir / name, ec)) plots.push_back(dir / name);
   }
   return "";
 }
@@ -659,9 +698,20 @@ std::string findings_section(const std::vector<ResultRecord>& records) {
 // The plots, or why there are none.
 std::string plots_section(const Report& report) {
   if (report.plots.empty()) return "Plots were skipped: " + report.plot_note + ".\n";
-  return "![Training loss against step](training_loss.png)\n\n"
-         "![Perplexity against evaluation context length](context_ppl.png)\n\n"
-         "![Evaluation cost against perplexity](eval_cost.png)\n";
+  const std::vector<std::pair<std::string, std::string>> captions = {
+      {"training_loss.png", "Training loss against step"},
+      {"context_ppl.png", "Perplexity against evaluation context length"},
+      {"eval_cost.png", "Evaluation cost against perplexity"},
+      {"context_sweep.png", "Context sweep: perplexity against attention length"},
+      {"recl.png", "Relative effective context length per variant"},
+      {"loss_by_position.png", "Mean loss by position in the segment"}};
+  std::string md;
+  for (const auto& [file, caption] : captions) {
+    const bool drawn = std::any_of(report.plots.begin(), report.plots.end(),
+                                   [&](const stdfs::path& p) { return p.filename() == file; });
+    if (drawn) md += "![" + caption + "](" + file + ")\n\n";
+  }
+  return md;
 }
 
 // The positions a position table shows: 0, 1, 2, 4, 8, ... below q, and q - 1.
@@ -700,6 +750,188 @@ std::string position_section(const std::vector<ResultRecord>& records) {
   return md;
 }
 
+// Jobs that failed, so that a missing variant or seed is never silent.
+std::string failed_section(const ReportOptions& options) {
+  if (options.failed.empty()) return "";
+  std::string md = "\n## Failed jobs\n\nThese jobs failed; the report leaves them out. Fix the "
+                   "cause and rerun the same command: finished jobs are not run again.\n\n";
+  for (const auto& f : options.failed) md += "- " + process::last_lines(f, 6) + "\n";
+  return md;
+}
+
+// What the evaluations score, and how seeds and intervals are computed.
+std::string method_sentence(const Analysis& a, const ReportOptions& options) {
+  std::int64_t tokens = 0;
+  std::vector<std::int64_t> seeds;
+  for (const auto& s : a.summaries) {
+    tokens = std::max(tokens, s.first.tokens);
+    if (s.seeds.size() > seeds.size()) seeds = s.seeds;
+  }
+  std::string seed_list;
+  for (auto k : seeds) seed_list += (seed_list.empty() ? "" : ", ") + std::to_string(k);
+  return fmt::format(
+      "Every evaluation on {} scores {} ({} tokens). {} Ratios are ppl(a) / ppl(b) of the two "
+      "variants' headline evaluations (memory at the training M for relative positions, fixed "
+      "segments for absolute ones) on the same tokens, from per-token losses averaged over "
+      "seeds; the 95% interval is a paired block bootstrap: the tokens are cut into blocks of "
+      "{} contiguous tokens (neighbouring tokens are not independent), and 1000 resamples draw "
+      "as many blocks with replacement, the same ones for a and b. A difference is called "
+      "significant only when its interval excludes 1.\n\n",
+      a.split,
+      options.eval_max_tokens > 0 ? fmt::format("its first {} tokens", count(options.eval_max_tokens))
+                                  : std::string("the whole split"),
+      count(tokens),
+      seeds.size() > 1 ? fmt::format("Each variant was trained with {} seeds ({}); figures are "
+                                     "mean ± sample standard deviation over them.",
+                                     seeds.size(), seed_list)
+                       : std::string("One seed per variant: no spread over seeds."),
+      a.pairs.empty() ? 64 : a.pairs.front().interval.block);
+}
+
+std::string significance_section(const Analysis& a, const ReportOptions& options) {
+  std::string md = "\n## Significance (" + a.split + ")\n\n" + method_sentence(a, options);
+  if (a.pairs.empty()) return md + "No pair of variants kept per-token losses on the same tokens.\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& p : a.pairs) {
+    rows.push_back({p.a, p.b, fixed(p.interval.ratio, 4),
+                    fmt::format("[{}, {}]", fixed(p.interval.low, 4), fixed(p.interval.high, 4)),
+                    p.interval.significant() ? "yes" : "no",
+                    p.interval.ratio < 1 ? p.a : p.b, count(p.interval.tokens)});
+  }
+  return md + markdown_table({"a", "b", "ppl(a)/ppl(b)", "95% interval", "significant",
+                              "lower ppl", "tokens"},
+                             rows, {false, false, true, false, false, false, true});
+}
+
+std::string sweep_section(const Analysis& a, const ReportOptions& options) {
+  if (a.sweeps.empty()) return "";
+  std::vector<std::int64_t> grid;
+  for (const auto& s : a.sweeps)
+    for (auto c : s.contexts)
+      if (std::find(grid.begin(), grid.end(), c) == grid.end()) grid.push_back(c);
+  std::sort(grid.begin(), grid.end());
+  std::vector<std::string> header = {"variant"};
+  for (auto c : grid) header.push_back(fmt::format("c={}", c));
+  for (const char* h : {"PPL init (c)", "PPL best", "Attn Len"}) header.push_back(h);
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& s : a.sweeps) {
+    std::vector<std::string> row = {s.variant};
+    for (auto c : grid) {
+      auto it = std::find(s.contexts.begin(), s.contexts.end(), c);
+      row.push_back(it == s.contexts.end() ? "-" : with_spread(s.ppl[it - s.contexts.begin()], 2));
+    }
+    row.push_back(fmt::format("{} ({})", fixed(s.ppl_init, 2), s.init_context));
+    row.push_back(fixed(s.ppl_best, 2));
+    row.push_back(std::to_string(s.attn_len));
+    rows.push_back(row);
+  }
+  std::vector<bool> right(header.size(), true);
+  right[0] = false;
+  return "\n## Context sweep (" + a.split + ")\n\n" +
+         fmt::format("Perplexity against the attention length c, the tokens each scored token "
+                     "sees: relative-position models with memory M = c and same_length (every "
+                     "query sees c keys, as the paper evaluates; each stream warmed up with c "
+                     "unscored tokens), absolute-position models with a sliding window L = c "
+                     "scoring c/{} tokens per window (so each scored token sees 7c/8 to c). PPL "
+                     "init is at the longest context of training (Q + M), PPL best the lowest over "
+                     "the grid and Attn Len the shortest c that reaches it (the paper's Table 6).\n\n",
+                     options.sweep_stride_divisor) +
+         markdown_table(header, rows, right);
+}
+
+std::string recl_section(const Analysis& a) {
+  const ReclTable& t = a.recl;
+  if (t.variants.empty()) {
+    return t.note.empty() ? "" : "\n## Relative effective context length (" + a.split +
+                                     ")\n\nNot computed: " + t.note + ".\n";
+  }
+  std::vector<std::string> header = {"variant"};
+  for (double r : t.recl.ratios) header.push_back(fmt::format("RECL r={}", r));
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < t.variants.size(); ++i) {
+    std::vector<std::string> row = {t.variants[i]};
+    for (auto v : t.recl.recl[i]) row.push_back(std::to_string(v));
+    rows.push_back(row);
+  }
+  std::vector<bool> right(header.size(), true);
+  right[0] = false;
+  const auto& g = t.recl.contexts;
+  return "\n## Relative effective context length (" + a.split + ")\n\n" +
+         fmt::format("RECL (MODEL.md section 8; the paper's appendix C) of this group of {} "
+                     "variants on {} tokens, from the context sweep's per-token losses (averaged "
+                     "over seeds): grid c = {}..{} in steps of {} (the step D), a context counts "
+                     "while it lowers the group-relative loss of the hardest r of tokens by 1% or "
+                     "more.\n\n",
+                     t.variants.size(), count(t.tokens), g.front(), g.back(),
+                     g.size() > 1 ? g[1] - g[0] : 0) +
+         markdown_table(header, rows, right);
+}
+
+// The significance of each pair as findings.
+std::string pair_findings(const std::vector<Analysis>& analyses) {
+  std::string md;
+  for (const auto& a : analyses) {
+    for (const auto& p : a.pairs) {
+      md += fmt::format("- {} / {} on {}: ppl ratio {:.4f}, 95% interval [{:.4f}, {:.4f}]: {}.\n",
+                        p.a, p.b, a.split, p.interval.ratio, p.interval.low, p.interval.high,
+                        p.interval.significant()
+                            ? fmt::format("significant, {} has the lower perplexity",
+                                          p.interval.ratio < 1 ? p.a : p.b)
+                            : std::string("not significant (the interval contains 1)"));
+    }
+  }
+  return md;
+}
+
+}  // namespace
+
+namespace {
+
+// results.json: every record, then the analysis of each split.
+std::string results_json(const std::vector<ResultRecord>& records,
+                         const std::vector<Analysis>& analyses) {
+  Json j;
+  j["records"] = Json::parse(to_json(records));
+  j["analysis"] = Json::array();
+  for (const auto& a : analyses) j["analysis"].push_back(Json::parse(analysis_json(a)));
+  return j.dump(2) + "\n";
+}
+
+std::string summary_csv(const std::vector<Analysis>& analyses) {
+  std::string out = "table,variant,versus,split,eval,context,figure,value\n";
+  for (const auto& a : analyses) out += analysis_csv(a);
+  return out;
+}
+
+// report.md from its parts.
+std::string report_markdown(const std::string& ablation_name, const std::vector<ResultRecord>& records,
+                            const std::vector<TrainingCurve>& curves,
+                            const std::vector<Analysis>& analyses, const ReportOptions& options,
+                            const Report& report) {
+  const auto main = main_records(records);
+  const auto summaries = summarize_seeds(main);
+  const auto means = mean_records(summaries, main);
+  std::string md = "# Ablation: " + ablation_name + "\n" + failed_section(options) +
+                   "\n## What was compared\n\n";
+  md += compared_section(variants_in_order(records), options);
+  md += training_table(means, curves);
+  for (const auto& split : splits_in_order(main)) {
+    md += "\n## Results on " + split + "\n\n" + split_table(summaries, split);
+  }
+  for (const auto& a : analyses) {
+    md += significance_section(a, options) + sweep_section(a, options) + recl_section(a);
+  }
+  md += position_section(means);
+  md += "\n## Findings\n\n" + findings_section(means) + pair_findings(analyses);
+  md += "\n## Plots\n\n" + plots_section(report);
+  md +=
+      "\nEvery figure above is in `results.json` (records, then each split's analysis) and in "
+      "`results.csv` (records) / `results_summary.csv` (the analysis, one figure a row); the "
+      "per-token losses are in each run's `token_losses.safetensors`, the training curves in its "
+      "`metrics.jsonl`.\n";
+  return md;
+}
+
 }  // namespace
 
 Report write_report(const stdfs::path& dir, const std::string& ablation_name,
@@ -708,26 +940,18 @@ Report write_report(const stdfs::path& dir, const std::string& ablation_name,
   Report report;
   report.dir = dir;
   fs::ensure_dir(dir);
-  fs::write_atomic(dir / "results.json", to_json(records));
+  std::vector<Analysis> analyses;
+  for (const auto& split : splits_in_order(records)) analyses.push_back(analyse(records, split));
+  fs::write_atomic(dir / "results.json", results_json(records, analyses));
   fs::write_atomic(dir / "results.csv", to_csv(records));
+  fs::write_atomic(dir / "results_summary.csv", summary_csv(analyses));
   report.table = format_table(records);
   report.plot_note = draw_plots(dir, curves, options, report.plots);
   if (!report.plot_note.empty() && options.plots) {
     log::warn("report", "plots skipped: {}", report.plot_note);
   }
-  std::string md = "# Ablation: " + ablation_name + "\n\n## What was compared\n\n";
-  md += compared_section(variants_in_order(records), options);
-  md += training_table(records, curves);
-  for (const auto& split : splits_in_order(records)) {
-    md += "\n## Results on " + split + "\n\n" + split_table(records, split);
-  }
-  md += position_section(records);
-  md += "\n## Findings\n\n" + findings_section(records);
-  md += "\n## Plots\n\n" + plots_section(report);
-  md +=
-      "\nEvery figure above is in `results.json` and `results.csv`; the training curves are in "
-      "each variant's `metrics.jsonl`.\n";
-  fs::write_atomic(dir / "report.md", md);
+  fs::write_atomic(dir / "report.md",
+                   report_markdown(ablation_name, records, curves, analyses, options, report));
   log::info("report", "report written to {}", (dir / "report.md").string());
   return report;
 }

@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "txl/util/error.h"
 
@@ -105,12 +107,18 @@ int spawn(std::vector<std::string> argv, const RunOptions& options, const ChildS
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  if (streams.out.write.valid()) {
+  if (!options.output_file.empty()) {
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, options.output_file.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  } else if (streams.out.write.valid()) {
     posix_spawn_file_actions_adddup2(&actions, streams.out.write.get(), STDOUT_FILENO);
   } else if (options.stdout_mode == Stdout::kDiscard) {
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
   }
-  if (streams.err.write.valid()) {
+  if (!options.output_file.empty()) {
+    // both already go to the file
+  } else if (streams.err.write.valid()) {
     posix_spawn_file_actions_adddup2(&actions, streams.err.write.get(), STDERR_FILENO);
   } else {
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
@@ -195,8 +203,9 @@ std::string ProgramResult::status() const {
 ProgramResult run_program(const std::vector<std::string>& argv, const RunOptions& options) {
   TXL_CHECK(!argv.empty() && !argv[0].empty(), "run_program needs a program to run");
   ChildStreams streams;
-  if (options.stdout_mode == Stdout::kCapture) streams.out = make_pipe();
-  if (options.stderr_tail_lines > 0) streams.err = make_pipe();
+  const bool to_file = !options.output_file.empty();
+  if (options.stdout_mode == Stdout::kCapture && !to_file) streams.out = make_pipe();
+  if (options.stderr_tail_lines > 0 && !to_file) streams.err = make_pipe();
   ProgramResult result;
   pid_t pid = 0;
   const int rc = spawn(argv, options, streams, &pid);
@@ -218,6 +227,12 @@ ProgramResult run_program(const std::vector<std::string>& argv, const RunOptions
     throw;
   }
   wait_for(pid, &result);
+  if (to_file && options.stderr_tail_lines > 0) {
+    std::ifstream in(options.output_file, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    result.stderr_tail = last_lines(text.str(), options.stderr_tail_lines);
+  }
   return result;
 }
 

@@ -2,6 +2,7 @@
 // its modes and reported; finished work skipped, half-finished work resumed, changed variants
 // redone; and txl-ablate's command line, errors and Ctrl-C.
 #include "txl/experiment/ablation.h"
+#include "txl/experiment/analysis.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -87,6 +89,7 @@ txl::experiment::AblationOptions quiet_options() {
   txl::experiment::AblationOptions o;
   o.quiet = true;
   o.report.plots = false;
+  o.sweep = false;  // the tests of seeds and sweeps turn it on
   return o;
 }
 
@@ -136,7 +139,7 @@ TEST_F(Ablation, EveryVariantIsTrainedEvaluatedAndReported) {
         << r.variant << r.eval_mode;
   }
   const auto dir_out = stdfs::path(a.output_dir);
-  auto json = nlohmann::json::parse(read(dir_out / "results.json"));
+  auto json = nlohmann::json::parse(read(dir_out / "results.json"))["records"];
   EXPECT_EQ(json.size(), result.records.size());
   std::string md = read(dir_out / "report.md");
   for (const std::string name : {"vanilla", "rel_no_memory", "xl"}) {
@@ -243,7 +246,7 @@ TEST_F(Ablation, DoneJsonReadsBackNonFiniteFigures) {
     EXPECT_EQ(r.train_tokens_per_s, std::numeric_limits<double>::infinity());
   }
   EXPECT_EQ(nlohmann::json::parse(read(done_path))["null_because"]["train_tokens_per_s"], "+inf");
-  auto results = nlohmann::json::parse(read(stdfs::path(a.output_dir) / "results.json"));
+  auto results = nlohmann::json::parse(read(stdfs::path(a.output_dir) / "results.json"))["records"];
   EXPECT_TRUE(results[0]["train_tokens_per_s"].is_null());
   EXPECT_EQ(results[0]["null_because"]["train_tokens_per_s"], "+inf");
 }
@@ -318,6 +321,91 @@ TEST_F(Ablation, SignalStopsBeforeTheNextPieceOfWorkAndTheRerunFinishes) {
   EXPECT_TRUE(stdfs::exists(stdfs::path(a.output_dir) / "report.md"));
 }
 
+// Seeds and the context sweep: every variant trained once per seed in <variant>/seed<k>/, its
+// sweep evaluated, per-token losses cached; the report gives mean ± std, ratio intervals whose
+// ratio is exactly that of the seed-averaged losses, the sweep and RECL; a rerun recomputes
+// nothing.
+TEST_F(Ablation, SeedsAndSweepGiveIntervalsSweepsAndRecl) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  a.seeds = {1, 2};
+  a.contexts = {4, 8, 16};
+  for (auto& [name, c] : a.variants) c.eval.splits = {"test"};
+  auto options = quiet_options();
+  options.sweep = true;
+  auto result = txl::experiment::run_ablation(a, options);
+  ASSERT_EQ(result.status, AblationStatus::kCompleted);
+  for (const char* name : {"vanilla", "rel_no_memory", "xl"}) {
+    for (const char* seed : {"seed1", "seed2"}) {
+      EXPECT_TRUE(stdfs::exists(run_dir(a, name) / seed / "done.json")) << name << " " << seed;
+      EXPECT_TRUE(stdfs::exists(run_dir(a, name) / seed / "token_losses.safetensors"));
+    }
+  }
+  // Main plans (2 + 2 + 4) and 3 sweep points per variant, per seed.
+  ASSERT_EQ(result.records.size(), 2u * (2 + 2 + 4 + 3 * 3));
+  std::map<std::string, std::vector<double>> headline_loss;
+  for (const auto& r : result.records) {
+    ASSERT_TRUE(r.token_losses.defined()) << r.variant;
+    EXPECT_EQ(r.token_losses.size(0), r.tokens);
+    EXPECT_NEAR(r.token_losses.to(torch::kDouble).mean().item<double>(), r.loss, 1e-5);
+    if (txl::experiment::is_headline(r)) headline_loss[r.variant].push_back(r.loss);
+  }
+  ASSERT_EQ(headline_loss["xl"].size(), 2u);
+  EXPECT_NE(headline_loss["xl"][0], headline_loss["xl"][1]);  // two seeds, two models
+  auto json = nlohmann::json::parse(read(stdfs::path(a.output_dir) / "results.json"));
+  ASSERT_EQ(json["analysis"].size(), 1u);
+  const auto& analysis = json["analysis"][0];
+  ASSERT_EQ(analysis["pairs"].size(), 3u);
+  const auto& pair = analysis["pairs"][0];  // vanilla / rel_no_memory
+  const auto mean = [&](const std::string& v) {
+    return (headline_loss[v][0] + headline_loss[v][1]) / 2;
+  };
+  EXPECT_NEAR(pair["ratio"].get<double>(), std::exp(mean("vanilla") - mean("rel_no_memory")),
+              1e-5);
+  EXPECT_LE(pair["low"].get<double>(), pair["ratio"].get<double>());
+  EXPECT_GE(pair["high"].get<double>(), pair["ratio"].get<double>());
+  EXPECT_EQ(analysis["sweeps"].size(), 3u);
+  EXPECT_EQ(analysis["recl"]["variants"].size(), 3u);
+  EXPECT_EQ(analysis["recl"]["contexts"], nlohmann::json({4, 8, 16}));
+  const std::string md = read(stdfs::path(a.output_dir) / "report.md");
+  for (const char* section : {"## Significance (test)", "## Context sweep (test)",
+                              "## Relative effective context length (test)", " ± ",
+                              "blocks of 64 contiguous tokens", "2 seeds (1, 2)"}) {
+    EXPECT_NE(md.find(section), std::string::npos) << section << "\n" << md;
+  }
+  EXPECT_TRUE(stdfs::exists(stdfs::path(a.output_dir) / "results_summary.csv"));
+
+  const auto losses = run_dir(a, "xl") / "seed2" / "token_losses.safetensors";
+  const auto written = stdfs::last_write_time(losses);
+  auto again = txl::experiment::run_ablation(a, options);
+  ASSERT_EQ(again.status, AblationStatus::kCompleted);
+  EXPECT_EQ(stdfs::last_write_time(losses), written);  // nothing evaluated again
+  ASSERT_EQ(again.records.size(), result.records.size());
+  for (size_t i = 0; i < again.records.size(); ++i) {
+    EXPECT_EQ(again.records[i].ppl, result.records[i].ppl);
+    EXPECT_TRUE(torch::equal(again.records[i].token_losses, result.records[i].token_losses));
+  }
+}
+
+// A job that fails (here its data cache cannot be made) is reported, in the result and the
+// report, and the other jobs still finish.
+TEST_F(Ablation, AFailedJobIsReportedAndTheOthersFinish) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  txl::test::write_text(dir / "a_file", "not a folder");
+  variant(a, "rel_no_memory").data.cache_dir = (dir / "a_file" / "cache").string();
+  auto result = txl::experiment::run_ablation(a, quiet_options());
+  EXPECT_EQ(result.status, AblationStatus::kFailed);
+  ASSERT_EQ(result.failed.size(), 1u);
+  EXPECT_EQ(result.failed[0].rfind("rel_no_memory: ", 0), 0u) << result.failed[0];
+  std::set<std::string> reported;
+  for (const auto& r : result.records) reported.insert(r.variant);
+  EXPECT_EQ(reported, (std::set<std::string>{"vanilla", "xl"}));
+  const std::string md = read(stdfs::path(a.output_dir) / "report.md");
+  EXPECT_NE(md.find("## Failed jobs"), std::string::npos);
+  EXPECT_NE(md.find("- rel_no_memory: "), std::string::npos) << md;
+}
+
 // ------------------------------------------------------------------------------ txl-ablate
 
 struct Child {
@@ -348,9 +436,9 @@ std::string write_yaml(const TempDir& dir, std::int64_t max_steps) {
   return path.string();
 }
 
-Child run_ablate(const std::string& args) {
+Child run_ablate(const std::string& args, const std::string& env = "") {
   TempDir logs;
-  std::string cmd = (txl::test::bin_dir() / "txl-ablate").string() + " " + args + " >" +
+  std::string cmd = env + " " + (txl::test::bin_dir() / "txl-ablate").string() + " " + args + " >" +
                     (logs / "out").string() + " 2>" + (logs / "err").string();
   Child c;
   c.status = std::system(cmd.c_str());
@@ -413,6 +501,61 @@ TEST(TxlAblate, SigintCheckpointsAndExits130WithTheResumeCommand) {
   EXPECT_NE(err.find("Resume with the same command"), std::string::npos) << err;
   EXPECT_TRUE(stdfs::exists(dir / "runs" / "cli" / "vanilla" / "checkpoint_last.safetensors"));
   EXPECT_FALSE(stdfs::exists(dir / "runs" / "cli" / "report.md"));
+}
+
+}  // namespace
+
+namespace {
+
+// Two jobs at a time, each its own single-thread process, give exactly the numbers of one
+// process running them in turn; each job keeps its log.
+TEST(TxlAblate, JobsInParallelProcessesEqualOneProcess) {
+  TempDir serial_dir, parallel_dir;
+  Child serial = run_ablate(write_yaml(serial_dir, 4) + " --no-plots --quiet --no-sweep");
+  ASSERT_TRUE(WIFEXITED(serial.status) && WEXITSTATUS(serial.status) == 0) << serial.err;
+  Child parallel =
+      run_ablate(write_yaml(parallel_dir, 4) + " --no-plots --quiet --no-sweep --jobs 2");
+  ASSERT_TRUE(WIFEXITED(parallel.status) && WEXITSTATUS(parallel.status) == 0) << parallel.err;
+  EXPECT_NE(parallel.err.find("2 at a time with 1 thread(s) each"), std::string::npos)
+      << parallel.err;
+  auto records = [](const TempDir& d) {
+    return nlohmann::json::parse(read(d / "runs" / "cli" / "results.json"))["records"];
+  };
+  const auto a = records(serial_dir), b = records(parallel_dir);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GT(a.size(), 0u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["loss"], b[i]["loss"]) << i;
+  EXPECT_TRUE(stdfs::exists(parallel_dir / "runs" / "cli" / "xl" / "job.log"));
+}
+
+// --slurm submits the unfinished jobs as an array and the report after it, through sbatch's
+// argv; the array's script runs a job when Slurm gives it a task id.
+TEST(TxlAblate, SlurmSubmitsAnArrayAndTheReportAfterIt) {
+  TempDir dir;
+  const auto yaml = write_yaml(dir, 4);
+  const stdfs::path bin = dir / "fake_bin";
+  stdfs::create_directories(bin);
+  txl::test::write_text(bin / "sbatch",
+                        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done >> " +
+                            (dir / "calls").string() + "\necho ---- >> " +
+                            (dir / "calls").string() + "\necho 4242\n");
+  stdfs::permissions(bin / "sbatch", stdfs::perms::owner_all);
+  Child c = run_ablate(yaml + " --slurm --sbatch=--time=5 --no-sweep",
+                       "PATH=" + bin.string() + ":\"$PATH\"");
+  ASSERT_TRUE(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) << c.err;
+  const std::string calls = read(dir / "calls");
+  EXPECT_NE(calls.find("--parsable\n--time=5\n" + (dir / "runs/cli/slurm/jobs.sh").string()),
+            std::string::npos) << calls;
+  EXPECT_NE(calls.find("--dependency=afterany:4242\n--time=5\n"), std::string::npos) << calls;
+  const std::string script = read(dir / "runs/cli/slurm/jobs.sh");
+  EXPECT_NE(script.find("#SBATCH --array=0-1"), std::string::npos) << script;
+  EXPECT_NE(script.find("labels=( vanilla xl)"), std::string::npos) << script;
+  // Task 1 of the array trains and evaluates xl alone.
+  const std::string task = "cd " + dir.path().string() + " && SLURM_ARRAY_TASK_ID=1 bash " +
+                           (dir / "runs/cli/slurm/jobs.sh").string() + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(task.c_str()), 0);
+  EXPECT_TRUE(stdfs::exists(dir / "runs/cli/xl/done.json"));
+  EXPECT_FALSE(stdfs::exists(dir / "runs/cli/vanilla/done.json"));
 }
 
 }  // namespace

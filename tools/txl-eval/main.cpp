@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   app.add_option("--text", request.text, "evaluate this text (the checkpoint's tokenizer)");
   app.add_option("--token-losses", request.token_losses_path,
                  "write per-token losses in nats, text order, as a float32 NumPy .npy file");
-  app.add_flag("--sweep", request.sweep, "perplexity against evaluation mem_len: table, JSON, plot");
+  app.add_flag("--sweep", request.sweep, "perplexity against attention length (memory M with same_length, or sliding window L for "
+               "absolute positions; eval.sweep_mem_lens): table, JSON, plot");
   app.add_option("--out", request.out_dir, "sweep results folder (default: the checkpoint's)");
   app.add_flag("--json", request.json, "print results as JSON lines");
   app.add_option("--compare", request.compare,

@@ -155,6 +155,14 @@ struct AblationConfig {
   std::string output_dir;                                       // "" = runs/<name>
   ExperimentConfig base;                                        // resolved base
   std::vector<std::pair<std::string, ExperimentConfig>> variants;  // in file order
+  // `seeds: [1, 2, 3]`: every variant is trained and evaluated once per seed (run.seed), each
+  // in <variant>/seed<k>/; empty = once, with the variant's own run.seed, in <variant>/.
+  std::vector<std::int64_t> seeds;
+  // `contexts: [32, 64, ...]`: the attention lengths of the context sweep (tokens each scored
+  // token sees), strictly increasing; empty = derived from tgt_len (experiment/ablation.h).
+  std::vector<std::int64_t> contexts;
+  // `sbatch: ["--time=30", ...]`: options for every sbatch call of `txl-ablate --slurm`.
+  std::vector<std::string> sbatch;
 };
 
 }  // namespace txl::config

@@ -62,6 +62,19 @@ struct Settings {
 // (warm-up text carries no ext context).
 Settings resolve_settings(const config::ExperimentConfig& config, dist::Group* group = nullptr);
 
+// Sliding windows of a context sweep score c / kSweepStrideDivisor tokens each (at least 1), so
+// every scored token sees between 7c/8 and c tokens, at about 8 segment passes of cost per point
+// instead of c.
+inline constexpr std::int64_t kSweepStrideDivisor = 8;
+
+// `config` evaluated at attention length c, the tokens each scored token sees (MODEL.md section
+// 8), as the context sweeps of txl-ablate and txl-eval --sweep define it:
+//   relative positions: memory mode with M = c and same_length (every query sees c keys), each
+//     stream warmed up with c unscored tokens; c = 0 is memory mode without memory;
+//   absolute positions: sliding windows L = c (0 = Q) with stride max(1, L / kSweepStrideDivisor).
+// Throws txl::Error for c < 0.
+config::ExperimentConfig at_context(const config::ExperimentConfig& config, std::int64_t c);
+
 // The trainer's periodic validation: resolve_settings, with segments instead of sliding (periodic
 // evaluation stays cheap), train.eval_max_tokens as the scored prefix when set, and plain text
 // (the trainer evaluates documents on their own as a second, logged figure).

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include <torch/torch.h>
+
 #include "txl/config/enums.h"
 
 namespace txl::eval {
@@ -25,6 +27,10 @@ namespace txl::experiment {
 struct ResultRecord {
   // What was evaluated.
   std::string variant;    // ablation variant name, e.g. "xl"
+  std::int64_t seed = 0;  // run.seed of the trained model (one replicate of `seeds:`)
+  // A point of the context sweep (report "Context sweep", RECL): memory mode with same_length
+  // and M = the context, or sliding with L = the context; false for the main evaluations.
+  bool sweep = false;
   config::AttnType attn_type = config::AttnType::kXl;  // model.attn_type
   config::EvalMode eval_mode = config::EvalMode::kMemory;  // eval.mode
   std::string split;      // valid | test
@@ -47,6 +53,9 @@ struct ResultRecord {
   // Mean loss at each position 0..Q-1 of the segment (memory and segments modes without
   // model.ext_len; empty otherwise, and in records of older versions).
   std::vector<double> loss_by_position;
+  // float [tokens] per-token losses in text order (bootstrap intervals, RECL); undefined when not
+  // kept. Not in results.json: the ablation caches them in token_losses.safetensors.
+  torch::Tensor token_losses;
   // Training figures of the variant.
   int train_tgt_len = 0;            // model.tgt_len
   int train_mem_len = 0;            // model.mem_len
@@ -119,6 +128,10 @@ struct ReportOptions {
   // Per variant, in order: what it changes relative to the ablation's base, e.g.
   // {"vanilla", "model.attn_type: xl -> vanilla; model.mem_len: 128 -> 0"} ("" = the base).
   std::vector<std::pair<std::string, std::string>> variant_changes;
+  std::vector<std::string> failed;      // "job: why" of jobs that failed (listed first)
+  std::vector<std::int64_t> contexts;   // the context sweep's grid (stated in the report)
+  std::int64_t eval_max_tokens = 0;     // the scored prefix of each split (0 = the whole split)
+  std::int64_t sweep_stride_divisor = 8;  // sliding sweep stride = c / this (stated)
 };
 
 struct Report {

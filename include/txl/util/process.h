@@ -25,6 +25,9 @@ struct RunOptions {
   // "NAME=value" entries added to the parent's environment (replacing a variable of that name),
   // e.g. {"MPLBACKEND=Agg"}.
   std::vector<std::string> extra_env;
+  // When set: the child's stdout and stderr both go to this file (created or truncated), a log
+  // to keep, and stdout_mode is ignored; stderr_tail then holds the file's last lines.
+  std::string output_file;
 };
 
 struct ProgramResult {
