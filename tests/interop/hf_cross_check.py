@@ -40,17 +40,18 @@ TGT_LEN, MEM_LEN, SEGMENTS = 6, 8, 3
 
 def reexec_with(python):
     """Run under `python` (the build's virtual environment) when this one lacks transformers."""
+    problem = None
     try:
-        import transformers  # noqa: F401
+        from transformers import TransfoXLLMHeadModel  # noqa: F401
         return
-    except ImportError:
-        pass
+    except Exception as e:  # absent, or a release that does not run with this torch
+        problem = f"{type(e).__name__}: {e}"
     # (A virtual environment's python is a link to the system's: compare nothing but the guard.)
     if python and os.path.exists(python) and os.environ.get("TXL_HF_REEXEC") != "1":
         os.environ["TXL_HF_REEXEC"] = "1"
         os.execv(python, [python] + sys.argv)
-    print("SKIP: no Python with transformers (tools/setup.sh installs transformers from "
-          "tools/requirements.txt into build/venv where PyPI is reachable)")
+    print(f"SKIP: no Python with a working transformers ({problem}; tools/setup.sh installs "
+          "transformers from tools/requirements.txt into build/venv where PyPI is reachable)")
     sys.exit(SKIP)
 
 
