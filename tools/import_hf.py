@@ -13,7 +13,9 @@ usage: tools/import_hf.py --weights pytorch_model.bin|model.safetensors --config
             which this tool never opens; README.md, "Pretrained Transformer-XL", gives the one
             command that writes this file from it), or
 --vocab-from-corpus  rebuild it from the training text as the paper code's Vocab does (the
-            specials, then words by count); the result must have the model's vocabulary size
+            specials, then words by count, ties in order of first appearance); it must have the
+            model's vocabulary size, and gives the original ids only if the original ordered
+            ties the same way (README.md): prefer --vocab where you can
 --mem-init  zeros (default): streams start from mem_len zero vectors, as HF's model does, so
             txl reproduces HF's numbers; empty: the paper's PyTorch code's start
 

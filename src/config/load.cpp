@@ -950,7 +950,8 @@ std::string dump_experiment(const ExperimentConfig& config) {
     out << text;
   };
   ExperimentConfig defaults;
-  const std::vector<Field> fields = detail::fields_of(copy), default_fields = detail::fields_of(defaults);
+  const std::vector<Field> fields = detail::fields_of(copy);
+  const std::vector<Field> default_fields = detail::fields_of(defaults);
   for (std::size_t f = 0; f < fields.size(); ++f) {
     const Field& field = fields[f];
     if (field.omitted_at_default &&

@@ -271,20 +271,21 @@ Memory TransformerLMImpl::zero_started(const Memory& memory, const torch::Tensor
   if (memory.empty()) {
     Memory zeros;
     for (int64_t l = 0; l < config_.n_layer; ++l) {
-      zeros.layers.push_back(torch::zeros({batch, ctx.mem_len, config_.d_model}, options));  // [B, M, d]
+      zeros.layers.push_back(
+          torch::zeros({batch, ctx.mem_len, config_.d_model}, options));  // [B, M, d]
     }
     zeros.key_mask = torch::ones({batch, ctx.mem_len}, options.dtype(torch::kBool));  // [B, M]
     return zeros;
   }
   if (!reset.defined() || !reset.any().item<bool>()) return memory;
   Memory restarted;  // the reset rows start from zeros again, all of them visible
-  const auto rows = on(reset, options.device());                   // [B]
+  const auto rows = on(reset, options.device());  // [B]
   for (const auto& layer : memory.layers) {
     restarted.layers.push_back(layer.masked_fill(rows.view({-1, 1, 1}), 0));  // [B, M, d]
   }
   const auto keys = memory.key_mask.defined()
-                        ? memory.key_mask.to(options.device())
-                        : torch::ones({batch, memory.length()}, options.dtype(torch::kBool));
+                        ? on(memory.key_mask, options.device())
+                        : torch::ones({batch, memory.length()}, options.dtype(torch::kBool));  // [B, M]
   restarted.key_mask = keys.logical_or(rows.unsqueeze(1));  // [B, M]
   return restarted;  // without cached keys and values: the zeroed rows' are projected anew
 }

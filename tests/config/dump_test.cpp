@@ -67,7 +67,8 @@ std::string dump_line(const std::string& key) {
 
 // The keys added after experiments were stored: left out of the dump at their default, so that
 // older dumps and fingerprints stay as they were.
-const std::vector<std::string> kAddedLater = {"model.final_norm", "model.mem_init", "eval.mem_init"};
+const std::vector<std::string> kAddedLater = {"model.final_norm", "model.mem_init",
+                                               "eval.mem_init"};
 
 bool added_later(const std::string& key) {
   return std::find(kAddedLater.begin(), kAddedLater.end(), key) != kAddedLater.end();
@@ -90,7 +91,8 @@ TEST(DumpExperiment, WritesEveryKeyInStructOrderAsNestedYaml) {
   position = 0;
   for (const std::string& key : experiment_keys()) {
     const std::size_t found = every.find(dump_line(key), position);
-    ASSERT_NE(found, std::string::npos) << "key " << key << " missing or out of order in\n" << every;
+    ASSERT_NE(found, std::string::npos) << "key " << key << " missing or out of order in\n"
+                                        << every;
     position = found + 1;
   }
   EXPECT_EQ(text.rfind("run:\n", 0), 0u) << text;

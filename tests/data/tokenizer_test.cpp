@@ -201,7 +201,8 @@ TEST(WordTokenizer, ForeignVocabularyKeepsItsIds) {
   EXPECT_EQ(tok->decode({1, 3, 0, 3, 2, 0}), "the b\nb <unk>\n");
   EXPECT_EQ(tok->serialize(), vocab);
   // With a <pad> of its own, padding uses it and decoding skips it.
-  auto padded = txl::data::detail::parse_tokenizer("word", "<eos>\t0\n<unk>\t0\nx\t1\n<pad>\t0\n", "v");
+  auto padded =
+      txl::data::detail::parse_tokenizer("word", "<eos>\t0\n<unk>\t0\nx\t1\n<pad>\t0\n", "v");
   EXPECT_EQ(padded->pad_id(), 3);
   EXPECT_EQ(padded->decode({2, 3, 2, 0}), "x x\n");
   TXL_EXPECT_THROW_WITH(txl::data::detail::parse_tokenizer("word", "<eos>\t0\nthe\t9\n", "v"),
