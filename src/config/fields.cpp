@@ -22,6 +22,14 @@ class TableBuilder {
       fields_.push_back(Field{std::move(key), Target(&member), std::move(choices)});
     }
   }
+  // A field added after checkpoints and fingerprints were made: the dump leaves it out while it
+  // holds its default, so the dump and fingerprint of every experiment that does not use it stay
+  // as they were (a stored experiment without it loads with the default).
+  template <typename T>
+  void add_later(std::string key, T& member, std::vector<std::string> choices = {}) {
+    add(std::move(key), member, std::move(choices));
+    fields_.back().omitted_at_default = true;
+  }
   std::vector<Field> take() { return std::move(fields_); }
 
  private:
@@ -91,6 +99,7 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("model.clamp_len", m.clamp_len);
   t.add("model.same_length", m.same_length);
   t.add("model.pre_norm", m.pre_norm);
+  t.add_later("model.final_norm", m.final_norm);
   t.add("model.untie_r", m.untie_r);
   t.add("model.max_rel_dist", m.max_rel_dist);
   t.add("model.max_positions", m.max_positions);
@@ -103,6 +112,7 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("model.norm_init", m.norm_init, {"normal", "ones"});
   t.add("model.init_std", m.init_std);
   t.add("model.proj_init_std", m.proj_init_std);
+  t.add_later("model.mem_init", m.mem_init, {"empty", "zeros"});
 
   TrainConfig& tr = c.train;
   t.add("train.optimizer", tr.optimizer);
@@ -134,6 +144,7 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("eval.mem_len", ev.mem_len);
   t.add("eval.clamp_len", ev.clamp_len);
   t.add("eval.same_length", ev.same_length);
+  t.add_later("eval.mem_init", ev.mem_init, {"model", "empty", "zeros"});
   t.add("eval.mode", ev.mode);
   t.add("eval.window", ev.window);
   t.add("eval.stride", ev.stride);

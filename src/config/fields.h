@@ -54,6 +54,8 @@ struct Field {
   Target target;                     // the member of the config the table was built for
   std::vector<std::string> choices;  // allowed values of a string, string list or enum (its
                                      // table's names); empty = any
+  bool omitted_at_default = false;   // left out of the dump (and so of the fingerprint) while it
+                                     // holds its default: a field added after configs were stored
 };
 
 // The table for `config`: its targets point into `config`, so build it for the object at hand.

@@ -1016,7 +1016,15 @@ std::string dump_experiment(const ExperimentConfig& config) {
     if (needs_quotes(text)) out << YAML::DoubleQuoted;
     out << text;
   };
-  for (const Field& field : detail::fields_of(copy)) {
+  ExperimentConfig defaults;
+  const std::vector<Field> fields = detail::fields_of(copy);
+  const std::vector<Field> default_fields = detail::fields_of(defaults);
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    const Field& field = fields[f];
+    if (field.omitted_at_default &&
+        detail::format_value(field.target) == detail::format_value(default_fields[f].target)) {
+      continue;
+    }
     // Split "data.tokenizer.vocab_size" into sections [data, tokenizer] and the name.
     std::vector<std::string> parts;
     std::size_t start = 0;

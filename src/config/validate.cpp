@@ -25,6 +25,13 @@ std::string text(T value) {
 // Adam divides the learning rate by up to 10 in its first steps.
 constexpr double kMaxFloatSetting = 1e30;
 
+// clamp_len 0 would give every distance the encoding of distance 0 (no position information). The
+// paper code's clamp_len: 0 means "no clamp", txl's -1: a config carried over from it must not
+// silently change meaning (tools/import_paper.py converts it).
+constexpr const char* kClampZero =
+    "0 is refused: it would give every distance the encoding of 0; the paper code's clamp_len 0 "
+    "means no clamp, which is -1 here (or clamp at a distance >= 1)";
+
 // Collects violations. Every comparison is written so that NaN fails it.
 class Checker {
  public:
@@ -165,6 +172,7 @@ void check_model_shape(Checker& k, const ExperimentConfig& c) {
   k.at_least("model.mem_len", m.mem_len, 0);
   k.at_least("model.ext_len", m.ext_len, 0);
   k.at_least("model.clamp_len", m.clamp_len, -1);
+  k.rule(m.clamp_len != 0, "model.clamp_len", kClampZero);
   k.at_least("model.max_rel_dist", m.max_rel_dist, 1);
   k.at_least("model.max_positions", m.max_positions, 1);
   for (std::size_t i = 0; i < m.cutoffs.size(); ++i) {
@@ -267,6 +275,7 @@ void check_eval(Checker& k, const ExperimentConfig& c) {
   k.at_least("eval.tgt_len", e.tgt_len, 0);
   k.at_least("eval.mem_len", e.mem_len, -1);
   k.at_least("eval.clamp_len", e.clamp_len, -2);
+  k.rule(e.clamp_len != 0, "eval.clamp_len", kClampZero);
   k.rule(e.same_length >= -1 && e.same_length <= 1, "eval.same_length",
          "must be -1 (as model.same_length), 0 or 1, got " + text(e.same_length));
   k.at_least("eval.window", e.window, 0);

@@ -57,7 +57,7 @@ std::string decode_lines(const std::vector<std::int64_t>& ids, std::int64_t eos,
   std::string out;
   std::vector<std::int64_t> run;
   for (std::int64_t id : ids) {
-    if (id == pad) continue;
+    if (id == pad && pad != eos) continue;  // a vocabulary without <pad> pads with <eos>
     if (id == eos) {
       out += decode_run(run);
       out += '\n';
@@ -227,14 +227,14 @@ void for_each_word(std::string_view text, F f) {
 
 class WordTokenizer : public Tokenizer {
  public:
-  // words[0..2] must be <pad>, <unk>, <eos>; counts parallel to words (0 for specials).
+  // txl's own vocabularies start with <pad>, <unk>, <eos> (ids 0, 1, 2). A vocabulary of
+  // another program (Hugging Face's Transformer-XL: <eos> first, <unk> where its count put it,
+  // no <pad>) keeps its ids: <unk> and <eos> are found by name, and without a <pad> padding
+  // uses <eos> (padding is masked, never read). Counts parallel to words (0 for specials).
   // `origin` names the vocabulary in error messages.
   WordTokenizer(std::vector<std::string> words, std::vector<std::int64_t> counts,
                 const std::string& origin)
       : words_(std::move(words)), counts_(std::move(counts)) {
-    TXL_CHECK(words_.size() >= 3 && words_[0] == kPadWord && words_[1] == kUnkWord &&
-                  words_[2] == kEosWord,
-              origin, ": a word vocabulary must start with <pad>, <unk>, <eos>");
     index_.reserve(words_.size() * 2);
     std::uint64_t h = fs::fnv1a("txl-word-tokenizer-v1");
     for (size_t i = 0; i < words_.size(); ++i) {
@@ -243,6 +243,16 @@ class WordTokenizer : public Tokenizer {
       h = fs::fnv1a(words_[i] + '\n', h);
     }
     fingerprint_ = fs::hex64(h);
+    auto id_of = [&](const char* word) {
+      auto it = index_.find(word);
+      return it == index_.end() ? std::int64_t{-1} : it->second;
+    };
+    unk_ = id_of(kUnkWord);
+    eos_ = id_of(kEosWord);
+    pad_ = id_of(kPadWord) >= 0 ? id_of(kPadWord) : eos_;
+    TXL_CHECK(unk_ >= 0 && eos_ >= 0, origin,
+              ": a word vocabulary must start with <pad>, <unk>, <eos> (txl's), or hold <unk> "
+              "and <eos> (another program's)");
   }
 
   std::string kind() const override { return "word"; }
@@ -252,12 +262,13 @@ class WordTokenizer : public Tokenizer {
       // Unknown words, and the special words typed as text ("<unk>" in PTB and WikiText), are
       // <unk>: "<pad>" or "<eos>" in the text must not act as control tokens.
       auto it = index_.find(std::string(w));
-      ids.push_back(it == index_.end() || it->second < 3 ? 1 : it->second);
+      const bool special = it != index_.end() && (it->second == pad_ || it->second == eos_);
+      ids.push_back(it == index_.end() || special ? unk_ : it->second);
     });
     return ids;
   }
   std::string decode(const std::vector<std::int64_t>& ids) const override {
-    return decode_lines(ids, 2, 0, [this](const std::vector<std::int64_t>& run) {
+    return decode_lines(ids, eos_, pad_, [this](const std::vector<std::int64_t>& run) {
       std::string text;
       for (auto id : run) {
         TXL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " outside the vocabulary [0, ",
@@ -269,9 +280,9 @@ class WordTokenizer : public Tokenizer {
     });
   }
   std::int64_t vocab_size() const override { return static_cast<std::int64_t>(words_.size()); }
-  std::int64_t pad_id() const override { return 0; }
-  std::int64_t unk_id() const override { return 1; }
-  std::int64_t eos_id() const override { return 2; }
+  std::int64_t pad_id() const override { return pad_; }
+  std::int64_t unk_id() const override { return unk_; }
+  std::int64_t eos_id() const override { return eos_; }
   std::string piece(std::int64_t id) const override {
     TXL_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " outside the vocabulary");
     return words_[static_cast<size_t>(id)];
@@ -318,6 +329,7 @@ class WordTokenizer : public Tokenizer {
   std::vector<std::string> words_;
   std::vector<std::int64_t> counts_;
   std::unordered_map<std::string, std::int64_t> index_;
+  std::int64_t pad_ = 0, unk_ = 1, eos_ = 2;  // pad_ = eos_ when the vocabulary has no <pad>
   std::string fingerprint_;
 };
 

@@ -202,6 +202,8 @@ const std::vector<EvalFlag>& eval_flags() {
       {"--mem-len", "eval.mem_len", "memory length M (-1 = model.mem_len)", false},
       {"--clamp-len", "eval.clamp_len", "clamp relative distances (-1 = none, -2 = model's)", false},
       {"--same-length", "eval.same_length", "0 or 1 (-1 = model's)", false},
+      {"--mem-init", "eval.mem_init", "memory at a stream's start: empty | zeros (model = model's)",
+       false},
       {"--window", "eval.window", "sliding window L (0 = tgt_len)", false},
       {"--stride", "eval.stride", "sliding stride s", false},
       {"--warmup", "eval.warmup", "memory warm-up tokens", false},

@@ -15,6 +15,7 @@ Settings resolve_settings(const config::ExperimentConfig& config, dist::Group* g
   s.mem_len = s.mode != Mode::kMemory ? 0 : e.mem_len >= 0 ? e.mem_len : m.mem_len;
   s.clamp_len = e.clamp_len >= -1 ? e.clamp_len : m.clamp_len;
   s.same_length = e.same_length >= 0 ? e.same_length == 1 : m.same_length;
+  s.zero_memory = (e.mem_init == "model" ? m.mem_init : e.mem_init) == "zeros";
   s.ext_len = m.ext_len;
   s.window = e.window > 0 ? e.window : s.tgt_len;
   s.stride = e.stride;
@@ -50,6 +51,7 @@ models::Context segment_context(const Settings& settings, const models::Transfor
   context.clamp_len = settings.clamp_len;
   context.same_length = with_memory && settings.same_length;
   context.ext_len = with_memory ? settings.ext_len : 0;
+  context.zero_memory = with_memory && settings.zero_memory;
   context.cache_kv = with_memory && settings.cache_kv && model->can_cache_kv();
   return context;
 }

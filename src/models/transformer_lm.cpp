@@ -39,6 +39,7 @@ Context Context::from_config(const config::ModelConfig& config) {
   ctx.clamp_len = config.clamp_len;
   ctx.same_length = config.same_length;
   ctx.ext_len = config.ext_len;
+  ctx.zero_memory = config.mem_init == "zeros";
   return ctx;
 }
 
@@ -107,7 +108,9 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
     layer_list_.emplace_back(o);
     layers->push_back(layer_list_.back());
   }
-  if (config.pre_norm) {
+  TXL_CHECK(config.mem_init == "empty" || config.mem_init == "zeros", "model.mem_init = \"",
+            config.mem_init, "\" is not one of: empty, zeros");
+  if (config.pre_norm && config.final_norm) {
     final_norm =
         register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
     modules::init_layer_norm(final_norm, init);
@@ -262,13 +265,45 @@ torch::Tensor on(const torch::Tensor& t, const torch::Device& device) {
 
 }  // namespace
 
-LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& memory, const Context& ctx,
+Memory TransformerLMImpl::zero_started(const Memory& memory, const torch::Tensor& reset,
+                                       int64_t batch, const Context& ctx,
+                                       const torch::TensorOptions& options) const {
+  if (memory.empty()) {
+    Memory zeros;
+    for (int64_t l = 0; l < config_.n_layer; ++l) {
+      zeros.layers.push_back(
+          torch::zeros({batch, ctx.mem_len, config_.d_model}, options));  // [B, M, d]
+    }
+    zeros.key_mask = torch::ones({batch, ctx.mem_len}, options.dtype(torch::kBool));  // [B, M]
+    return zeros;
+  }
+  if (!reset.defined() || !reset.any().item<bool>()) return memory;
+  Memory restarted;  // the reset rows start from zeros again, all of them visible
+  const auto rows = on(reset, options.device());  // [B]
+  for (const auto& layer : memory.layers) {
+    restarted.layers.push_back(layer.masked_fill(rows.view({-1, 1, 1}), 0));  // [B, M, d]
+  }
+  const auto keys = memory.key_mask.defined()
+                        ? on(memory.key_mask, options.device())
+                        : torch::ones({batch, memory.length()}, options.dtype(torch::kBool));  // [B, M]
+  restarted.key_mask = keys.logical_or(rows.unsqueeze(1));  // [B, M]
+  return restarted;  // without cached keys and values: the zeroed rows' are projected anew
+}
+
+LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const Context& ctx,
                                     bool want_logits) {
-  check_inputs(in, memory, ctx);
-  const auto& [tokens, targets, input_mask, reset] = in;
+  check_inputs(in, given, ctx);
+  const auto& [tokens, targets, input_mask, given_reset] = in;
   const int64_t batch = tokens.size(0), q_len = tokens.size(1), d = config_.d_model;
-  const int64_t m_len = memory.length();
   const auto device = tokens.device();
+  // With zero_memory the reset rows restart from zeros (inside zero_started), not from nothing.
+  const bool zero_start = ctx.zero_memory && ctx.mem_len > 0;
+  const Memory memory =
+      zero_start ? zero_started(given, given_reset, batch, ctx,
+                                word_emb->table(0).options().device(device))
+                 : given;
+  const torch::Tensor reset = zero_start ? torch::Tensor() : given_reset;
+  const int64_t m_len = memory.length();
 
   // Which keys are real, over concat(memory, segment); reset rows forget their memory.
   auto bool_opts = torch::dtype(torch::kBool).device(device);
@@ -297,14 +332,18 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& memory, cons
     hiddens.push_back(x);
     // The dtype of each layer's input is fixed by the model (and autocast): memory made by the
     // same model matches it; anything else was made under other settings.
-    TXL_CHECK(m_len == 0 || memory.layers[l].scalar_type() == x.scalar_type(),
+    // Zero memory is made in the weights' dtype: under autocast a layer's input may differ.
+    const auto mem_l = m_len == 0 ? torch::Tensor()
+                       : zero_start ? memory.layers[l].to(x.scalar_type())
+                                    : memory.layers[l];  // [B, M, d]
+    TXL_CHECK(m_len == 0 || mem_l.scalar_type() == x.scalar_type(),
               "model memory: layer ", l, " is ", memory.layers[l].scalar_type(),
               " but the layer input is ", x.scalar_type(),
               " (memory made before the model was converted, or under other "
               "autocast settings?)");
     modules::KeyValueCache cache;
     if (ctx.cache_kv && m_len > 0 && !memory.kv.empty()) cache.memory = memory.kv[l];
-    x = layer_list_[l](x, m_len > 0 ? memory.layers[l] : torch::Tensor(), inputs, nullptr,
+    x = layer_list_[l](x, mem_l, inputs, nullptr,
                        ctx.cache_kv ? &cache : nullptr);  // [B, Q, d]
     if (ctx.cache_kv) kv.push_back(cache.all);
   }

@@ -55,6 +55,7 @@ model:
   clamp_len: 200
   same_length: true
   pre_norm: true
+  final_norm: false
   untie_r: true
   max_rel_dist: 32
   max_positions: 2048
@@ -67,6 +68,7 @@ model:
   norm_init: ones
   init_std: 0.05
   proj_init_std: 0.02
+  mem_init: zeros
 train:
   optimizer: adamw
   lr: 1.0e-3
@@ -96,6 +98,7 @@ eval:
   mem_len: 160
   clamp_len: 100
   same_length: 1
+  mem_init: empty
   mode: sliding
   window: 64
   stride: 32

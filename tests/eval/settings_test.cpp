@@ -104,6 +104,27 @@ TEST(Settings, SegmentContextHasMemoryOnlyInMemoryMode) {
   }
 }
 
+// The memory a stream starts from: model.mem_init, unless eval.mem_init names one; only in
+// memory mode (segments and sliding windows have no memory).
+TEST(Settings, MemInitIsTheModelsUnlessTheEvaluationSaysOtherwise) {
+  txl::test::TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path());
+  txl::models::TransformerLM model(c.model, 50);
+  auto zero = [&]() {
+    return txl::eval::segment_context(txl::eval::resolve_settings(c), model).zero_memory;
+  };
+  EXPECT_FALSE(zero());
+  c.model.mem_init = "zeros";
+  EXPECT_TRUE(zero());
+  c.eval.mem_init = "empty";
+  EXPECT_FALSE(zero());
+  c.model.mem_init = "empty";
+  c.eval.mem_init = "zeros";
+  EXPECT_TRUE(zero());
+  c.eval.mode = Mode::kSegments;
+  EXPECT_FALSE(zero());
+}
+
 // The streams' options come from the settings: eval.tgt_len 0 means model.tgt_len, eval.window 0
 // the evaluation tgt_len; ext_len is the model's; warm-up only primes a memory.
 TEST(Settings, StreamOptionsFromTheExperimentConfig) {

@@ -427,6 +427,65 @@ TEST(TransformerLM, PreNormHasAFinalNorm) {
                   .item<bool>());
 }
 
+// model.final_norm: false is the paper code's pre_lnorm model: the same weights but the final
+// LayerNorm; the output layer scores the last layer's output as it is.
+TEST(TransformerLM, PreNormWithoutFinalNormScoresTheLastLayerDirectly) {
+  torch::NoGradGuard no_grad;
+  auto c = tiny(AttnType::kXl, 4);
+  c.pre_norm = true;
+  auto with = make(c, 17, torch::kDouble);
+  c.final_norm = false;
+  auto without = make(c, 18, torch::kDouble);
+  auto params = without->named_parameters();
+  EXPECT_EQ(params.find("final_norm.weight"), nullptr);
+  EXPECT_EQ(params.size() + 2, with->named_parameters().size());
+  for (const auto& p : params) p.value().copy_(with->named_parameters()[p.key()]);
+  auto tokens = random_tokens(2, 5, 27);
+  auto a = run(without, tokens, {}, ctx_with(4));
+  auto b = run(with, tokens, {}, ctx_with(4));
+  // The final norm applied to the model without it gives the model with it, and only then.
+  EXPECT_TRUE(tensor_near(with->final_norm(a.hidden), b.hidden, 1e-12, 1e-12));
+  EXPECT_FALSE(tensor_near(a.hidden, b.hidden, 1e-3, 1e-3));
+  auto logp = without->crit->log_prob(a.hidden.reshape({-1, 8})).view({2, 5, kVocab});
+  EXPECT_TRUE(tensor_near(a.logits, logp, 1e-12, 1e-12));
+  // Post-norm layers already end in a LayerNorm: final_norm has nothing to remove there.
+  c.pre_norm = false;
+  EXPECT_EQ(make(c, 19)->named_parameters().find("final_norm.weight"), nullptr);
+}
+
+// model.mem_init: zeros (Hugging Face's TransfoXL): a stream starts with mem_len zero vectors
+// in every layer, visible to the first segment; exactly an explicit memory of zeros.
+TEST(TransformerLM, ZeroMemoryStartIsAnExplicitMemoryOfZeros) {
+  torch::NoGradGuard no_grad;
+  auto model = make(tiny(AttnType::kXl, 3), 31, torch::kDouble);
+  auto tokens = random_tokens(2, 5, 32);
+  auto zeros_ctx = ctx_with(3);
+  zeros_ctx.zero_memory = true;
+  Memory zeros;
+  for (int l = 0; l < 2; ++l) zeros.layers.push_back(torch::zeros({2, 3, 8}, torch::kDouble));
+  zeros.key_mask = torch::ones({2, 3}, torch::kBool);
+  auto started = run(model, tokens, {}, zeros_ctx);
+  auto explicit_zeros = run(model, tokens, zeros, ctx_with(3));
+  auto empty = run(model, tokens, {}, ctx_with(3));
+  EXPECT_TRUE(tensor_near(started.logits, explicit_zeros.logits, 1e-12, 1e-12));
+  EXPECT_FALSE(tensor_near(started.logits, empty.logits, 1e-3, 1e-3));
+  EXPECT_EQ(started.memory.length(), 3);
+  // The next segment goes on from that memory; a reset row starts from zeros again.
+  auto next = random_tokens(2, 5, 33);
+  auto reset = torch::tensor({true, false});
+  auto out = run(model, next, started.memory, zeros_ctx, {}, reset);
+  auto fresh = run(model, next, {}, zeros_ctx);
+  auto kept = run(model, next, started.memory, ctx_with(3));
+  EXPECT_TRUE(tensor_near(out.logits[0], fresh.logits[0], 1e-12, 1e-12));
+  EXPECT_TRUE(tensor_near(out.logits[1], kept.logits[1], 1e-12, 1e-12));
+  EXPECT_FALSE(tensor_near(kept.logits[0], fresh.logits[0], 1e-3, 1e-3));
+  // From the model's config too.
+  auto c = tiny(AttnType::kXl, 3);
+  c.mem_init = "zeros";
+  EXPECT_TRUE(Context::from_config(c).zero_memory);
+  EXPECT_FALSE(Context::from_config(tiny(AttnType::kXl, 3)).zero_memory);
+}
+
 TEST(TransformerLM, BadInputsAreClearErrors) {
   torch::NoGradGuard no_grad;
   auto model = make(tiny(AttnType::kXl, 4), 18);

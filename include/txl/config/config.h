@@ -79,6 +79,8 @@ struct ModelConfig {
   int clamp_len = -1;            // distances above this share one encoding; -1 = no clamp
   bool same_length = false;      // every query sees the same number of keys
   bool pre_norm = false;         // LayerNorm on sub-block inputs instead of outputs
+  bool final_norm = true;        // pre_norm: a LayerNorm after the last layer (false = the
+                                 // paper code's pre_lnorm model, which has none)
   bool untie_r = false;          // u, v biases per layer instead of shared
   int max_rel_dist = 64;         // shaw: distances clipped to this
   int max_positions = 4096;      // vanilla_learned: absolute positions available
@@ -92,6 +94,9 @@ struct ModelConfig {
   double init_std = 0.02;             // weights' std (normal) or range (uniform)
   double proj_init_std = 0.01;        // adaptive projections' std
   std::string norm_init = "normal";   // LayerNorm weights: normal = N(1, init_std) (paper code) | ones
+  std::string mem_init = "empty";     // memory at a stream's start: empty (paper code) | zeros
+                                      // (mem_len zero vectors every layer attends to, as Hugging
+                                      // Face's TransfoXL; a reset row starts from zeros again)
 };
 
 // ---------------------------------------------------------------------------------- train
@@ -128,6 +133,7 @@ struct EvalConfig {
   int mem_len = -1;                 // memory length; -1 = model.mem_len
   int clamp_len = -2;               // -2 = model.clamp_len; -1 = none
   int same_length = -1;             // -1 = model.same_length; 0 false; 1 true
+  std::string mem_init = "model";   // model = model.mem_init; empty | zeros overrides it
   EvalMode mode = EvalMode::kMemory;  // memory | segments | sliding
   int window = 0;                   // sliding: window L (0 = tgt_len)
   int stride = 1;                   // sliding: tokens scored per window

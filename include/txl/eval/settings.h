@@ -30,6 +30,8 @@ struct Settings {
   int mem_len = 128;            // memory length M; 0 outside memory mode
   int clamp_len = -1;           // distances above it share one encoding; -1 = no clamp
   bool same_length = false;     // every query sees the same number of keys (memory mode)
+  bool zero_memory = false;     // eval.mem_init (model = model.mem_init) is zeros: streams start
+                                // from mem_len zero vectors (memory mode, models::Context)
   int ext_len = 0;              // model.ext_len: E preceding tokens as unscored input of every
                                 // segment (memory, segments); the memory ends E positions before
                                 // the segment's end, as in training

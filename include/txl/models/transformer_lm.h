@@ -43,6 +43,10 @@ struct Context {
   // segments, and not with learned absolute positions (vanilla_learned), which change the
   // memory's keys every segment.
   bool cache_kv = false;
+  // The memory a row starts from (model.mem_init): false = none (the paper code), true = mem_len
+  // zero vectors in every layer that the first segment attends to (Hugging Face's TransfoXL).
+  // With it, an empty memory and every reset row start from those zeros.
+  bool zero_memory = false;
 
   static Context from_config(const config::ModelConfig& config);
 };
@@ -98,11 +102,15 @@ class TransformerLMImpl : public torch::nn::Module {
   torch::nn::ModuleList layers{nullptr};  // L DecoderLayer
   modules::AdaptiveLogSoftmax crit{nullptr};
   torch::Tensor u_bias, v_bias;              // xl, shared by all layers (not untie_r): [H, D]
-  torch::nn::LayerNorm final_norm{nullptr};  // pre_norm only
+  torch::nn::LayerNorm final_norm{nullptr};  // pre_norm with model.final_norm only
   modules::Dropout drop{nullptr};
 
  private:
   void check_inputs(const Inputs& in, const Memory& memory, const Context& ctx) const;
+  // Context::zero_memory: `memory`, or mem_len zero vectors when it is empty, with every reset
+  // row's memory zeroed and visible again (its cached keys and values are then dropped).
+  Memory zero_started(const Memory& memory, const torch::Tensor& reset, int64_t batch,
+                      const Context& ctx, const torch::TensorOptions& options) const;
   Memory update_memory(const Memory& memory, const std::vector<torch::Tensor>& hiddens,
                        const std::vector<torch::Tensor>& kv, const torch::Tensor& key_mask,
                        int64_t q_len, const Context& ctx) const;
