@@ -10,6 +10,22 @@
 
 namespace txl::models {
 
+namespace {
+
+// x [..., in] times w [out, in]^T (+ bias [out]) -> [..., out]. A single row goes through a
+// matrix-vector product: for one row OpenBLAS's sgemm is 2-3x slower than its sgemv.
+torch::Tensor times(const torch::Tensor& x, const torch::Tensor& w,
+                    const torch::Tensor& bias = {}) {
+  if (x.numel() != x.size(-1)) return torch::linear(x, w, bias);  // [..., out]
+  auto sizes = x.sizes().vec();
+  sizes.back() = w.size(0);
+  auto row = x.reshape({-1});                                            // [in]
+  auto y = bias.defined() ? torch::addmv(bias, w, row) : torch::mv(w, row);  // [out]
+  return y.view(sizes);                                                  // [..., out]
+}
+
+}  // namespace
+
 IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions& options,
                                        int64_t rows)
     : model_(std::move(model)), options_(options) {
@@ -25,8 +41,14 @@ IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions&
   sliding_ = config::uses_absolute_positions(attn_type) || options.mem_len == 0;
   capacity_ = sliding_ ? options.tgt_len : options.mem_len + 2 * options.tgt_len;
   first_.assign(static_cast<size_t>(rows), 0);
-  const auto& weight = model_->crit->table(0);
-  const auto opts = weight.options();
+  const auto& crit = model_->crit;
+  const auto opts = crit->table(0).options();
+  if (crit->layout().n_clusters() == 1 && !crit->projection(0).defined()) {
+    // A plain softmax: its product done here, with the table transposed once for many rows.
+    out_weight_ = crit->cluster_words(0);                // [V, d]
+    out_weight_t_ = out_weight_.t().contiguous();        // [d, V]
+    out_bias_ = crit->cluster_words_bias(0);             // [V]
+  }
   const int64_t n_head = c.n_head, d_head = c.d_head, hd = n_head * d_head;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
   slots_ = torch::arange(capacity_, torch::dtype(torch::kLong).device(opts.device()));  // [C]
@@ -124,7 +146,7 @@ torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
   const auto& c = model_->config();
   const int64_t batch = h.size(0), q = h.size(1), k_len = used_ + q;
   const int64_t n_head = c.n_head, d_head = c.d_head;
-  auto heads = torch::linear(h, qkv_[l])  // [B, q, 3 H D]
+  auto heads = times(h, qkv_[l])  // [B, q, 3 H D]
                    .view({batch, q, 3, n_head, d_head})
                    .permute({2, 3, 0, 1, 4});  // [3, H, B, q, D], a view
   auto& kv = kv_[l];
@@ -148,8 +170,8 @@ torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
   scores.add_(bias);                                                     // [H, B, q, K]
   auto context = torch::matmul(torch::softmax(scores, -1), values);      // [H, B, q, D]
   auto attn = model_->layer_list()[l]->attn;
-  return attn->out(
-      context.permute({1, 2, 0, 3}).reshape({batch, q, n_head * d_head}));  // [B, q, d]
+  return times(context.permute({1, 2, 0, 3}).reshape({batch, q, n_head * d_head}),
+               attn->out->weight);  // [B, q, d]
 }
 
 torch::Tensor IncrementalDecoder::run_layer(size_t l, const torch::Tensor& x,
@@ -161,19 +183,26 @@ torch::Tensor IncrementalDecoder::run_layer(size_t l, const torch::Tensor& x,
     // vanilla_learned: the layer's own absolute positions, counted within the window.
     h = h + layer->pos_emb->weight.index_select(0, positions.reshape({-1})).view(x.sizes());
   }
+  const auto& ff = layer->ff;
+  auto feed_forward = [&](const torch::Tensor& a) {  // [B, q, d] -> [B, q, d]
+    return times(times(a, ff->fc1->weight, ff->fc1->bias).relu_(), ff->fc2->weight, ff->fc2->bias);
+  };
   if (model_->config().pre_norm) {
     auto a = h + attend(l, layer->attn_norm(h), bias);  // [B, q, d]
-    return a + layer->ff(layer->ff_norm(a));            // [B, q, d]
+    return a + feed_forward(layer->ff_norm(a));         // [B, q, d]
   }
   auto a = layer->attn_norm(h + attend(l, h, bias));  // [B, q, d]
-  return layer->ff_norm(a + layer->ff(a));            // [B, q, d]
+  return layer->ff_norm(a + feed_forward(a));         // [B, q, d]
 }
 
 torch::Tensor IncrementalDecoder::run_chunk(const torch::Tensor& tokens,
                                             const torch::Tensor& positions) {
   const int64_t q = tokens.size(1);
   auto bias = score_bias(q);           // [B, q, K]
-  auto x = model_->word_emb(tokens);  // [B, q, d]
+  auto emb = model_->word_emb;  // a handle: shares the module
+  auto x = emb->num_tables() == 1 && !emb->projection(0).defined()
+               ? torch::embedding(emb->table(0), tokens).mul_(emb->scale())  // [B, q, d]
+               : emb(tokens);                                                 // [B, q, d]
   if (model_->config().attn_type == config::AttnType::kVanilla) {
     const int64_t d = model_->config().d_model;
     x = x + ops::sinusoid_encoding(positions.reshape({-1}).to(x.scalar_type()), d)
@@ -204,7 +233,7 @@ torch::Tensor IncrementalDecoder::read_sliding(const torch::Tensor& tokens) {
     }
     positions = positions.to(slots_.device());
   }
-  return model_->crit->log_prob(run_chunk(window_, positions));  // [B, V]
+  return log_probs(run_chunk(window_, positions));  // [B, V]
 }
 
 torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch::Tensor& real) {
@@ -215,6 +244,8 @@ torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch:
   torch::NoGradGuard no_grad;
   const int64_t t_len = tokens.size(1);
   start_rows(real, t_len);
+  // A clear message for a bad id (the lookup itself would also refuse it).
+  if (time_ == 0) modules::check_token_ids(tokens, model_->n_token(), "decoding");
   const auto on_device = tokens.to(slots_.device());
   if (sliding_) return read_sliding(on_device);
   torch::Tensor last;  // [B, d]
@@ -223,7 +254,19 @@ torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch:
     make_room(q);
     last = run_chunk(on_device.narrow(1, begin, q), {});
   }
-  return model_->crit->log_prob(last);  // [B, V]
+  return log_probs(last);  // [B, V]
+}
+
+torch::Tensor IncrementalDecoder::log_probs(const torch::Tensor& hidden) {
+  if (!out_weight_.defined()) return model_->crit->log_prob(hidden);  // [B, V]
+  torch::Tensor logits;                                               // [B, V]
+  if (hidden.size(0) == 1) {
+    logits = times(hidden, out_weight_, out_bias_);
+  } else {
+    logits = out_bias_.defined() ? torch::addmm(out_bias_, hidden, out_weight_t_)
+                                 : torch::mm(hidden, out_weight_t_);
+  }
+  return torch::log_softmax(logits, -1);  // [B, V]
 }
 
 void IncrementalDecoder::keep_rows(const torch::Tensor& rows) {

@@ -80,6 +80,8 @@ class IncrementalDecoder {
   // not fit.
   void make_room(int64_t q);
   torch::Tensor read_sliding(const torch::Tensor& tokens);
+  // Log-probabilities [B, V] of the next token after final hidden states [B, d].
+  torch::Tensor log_probs(const torch::Tensor& hidden);
   void start_rows(const torch::Tensor& real, int64_t t_len);
 
   TransformerLM model_;
@@ -91,6 +93,7 @@ class IncrementalDecoder {
   std::vector<torch::Tensor> table_;  // per layer [H, D, C], distances C-1 .. 0 (relative)
   std::vector<torch::Tensor> u_, v_;  // per layer [H, 1, 1, D] scaled biases (xl)
   torch::Tensor slots_;               // int64 [C]: 0 .. C-1
+  torch::Tensor out_weight_, out_weight_t_, out_bias_;  // plain softmax: [V, d], [d, V], [V]
   torch::Tensor window_;              // sliding: int64 [B, <= tgt_len] the last tokens
   std::vector<int64_t> first_;        // per row: time of its first real token
   int64_t time_ = 0;                  // time steps read
