@@ -67,6 +67,7 @@ struct Case {
   bool same_length = false;
   int clamp_len = -1;
   bool pre_norm = false;
+  bool adaptive = false;  // adaptive input and softmax, untied u and v per layer
 };
 
 TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
@@ -78,6 +79,7 @@ TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
       {"xl, same_length", AttnType::kXl, 6, true},
       {"xl, clamp_len", AttnType::kXl, 7, false, 3},
       {"xl, pre_norm", AttnType::kXl, 4, false, -1, true},
+      {"xl, adaptive softmax, untie_r", AttnType::kXl, 4, false, -1, false, true},
       {"shaw", AttnType::kShaw, 7},
       {"xl without memory: sliding", AttnType::kXl, 0},
       {"vanilla: sliding", AttnType::kVanilla, 0},
@@ -88,6 +90,11 @@ TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
     SCOPED_TRACE(c.name);
     auto config = tiny(c.attn_type, q, c.mem_len);
     config.pre_norm = c.pre_norm;
+    if (c.adaptive) {
+      config.cutoffs = {4, 9};
+      config.div_val = 2;
+      config.untie_r = true;
+    }
     auto model = make(config, 11);
     DecodeOptions o{q, c.mem_len, c.clamp_len, c.same_length};
     auto expected = txl::test::reference_log_probs(model, tokens, o);
