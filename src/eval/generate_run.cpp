@@ -1,5 +1,6 @@
 #include "txl/eval/generate_run.h"
 
+#include <filesystem>
 #include <istream>
 #include <ostream>
 
@@ -92,6 +93,11 @@ const std::vector<std::string>& generate_settable_keys() {
 }
 
 Evaluation load_generation(const GenerateRequest& request) {
+  const std::filesystem::path path = request.checkpoint;
+  auto sibling = path;
+  sibling.replace_extension(".safetensors");
+  TXL_CHECK(std::filesystem::exists(path) || !std::filesystem::exists(sibling),
+            "checkpoint not found: ", path.string(), " (did you mean ", sibling.string(), "?)");
   Evaluation loaded;
   loaded.checkpoint = models::read_checkpoint(request.checkpoint);
   loaded.config = config::experiment_over(loaded.checkpoint.config,

@@ -155,6 +155,11 @@ TEST(GenerateTool, EdgeCasesGiveDefinedResultsOrClearErrors) {
   const auto old = txl_generate({(dir / "old.pt").string(), "--prompt", "x"});
   EXPECT_EQ(old.status, 1);
   EXPECT_NE(old.output.find("txl-convert --trust-old-format"), std::string::npos) << old.output;
+  auto pt = std::filesystem::path(checkpoint()).replace_extension(".pt").string();
+  const auto sibling = txl_generate({pt, "--prompt", "x"});
+  EXPECT_EQ(sibling.status, 1);
+  EXPECT_NE(sibling.output.find("(did you mean " + checkpoint() + "?)"), std::string::npos)
+      << sibling.output;
   txl::test::write_text(dir / "notes.txt", "hello");
   const auto text = txl_generate({(dir / "notes.txt").string(), "--prompt", "x"});
   EXPECT_EQ(text.status, 1);
