@@ -46,7 +46,7 @@ IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions&
   if (crit->layout().n_clusters() == 1 && !crit->projection(0).defined()) {
     // A plain softmax: its product done here, with the table transposed once for many rows.
     out_weight_ = crit->cluster_words(0);                // [V, d]
-    out_weight_t_ = out_weight_.t().contiguous();        // [d, V]
+    if (rows > 1) out_weight_t_ = out_weight_.t().contiguous();  // [d, V]; rows never grow
     out_bias_ = crit->cluster_words_bias(0);             // [V]
   }
   const int64_t n_head = c.n_head, d_head = c.d_head, hd = n_head * d_head;
@@ -62,8 +62,10 @@ IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions&
     kv_.push_back(torch::zeros({2, n_head, rows, capacity_, d_head}, opts));  // [2, H, B, C, D]
     if (attn_type == config::AttnType::kXl) {
       auto rel = ops::sinusoid_encoding(dist.to(opts.dtype().toScalarType()), c.d_model);  // [C, d]
-      table_.push_back(
-          attn->r_net(rel).view({capacity_, n_head, d_head}).permute({1, 2, 0}).contiguous());
+      table_.push_back(attn->r_net(rel)  // [C, H D]
+                           .view({capacity_, n_head, d_head})
+                           .permute({1, 2, 0})
+                           .contiguous());  // [H, D, C]
       const auto& u = attn->u_bias.defined() ? attn->u_bias : model_->u_bias;  // [H, D]
       const auto& v = attn->v_bias.defined() ? attn->v_bias : model_->v_bias;  // [H, D]
       u_.push_back((u * scale).view({n_head, 1, 1, d_head}));                 // [H, 1, 1, D]
