@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include "txl/config/command_line.h"
 #include "txl/data/corpus.h"
@@ -87,6 +88,30 @@ std::string summary_json(const GenerateResult& r, std::int64_t context_tokens) {
 
 }  // namespace
 
+void add_generate_flags(CLI::App& app, config::CommandLine& line, GenerateRequest& request) {
+  for (const auto& flag : eval_flags()) {  // the decoding lengths, as txl-eval has them
+    const std::string key = flag.key;
+    if (key == "eval.tgt_len" || key == "eval.mem_len" || key == "eval.clamp_len" ||
+        key == "eval.same_length")
+      config::add_set_shorthand(app, line, flag.flag, flag.key, flag.help);
+  }
+  config::add_set_shorthand(app, line, "--threads", "run.threads", "intra-op threads, 0 = all cores");
+  auto& o = request.options;
+  app.add_option("checkpoint", request.checkpoint, "checkpoint file (.safetensors)")->required();
+  app.add_option("--prompt", request.prompts, "a prompt (repeatable); none: --prompts or stdin");
+  app.add_option("--prompts", request.prompts_file, "a file of prompts, one a line");
+  app.add_option("--context-file", request.context_file, "text read into the memory before each prompt");
+  app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate at most per prompt")->capture_default_str();
+  app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
+  app.add_option("--top-k", o.top_k, "draw among the k most probable tokens, 0 = all")->capture_default_str();
+  app.add_option("--top-p", o.top_p, "draw among the smallest set of mass >= p, 1 = all")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the draws")->capture_default_str();
+  app.add_option("--stop", o.stop, "stop a prompt's text at this string (repeatable)");
+  app.add_option("--batch-size", o.batch_size, "prompts generated together")->capture_default_str();
+  app.add_flag("--ignore-eos", request.ignore_eos, "go on after <eos> (it is a newline)");
+  app.add_flag("--json", request.json, "one JSON line per prompt and a summary line");
+}
+
 const std::vector<std::string>& generate_settable_keys() {
   static const std::vector<std::string> keys = {"eval.", "run.threads", "run.device"};
   return keys;
@@ -134,7 +159,7 @@ void run_generate(const GenerateRequest& request, const Evaluation& loaded, std:
   for (std::size_t i = 0; i < texts.size(); ++i)
     prompts.push_back(encode_prompt(texts[i], i, start, tokenizer));
   GenerateOptions options = request.options;
-  options.eos_id = request.stop_at_eos ? tokenizer.eos_id() : -1;
+  options.eos_id = request.ignore_eos ? -1 : tokenizer.eos_id();
   options.lengths = decode_options(loaded.config);
   const auto result = generate(model.model, prompts, options, &tokenizer);
   const auto context_tokens = request.context_file.empty() ? 0 : static_cast<std::int64_t>(start.size());

@@ -10,6 +10,7 @@
 #include "support/process_as_program.h"
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
+#include "txl/config/load.h"
 #include "txl/eval/generate_run.h"
 #include "txl/models/checkpoint.h"
 #include "txl/util/log.h"
@@ -125,6 +126,25 @@ TEST(GenerateTool, PromptsFromAFileAStreamAndAContext) {
   txl::eval::run_generate(request, txl::eval::load_generation(request), in, out);
   const std::string printed = out.str();
   EXPECT_EQ(std::count(printed.begin(), printed.end(), '\n'), 3) << printed;
+}
+
+// Its flags are the --set they stand for: the same resolved experiment, the same text.
+TEST(GenerateTool, FlagsAndSetAreOneGrammar) {
+  const auto dump = txl_generate({checkpoint(), "--mem-len", "5", "--tgt-len", "3", "--dump-config"});
+  ASSERT_EQ(dump.status, 0) << dump.output;
+  auto expected = txl::models::load_model(checkpoint()).config;
+  expected.eval.mem_len = 5;
+  expected.eval.tgt_len = 3;
+  expected.run.threads = 1;
+  EXPECT_EQ(dump.out, txl::config::dump_experiment(expected));
+  const auto flags = txl_generate({checkpoint(), "--prompt", "x", "--mem-len", "5", "--tgt-len",
+                                   "3", "--temperature", "0", "--max-new-tokens", "9", "--json"});
+  const auto sets = txl_generate({checkpoint(), "--prompt", "x", "--set", "eval.mem_len=5", "--set",
+                                  "eval.tgt_len=3", "--temperature", "0", "--max-new-tokens", "9",
+                                  "--json"});
+  ASSERT_EQ(flags.status, 0) << flags.output;
+  EXPECT_EQ(flags.out.substr(0, flags.out.find("\"seconds\"")),
+            sets.out.substr(0, sets.out.find("\"seconds\"")));
 }
 
 TEST(GenerateTool, EdgeCasesGiveDefinedResultsOrClearErrors) {

@@ -14,6 +14,14 @@
 #include "txl/eval/generate.h"
 #include "txl/eval/run.h"
 
+namespace CLI {
+class App;
+}
+
+namespace txl::config {
+struct CommandLine;
+}
+
 namespace txl::eval {
 
 struct GenerateRequest {
@@ -24,11 +32,16 @@ struct GenerateRequest {
   // `key.path=value` overrides of the checkpoint's experiment: generate_settable_keys() only.
   std::vector<std::string> overrides;
   bool json = false;                  // JSON lines instead of text
-  bool stop_at_eos = true;            // false: <eos> is a newline like any token
+  bool ignore_eos = false;            // true: <eos> is a newline like any token
   // max_new_tokens, temperature, top_k, top_p, seed, stop, batch_size; eos_id and lengths are
   // set from the checkpoint and the experiment.
   GenerateOptions options;
 };
+
+// txl-generate's flags on `app`: the checkpoint, prompts, sampling and output into `request`,
+// and --tgt-len, --mem-len, --clamp-len, --same-length, --threads as shorthands for a --set into
+// `line` (after config::add_experiment_options).
+void add_generate_flags(CLI::App& app, config::CommandLine& line, GenerateRequest& request);
 
 // What generation may change of the checkpoint's experiment: eval.* (tgt_len, mem_len,
 // clamp_len, same_length are the decoding lengths), run.threads and run.device.
