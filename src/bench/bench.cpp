@@ -32,6 +32,7 @@ BenchSettings BenchSettings::quick() {
   s.sliding_batch = 2;
   s.sliding_warmup = 1;
   s.sliding_repetitions = 2;
+  s.generate_new_tokens = 128;
   return s;
 }
 
@@ -163,6 +164,28 @@ void measure_sliding_costs(const config::ExperimentConfig& config, const BenchOp
   }
 }
 
+// Generation: batch 1 and 16 at the experiment's memory, then ms per token by memory length.
+void measure_generations(const config::ExperimentConfig& config, const BenchOptions& options,
+                         BenchReport& r) {
+  const auto& s = options.settings;
+  GenerationOptions g;
+  g.context = r.eval_tgt_len;
+  g.new_tokens = s.generate_new_tokens;
+  g.repetitions = s.generate_repetitions;
+  g.seed = config.run.seed;
+  log::info("bench", "generation: batch 1, {} new tokens after {}", g.new_tokens, g.context);
+  r.generate_b1 = measure_generation(config, options.vocab, g);
+  g.batch_size = 16;
+  log::info("bench", "generation: batch 16");
+  r.generate_b16 = measure_generation(config, options.vocab, g);
+  g.batch_size = 1;
+  for (std::int64_t context : s.generate_contexts) {
+    g.context = g.mem_len = context;
+    log::info("bench", "generation: batch 1 after {} tokens with memory {}", context, context);
+    r.generate_by_context.push_back(measure_generation(config, options.vocab, g));
+  }
+}
+
 // The process's peak resident memory; where the peak was reset per phase, their maximum.
 double overall_peak_rss_mb(const BenchReport& r) {
   double peak = peak_rss_mb();
@@ -174,14 +197,8 @@ double overall_peak_rss_mb(const BenchReport& r) {
   return peak;
 }
 
-}  // namespace
-
-BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  BenchReport r;
-  const torch::Device device = config::resolve_device(config.run.device);
-  describe_machine(options, device, r);
-  describe_model(config, options, r);
+void measure_others(const config::ExperimentConfig& config, const BenchOptions& options,
+                    const torch::Device& device, BenchReport& r) {
   PhaseOptions train;
   train.batch_size = config.train.batch_size;
   train.warmup = options.settings.warmup;
@@ -197,6 +214,18 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
   } else {
     log::info("bench", "the sliding window / memory comparison is measured on the CPU only");
   }
+}
+
+}  // namespace
+
+BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  BenchReport r;
+  const torch::Device device = config::resolve_device(config.run.device);
+  describe_machine(options, device, r);
+  describe_model(config, options, r);
+  if (!options.generate_only) measure_others(config, options, device, r);
+  measure_generations(config, options, r);
   r.peak_rss_mb = overall_peak_rss_mb(r);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
@@ -236,6 +265,19 @@ OrderedJson comparison_json(const EvalCostComparison& c) {
   return o;
 }
 
+OrderedJson generation_json(const GenerationResult& g) {
+  OrderedJson o;
+  o["batch_size"] = g.batch_size;
+  o["context"] = g.context;
+  o["tgt_len"] = g.tgt_len;
+  o["mem_len"] = g.mem_len;
+  o["new_tokens"] = g.new_tokens;
+  json::put_number(o, "tokens_per_s", g.tokens_per_s);
+  json::put_number(o, "ms_per_token", g.ms_per_token);
+  json::put_number(o, "read_tokens_per_s", g.read_tokens_per_s);
+  return o;
+}
+
 double ratio_or_zero(double numerator, double denominator) {
   return denominator > 0 ? numerator / denominator : 0.0;
 }
@@ -264,6 +306,14 @@ void put_figures(OrderedJson& o, const BenchReport& r) {
   for (const auto& c : r.sliding_vs_memory) {
     json::put_number(o, fmt::format("sliding_over_memory_cost_{}", c.attention_length), c.ratio);
   }
+  json::put_number(o, "generate_tokens_per_s_b1", r.generate_b1.tokens_per_s);
+  json::put_number(o, "generate_tokens_per_s_b16", r.generate_b16.tokens_per_s);
+  for (const auto& g : r.generate_by_context)
+    json::put_number(o, fmt::format("generate_ms_per_token_ctx{}", g.context), g.ms_per_token);
+  OrderedJson generations = OrderedJson::array();
+  for (const auto* g : {&r.generate_b1, &r.generate_b16}) generations.push_back(generation_json(*g));
+  for (const auto& g : r.generate_by_context) generations.push_back(generation_json(g));
+  o["generation"] = std::move(generations);
   OrderedJson comparisons = OrderedJson::array();
   for (const auto& c : r.sliding_vs_memory) comparisons.push_back(comparison_json(c));
   o["sliding_vs_memory"] = std::move(comparisons);
@@ -311,6 +361,25 @@ std::string to_json(const BenchReport& r) {
   put_setup(o, r);
   return o.dump();
 }
+
+namespace {
+
+std::string format_generations(const BenchReport& r) {
+  if (r.generate_b1.tokens_per_s <= 0) return "";
+  std::string s = "\ngeneration (greedy, fp32, random prompts; prompt reading not timed)\n";
+  s += fmt::format("{:>6} {:>8} {:>6} {:>6} {:>11} {:>12} {:>14}\n", "batch", "context", "Q", "M",
+                   "new tok/s", "ms per step", "read tok/s");
+  std::vector<const GenerationResult*> all = {&r.generate_b1, &r.generate_b16};
+  for (const auto& g : r.generate_by_context) all.push_back(&g);
+  for (const auto* g : all) {
+    s += fmt::format("{:>6} {:>8} {:>6} {:>6} {:>11.0f} {:>12.3f} {:>14.0f}\n", g->batch_size,
+                     g->context, g->tgt_len, g->mem_len, g->tokens_per_s, g->ms_per_token,
+                     g->read_tokens_per_s);
+  }
+  return s;
+}
+
+}  // namespace
 
 std::string format_table(const BenchReport& r) {
   std::string s;
@@ -370,6 +439,7 @@ std::string format_table(const BenchReport& r) {
                        1e6 * c.memory_s_per_token, c.ratio, c.flop_ratio, c.counted_flop_ratio);
     }
   }
+  s += format_generations(r);
   if (r.threads > 1 && r.load_average > 0.5 * std::max(1u, std::thread::hardware_concurrency())) {
     s += fmt::format(
         "\nwarning: load average {:.1f} with {} threads: OpenMP barriers wait for "

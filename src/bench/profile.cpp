@@ -102,9 +102,6 @@ StepProfile summarize_ops(const std::vector<std::pair<std::string, double>>& sel
   return p;
 }
 
-namespace {
-
-// Runs `fn` once under the legacy CPU profiler and folds its ops.
 StepProfile profile_call(const std::function<void()>& fn, bool by_shape) {
   namespace profiler = torch::autograd::profiler;
   profiler::enableProfilerLegacy(
@@ -119,8 +116,6 @@ StepProfile profile_call(const std::function<void()>& fn, bool by_shape) {
   TXL_CHECK(!profile.ops.empty(), "bench: the profiler recorded no op");
   return profile;
 }
-
-}  // namespace
 
 StepProfile profile_training_step(const config::ExperimentConfig& config, std::int64_t vocab,
                                   const PhaseOptions& options, bool by_shape) {

@@ -2,6 +2,7 @@
 
 #include <ostream>
 
+#include "txl/bench/generation.h"
 #include "txl/bench/profile.h"
 #include "txl/bench/sweep.h"
 #include "txl/util/fs.h"
@@ -27,6 +28,13 @@ void print_profiles(const config::ExperimentConfig& config, const BenchRequest& 
     out << format_profile(profile_eval_segment(config, request.vocab, phase, request.by_shape),
                           request.top);
   }
+  if (request.profile_generate) {
+    GenerationOptions generation;
+    generation.batch_size = request.generate_batch;
+    generation.seed = config.run.seed;
+    out << format_profile(
+        profile_generation(config, request.vocab, generation, request.by_shape), request.top);
+  }
 }
 
 void print_sweep(const config::ExperimentConfig& config, const BenchRequest& request,
@@ -42,14 +50,16 @@ void print_sweep(const config::ExperimentConfig& config, const BenchRequest& req
 }  // namespace
 
 void run(const config::ExperimentConfig& config, const BenchRequest& request, std::ostream& out) {
-  if (request.profile || request.profile_eval) print_profiles(config, request, out);
+  const bool profiles = request.profile || request.profile_eval || request.profile_generate;
+  if (profiles) print_profiles(config, request, out);
   if (request.sweep) print_sweep(config, request, out);
-  if (request.profile || request.profile_eval || request.sweep) return;
+  if (profiles || request.sweep) return;
   BenchOptions options;
   options.vocab = request.vocab;
   options.threads = request.threads;
   options.settings = request.quick ? BenchSettings::quick() : BenchSettings::full();
   options.settings.bf16 = !request.skip_bf16;
+  options.generate_only = request.generate_only;
   const auto report = run_bench(config, options);
   const std::string object = to_json(report) + "\n";
   out << (request.json ? object : format_table(report));

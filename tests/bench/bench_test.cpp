@@ -59,6 +59,9 @@ BenchOptions tiny_options() {
   s.sliding_batch = 2;
   s.sliding_warmup = 1;
   s.sliding_repetitions = 1;
+  s.generate_new_tokens = 6;
+  s.generate_repetitions = 1;
+  s.generate_contexts = {8, 24};
   return o;
 }
 
@@ -115,8 +118,20 @@ TEST(Bench, ReportHasTheKeysOfRecordAndConsistentArithmetic) {
   EXPECT_EQ(json_number(compared[1], "counted_flop_ratio"),
             report.sliding_vs_memory[1].counted_flop_ratio);
   EXPECT_GT(json_number(compared[1], "counted_flop_ratio"), 1.0);
+  // Generation: tokens/s of a batch is B / the time of one step.
+  EXPECT_GT(json_number(json, "generate_tokens_per_s_b1"), 0.0);
+  EXPECT_GT(json_number(json, "generate_tokens_per_s_b16"), 0.0);
+  EXPECT_GT(json_number(json, "generate_ms_per_token_ctx8"), 0.0);
+  EXPECT_GT(json_number(json, "generate_ms_per_token_ctx24"), 0.0);
+  EXPECT_EQ(report.generate_b16.batch_size, 16);
+  EXPECT_NEAR(report.generate_b16.tokens_per_s, 16 * 1e3 / report.generate_b16.ms_per_token,
+              1e-6 * report.generate_b16.tokens_per_s);
+  ASSERT_EQ(report.generate_by_context.size(), 2u);
+  EXPECT_EQ(report.generate_by_context[1].mem_len, 24);
+  EXPECT_EQ(json["generation"].size(), 4u);
   // The table names the same figures.
   const auto table = format_table(report);
+  EXPECT_NE(table.find("generation (greedy"), std::string::npos);
   EXPECT_NE(table.find("training fp32"), std::string::npos);
   EXPECT_NE(table.find("MFU"), std::string::npos);
 }

@@ -50,7 +50,8 @@ TEST(BenchTool, QuickJsonIsOneObjectWithTheKeysOfRecord) {
   for (const char* key :
        {"train_tokens_per_s", "train_tokens_per_s_bf16", "eval_tokens_per_s", "flops_per_token",
         "peak_gflops_fp32", "peak_gflops_bf16", "mfu", "peak_rss_mb",
-        "sliding_over_memory_cost_512", "sliding_over_memory_cost_800"}) {
+        "sliding_over_memory_cost_512", "sliding_over_memory_cost_800", "generate_tokens_per_s_b1",
+        "generate_tokens_per_s_b16", "generate_ms_per_token_ctx128", "generate_ms_per_token_ctx1024"}) {
     EXPECT_TRUE(json.contains(key) && json[key].is_number()) << key;
   }
   EXPECT_EQ(json["d_model"], 16) << "--set reached the model";
@@ -67,6 +68,20 @@ TEST(BenchTool, ProfilePrintsOpsAndCopyShare) {
   const auto both = run_bench("--profile --profile-eval --top 5 " + kTiny);
   ASSERT_EQ(both.status, 0) << both.out;
   EXPECT_LT(both.out.find("one training step"), both.out.find("one evaluation segment (memory mode)")) << both.out;
+}
+
+TEST(BenchTool, GenerateAloneAndItsProfile) {
+  const auto r = run_bench("--generate --quick --json " + kTiny);
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto json = nlohmann::json::parse(r.out);
+  EXPECT_GT(json["generate_tokens_per_s_b16"].get<double>(), 0.0) << r.out;
+  EXPECT_GT(json["generate_ms_per_token_ctx1024"].get<double>(), 0.0) << r.out;
+  EXPECT_EQ(json["train_tokens_per_s"], 0) << "only the generation figures";
+  const auto profile = run_bench("--profile-generate --generate-batch 2 --top 5 " + kTiny);
+  ASSERT_EQ(profile.status, 0) << profile.out;
+  EXPECT_NE(profile.out.find("one generation of 256 tokens x 2 rows"), std::string::npos)
+      << profile.out;
+  EXPECT_NE(profile.out.find("aten::"), std::string::npos) << profile.out;
 }
 
 TEST(BenchTool, ErrorsExitNonZeroWithTheReason) {

@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
   app.add_flag("--profile-eval", request.profile_eval, "profile one memory-mode eval segment");
   app.add_option("--top", request.top, "--profile, --profile-eval: ops listed");
   app.add_flag("--by-shape", request.by_shape, "profiles: tell ops apart by input shapes");
+  app.add_flag("--generate", request.generate_only, "only the generation figures (generate_*)");
+  app.add_flag("--profile-generate", request.profile_generate, "profile one generation, print the top ops");
+  app.add_option("--generate-batch", request.generate_batch, "--profile-generate: rows");
   app.add_flag("--sweep", request.sweep, "scaling sweep: tables, csv, json and plot into --out");
   app.add_option("--out", request.sweep_out, "--sweep: output folder (default runs/bench)");
   app.add_option("--save", request.save, "also write the JSON object to this file");

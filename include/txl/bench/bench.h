@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "txl/bench/generation.h"
 #include "txl/bench/measure.h"
 #include "txl/config/config.h"
 
@@ -32,6 +33,10 @@ struct BenchSettings {
   std::int64_t sliding_batch = 4;                            // windows per sliding forward
   int sliding_warmup = 1;
   int sliding_repetitions = 3;
+  // Generation (bench/generation.h): new tokens per row, timed runs (median).
+  std::int64_t generate_new_tokens = 256;
+  int generate_repetitions = 3;
+  std::vector<std::int64_t> generate_contexts = {128, 1024};  // memory lengths of ms per token
 
   static BenchSettings full();
   static BenchSettings quick();
@@ -41,6 +46,7 @@ struct BenchOptions {
   std::int64_t vocab = kBenchVocab;  // V of the random token ids
   int threads = 0;                   // the program's intra-op threads (reported); 0 = all cores
   BenchSettings settings = BenchSettings::full();
+  bool generate_only = false;  // only the generation figures
 };
 
 struct BenchReport {
@@ -76,6 +82,12 @@ struct BenchReport {
 
   std::vector<EvalCostComparison> sliding_vs_memory;  // one per attention length
 
+  // Generation (greedy, fp32, random prompts of eval.tgt_len tokens): batch 1 and 16 at the
+  // experiment's memory, and batch 1 at each memory length of generate_contexts (prompts of
+  // that length).
+  GenerationResult generate_b1, generate_b16;
+  std::vector<GenerationResult> generate_by_context;
+
   double seconds = 0.0;  // wall time of the whole bench
 };
 
@@ -87,7 +99,9 @@ BenchReport run_bench(const config::ExperimentConfig& config, const BenchOptions
 
 // One JSON object on one line. Keys of record: train_tokens_per_s, train_tokens_per_s_bf16,
 // eval_tokens_per_s, flops_per_token, peak_gflops_fp32, peak_gflops_bf16, mfu, peak_rss_mb,
-// sliding_over_memory_cost_<L> for every attention length; and the details around them. A
+// sliding_over_memory_cost_<L> for every attention length, generate_tokens_per_s_b1,
+// generate_tokens_per_s_b16, generate_ms_per_token_ctx<C> for every context length C; and the
+// details around them. A
 // figure that is not finite is null, its reason under "null_because" (util/json.h).
 std::string to_json(const BenchReport& report);
 

@@ -35,6 +35,9 @@ struct StepProfile {
 // groups computed. Exposed for tests.
 StepProfile summarize_ops(const std::vector<std::pair<std::string, double>>& self_ms);
 
+// Runs `fn` once under the profiler and folds its ops (by input shape too with `by_shape`).
+StepProfile profile_call(const std::function<void()>& fn, bool by_shape = false);
+
 // Takes options.warmup training steps as measure_training does, then profiles one more. With
 // `by_shape`, ops are told apart by their input shapes too ("aten::copy_ [16,128,256],[...]"),
 // to find which copy or fill is the expensive one.

@@ -25,6 +25,11 @@ struct BenchRequest {
   bool profile_eval = false;
   int top = 25;
   bool by_shape = false;
+  // Instead of the measurements: one generation (generate_batch rows) under the profiler.
+  bool profile_generate = false;
+  std::int64_t generate_batch = 1;
+  // Instead of every measurement: the generation figures alone (BenchReport's generate_*).
+  bool generate_only = false;
   // Instead of the measurements: the scaling sweep, tables on the stream and files in sweep_out.
   bool sweep = false;
   std::filesystem::path sweep_out = "runs/bench";

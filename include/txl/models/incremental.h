@@ -1,0 +1,104 @@
+#pragma once
+// Incremental decoding (generation): a TransformerLM reads its rows' tokens a few at a time and
+// gives the distribution of each row's next token, without reading its context again. Two
+// ways, chosen by the model and the lengths:
+//
+//   memory   (xl or shaw with mem_len > 0) Tokens are read in segments of tgt_len counted from
+//            each row's first token, and the query at position i of a segment sees the mem_len
+//            positions before its segment and its segment up to itself (paper 3.2, Appendix E):
+//            exactly what evaluation in memory mode computes, one token at a time. Each layer
+//            keeps the keys and values of the positions a later query may still see (at most
+//            mem_len + tgt_len - 1) in a buffer of fixed capacity mem_len + 2 tgt_len, written in
+//            place and compacted when full, and the relative encodings projected once for every
+//            distance: a new token costs the projections of one row and attention over its
+//            M + i keys, linear in the context.
+//   sliding  (vanilla, vanilla_learned, or mem_len 0) Every read takes the last tgt_len tokens
+//            as one segment without memory, positions counted from its start: the geometry the
+//            model was trained in (evaluation's sliding mode), at a constant cost per token.
+//
+// Rows may start with padding (left-padded prompts of different lengths, the `real` mask of the
+// first read): padding is never attended to, and each row's segments start at its own first
+// token, so a row gives what it gives alone. A finished row can be dropped (keep_rows): it then
+// costs nothing. No dropout (the model as in evaluation); no gradients.
+//
+// Legend: B rows, T tokens of a read, q tokens of one chunk, C capacity of the key/value buffer,
+// K keys in use, H heads, D head size, d model width, V vocabulary, L layers.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "txl/models/transformer_lm.h"
+
+namespace txl::models {
+
+struct DecodeOptions {
+  int64_t tgt_len = 128;     // segment length Q (memory) or window (sliding), e.g. model.tgt_len
+  int64_t mem_len = 128;     // memory length M; 0 = sliding window of tgt_len
+  int64_t clamp_len = -1;    // distances above it share one encoding; -1 = no clamp
+  bool same_length = false;  // memory: every query sees at most mem_len keys, itself included
+};
+
+class IncrementalDecoder {
+ public:
+  // A decoder of `rows` rows for `model` (its dtype and device). Throws txl::Error for lengths
+  // out of range (tgt_len < 1, mem_len < 0, clamp_len < -1) or rows < 1.
+  IncrementalDecoder(TransformerLM model, const DecodeOptions& options, int64_t rows);
+
+  // Reads tokens int64 [B, T] (T >= 1) of every row, and returns the log-probabilities of each
+  // row's next token after them, [B, V]. `real` bool [B, T] marks padding (false) in the first
+  // read only, before each row's first token (undefined = all real). Throws txl::Error for bad
+  // shapes, padding after a row's first token or in a later read.
+  torch::Tensor read(const torch::Tensor& tokens, const torch::Tensor& real = {});
+
+  // Keeps only the rows `rows` (int64 [B'], increasing indices into the current rows), e.g.
+  // without the finished ones.
+  void keep_rows(const torch::Tensor& rows);
+
+  int64_t rows() const { return static_cast<int64_t>(first_.size()); }
+  int64_t steps() const { return time_; }  // time steps read (padding included)
+  bool sliding() const { return sliding_; }
+  int64_t capacity() const { return capacity_; }  // C: key rows each layer's buffer holds
+
+ private:
+  // The tokens [B, q] at times time_ .. time_ + q - 1, with keys in the buffer at slots
+  // 0 .. used_-1 (times base_ ...): writes their keys and values after them and returns the
+  // final hidden state of the last one, [B, d]. `positions` int64 [B, q]: absolute positions
+  // (sliding with absolute positions), else undefined.
+  torch::Tensor run_chunk(const torch::Tensor& tokens, const torch::Tensor& positions);
+  // One layer over x [B, q, d] with the score bias [B, q, K] and the absolute positions.
+  torch::Tensor run_layer(size_t l, const torch::Tensor& x, const torch::Tensor& bias,
+                          const torch::Tensor& positions);
+  // Attention of h [B, q, d] (normalised when pre_norm) over the buffer's K keys -> [B, q, d].
+  torch::Tensor attend(size_t l, const torch::Tensor& h, const torch::Tensor& bias);
+  // Additive score bias [B, q, K] of the chunk's queries: 0 where visible, blocked elsewhere.
+  torch::Tensor score_bias(int64_t q) const;
+  // The first time step a query of row b at time t may see.
+  int64_t first_visible(size_t b, int64_t t) const;
+  // Memory mode: moves the last keys a later query may see to the front when q more rows do
+  // not fit.
+  void make_room(int64_t q);
+  torch::Tensor read_sliding(const torch::Tensor& tokens);
+  // Log-probabilities [B, V] of the next token after final hidden states [B, d].
+  torch::Tensor log_probs(const torch::Tensor& hidden);
+  void start_rows(const torch::Tensor& real, int64_t t_len);
+
+  TransformerLM model_;
+  DecodeOptions options_;
+  bool sliding_ = false;
+  int64_t capacity_ = 0;
+  std::vector<torch::Tensor> kv_;     // per layer [2, H, B, C, D]
+  std::vector<torch::Tensor> qkv_;    // per layer [3 H D, d]: W_q rows scaled by 1/sqrt(D)
+  std::vector<torch::Tensor> table_;  // per layer [H, D, C], distances C-1 .. 0 (relative)
+  std::vector<torch::Tensor> u_, v_;  // per layer [H, 1, 1, D] scaled biases (xl)
+  torch::Tensor slots_;               // int64 [C]: 0 .. C-1
+  torch::Tensor out_weight_, out_weight_t_, out_bias_;  // plain softmax: [V, d], [d, V], [V]
+  torch::Tensor window_;              // sliding: int64 [B, <= tgt_len] the last tokens
+  std::vector<int64_t> first_;        // per row: time of its first real token
+  int64_t time_ = 0;                  // time steps read
+  int64_t base_ = 0;                  // time of buffer slot 0
+  int64_t used_ = 0;                  // buffer slots holding keys
+};
+
+}  // namespace txl::models

@@ -1,0 +1,231 @@
+#include "txl/eval/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "txl/ops/sampling.h"
+#include "txl/util/error.h"
+#include "txl/util/random.h"
+
+namespace txl::eval {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void check_request(const models::TransformerLM& model,
+                   const std::vector<std::vector<std::int64_t>>& prompts,
+                   const GenerateOptions& o, const data::Tokenizer* tokenizer) {
+  TXL_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens = ", o.max_new_tokens,
+            " must be >= 0");
+  TXL_CHECK(o.temperature >= 0, "generate: temperature = ", o.temperature,
+            " must be >= 0 (0 = greedy)");
+  TXL_CHECK(o.top_k >= 0, "generate: top_k = ", o.top_k, " must be >= 0 (0 = all tokens)");
+  TXL_CHECK(o.top_p > 0 && o.top_p <= 1, "generate: top_p = ", o.top_p,
+            " must be in (0, 1] (1 = all tokens)");
+  TXL_CHECK(o.batch_size >= 1, "generate: batch_size = ", o.batch_size, " must be >= 1");
+  TXL_CHECK(o.stop.empty() || tokenizer != nullptr,
+            "generate: stop strings need the tokenizer to read the text");
+  for (const auto& s : o.stop) TXL_CHECK(!s.empty(), "generate: a stop string is empty");
+  const std::int64_t vocab = model->n_token();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    TXL_CHECK(!prompts[i].empty(), "generate: prompt ", i,
+              " has no token; give at least one (txl-generate starts every prompt with <eos>)");
+    for (auto id : prompts[i]) {
+      TXL_CHECK(id >= 0 && id < vocab, "generate: prompt ", i, " holds token id ", id,
+                " outside the model's vocabulary [0, ", vocab, ")");
+    }
+  }
+}
+
+// The next token of every row, int64 [B]: argmax at temperature 0, else a filtered draw.
+torch::Tensor choose(const torch::Tensor& log_probs, const GenerateOptions& o,
+                     const std::vector<std::int64_t>& prompt_index, std::int64_t step) {
+  if (o.temperature == 0) return log_probs.argmax(1);  // [B]
+  auto uniforms = torch::empty({static_cast<std::int64_t>(prompt_index.size())}, torch::kDouble);
+  auto* u = uniforms.data_ptr<double>();
+  for (size_t b = 0; b < prompt_index.size(); ++b) u[b] = draw_uniform(o.seed, prompt_index[b], step);
+  auto scores = ops::top_p_filter(ops::top_k_filter(log_probs / o.temperature, o.top_k), o.top_p);
+  return ops::draw(scores, uniforms.to(log_probs.device()));  // [B]
+}
+
+// The text of a row's tokens after its prompt: the prompt's last line is decoded with them, so
+// that a word joins the prompt as the tokenizer joins it.
+struct TextOf {
+  const data::Tokenizer* tokenizer;
+  std::vector<std::int64_t> line;  // the prompt's ids after its last <eos>
+  std::string line_text;
+
+  TextOf(const data::Tokenizer* t, const std::vector<std::int64_t>& prompt) : tokenizer(t) {
+    if (tokenizer == nullptr) return;
+    auto eos = std::find(prompt.rbegin(), prompt.rend(), tokenizer->eos_id());
+    line.assign(eos.base(), prompt.end());
+    line_text = tokenizer->decode(line);
+  }
+  std::string operator()(const std::vector<std::int64_t>& tokens) const {
+    if (tokenizer == nullptr) return {};
+    auto ids = line;
+    ids.insert(ids.end(), tokens.begin(), tokens.end());
+    const std::string all = tokenizer->decode(ids);
+    return all.compare(0, line_text.size(), line_text) == 0 ? all.substr(line_text.size())
+                                                             : tokenizer->decode(tokens);
+  }
+};
+
+// One row of a batch while it generates.
+struct Row {
+  std::int64_t index;  // the prompt's
+  TextOf text_of;
+  Generation out;
+  bool done = false;
+};
+
+// Appends `token` to the row and decides whether it stops there.
+void extend(Row& row, std::int64_t token, double log_prob, const GenerateOptions& o) {
+  row.out.tokens.push_back(token);
+  row.out.log_prob += log_prob;
+  if (token == o.eos_id) {
+    row.out.finish = "eos";
+  } else if (!o.stop.empty()) {
+    const std::string text = row.text_of(row.out.tokens);
+    for (const auto& s : o.stop) {
+      const auto at = text.find(s);
+      if (at == std::string::npos) continue;
+      row.out.finish = "stop";
+      row.out.text = text.substr(0, at);
+      break;
+    }
+  }
+  if (row.out.finish.empty() && static_cast<std::int64_t>(row.out.tokens.size()) >= o.max_new_tokens)
+    row.out.finish = "length";
+  row.done = !row.out.finish.empty();
+}
+
+struct BatchInput {
+  torch::Tensor tokens;  // int64 [B, P], left-padded
+  torch::Tensor real;    // bool [B, P]
+  std::int64_t read = 0;  // real tokens
+};
+
+BatchInput left_padded(const std::vector<std::vector<std::int64_t>>& prompts,
+                       const std::vector<std::int64_t>& rows) {
+  std::int64_t longest = 0;
+  for (auto r : rows) longest = std::max<std::int64_t>(longest, prompts[r].size());
+  const auto batch = static_cast<std::int64_t>(rows.size());
+  BatchInput in;
+  in.tokens = torch::zeros({batch, longest}, torch::kLong);  // [B, P]
+  in.real = torch::zeros({batch, longest}, torch::kBool);    // [B, P]
+  auto t = in.tokens.accessor<std::int64_t, 2>();
+  auto m = in.real.accessor<bool, 2>();
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const auto& p = prompts[rows[b]];
+    const auto pad = longest - static_cast<std::int64_t>(p.size());
+    for (size_t j = 0; j < p.size(); ++j) {
+      t[b][pad + j] = p[j];
+      m[b][pad + j] = true;
+    }
+    in.read += static_cast<std::int64_t>(p.size());
+  }
+  return in;
+}
+
+// The rows of one batch (prompt indices `rows`), generated to the end.
+void generate_batch(models::TransformerLM& model,
+                    const std::vector<std::vector<std::int64_t>>& prompts,
+                    const std::vector<std::int64_t>& rows, const GenerateOptions& o,
+                    const data::Tokenizer* tokenizer, GenerateResult& result) {
+  const auto start = Clock::now();
+  const auto in = left_padded(prompts, rows);
+  models::IncrementalDecoder decoder(model, o.lengths, static_cast<std::int64_t>(rows.size()));
+  auto log_probs = decoder.read(in.tokens, in.real);  // [B, V]
+  std::vector<Row> state;
+  for (auto r : rows) state.push_back({r, TextOf(tokenizer, prompts[r]), {}, false});
+  std::vector<size_t> live(rows.size());  // decoder row -> state row
+  std::iota(live.begin(), live.end(), 0);
+  const auto generating = Clock::now();
+  result.read_tokens += in.read;
+  result.read_seconds += std::chrono::duration<double>(generating - start).count();
+  for (std::int64_t step = 0;; ++step) {
+    std::vector<std::int64_t> index;
+    for (auto s : live) index.push_back(state[s].index);
+    auto next = choose(log_probs, o, index, step);                                   // [B]
+    auto chosen = log_probs.gather(1, next.unsqueeze(1)).squeeze(1).to(torch::kDouble);  // [B]
+    const auto next_host = next.to(torch::kCPU).contiguous();
+    const auto chosen_host = chosen.to(torch::kCPU).contiguous();
+    const auto* next_id = next_host.data_ptr<std::int64_t>();
+    const auto* next_log_prob = chosen_host.data_ptr<double>();
+    std::vector<std::int64_t> keep;
+    for (size_t b = 0; b < live.size(); ++b) {
+      Row& row = state[live[b]];
+      if (row.done) continue;  // kept in the batch (drop_finished false): ignored
+      extend(row, next_id[b], next_log_prob[b], o);
+      if (row.done) {
+        row.out.seconds = seconds_since(start);
+        row.out.tokens_per_s = row.out.tokens.size() / std::max(1e-9, seconds_since(generating));
+      } else {
+        keep.push_back(static_cast<std::int64_t>(b));
+      }
+    }
+    if (keep.empty()) break;
+    if (o.drop_finished && keep.size() < live.size()) {
+      auto kept = torch::tensor(keep, torch::kLong);  // [B']
+      decoder.keep_rows(kept);
+      next = next.index_select(0, kept.to(next.device()));  // [B']
+      std::vector<size_t> still;
+      for (auto b : keep) still.push_back(live[b]);
+      live = std::move(still);
+    }
+    log_probs = decoder.read(next.unsqueeze(1));  // [B', V]
+  }
+  result.generate_seconds += seconds_since(generating);
+  for (auto& row : state) {
+    if (row.out.finish != "stop") {
+      auto tokens = row.out.tokens;
+      if (row.out.finish == "eos") tokens.pop_back();
+      row.out.text = row.text_of(tokens);
+    }
+    result.new_tokens += static_cast<std::int64_t>(row.out.tokens.size());
+    result.rows[row.index] = std::move(row.out);
+  }
+}
+
+}  // namespace
+
+double draw_uniform(std::uint64_t seed, std::int64_t index, std::int64_t step) {
+  const std::uint64_t stream = splitmix64(seed + static_cast<std::uint64_t>(index) * kGoldenGamma);
+  const std::uint64_t bits = splitmix64(stream + static_cast<std::uint64_t>(step) * kGoldenGamma);
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+GenerateResult generate(models::TransformerLM& model,
+                        const std::vector<std::vector<std::int64_t>>& prompts,
+                        const GenerateOptions& options, const data::Tokenizer* tokenizer) {
+  check_request(model, prompts, options, tokenizer);
+  model->eval();
+  torch::NoGradGuard no_grad;
+  GenerateResult result;
+  result.rows.resize(prompts.size());
+  if (options.max_new_tokens == 0) {
+    for (auto& row : result.rows) row.finish = "length";
+    return result;
+  }
+  // Prompts of similar lengths share a batch: less padding.
+  std::vector<std::int64_t> order(prompts.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return prompts[a].size() < prompts[b].size();
+  });
+  for (size_t begin = 0; begin < order.size(); begin += options.batch_size) {
+    const size_t end = std::min(order.size(), begin + static_cast<size_t>(options.batch_size));
+    generate_batch(model, prompts, {order.begin() + begin, order.begin() + end}, options,
+                   tokenizer, result);
+  }
+  return result;
+}
+
+}  // namespace txl::eval

@@ -1,0 +1,184 @@
+#include "txl/eval/generate_run.h"
+
+#include <filesystem>
+#include <istream>
+#include <ostream>
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include "txl/config/command_line.h"
+#include "txl/data/corpus.h"
+#include "txl/data/dataset.h"
+#include "txl/eval/settings.h"
+#include "txl/models/checkpoint.h"
+#include "txl/util/error.h"
+#include "txl/util/fs.h"
+#include "txl/util/json.h"
+#include "txl/util/log.h"
+
+namespace txl::eval {
+
+namespace {
+
+// The prompts' texts: --prompt, then the lines of --prompts FILE; else the lines of `in`.
+std::vector<std::string> prompt_texts(const GenerateRequest& request, std::istream& in) {
+  std::vector<std::string> texts = request.prompts;
+  if (!request.prompts_file.empty()) {
+    for (auto& line : data::split_lines(fs::read_file(request.prompts_file))) texts.push_back(line);
+  }
+  if (texts.empty() && request.prompts_file.empty()) {
+    for (std::string line; std::getline(in, line);) texts.push_back(line);
+  }
+  TXL_CHECK(!texts.empty(), "no prompt: give --prompt TEXT, --prompts FILE (one a line) or "
+            "prompts on stdin (one a line)");
+  return texts;
+}
+
+// A prompt's ids after `start` (the context, or <eos>): its lines with <eos> between them. Warns
+// when the tokenizer does not know some of its characters.
+std::vector<std::int64_t> encode_prompt(const std::string& text, std::size_t index,
+                                        const std::vector<std::int64_t>& start,
+                                        const data::Tokenizer& tokenizer) {
+  std::vector<std::int64_t> ids = start;
+  std::int64_t unknown = 0;
+  const auto lines = data::split_lines(text);
+  for (std::size_t l = 0; l < lines.size(); ++l) {
+    if (l > 0) ids.push_back(tokenizer.eos_id());
+    for (auto id : tokenizer.encode(lines[l])) {
+      unknown += id == tokenizer.unk_id();
+      ids.push_back(id);
+    }
+  }
+  if (unknown > 0) {
+    log::warn("generate",
+              "prompt {}: {} token(s) of characters the tokenizer does not know, read as <unk>",
+              index, unknown);
+  }
+  return ids;
+}
+
+std::string generation_json(const std::string& prompt, const Generation& g) {
+  json::OrderedJson j;
+  j["prompt"] = prompt;
+  j["text"] = g.text;
+  j["tokens"] = g.tokens;
+  json::put_number(j, "log_prob", g.log_prob);
+  j["finish"] = g.finish;
+  j["new_tokens"] = g.tokens.size();
+  json::put_number(j, "seconds", g.seconds);
+  json::put_number(j, "tokens_per_s", g.tokens_per_s);
+  return j.dump();
+}
+
+std::string summary_json(const GenerateResult& r, std::int64_t context_tokens) {
+  json::OrderedJson s;
+  s["prompts"] = r.rows.size();
+  s["context_tokens"] = context_tokens;
+  s["read_tokens"] = r.read_tokens;
+  json::put_number(s, "read_seconds", r.read_seconds);
+  json::put_number(s, "read_tokens_per_s", r.read_tokens / std::max(1e-9, r.read_seconds));
+  s["new_tokens"] = r.new_tokens;
+  json::put_number(s, "generate_seconds", r.generate_seconds);
+  json::put_number(s, "tokens_per_s", r.new_tokens / std::max(1e-9, r.generate_seconds));
+  json::OrderedJson j;
+  j["summary"] = s;
+  return j.dump();
+}
+
+}  // namespace
+
+void add_generate_flags(CLI::App& app, config::CommandLine& line, GenerateRequest& request) {
+  for (const auto& flag : eval_flags()) {  // the decoding lengths, as txl-eval has them
+    const std::string key = flag.key;
+    if (key == "eval.tgt_len" || key == "eval.mem_len" || key == "eval.clamp_len" ||
+        key == "eval.same_length")
+      config::add_set_shorthand(app, line, flag.flag, flag.key, flag.help);
+  }
+  config::add_set_shorthand(app, line, "--threads", "run.threads", "intra-op threads, 0 = all cores");
+  auto& o = request.options;
+  app.add_option("checkpoint", request.checkpoint, "checkpoint file (.safetensors)")->required();
+  app.add_option("--prompt", request.prompts, "a prompt (repeatable); none: --prompts or stdin");
+  app.add_option("--prompts", request.prompts_file, "a file of prompts, one a line");
+  app.add_option("--context-file", request.context_file, "text read into the memory before each prompt");
+  app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate at most per prompt")->capture_default_str();
+  app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
+  app.add_option("--top-k", o.top_k, "draw among the k most probable tokens, 0 = all")->capture_default_str();
+  app.add_option("--top-p", o.top_p, "draw among the smallest set of mass >= p, 1 = all")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the draws")->capture_default_str();
+  app.add_option("--stop", o.stop, "stop a prompt's text at this string (repeatable)");
+  app.add_option("--batch-size", o.batch_size, "prompts generated together")->capture_default_str();
+  app.add_flag("--ignore-eos", request.ignore_eos, "go on after <eos> (it is a newline)");
+  app.add_flag("--json", request.json, "one JSON line per prompt and a summary line");
+}
+
+const std::vector<std::string>& generate_settable_keys() {
+  static const std::vector<std::string> keys = {"eval.", "run.threads", "run.device"};
+  return keys;
+}
+
+Evaluation load_generation(const GenerateRequest& request) {
+  const std::filesystem::path path = request.checkpoint;
+  auto sibling = path;
+  sibling.replace_extension(".safetensors");
+  TXL_CHECK(std::filesystem::exists(path) || !std::filesystem::exists(sibling),
+            "checkpoint not found: ", path.string(), " (did you mean ", sibling.string(), "?)");
+  Evaluation loaded;
+  loaded.checkpoint = models::read_checkpoint(request.checkpoint);
+  loaded.config = config::experiment_over(loaded.checkpoint.config,
+                                          request.checkpoint + " (stored experiment)",
+                                          request.overrides, generate_settable_keys());
+  return loaded;
+}
+
+models::DecodeOptions decode_options(const config::ExperimentConfig& config) {
+  config::ExperimentConfig memory = config;
+  memory.eval.mode = Mode::kMemory;  // generation reads with memory whatever eval.mode says
+  const Settings s = resolve_settings(memory);
+  models::DecodeOptions o;
+  o.tgt_len = s.tgt_len;
+  o.mem_len = s.mem_len;
+  o.clamp_len = s.clamp_len;
+  o.same_length = s.same_length;
+  return o;
+}
+
+void run_generate(const GenerateRequest& request, const Evaluation& loaded, std::istream& in,
+                  std::ostream& out) {
+  const auto settings = resolve_settings(loaded.config);
+  auto model = models::rebuild_model(loaded.checkpoint, request.checkpoint, settings.device);
+  const data::Tokenizer& tokenizer = *model.tokenizer;
+  const auto texts = prompt_texts(request, in);
+  std::vector<std::int64_t> start = {tokenizer.eos_id()};
+  if (!request.context_file.empty()) {
+    auto context = data::encode_text_file(request.context_file, tokenizer, /*add_eos=*/true).ids;
+    TXL_CHECK(context.numel() > 0, "--context-file ", request.context_file, " holds no text");
+    start.assign(context.data_ptr<std::int64_t>(), context.data_ptr<std::int64_t>() + context.numel());
+  }
+  std::vector<std::vector<std::int64_t>> prompts;
+  for (std::size_t i = 0; i < texts.size(); ++i)
+    prompts.push_back(encode_prompt(texts[i], i, start, tokenizer));
+  GenerateOptions options = request.options;
+  options.eos_id = request.ignore_eos ? -1 : tokenizer.eos_id();
+  options.lengths = decode_options(loaded.config);
+  const auto result = generate(model.model, prompts, options, &tokenizer);
+  const auto context_tokens = request.context_file.empty() ? 0 : static_cast<std::int64_t>(start.size());
+  if (context_tokens > 0) {
+    log::info("generate", "context: {} tokens of {} read before each prompt; {} tokens read in "
+              "{:.2f} s ({:.0f} tokens/s)", context_tokens, request.context_file, result.read_tokens,
+              result.read_seconds, result.read_tokens / std::max(1e-9, result.read_seconds));
+  }
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    if (request.json) {
+      out << generation_json(texts[i], result.rows[i]) << "\n";
+    } else {
+      out << (i > 0 ? "\n" : "") << texts[i] << result.rows[i].text << "\n";
+    }
+  }
+  if (request.json) out << summary_json(result, context_tokens) << "\n";
+  log::info("generate", "{} tokens for {} prompt(s) in {:.2f} s ({:.0f} tokens/s)", result.new_tokens,
+            texts.size(), result.generate_seconds,
+            result.new_tokens / std::max(1e-9, result.generate_seconds));
+}
+
+}  // namespace txl::eval

@@ -1,0 +1,292 @@
+#include "txl/models/incremental.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "txl/ops/masks.h"
+#include "txl/ops/rel_shift.h"
+#include "txl/ops/sinusoid.h"
+#include "txl/util/error.h"
+
+namespace txl::models {
+
+namespace {
+
+// x [..., in] times w [out, in]^T (+ bias [out]) -> [..., out]. A single row goes through a
+// matrix-vector product: for one row OpenBLAS's sgemm is 2-3x slower than its sgemv.
+torch::Tensor times(const torch::Tensor& x, const torch::Tensor& w,
+                    const torch::Tensor& bias = {}) {
+  if (x.numel() != x.size(-1)) return torch::linear(x, w, bias);  // [..., out]
+  auto sizes = x.sizes().vec();
+  sizes.back() = w.size(0);
+  auto row = x.reshape({-1});                                            // [in]
+  auto y = bias.defined() ? torch::addmv(bias, w, row) : torch::mv(w, row);  // [out]
+  return y.view(sizes);                                                  // [..., out]
+}
+
+}  // namespace
+
+IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions& options,
+                                       int64_t rows)
+    : model_(std::move(model)), options_(options) {
+  TXL_CHECK(options.tgt_len >= 1, "decoding: tgt_len = ", options.tgt_len, " must be >= 1");
+  TXL_CHECK(options.mem_len >= 0, "decoding: mem_len = ", options.mem_len, " must be >= 0");
+  TXL_CHECK(options.clamp_len >= -1, "decoding: clamp_len = ", options.clamp_len,
+            " must be -1 (no clamp) or >= 0");
+  TXL_CHECK(rows >= 1, "decoding: rows = ", rows, " must be >= 1");
+  TXL_CHECK(!model_->is_training(), "decoding: the model must be in evaluation mode (eval())");
+  torch::NoGradGuard no_grad;
+  const auto& c = model_->config();
+  const auto attn_type = c.attn_type;
+  sliding_ = config::uses_absolute_positions(attn_type) || options.mem_len == 0;
+  capacity_ = sliding_ ? options.tgt_len : options.mem_len + 2 * options.tgt_len;
+  first_.assign(static_cast<size_t>(rows), 0);
+  const auto& crit = model_->crit;
+  const auto opts = crit->table(0).options();
+  if (crit->layout().n_clusters() == 1 && !crit->projection(0).defined()) {
+    // A plain softmax: its product done here, with the table transposed once for many rows.
+    out_weight_ = crit->cluster_words(0);                // [V, d]
+    if (rows > 1) out_weight_t_ = out_weight_.t().contiguous();  // [d, V]; rows never grow
+    out_bias_ = crit->cluster_words_bias(0);             // [V]
+  }
+  const int64_t n_head = c.n_head, d_head = c.d_head, hd = n_head * d_head;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
+  slots_ = torch::arange(capacity_, torch::dtype(torch::kLong).device(opts.device()));  // [C]
+  // Distances C-1 .. 0: the last K columns are those of K keys (query last).
+  const auto dist = ops::relative_distances(capacity_, options.clamp_len, opts.device());  // [C]
+  for (auto layer : model_->layer_list()) {
+    auto attn = layer->attn;
+    auto w = attn->qkv->weight.detach().clone();  // [3 H D, d]
+    w.narrow(0, 0, hd).mul_(scale);               // queries come out scaled
+    qkv_.push_back(w);
+    kv_.push_back(torch::zeros({2, n_head, rows, capacity_, d_head}, opts));  // [2, H, B, C, D]
+    if (attn_type == config::AttnType::kXl) {
+      auto rel = ops::sinusoid_encoding(dist.to(opts.dtype().toScalarType()), c.d_model);  // [C, d]
+      table_.push_back(attn->r_net(rel)  // [C, H D]
+                           .view({capacity_, n_head, d_head})
+                           .permute({1, 2, 0})
+                           .contiguous());  // [H, D, C]
+      const auto& u = attn->u_bias.defined() ? attn->u_bias : model_->u_bias;  // [H, D]
+      const auto& v = attn->v_bias.defined() ? attn->v_bias : model_->v_bias;  // [H, D]
+      u_.push_back((u * scale).view({n_head, 1, 1, d_head}));                 // [H, 1, 1, D]
+      v_.push_back((v * scale).view({n_head, 1, 1, d_head}));                 // [H, 1, 1, D]
+    } else if (attn_type == config::AttnType::kShaw) {
+      table_.push_back(attn->rel_key(dist.clamp_max(c.max_rel_dist))  // [C, H, D]
+                           .permute({1, 2, 0})
+                           .contiguous());  // [H, D, C]
+    }
+  }
+}
+
+void IncrementalDecoder::start_rows(const torch::Tensor& real, int64_t t_len) {
+  if (!real.defined()) return;
+  TXL_CHECK(real.dim() == 2 && real.size(0) == rows() && real.size(1) == t_len &&
+                real.scalar_type() == torch::kBool,
+            "decoding: real must be bool [B = ", rows(), ", T = ", t_len, "], got ", real.sizes(),
+            " ", real.scalar_type());
+  auto host = real.to(torch::kCPU).contiguous();
+  const auto a = host.accessor<bool, 2>();
+  for (int64_t b = 0; b < rows(); ++b) {
+    int64_t lead = 0;
+    while (lead < t_len && !a[b][lead]) ++lead;
+    for (int64_t t = lead; t < t_len; ++t) {
+      TXL_CHECK(a[b][t], "decoding: row ", b, " has padding at ", t, " after its first token at ",
+                lead, "; padding goes before a row's first token");
+    }
+    TXL_CHECK(lead == 0 || time_ == 0, "decoding: row ", b,
+              " has padding in a later read; padding goes in the first read only");
+    if (time_ == 0) first_[static_cast<size_t>(b)] = lead;
+  }
+}
+
+int64_t IncrementalDecoder::first_visible(size_t b, int64_t t) const {
+  const int64_t first = first_[b];
+  if (sliding_) return std::max(first, base_);  // the window is all there is
+  if (t < first) return first;                    // padding: sees nothing
+  if (options_.same_length) return std::max(first, t - options_.mem_len + 1);
+  // Segments of tgt_len from the row's first token; the memory is the mem_len before its own.
+  const int64_t segment_start = first + (t - first) / options_.tgt_len * options_.tgt_len;
+  return std::max(first, segment_start - options_.mem_len);
+}
+
+torch::Tensor IncrementalDecoder::score_bias(int64_t q) const {
+  const int64_t batch = rows(), k_len = used_ + q;
+  auto lowest = torch::empty({batch, q}, torch::kLong);  // [B, q], on the host
+  auto* p = lowest.data_ptr<int64_t>();
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < q; ++i) {
+      const int64_t first = first_visible(static_cast<size_t>(b), time_ + i);
+      TXL_CHECK(first >= base_ || first >= time_ + i, "decoding: internal error: key at time ",
+                first, " left the buffer (starts at ", base_, ")");
+      p[b * q + i] = first - base_;
+    }
+  }
+  const auto device = slots_.device();
+  auto slots = slots_.narrow(0, 0, k_len);                                      // [K]
+  auto blocked = slots < lowest.to(device).unsqueeze(2);                        // [B, q, K]
+  if (q > 1) {
+    auto query_slot = slots.narrow(0, used_, q).view({1, q, 1});                // [1, q, 1]
+    blocked = blocked.logical_or(slots.view({1, 1, k_len}) > query_slot);       // [B, q, K]
+  }
+  return ops::score_bias(blocked, kv_.front().scalar_type());  // [B, q, K]
+}
+
+void IncrementalDecoder::make_room(int64_t q) {
+  if (used_ + q <= capacity_) return;
+  // A later query sees at most mem_len + tgt_len - 1 earlier keys.
+  const int64_t keep = std::min(used_, options_.mem_len + options_.tgt_len - 1);
+  for (auto& kv : kv_) {
+    auto recent = kv.narrow(3, used_ - keep, keep).clone();  // [2, H, B, keep, D]
+    kv.narrow(3, 0, keep).copy_(recent);
+  }
+  base_ += used_ - keep;
+  used_ = keep;
+}
+
+torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
+                                         const torch::Tensor& bias) {
+  const auto& c = model_->config();
+  const int64_t batch = h.size(0), q = h.size(1), k_len = used_ + q;
+  const int64_t n_head = c.n_head, d_head = c.d_head;
+  auto heads = times(h, qkv_[l])  // [B, q, 3 H D]
+                   .view({batch, q, 3, n_head, d_head})
+                   .permute({2, 3, 0, 1, 4});  // [3, H, B, q, D], a view
+  auto& kv = kv_[l];
+  kv.narrow(3, used_, q).copy_(heads.narrow(0, 1, 2));  // [2, H, B, q, D] into the buffer
+  auto query = heads.select(0, 0);                      // [H, B, q, D], scaled
+  auto keys = kv.select(0, 0).narrow(2, 0, k_len);      // [H, B, K, D]
+  auto values = kv.select(0, 1).narrow(2, 0, k_len);    // [H, B, K, D]
+  torch::Tensor scores;                                 // [H, B, q, K]
+  if (table_.empty()) {
+    scores = torch::matmul(query, keys.transpose(-1, -2));  // [H, B, q, K]
+  } else {
+    auto q_content = u_.empty() ? query : query + u_[l];   // [H, B, q, D]
+    auto q_position = v_.empty() ? query : query + v_[l];  // [H, B, q, D]
+    scores = torch::matmul(q_content, keys.transpose(-1, -2));  // [H, B, q, K]
+    auto r = table_[l].narrow(2, capacity_ - k_len, k_len);    // [H, D, K], distances K-1 .. 0
+    auto by_distance = torch::matmul(q_position.reshape({n_head, batch * q, d_head}), r)
+                           .view({n_head, batch, q, k_len});  // [H, B, q, K]
+    // One query sits at the last key: its columns are already its distances.
+    scores.add_(q == 1 ? by_distance : ops::rel_shift(by_distance));
+  }
+  scores.add_(bias);                                                     // [H, B, q, K]
+  auto context = torch::matmul(torch::softmax(scores, -1), values);      // [H, B, q, D]
+  auto attn = model_->layer_list()[l]->attn;
+  return times(context.permute({1, 2, 0, 3}).reshape({batch, q, n_head * d_head}),
+               attn->out->weight);  // [B, q, d]
+}
+
+torch::Tensor IncrementalDecoder::run_layer(size_t l, const torch::Tensor& x,
+                                            const torch::Tensor& bias,
+                                            const torch::Tensor& positions) {
+  auto layer = model_->layer_list()[l];  // a handle: shares the module
+  torch::Tensor h = x;  // [B, q, d]
+  if (layer->pos_emb) {
+    // vanilla_learned: the layer's own absolute positions, counted within the window.
+    h = h + layer->pos_emb->weight.index_select(0, positions.reshape({-1})).view(x.sizes());
+  }
+  const auto& ff = layer->ff;
+  auto feed_forward = [&](const torch::Tensor& a) {  // [B, q, d] -> [B, q, d]
+    return times(times(a, ff->fc1->weight, ff->fc1->bias).relu_(), ff->fc2->weight, ff->fc2->bias);
+  };
+  if (model_->config().pre_norm) {
+    auto a = h + attend(l, layer->attn_norm(h), bias);  // [B, q, d]
+    return a + feed_forward(layer->ff_norm(a));         // [B, q, d]
+  }
+  auto a = layer->attn_norm(h + attend(l, h, bias));  // [B, q, d]
+  return layer->ff_norm(a + feed_forward(a));         // [B, q, d]
+}
+
+torch::Tensor IncrementalDecoder::run_chunk(const torch::Tensor& tokens,
+                                            const torch::Tensor& positions) {
+  const int64_t q = tokens.size(1);
+  auto bias = score_bias(q);           // [B, q, K]
+  auto emb = model_->word_emb;  // a handle: shares the module
+  auto x = emb->num_tables() == 1 && !emb->projection(0).defined()
+               ? torch::embedding(emb->table(0), tokens).mul_(emb->scale())  // [B, q, d]
+               : emb(tokens);                                                 // [B, q, d]
+  if (model_->config().attn_type == config::AttnType::kVanilla) {
+    const int64_t d = model_->config().d_model;
+    x = x + ops::sinusoid_encoding(positions.reshape({-1}).to(x.scalar_type()), d)
+                .view(x.sizes());  // [B, q, d]
+  }
+  for (size_t l = 0; l < kv_.size(); ++l) x = run_layer(l, x, bias, positions);  // [B, q, d]
+  used_ += q;
+  time_ += q;
+  auto last = x.select(1, q - 1);  // [B, d]
+  return model_->final_norm ? model_->final_norm(last) : last;
+}
+
+torch::Tensor IncrementalDecoder::read_sliding(const torch::Tensor& tokens) {
+  const int64_t window = options_.tgt_len;
+  window_ = window_.defined() ? torch::cat({window_, tokens}, 1) : tokens;  // [B, n + T]
+  const int64_t n = std::min<int64_t>(window_.size(1), window);
+  window_ = window_.narrow(1, window_.size(1) - n, n);  // [B, n]: the last tokens
+  time_ += tokens.size(1) - n;                           // run_chunk reads the window's n
+  base_ = time_;
+  used_ = 0;
+  torch::Tensor positions;  // int64 [B, n]: positions from the row's first token in the window
+  if (config::uses_absolute_positions(model_->config().attn_type)) {
+    positions = torch::empty({rows(), n}, torch::kLong);
+    auto* p = positions.data_ptr<int64_t>();
+    for (int64_t b = 0; b < rows(); ++b) {
+      const int64_t start = std::max(first_[static_cast<size_t>(b)], base_);
+      for (int64_t j = 0; j < n; ++j) p[b * n + j] = std::max<int64_t>(0, base_ + j - start);
+    }
+    positions = positions.to(slots_.device());
+  }
+  return log_probs(run_chunk(window_, positions));  // [B, V]
+}
+
+torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch::Tensor& real) {
+  TXL_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.scalar_type() == torch::kLong &&
+                tokens.size(0) == rows() && tokens.size(1) >= 1,
+            "decoding: tokens must be int64 [B = ", rows(), ", T >= 1], got ",
+            tokens.defined() ? tokens.sizes() : torch::IntArrayRef{});
+  torch::NoGradGuard no_grad;
+  const int64_t t_len = tokens.size(1);
+  start_rows(real, t_len);
+  // A clear message for a bad id (the lookup itself would also refuse it).
+  if (time_ == 0) modules::check_token_ids(tokens, model_->n_token(), "decoding");
+  const auto on_device = tokens.to(slots_.device());
+  if (sliding_) return read_sliding(on_device);
+  torch::Tensor last;  // [B, d]
+  for (int64_t begin = 0; begin < t_len; begin += options_.tgt_len) {
+    const int64_t q = std::min(options_.tgt_len, t_len - begin);
+    make_room(q);
+    last = run_chunk(on_device.narrow(1, begin, q), {});
+  }
+  return log_probs(last);  // [B, V]
+}
+
+torch::Tensor IncrementalDecoder::log_probs(const torch::Tensor& hidden) {
+  if (!out_weight_.defined()) return model_->crit->log_prob(hidden);  // [B, V]
+  torch::Tensor logits;                                               // [B, V]
+  if (hidden.size(0) == 1) {
+    logits = times(hidden, out_weight_, out_bias_);
+  } else {
+    logits = out_bias_.defined() ? torch::addmm(out_bias_, hidden, out_weight_t_)
+                                 : torch::mm(hidden, out_weight_t_);
+  }
+  return torch::log_softmax(logits, -1);  // [B, V]
+}
+
+void IncrementalDecoder::keep_rows(const torch::Tensor& rows) {
+  TXL_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == torch::kLong &&
+                rows.size(0) >= 1,
+            "decoding: keep_rows takes int64 [B'] with B' >= 1");
+  auto host = rows.to(torch::kCPU).contiguous();
+  const auto* p = host.data_ptr<int64_t>();
+  std::vector<int64_t> first;
+  for (int64_t i = 0; i < host.size(0); ++i) {
+    TXL_CHECK(p[i] >= 0 && p[i] < this->rows() && (i == 0 || p[i] > p[i - 1]),
+              "decoding: keep_rows: indices must increase within [0, ", this->rows(), ")");
+    first.push_back(first_[static_cast<size_t>(p[i])]);
+  }
+  const auto index = host.to(slots_.device());
+  for (auto& kv : kv_) kv = kv.index_select(2, index);  // [2, H, B', C, D]
+  if (window_.defined()) window_ = window_.index_select(0, index);  // [B', n]
+  first_ = std::move(first);
+}
+
+}  // namespace txl::models

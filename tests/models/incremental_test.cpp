@@ -1,0 +1,189 @@
+// Incremental decoding gives, token by token, the log-probabilities of the model's own forward
+// pass: memory mode those of evaluation in memory mode (segments of tgt_len, memory mem_len,
+// which for a memory longer than the text is one long pass), sliding mode those of one forward
+// over the last tgt_len tokens. fp64, so that any difference is a bug, not rounding.
+#include "txl/models/incremental.h"
+
+#include <gtest/gtest.h>
+
+#include "support/reference_decoding.h"
+#include "support/test_support.h"
+
+namespace txl::models {
+namespace {
+
+using config::AttnType;
+using txl::test::tensor_near;
+
+constexpr int64_t kVocab = 13;
+
+config::ModelConfig tiny(AttnType attn_type, int tgt_len, int mem_len) {
+  config::ModelConfig c;
+  c.attn_type = attn_type;
+  c.n_layer = 2;
+  c.d_model = 8;
+  c.n_head = 2;
+  c.d_head = 4;
+  c.d_inner = 16;
+  c.dropout = 0.1;  // evaluation mode: no effect
+  c.tgt_len = tgt_len;
+  c.mem_len = mem_len;
+  c.max_rel_dist = 6;
+  c.max_positions = 64;
+  c.init_std = 0.3;  // large weights: sharp, position-sensitive attention, so tests can fail
+  c.proj_init_std = 0.3;
+  c.allow_abs_with_memory = true;
+  return c;
+}
+
+TransformerLM make(const config::ModelConfig& c, uint64_t seed) {
+  torch::manual_seed(seed);
+  TransformerLM model(c, kVocab);
+  model->to(torch::kDouble);
+  model->eval();
+  return model;
+}
+
+torch::Tensor random_tokens(int64_t batch, int64_t len, uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::randint(kVocab, {batch, len}, torch::kLong);
+}
+
+// The decoder's log-probabilities after every position from prompt_len - 1 on, reading the
+// prompt at once and then one token at a time: [1, N - prompt_len + 1, V].
+torch::Tensor decoded(TransformerLM& model, const torch::Tensor& tokens, int64_t prompt_len,
+                      const DecodeOptions& o) {
+  IncrementalDecoder decoder(model, o, tokens.size(0));
+  std::vector<torch::Tensor> out{decoder.read(tokens.narrow(1, 0, prompt_len)).unsqueeze(1)};
+  for (int64_t t = prompt_len; t < tokens.size(1); ++t)
+    out.push_back(decoder.read(tokens.narrow(1, t, 1)).unsqueeze(1));
+  return torch::cat(out, 1);
+}
+
+struct Case {
+  std::string name;
+  AttnType attn_type;
+  int mem_len;
+  bool same_length = false;
+  int clamp_len = -1;
+  bool pre_norm = false;
+  bool adaptive = false;  // adaptive input and softmax, untied u and v per layer
+};
+
+TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
+  const int q = 5;
+  const std::vector<Case> cases = {
+      {"xl, memory shorter than the text", AttnType::kXl, 4},
+      {"xl, memory longer than the text", AttnType::kXl, 64},
+      {"xl, memory of 2 segments", AttnType::kXl, 10},
+      {"xl, same_length", AttnType::kXl, 6, true},
+      {"xl, clamp_len", AttnType::kXl, 7, false, 3},
+      {"xl, pre_norm", AttnType::kXl, 4, false, -1, true},
+      {"xl, adaptive softmax, untie_r", AttnType::kXl, 4, false, -1, false, true},
+      {"shaw", AttnType::kShaw, 7},
+      {"xl without memory: sliding", AttnType::kXl, 0},
+      {"vanilla: sliding", AttnType::kVanilla, 0},
+      {"vanilla_learned: sliding", AttnType::kVanillaLearned, 0},
+  };
+  const auto tokens = random_tokens(1, 31, 3);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto config = tiny(c.attn_type, q, c.mem_len);
+    config.pre_norm = c.pre_norm;
+    if (c.adaptive) {
+      config.cutoffs = {4, 9};
+      config.div_val = 2;
+      config.untie_r = true;
+    }
+    auto model = make(config, 11);
+    DecodeOptions o{q, c.mem_len, c.clamp_len, c.same_length};
+    auto expected = txl::test::reference_log_probs(model, tokens, o);
+    if (c.mem_len >= tokens.size(1)) {
+      // A memory longer than the text is one long pass.
+      ASSERT_TRUE(tensor_near(expected, txl::test::one_pass_log_probs(model, tokens), 1e-10, 1e-10));
+    }
+    for (int64_t prompt : {1, 3, 7, 12}) {
+      SCOPED_TRACE("prompt of " + std::to_string(prompt));
+      auto got = decoded(model, tokens, prompt, o);
+      EXPECT_TRUE(tensor_near(got, expected.narrow(1, prompt - 1, tokens.size(1) - prompt + 1),
+                              1e-10, 1e-10));
+    }
+  }
+}
+
+// Rows of different prompt lengths, left-padded into one batch, each give what they give alone,
+// also after rows leave the batch.
+TEST(IncrementalDecoder, LeftPaddedRowsEqualRowsAlone) {
+  for (auto attn_type : {AttnType::kXl, AttnType::kShaw, AttnType::kVanilla}) {
+    SCOPED_TRACE(config::to_string(attn_type));
+    const int mem_len = attn_type == AttnType::kVanilla ? 0 : 4;
+    auto model = make(tiny(attn_type, 5, mem_len), 12);
+    DecodeOptions o{5, mem_len, -1, false};
+    const auto text = random_tokens(3, 20, 4);
+    const std::vector<int64_t> prompt_len = {9, 2, 6};
+    const int64_t longest = 9, steps = 8;
+    auto padded = torch::zeros({3, longest}, torch::kLong);
+    auto real = torch::zeros({3, longest}, torch::kBool);
+    for (int64_t b = 0; b < 3; ++b) {
+      const int64_t pad = longest - prompt_len[b];
+      padded[b].narrow(0, pad, prompt_len[b]).copy_(text[b].narrow(0, 0, prompt_len[b]));
+      real[b].narrow(0, pad, prompt_len[b]).fill_(true);
+    }
+    std::vector<torch::Tensor> alone;  // [1, steps + 1, V] each
+    for (int64_t b = 0; b < 3; ++b) {
+      alone.push_back(decoded(model, text[b].narrow(0, 0, prompt_len[b] + steps).unsqueeze(0),
+                              prompt_len[b], o));
+    }
+    IncrementalDecoder decoder(model, o, 3);
+    auto lp = decoder.read(padded, real);  // [3, V]
+    std::vector<int64_t> rows = {0, 1, 2};
+    for (int64_t s = 0; s <= steps; ++s) {
+      for (size_t i = 0; i < rows.size(); ++i) {
+        EXPECT_TRUE(tensor_near(lp[i], alone[rows[i]][0][s], 1e-10, 1e-10)) << "row " << rows[i] << " step " << s;
+      }
+      if (s == steps) break;
+      if (s == 3) {  // row 1 leaves
+        decoder.keep_rows(torch::tensor(std::vector<int64_t>{0, 2}));
+        rows = {0, 2};
+      }
+      auto next = torch::empty({static_cast<int64_t>(rows.size()), 1}, torch::kLong);
+      for (size_t i = 0; i < rows.size(); ++i) next[i][0] = text[rows[i]][prompt_len[rows[i]] + s];
+      lp = decoder.read(next);
+    }
+  }
+}
+
+// The buffer never grows: a long generation compacts it in place.
+TEST(IncrementalDecoder, TheKeyValueBufferHasAFixedCapacity) {
+  auto model = make(tiny(AttnType::kXl, 4, 6), 13);
+  DecodeOptions o{4, 6, -1, false};
+  IncrementalDecoder decoder(model, o, 2);
+  EXPECT_EQ(decoder.capacity(), 6 + 2 * 4);
+  EXPECT_FALSE(decoder.sliding());
+  const auto tokens = random_tokens(2, 60, 5);
+  const auto expected = txl::test::segmented_log_probs(model, tokens.narrow(0, 1, 1), o);
+  decoder.read(tokens.narrow(1, 0, 1));
+  for (int64_t t = 1; t < 60; ++t) {
+    auto lp = decoder.read(tokens.narrow(1, t, 1));  // [2, V]
+    ASSERT_TRUE(tensor_near(lp[1], expected[0][t], 1e-10, 1e-10)) << t;
+  }
+  EXPECT_EQ(decoder.steps(), 60);
+}
+
+TEST(IncrementalDecoder, BadInputsAreClearErrors) {
+  auto model = make(tiny(AttnType::kXl, 4, 4), 14);
+  DecodeOptions o{4, 4, -1, false};
+  TXL_EXPECT_THROW_WITH(IncrementalDecoder(model, DecodeOptions{0, 4, -1, false}, 1),
+                        "tgt_len = 0 must be >= 1");
+  IncrementalDecoder decoder(model, o, 2);
+  TXL_EXPECT_THROW_WITH(decoder.read(torch::zeros({3, 2}, torch::kLong)),
+                        "tokens must be int64 [B = 2, T >= 1]");
+  auto real = torch::tensor({true, false, true, true}).view({2, 2});
+  TXL_EXPECT_THROW_WITH(decoder.read(torch::zeros({2, 2}, torch::kLong), real),
+                        "padding goes before a row's first token");
+  model->train();
+  TXL_EXPECT_THROW_WITH(IncrementalDecoder(model, o, 1), "evaluation mode");
+}
+
+}  // namespace
+}  // namespace txl::models

@@ -1,0 +1,45 @@
+// txl-generate: text from a checkpoint; the model and its tokenizer are rebuilt from it alone.
+//   txl-generate runs/kjv_ablation/xl/checkpoint_best.safetensors --prompt "In the beginning"
+//   txl-generate CKPT --prompts prompts.txt --temperature 0.8 --top-p 0.9 --seed 7 --json
+//   echo "And God said" | txl-generate CKPT --max-new-tokens 200 --ignore-eos
+//   txl-generate CKPT --context-file book.txt --prompt "" --mem-len 1024
+// The experiment is the checkpoint's own: --set changes eval.* (the decoding lengths),
+// run.threads or run.device; --tgt-len, --mem-len, ..., --threads are shorthand for such a --set.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "txl/config/command_line.h"
+#include "txl/config/load.h"
+#include "txl/eval/generate_run.h"
+#include "txl/util/error.h"
+#include "txl/util/process_setup.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"txl-generate: text from a txl checkpoint"};
+  txl::config::CommandLine line;
+  txl::config::CommandLineOptions experiment;
+  experiment.config = txl::config::CommandLineOptions::Config::kAbsent;  // the checkpoint's own
+  experiment.set_help = "override eval.*, run.threads or run.device of the checkpoint's experiment";
+  txl::config::add_experiment_options(app, line, experiment);
+  txl::eval::GenerateRequest request;
+  txl::eval::add_generate_flags(app, line, request);
+  CLI11_PARSE(app, argc, argv);
+  request.overrides = line.overrides;
+  try {
+    const auto loaded = txl::eval::load_generation(request);
+    if (line.dump) {
+      std::cout << txl::config::dump_experiment(loaded.config);
+      return 0;
+    }
+    txl::ProcessSetup setup;
+    setup.threads = loaded.config.run.threads;
+    setup.apply(argv);  // may re-execute this program: before reading stdin
+    txl::eval::run_generate(request, loaded, std::cin, std::cout);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());
+    return 1;
+  }
+}
