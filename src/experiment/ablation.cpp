@@ -654,6 +654,7 @@ RunOutcome run_in_processes(const std::vector<Job>& jobs, const AblationOptions&
       }
       process::RunOptions run;
       run.output_file = (dir / "job.log").string();
+      run.forward_signal = &train::stop_signal();  // Ctrl-C or kill of txl-ablate stops the job
       log::info(kTag, "job {}: started (log: {})", job.label(), run.output_file);
       const process::ProgramResult result = process::run_program(argv, run);
       std::lock_guard<std::mutex> lock(mutex);

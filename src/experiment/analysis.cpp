@@ -204,6 +204,7 @@ std::vector<ContextSweep> context_sweeps(const std::vector<ResultRecord>& record
       if (r.variant != variant || r.split != split || !r.sweep) continue;
       by_context[r.context()].push_back(r.ppl);
       s.attn_type = r.attn_type;
+      s.train_tgt_len = r.train_tgt_len;
       s.train_context = r.train_tgt_len + r.train_mem_len;
     }
     if (by_context.empty()) continue;
@@ -218,6 +219,24 @@ std::vector<ContextSweep> context_sweeps(const std::vector<ResultRecord>& record
   }
   return out;
 }
+
+namespace {
+
+// The context whose losses stand for context c in RECL. An absolute-position model has no
+// positions beyond its training segment Q: given c > Q tokens, the most it can use is the last Q,
+// so its loss at c is its loss at the longest grid point within Q (a window longer than Q runs
+// it on positions it never saw, and RECL's min() would count the noise of that as a gain).
+std::int64_t context_used(const ContextSweep& s, const std::set<std::int64_t>& grid,
+                          std::int64_t c) {
+  if (!config::uses_absolute_positions(s.attn_type) || c <= s.train_tgt_len) return c;
+  std::int64_t used = *grid.begin();
+  for (std::int64_t g : grid) {
+    if (g <= s.train_tgt_len) used = g;
+  }
+  return used;
+}
+
+}  // namespace
 
 ReclTable group_recl(const std::vector<ResultRecord>& records, const std::string& split,
                      const AnalysisOptions& options) {
@@ -243,8 +262,9 @@ ReclTable group_recl(const std::vector<ResultRecord>& records, const std::string
   for (const auto& s : sweeps) {
     std::vector<torch::Tensor> per_context;
     for (std::int64_t c : shared) {
+      const std::int64_t used = context_used(s, shared, c);
       const auto picked = select(records, [&](const ResultRecord& r) {
-        return r.variant == s.variant && r.split == split && r.sweep && r.context() == c;
+        return r.variant == s.variant && r.split == split && r.sweep && r.context() == used;
       });
       const auto losses = mean_token_losses(picked);  // double [T]
       if (!losses || (!rows.empty() && losses->size(0) != rows.front().size(1))) {

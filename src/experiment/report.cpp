@@ -493,8 +493,10 @@ std::string training_table(const std::vector<ResultRecord>& records,
   for (const auto& name : variants_in_order(records)) {
     const auto& r = *std::find_if(records.begin(), records.end(),
                                   [&](const ResultRecord& x) { return x.variant == name; });
-    auto it = std::find_if(curves.begin(), curves.end(),
-                           [&](const TrainingCurve& c) { return c.variant == name; });
+    // A variant's curve, or its first seed's ("xl@1") when it has several.
+    auto it = std::find_if(curves.begin(), curves.end(), [&](const TrainingCurve& c) {
+      return c.variant == name || c.variant.rfind(name + "@", 0) == 0;
+    });
     const TrainingCurve c = it != curves.end() ? *it : TrainingCurve{};
     rows.push_back({r.variant, config::to_string(r.attn_type), std::to_string(r.train_tgt_len),
                     std::to_string(r.train_mem_len), count(r.params), count(r.train_steps),
@@ -855,15 +857,17 @@ std::string recl_section(const Analysis& a) {
   }
   std::vector<bool> right(header.size(), true);
   right[0] = false;
-  const auto& g = t.recl.contexts;
+  std::string grid;
+  for (auto c : t.recl.contexts) grid += (grid.empty() ? "" : ", ") + std::to_string(c);
   return "\n## Relative effective context length (" + a.split + ")\n\n" +
          fmt::format("RECL (MODEL.md section 8; the paper's appendix C) of this group of {} "
                      "variants on {} tokens, from the context sweep's per-token losses (averaged "
-                     "over seeds): grid c = {}..{} in steps of {} (the step D), a context counts "
-                     "while it lowers the group-relative loss of the hardest r of tokens by 1% or "
-                     "more.\n\n",
-                     t.variants.size(), count(t.tokens), g.front(), g.back(),
-                     g.size() > 1 ? g[1] - g[0] : 0) +
+                     "over seeds), on the grid c = {} (each step is a D of the definition): a "
+                     "context counts while it lowers the group-relative loss of the hardest r of "
+                     "tokens by 1% or more. An absolute-position model has no positions beyond its "
+                     "training length Q: at c > Q it counts with its losses at the longest c within "
+                     "Q.\n\n",
+                     t.variants.size(), count(t.tokens), grid) +
          markdown_table(header, rows, right);
 }
 

@@ -190,6 +190,27 @@ void wait_for(pid_t pid, ProgramResult* result) {
   if (WIFSIGNALED(status)) result->signal = WTERMSIG(status);
 }
 
+// wait_for, sending the child *forward once it becomes non-zero (checked every 50 ms).
+void wait_forwarding(pid_t pid, const std::atomic<int>& forward, ProgramResult* result) {
+  bool sent = false;
+  for (;;) {
+    int status = 0;
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    TXL_CHECK(done >= 0 || errno == EINTR, "cannot wait for child process ", pid, ": ",
+              std::strerror(errno));
+    if (done == pid) {
+      if (WIFEXITED(status)) result->exit_code = WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) result->signal = WTERMSIG(status);
+      return;
+    }
+    if (const int sig = forward.load(); sig != 0 && !sent) {
+      ::kill(pid, sig);
+      sent = true;
+    }
+    ::usleep(50 * 1000);
+  }
+}
+
 }  // namespace
 
 std::string ProgramResult::status() const {
@@ -226,7 +247,11 @@ ProgramResult run_program(const std::vector<std::string>& argv, const RunOptions
     wait_for(pid, &ignored);  // pipes closed above: the child ends (SIGPIPE) and is reaped
     throw;
   }
-  wait_for(pid, &result);
+  if (to_file && options.forward_signal != nullptr) {
+    wait_forwarding(pid, *options.forward_signal, &result);
+  } else {
+    wait_for(pid, &result);
+  }
   if (to_file && options.stderr_tail_lines > 0) {
     std::ifstream in(options.output_file, std::ios::binary);
     std::ostringstream text;

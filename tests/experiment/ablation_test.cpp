@@ -511,7 +511,7 @@ namespace {
 // process running them in turn; each job keeps its log.
 TEST(TxlAblate, JobsInParallelProcessesEqualOneProcess) {
   TempDir serial_dir, parallel_dir;
-  Child serial = run_ablate(write_yaml(serial_dir, 4) + " --no-plots --quiet --no-sweep");
+  Child serial = run_ablate(write_yaml(serial_dir, 4) + " --no-plots --quiet --no-sweep --jobs 1");
   ASSERT_TRUE(WIFEXITED(serial.status) && WEXITSTATUS(serial.status) == 0) << serial.err;
   Child parallel =
       run_ablate(write_yaml(parallel_dir, 4) + " --no-plots --quiet --no-sweep --jobs 2");

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "txl/config/command_line.h"
 #include "txl/config/load.h"
@@ -35,6 +36,14 @@ std::vector<std::string> job_command(const txl::config::CommandLine& line,
     argv.insert(argv.end(), {"--eval-max-tokens", std::to_string(options.eval_max_tokens)});
   if (!options.sweep) argv.push_back("--no-sweep");
   return argv;
+}
+
+// Small models train faster as several single-thread processes than as one process with every
+// core (measured here: two 1-thread KJV trainings at once did 1.45x the steps per second of one
+// 2-thread training), so on the CPU one job runs per core; a GPU takes one job at a time.
+int default_jobs(const txl::config::AblationConfig& ablation) {
+  if (ablation.variants.front().second.run.device != txl::config::Device::kCpu) return 1;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 int report_outcome(const txl::experiment::AblationResult& result, char** argv, int argc) {
@@ -79,9 +88,11 @@ int main(int argc, char** argv) {
   app.add_option("--eval-max-tokens", options.eval_max_tokens,
                  "score only the first N tokens of each split in every evaluation (0 = all)")
       ->check(CLI::NonNegativeNumber);
+  options.jobs = 0;
   app.add_option("--jobs", options.jobs,
-                 "jobs (variant x seed) run at once, each a process with threads / N threads")
-      ->check(CLI::PositiveNumber);
+                 "jobs (variant x seed) run at once, each a process with threads / N threads "
+                 "(default: one per core on the CPU, one on a GPU)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--job", options.job, "run only this job (VARIANT or VARIANT@SEED), no report");
   app.add_flag("--slurm", slurm,
                "submit the unfinished jobs as a Slurm job array and the report as a job after it");
@@ -112,6 +123,7 @@ int main(int argc, char** argv) {
     txl::ProcessSetup setup;
     setup.threads = ablation.variants.front().second.run.threads;  // every variant's
     options.threads = setup.threads;
+    if (options.jobs == 0) options.jobs = default_jobs(ablation);
     if (options.jobs > 1 && options.job.empty()) setup.threads = 1;  // the parent only waits
     setup.apply(argv);
     txl::train::install_stop_handlers();

@@ -72,6 +72,7 @@ struct ContextSweep {
   config::AttnType attn_type = config::AttnType::kXl;
   std::vector<std::int64_t> contexts;  // increasing
   std::vector<MeanStd> ppl;            // per context
+  std::int64_t train_tgt_len = 0;      // Q of training
   std::int64_t train_context = 0;      // Q + M of training
   std::int64_t init_context = 0;       // the grid point PPL init is read at
   double ppl_init = std::nan(""), ppl_best = std::nan("");
@@ -81,7 +82,9 @@ std::vector<ContextSweep> context_sweeps(const std::vector<ResultRecord>& record
                                          const std::string& split);
 
 // RECL of the group of variants whose sweeps on `split` cover the grid shared by all of them,
-// each from its per-token losses averaged over seeds. `note` says why it was not computed
+// each from its per-token losses averaged over seeds. An absolute-position model has no
+// positions beyond its training length Q, so at a context c > Q its losses are those at the
+// longest grid point within Q (the last Q tokens are the most it can use). `note` says why it was not computed
 // (fewer than two contexts shared, missing token losses, different token counts).
 struct ReclTable {
   std::string split;

@@ -4,6 +4,7 @@
 // newlines are plain characters, never syntax. Every caller in txl (the plot script, the
 // `bible` reader) goes through run_program.
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -28,6 +29,10 @@ struct RunOptions {
   // When set: the child's stdout and stderr both go to this file (created or truncated), a log
   // to keep, and stdout_mode is ignored; stderr_tail then holds the file's last lines.
   std::string output_file;
+  // With output_file: while the child runs, a non-zero value appearing here (e.g. the parent's
+  // stop flag, set by its SIGINT handler) is sent to the child as that signal, once, so that a
+  // Ctrl-C the child did not receive itself still stops it cleanly.
+  const std::atomic<int>* forward_signal = nullptr;
 };
 
 struct ProgramResult {
