@@ -737,6 +737,7 @@ AblationResult run_ablation(const config::AblationConfig& ablation,
   ReportOptions report = report_options(ablation, options);
   report.failed = result.failed;
   report.contexts = contexts;
+  report.eval_max_tokens = eval_limit(ablation.base, options);
   result.report = write_report(result.dir, ablation.name, result.records, curves, report);
   return result;
 }

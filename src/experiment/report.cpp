@@ -772,7 +772,7 @@ std::string method_sentence(const Analysis& a, const ReportOptions& options) {
   std::string seed_list;
   for (auto k : seeds) seed_list += (seed_list.empty() ? "" : ", ") + std::to_string(k);
   return fmt::format(
-      "Every evaluation on {} scores {} ({} tokens). {} Ratios are ppl(a) / ppl(b) of the two "
+      "Every evaluation on {} scores {}. {} Ratios are ppl(a) / ppl(b) of the two "
       "variants' headline evaluations (memory at the training M for relative positions, fixed "
       "segments for absolute ones) on the same tokens, from per-token losses averaged over "
       "seeds; the 95% interval is a paired block bootstrap: the tokens are cut into blocks of "
@@ -780,9 +780,10 @@ std::string method_sentence(const Analysis& a, const ReportOptions& options) {
       "as many blocks with replacement, the same ones for a and b. A difference is called "
       "significant only when its interval excludes 1.\n\n",
       a.split,
-      options.eval_max_tokens > 0 ? fmt::format("its first {} tokens", count(options.eval_max_tokens))
-                                  : std::string("the whole split"),
-      count(tokens),
+      options.eval_max_tokens > 0
+          ? fmt::format("a prefix of the split, its first {} tokens (eval.max_tokens)",
+                        count(tokens))
+          : fmt::format("the whole split ({} tokens)", count(tokens)),
       seeds.size() > 1 ? fmt::format("Each variant was trained with {} seeds ({}); figures are "
                                      "mean ± sample standard deviation over them.",
                                      seeds.size(), seed_list)

@@ -174,6 +174,29 @@ TEST_F(LoadAblation, ErrorsInVariantsHavePositions) {
       << message;
 }
 
+// seeds, contexts and sbatch: read with the ablation, errors at the item that is wrong.
+TEST_F(LoadAblation, SeedsContextsAndSbatchAreCheckedWhereWritten) {
+  const auto a = load_ablation(write(
+      "name: x\nseeds: [3, 1]\ncontexts: [32, 64]\nsbatch: [\"--time=5\"]\nvariants: {a: {}}\n"));
+  EXPECT_EQ(a.seeds, (std::vector<std::int64_t>{3, 1}));
+  EXPECT_EQ(a.contexts, (std::vector<std::int64_t>{32, 64}));
+  EXPECT_EQ(a.sbatch, (std::vector<std::string>{"--time=5"}));
+  EXPECT_TRUE(load_ablation(write("name: x\nvariants: {a: {}}\n")).seeds.empty());
+  TXL_EXPECT_THROW_WITH(load_ablation(write("name: x\nseeds: [1, 1]\nvariants: {a: {}}\n")),
+                        "abl.yaml:2:12: seeds: 1 is listed twice");
+  TXL_EXPECT_THROW_WITH(load_ablation(write("name: x\nseeds: [1, b]\nvariants: {a: {}}\n")),
+                        "abl.yaml:2:12: seeds: expected an integer");
+  TXL_EXPECT_THROW_WITH(load_ablation(write("name: x\nseeds: 3\nvariants: {a: {}}\n")),
+                        "seeds: expected a non-empty list of integers");
+  TXL_EXPECT_THROW_WITH(
+      load_ablation(write("name: x\ncontexts: [64, 32]\nvariants: {a: {}}\n")),
+      "abl.yaml:2:16: contexts: 32 comes after 64; list them in increasing order");
+  TXL_EXPECT_THROW_WITH(load_ablation(write("name: x\ncontexts: [0]\nvariants: {a: {}}\n")),
+                        "contexts: 0 is below the least allowed, 1");
+  TXL_EXPECT_THROW_WITH(load_ablation(write("name: x\nsbatch: [[1]]\nvariants: {a: {}}\n")),
+                        "sbatch: expected a string");
+}
+
 TEST_F(LoadAblation, FileLevelErrors) {
   TXL_EXPECT_THROW_WITH(load_ablation((dir_ / "none.yaml").string()),
                         "ablation file not found: " + (dir_ / "none.yaml").string());

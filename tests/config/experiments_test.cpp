@@ -83,6 +83,7 @@ TEST(Experiments, Enwik8BaseBuildsWithThePapersSize) {
 TEST(Experiments, KjvAblationComparesTheNamedVariants) {
   auto a = load_ablation((experiments() / "kjv_ablation.yaml").string());
   ASSERT_EQ(a.variants.size(), 4u);
+  EXPECT_GE(a.seeds.size(), 2u);  // a spread over seeds, and intervals, by default
   EXPECT_EQ(a.variants[0].first, "vanilla");
   EXPECT_EQ(a.variants[0].second.model.attn_type, txl::config::AttnType::kVanilla);
   EXPECT_EQ(a.variants[0].second.model.mem_len, 0);
