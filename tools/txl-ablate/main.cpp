@@ -124,7 +124,6 @@ int main(int argc, char** argv) {
     setup.threads = ablation.variants.front().second.run.threads;  // every variant's
     options.threads = setup.threads;
     if (options.jobs == 0) options.jobs = default_jobs(ablation);
-    if (options.jobs > 1 && options.job.empty()) setup.threads = 1;  // the parent only waits
     setup.apply(argv);
     txl::train::install_stop_handlers();
     return report_outcome(txl::experiment::run_ablation(ablation, options), argv, argc);
