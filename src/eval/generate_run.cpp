@@ -1,5 +1,6 @@
 #include "txl/eval/generate_run.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <istream>
 #include <ostream>
@@ -117,12 +118,41 @@ const std::vector<std::string>& generate_settable_keys() {
   return keys;
 }
 
+namespace {
+
+// The checkpoint a user probably meant by a missing `path`: the .safetensors file beside a .pt
+// name (the first format's), or the same file in the first seed folder of an ablation variant
+// (<variant>/seed<k>/, when the ablation has `seeds:`); "" when there is none.
+std::string suggested_checkpoint(const std::filesystem::path& path) {
+  namespace stdfs = std::filesystem;
+  std::vector<stdfs::path> dirs = {path.parent_path()};
+  std::error_code ec;
+  std::vector<stdfs::path> seeds;
+  for (const auto& entry : stdfs::directory_iterator(
+           path.parent_path().empty() ? stdfs::path(".") : path.parent_path(), ec)) {
+    if (entry.is_directory(ec) && entry.path().filename().string().rfind("seed", 0) == 0)
+      seeds.push_back(entry.path());
+  }
+  std::sort(seeds.begin(), seeds.end());
+  dirs.insert(dirs.end(), seeds.begin(), seeds.end());
+  const stdfs::path name = path.filename();
+  for (const auto& dir : dirs) {
+    for (auto candidate : {dir / name, (dir / name).replace_extension(".safetensors")}) {
+      if (candidate != path && stdfs::exists(candidate, ec)) return candidate.string();
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 Evaluation load_generation(const GenerateRequest& request) {
   const std::filesystem::path path = request.checkpoint;
-  auto sibling = path;
-  sibling.replace_extension(".safetensors");
-  TXL_CHECK(std::filesystem::exists(path) || !std::filesystem::exists(sibling),
-            "checkpoint not found: ", path.string(), " (did you mean ", sibling.string(), "?)");
+  if (!std::filesystem::exists(path)) {
+    const std::string suggestion = suggested_checkpoint(path);
+    TXL_CHECK(suggestion.empty(), "checkpoint not found: ", path.string(), " (did you mean ",
+              suggestion, "?)");
+  }
   Evaluation loaded;
   loaded.checkpoint = models::read_checkpoint(request.checkpoint);
   loaded.config = config::experiment_over(loaded.checkpoint.config,

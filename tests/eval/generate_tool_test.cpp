@@ -180,6 +180,16 @@ TEST(GenerateTool, EdgeCasesGiveDefinedResultsOrClearErrors) {
   EXPECT_EQ(sibling.status, 1);
   EXPECT_NE(sibling.output.find("(did you mean " + checkpoint() + "?)"), std::string::npos)
       << sibling.output;
+  // The default ablation has seeds: a variant's checkpoints are in <variant>/seed<k>/.
+  std::filesystem::create_directories(dir / "xl" / "seed1");
+  std::filesystem::copy_file(checkpoint(), dir / "xl" / "seed1" / "checkpoint_best.safetensors");
+  const auto seeded = txl_generate({(dir / "xl" / "checkpoint_best.pt").string(), "--prompt", "x"});
+  EXPECT_EQ(seeded.status, 1);
+  EXPECT_NE(seeded.output.find("(did you mean " +
+                               (dir / "xl" / "seed1" / "checkpoint_best.safetensors").string() +
+                               "?)"),
+            std::string::npos)
+      << seeded.output;
   txl::test::write_text(dir / "notes.txt", "hello");
   const auto text = txl_generate({(dir / "notes.txt").string(), "--prompt", "x"});
   EXPECT_EQ(text.status, 1);
