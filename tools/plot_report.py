@@ -11,6 +11,7 @@ and, when the report has them:
   context_sweep.png  the context sweep: ppl (mean and std over seeds) against attention length
   recl.png           the group's RECL per variant at each r
   loss_by_position.png  mean loss at each position of the segment
+  loss_by_document_position.png  mean loss by position in the document (powers of two)
 Each PNG is written to a temporary file and renamed, so a crash never leaves half an image.
 
 Also, for txl-eval's context sweep (txl::eval::run):
@@ -306,7 +307,39 @@ def main():
         plot_recl(plt, analysis, args.out)
     if any(r.get("loss_by_position") for r in rows):
         plot_positions(plt, rows, split, args.out)
+    if any(r.get("loss_by_document_position") for r in rows):
+        plot_document_positions(plt, rows, split, args.out)
     return 0
+
+
+def plot_document_positions(plt, rows, split, out_dir):
+    """Mean loss by position in the document (buckets 0, 1-2, 3-6, ...), per (variant, mode,
+    context) of the headline kind, seeds averaged."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    groups = {}
+    for r in rows:
+        if r.get("loss_by_document_position"):
+            key = (r["variant"], r["eval_mode"], r.get("mem_len", 0), r.get("window", 0))
+            groups.setdefault(key, []).append(r["loss_by_document_position"])
+    for i, ((variant, mode, mem, window), curves) in enumerate(groups.items()):
+        length = min(len(c) for c in curves)
+        xs, ys = [], []
+        for k in range(length):
+            vals = [c[k] for c in curves if finite(c[k])]
+            if vals:
+                xs.append(2 ** k)  # bucket k starts at position 2^k - 1: plotted at 2^k
+                ys.append(sum(vals) / len(vals))
+        label = f"{variant} / {mode}" + (f" M={mem}" if mode == "memory" else "") + \
+            (f" L={window}" if mode == "sliding" else "")
+        ax.plot(xs, ys, marker="o", color=f"C{i % 10}", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("position in the document + 1 (buckets of powers of two)")
+    ax.set_ylabel("mean loss (nats)")
+    ax.set_title(f"Loss by position in the document ({split})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save(fig, out_dir, "loss_by_document_position.png")
+    plt.close(fig)
 
 
 def plot_sweeps(plt, analysis, out_dir):

@@ -158,4 +158,35 @@ RatioInterval paired_bootstrap_ppl_ratio(const torch::Tensor& a, const torch::Te
   return r;
 }
 
+std::vector<double> loss_by_document_position(const torch::Tensor& token_losses,
+                                              const torch::Tensor& doc_starts, int buckets,
+                                              std::vector<std::int64_t>* counts) {
+  TXL_CHECK(buckets >= 1, "loss_by_document_position: buckets must be >= 1, got ", buckets);
+  TXL_CHECK(token_losses.defined() && token_losses.dim() == 1,
+            "loss_by_document_position: token_losses must be [T]");
+  TXL_CHECK(doc_starts.defined() && doc_starts.dim() == 1,
+            "loss_by_document_position: doc_starts must be [D]");
+  const auto losses = token_losses.to(torch::kDouble).contiguous();  // double [T]
+  const auto starts = doc_starts.to(torch::kLong).contiguous();      // int64 [D]
+  const double* l = losses.data_ptr<double>();
+  const std::int64_t* d = starts.data_ptr<std::int64_t>();
+  const std::int64_t n_docs = starts.numel();
+  std::vector<double> sum(static_cast<size_t>(buckets), 0.0);
+  std::vector<std::int64_t> n(static_cast<size_t>(buckets), 0);
+  std::int64_t doc = -1;  // index of the last start <= the target's offset
+  for (std::int64_t t = 0; t < losses.numel(); ++t) {
+    const std::int64_t offset = t + 1;
+    while (doc + 1 < n_docs && d[doc + 1] <= offset) ++doc;
+    const std::int64_t position = doc >= 0 ? offset - d[doc] : offset;
+    int k = 0;  // bucket: position + 1 in [2^k, 2^(k+1))
+    while (k + 1 < buckets && (position + 1) >> (k + 1) != 0) ++k;
+    sum[static_cast<size_t>(k)] += l[t];
+    ++n[static_cast<size_t>(k)];
+  }
+  std::vector<double> mean(sum.size());
+  for (size_t k = 0; k < sum.size(); ++k) mean[k] = n[k] > 0 ? sum[k] / n[k] : std::nan("");
+  if (counts != nullptr) *counts = n;
+  return mean;
+}
+
 }  // namespace txl::eval

@@ -13,6 +13,7 @@
 #include "txl/config/load.h"
 #include "txl/data/dataset.h"
 #include "txl/data/synthetic.h"
+#include "txl/eval/context_use.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/train/trainer.h"
@@ -42,8 +43,10 @@ namespace {
 constexpr const char* kTag = "ablate";
 constexpr const char* kDoneFile = "done.json";
 constexpr const char* kEvalFile = "eval_results.json";
+// Buckets of the loss by position in the document: 0, 1-2, 3-6, ..., 511-1022, 1023 and beyond.
+constexpr int kDocumentBuckets = 11;
 // Bumped whenever what a cached evaluation means changes, so older caches are recomputed.
-constexpr int kEvalCacheVersion = 2;
+constexpr int kEvalCacheVersion = 3;  // 3: loss_by_document_position
 
 // ---------------------------------------------------------------------------- done.json
 
@@ -324,6 +327,10 @@ ResultRecord evaluate_planned(const std::string& name, const config::ExperimentC
   record.variant = name;
   record.attn_type = cfg.model.attn_type;
   record.sweep = p.sweep;
+  if (r.token_losses.defined() && split.doc_starts.defined() && split.doc_starts.numel() > 1) {
+    record.loss_by_document_position =
+        eval::loss_by_document_position(r.token_losses, split.doc_starts, kDocumentBuckets);
+  }
   return record;
 }
 

@@ -111,6 +111,24 @@ std::vector<SeedSummary> summarize_seeds(const std::vector<ResultRecord>& record
   return out;
 }
 
+namespace {
+
+// The element-wise mean of a list field over the records of `first`'s evaluation (its seeds).
+std::vector<double> mean_of(const std::vector<ResultRecord>& records, const ResultRecord& first,
+                            std::vector<double> ResultRecord::*field) {
+  std::vector<double> sum((first.*field).size(), 0.0);
+  int n = 0;
+  for (const auto& x : records) {
+    if (eval_key(x) != eval_key(first) || (x.*field).size() != sum.size()) continue;
+    for (size_t p = 0; p < sum.size(); ++p) sum[p] += (x.*field)[p];
+    ++n;
+  }
+  for (auto& v : sum) v = n > 0 ? v / n : std::nan("");
+  return sum;
+}
+
+}  // namespace
+
 std::vector<ResultRecord> mean_records(const std::vector<SeedSummary>& summaries,
                                        const std::vector<ResultRecord>& records) {
   std::vector<ResultRecord> out;
@@ -120,14 +138,8 @@ std::vector<ResultRecord> mean_records(const std::vector<SeedSummary>& summaries
     r.loss = s.loss.mean;
     r.bits_per_byte = s.bits_per_byte.mean;
     r.recall_loss = s.recall_loss.mean;
-    std::vector<double> sum(r.loss_by_position.size(), 0.0);
-    int n = 0;
-    for (const auto& x : records) {
-      if (eval_key(x) != eval_key(r) || x.loss_by_position.size() != sum.size()) continue;
-      for (size_t p = 0; p < sum.size(); ++p) sum[p] += x.loss_by_position[p];
-      ++n;
-    }
-    for (size_t p = 0; p < sum.size() && n > 0; ++p) r.loss_by_position[p] = sum[p] / n;
+    r.loss_by_position = mean_of(records, r, &ResultRecord::loss_by_position);
+    r.loss_by_document_position = mean_of(records, r, &ResultRecord::loss_by_document_position);
     out.push_back(std::move(r));
   }
   return out;

@@ -92,6 +92,9 @@ Json record_to_json(const ResultRecord& r) {
   if (!r.loss_by_position.empty()) {
     j["loss_by_position"] = json::number_list(r.loss_by_position);  // nothing scored there: null
   }
+  if (!r.loss_by_document_position.empty()) {
+    j["loss_by_document_position"] = json::number_list(r.loss_by_document_position);
+  }
   return j;
 }
 
@@ -121,6 +124,19 @@ E enum_field(const Json& j, const char* key, const std::string& origin) {
   TXL_CHECK(value.has_value(), origin, ": result field \"", key, "\" is '", name,
             "', not one of ", config::enum_choices<E>(), "; delete the file to recompute it");
   return *value;
+}
+
+// An optional list of numbers (null = NaN: nothing scored there); empty when absent.
+std::vector<double> number_list_field(const Json& j, const char* key, const std::string& origin) {
+  std::vector<double> out;
+  if (!j.contains(key)) return out;
+  const Json& list = j.at(key);
+  TXL_CHECK(list.is_array(), origin, ": result field \"", key, "\" must be an array");
+  for (const Json& v : list) {
+    TXL_CHECK(v.is_null() || v.is_number(), origin, ": \"", key, "\" holds a non-number");
+    out.push_back(v.is_null() ? std::nan("") : v.get<double>());
+  }
+  return out;
 }
 
 ResultRecord record_from_json(const Json& j, const std::string& origin) {
@@ -155,14 +171,9 @@ ResultRecord record_from_json(const Json& j, const std::string& origin) {
   r.train_tokens_per_s = field<double>(j, "train_tokens_per_s", origin);
   r.train_seconds = field<double>(j, "train_seconds", origin);
   r.params = field<std::int64_t>(j, "params", origin);
-  if (j.contains("loss_by_position")) {  // optional: not in sliding records nor older files
-    const Json& by_position = j.at("loss_by_position");
-    TXL_CHECK(by_position.is_array(), origin, ": result field \"loss_by_position\" must be an array");
-    for (const Json& v : by_position) {
-      TXL_CHECK(v.is_null() || v.is_number(), origin, ": \"loss_by_position\" holds a non-number");
-      r.loss_by_position.push_back(v.is_null() ? std::nan("") : v.get<double>());
-    }
-  }
+  // Optional: not in every record, nor in older files.
+  r.loss_by_position = number_list_field(j, "loss_by_position", origin);
+  r.loss_by_document_position = number_list_field(j, "loss_by_document_position", origin);
   return r;
 }
 
@@ -613,7 +624,8 @@ std::string memory_sweep_sentence(const std::vector<ResultRecord>& records,
 constexpr const char* kPlotFiles[] = {"training_loss.png", "context_ppl.png", "eval_cost.png"};
 // Drawn when the records have what they show: the context sweep, RECL, loss by position.
 constexpr const char* kOptionalPlotFiles[] = {"context_sweep.png", "recl.png",
-                                              "loss_by_position.png"};
+                                              "loss_by_position.png",
+                                              "loss_by_document_position.png"};
 
 // Draws the plots with the plot script (plot.h); returns "" on success, else the reason they
 // were skipped.
@@ -706,7 +718,8 @@ std::string plots_section(const Report& report) {
       {"eval_cost.png", "Evaluation cost against perplexity"},
       {"context_sweep.png", "Context sweep: perplexity against attention length"},
       {"recl.png", "Relative effective context length per variant"},
-      {"loss_by_position.png", "Mean loss by position in the segment"}};
+      {"loss_by_position.png", "Mean loss by position in the segment"},
+      {"loss_by_document_position.png", "Mean loss by position in the document"}};
   std::string md;
   for (const auto& [file, caption] : captions) {
     const bool drawn = std::any_of(report.plots.begin(), report.plots.end(),
@@ -747,6 +760,44 @@ std::string position_section(const std::vector<ResultRecord>& records) {
     md += "\n## Loss by position in the segment (" + split + ")\n\nMean loss in nats of the tokens at "
           "each position of a segment. Without memory, position 0 has no context and the first "
           "positions little; memory gives every position M tokens more.\n\n" +
+          markdown_table(header, cells, right);
+  }
+  return md;
+}
+
+// "0", "1-2", "3-6", ..., the last bucket open ("1023+").
+std::string bucket_label(size_t k, size_t buckets) {
+  const std::int64_t low = (std::int64_t{1} << k) - 1, high = (std::int64_t{1} << (k + 1)) - 2;
+  if (k + 1 == buckets) return fmt::format("{}+", low);
+  return low == high ? std::to_string(low) : fmt::format("{}-{}", low, high);
+}
+
+// Mean loss by position in the document, for every record that has it, split by split.
+std::string document_position_section(const std::vector<ResultRecord>& records) {
+  std::string md;
+  for (const auto& split : splits_in_order(records)) {
+    std::vector<const ResultRecord*> rows;
+    for (const auto& r : records)
+      if (r.split == split && !r.loss_by_document_position.empty()) rows.push_back(&r);
+    if (rows.empty()) continue;
+    const size_t buckets = rows.front()->loss_by_document_position.size();
+    std::vector<std::string> header = {"variant", "mode", "context"};
+    for (size_t k = 0; k < buckets; ++k) header.push_back("pos " + bucket_label(k, buckets));
+    std::vector<std::vector<std::string>> cells;
+    for (const ResultRecord* r : rows) {
+      std::vector<std::string> row = {r->variant, config::to_string(r->eval_mode), context_label(*r)};
+      for (size_t k = 0; k < buckets; ++k) {
+        const auto& v = r->loss_by_document_position;
+        row.push_back(k < v.size() && std::isfinite(v[k]) ? fmt::format("{:.3f}", v[k]) : "-");
+      }
+      cells.push_back(row);
+    }
+    std::vector<bool> right(header.size(), true);
+    right[0] = right[1] = right[2] = false;
+    md += "\n## Loss by position in the document (" + split + ")\n\nMean loss in nats of the "
+          "tokens at each position of their document (the corpus marks where documents start), "
+          "positions grouped in powers of two: a model that uses longer context keeps gaining "
+          "as a document goes on.\n\n" +
           markdown_table(header, cells, right);
   }
   return md;
@@ -926,7 +977,7 @@ std::string report_markdown(const std::string& ablation_name, const std::vector<
   for (const auto& a : analyses) {
     md += significance_section(a, options) + sweep_section(a, options) + recl_section(a);
   }
-  md += position_section(means);
+  md += position_section(means) + document_position_section(means);
   md += "\n## Findings\n\n" + findings_section(means) + pair_findings(analyses);
   md += "\n## Plots\n\n" + plots_section(report);
   md +=

@@ -174,3 +174,27 @@ TEST(PairedBootstrap, IsDeterministicForASeedAndRejectsBadInput) {
 }
 
 }  // namespace
+
+namespace {
+
+// Targets at offsets 1..8 of a text whose documents start at 0 and 5: positions 1, 2, 3, 4 in the
+// first, then 0, 1, 2, 3 in the second. Each loss is 10 x its offset, so every bucket's mean
+// names the targets it holds.
+TEST(LossByDocumentPosition, GroupsPositionsInPowersOfTwo) {
+  const auto losses = torch::arange(1, 9, torch::kDouble) * 10;  // double [8]
+  const auto starts = torch::tensor({0, 5}, torch::kLong);       // int64 [2]
+  std::vector<std::int64_t> counts;
+  const auto three = txl::eval::loss_by_document_position(losses, starts, 3, &counts);
+  EXPECT_EQ(counts, (std::vector<std::int64_t>{1, 4, 3}));
+  EXPECT_DOUBLE_EQ(three[0], 50.0);                          // position 0: offset 5
+  EXPECT_DOUBLE_EQ(three[1], (10.0 + 20 + 60 + 70) / 4);     // positions 1-2
+  EXPECT_DOUBLE_EQ(three[2], (30.0 + 40 + 80) / 3);          // positions 3-6
+  const auto two = txl::eval::loss_by_document_position(losses, starts, 2, &counts);
+  EXPECT_EQ(counts, (std::vector<std::int64_t>{1, 7}));      // the last bucket is open
+  const auto many = txl::eval::loss_by_document_position(losses, starts, 6, &counts);
+  EXPECT_TRUE(std::isnan(many[5]));                          // no target that far in
+  EXPECT_EQ(counts[5], 0);
+  TXL_EXPECT_THROW_WITH(txl::eval::loss_by_document_position(losses, starts, 0), "buckets");
+}
+
+}  // namespace

@@ -349,6 +349,11 @@ TEST_F(Ablation, SeedsAndSweepGiveIntervalsSweepsAndRecl) {
     EXPECT_EQ(r.token_losses.size(0), r.tokens);
     EXPECT_NEAR(r.token_losses.to(torch::kDouble).mean().item<double>(), r.loss, 1e-5);
     if (txl::experiment::is_headline(r)) headline_loss[r.variant].push_back(r.loss);
+    // The synthetic corpus marks its documents (a few dozen tokens each): the loss by position
+    // in them is kept, finite where documents reach, empty beyond (positions 63 and on).
+    ASSERT_EQ(r.loss_by_document_position.size(), 11u);
+    for (size_t k = 0; k < 5; ++k) EXPECT_GT(r.loss_by_document_position[k], 0.0) << k;
+    EXPECT_TRUE(std::isnan(r.loss_by_document_position[10]));
   }
   ASSERT_EQ(headline_loss["xl"].size(), 2u);
   EXPECT_NE(headline_loss["xl"][0], headline_loss["xl"][1]);  // two seeds, two models
@@ -370,7 +375,8 @@ TEST_F(Ablation, SeedsAndSweepGiveIntervalsSweepsAndRecl) {
   const std::string md = read(stdfs::path(a.output_dir) / "report.md");
   for (const char* section : {"## Significance (test)", "## Context sweep (test)",
                               "## Relative effective context length (test)", " ± ",
-                              "blocks of 64 contiguous tokens", "2 seeds (1, 2)"}) {
+                              "blocks of 64 contiguous tokens", "2 seeds (1, 2)",
+                              "## Loss by position in the document (test)"}) {
     EXPECT_NE(md.find(section), std::string::npos) << section << "\n" << md;
   }
   EXPECT_TRUE(stdfs::exists(stdfs::path(a.output_dir) / "results_summary.csv"));

@@ -67,4 +67,15 @@ RatioInterval paired_bootstrap_ppl_ratio(const torch::Tensor& a, const torch::Te
                                          std::int64_t block = 64, int samples = 1000,
                                          std::uint64_t seed = 1, double confidence = 0.95);
 
+// Mean loss by position within the document: how much a model gains as a document goes on. The
+// positions are grouped in powers of two, bucket k holding positions [2^k - 1, 2^(k+1) - 1): 0,
+// 1-2, 3-6, 7-14, ..., the last bucket open (`buckets` of them). token_losses: [T] (any floating
+// type), the loss of target t + 1 at index t (EvalResult::token_losses); doc_starts: int64 [D]
+// token offsets where documents start (data::EncodedSplit), sorted; a target at offset p sits at
+// position p - (the last start <= p). Returns [buckets] means (NaN where no token fell) and
+// `counts` the tokens of each. Throws txl::Error for a bad shape or buckets < 1.
+std::vector<double> loss_by_document_position(const torch::Tensor& token_losses,
+                                              const torch::Tensor& doc_starts, int buckets,
+                                              std::vector<std::int64_t>* counts = nullptr);
+
 }  // namespace txl::eval

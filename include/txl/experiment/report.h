@@ -53,6 +53,10 @@ struct ResultRecord {
   // Mean loss at each position 0..Q-1 of the segment (memory and segments modes without
   // model.ext_len; empty otherwise, and in records of older versions).
   std::vector<double> loss_by_position;
+  // Mean loss by position in the document, in buckets of powers of two (eval::
+  // loss_by_document_position: 0, 1-2, 3-6, ...), when the corpus marks documents and the
+  // evaluation kept per-token losses; empty otherwise.
+  std::vector<double> loss_by_document_position;
   // float [tokens] per-token losses in text order (bootstrap intervals, RECL); undefined when not
   // kept. Not in results.json: the ablation caches them in token_losses.safetensors.
   torch::Tensor token_losses;
