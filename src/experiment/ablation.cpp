@@ -597,7 +597,7 @@ RunOutcome run_serially(const std::vector<Job>& jobs, const AblationOptions& opt
     if (train::stop_signal().load() == 0) {
       try {
         finished = run_job(job, options, contexts, datasets);
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {  // txl::Error, or LibTorch's c10::Error
         log::warn(kTag, "job {} failed: {}", job.label(), e.what());
         out.failed.push_back(job.label() + ": " + e.what());
         continue;
@@ -630,6 +630,26 @@ void prepare_data(const std::vector<Job>& jobs) {
   }
 }
 
+// Runs one job as a child process (options.job_command --job LABEL) with `threads` threads,
+// its output in <run dir>/job.log (*log_file); a Ctrl-C or SIGTERM of this process reaches it.
+process::ProgramResult run_job_process(const Job& job, const AblationOptions& options,
+                                       int threads, std::string* log_file) {
+  const stdfs::path dir = train::run_dir(job.config);
+  fs::ensure_dir(dir);
+  std::vector<std::string> argv = options.job_command;
+  for (const std::string& extra : {std::string("--job"), job.label(), std::string("--quiet"),
+                                   std::string("--no-plots"), std::string("--set"),
+                                   fmt::format("run.threads={}", threads)}) {
+    argv.push_back(extra);
+  }
+  process::RunOptions run;
+  run.output_file = (dir / "job.log").string();
+  run.forward_signal = &train::stop_signal();
+  *log_file = run.output_file;
+  log::info(kTag, "job {}: started (log: {})", job.label(), run.output_file);
+  return process::run_program(argv, run);
+}
+
 // Runs `jobs` options.jobs at a time, each as a child process (options.job_command) with its
 // share of the threads and its output in <run dir>/job.log.
 RunOutcome run_in_processes(const std::vector<Job>& jobs, const AblationOptions& options) {
@@ -651,28 +671,24 @@ RunOutcome run_in_processes(const std::vector<Job>& jobs, const AblationOptions&
         i = next++;
       }
       const Job& job = jobs[i];
-      const stdfs::path dir = train::run_dir(job.config);
-      fs::ensure_dir(dir);
-      std::vector<std::string> argv = options.job_command;
-      for (const std::string& extra : {std::string("--job"), job.label(), std::string("--quiet"),
-                                       std::string("--no-plots"), std::string("--set"),
-                                       fmt::format("run.threads={}", per_job)}) {
-        argv.push_back(extra);
+      process::ProgramResult result;
+      std::string log_file, error;
+      try {  // a worker thread must not let an exception escape (std::terminate)
+        result = run_job_process(job, options, per_job, &log_file);
+      } catch (const std::exception& e) {
+        error = e.what();
       }
-      process::RunOptions run;
-      run.output_file = (dir / "job.log").string();
-      run.forward_signal = &train::stop_signal();  // Ctrl-C or kill of txl-ablate stops the job
-      log::info(kTag, "job {}: started (log: {})", job.label(), run.output_file);
-      const process::ProgramResult result = process::run_program(argv, run);
       std::lock_guard<std::mutex> lock(mutex);
-      if (result.ok()) {
+      if (error.empty() && result.ok()) {
         log::info(kTag, "job {}: finished", job.label());
       } else if (train::stop_signal().load() != 0) {  // Ctrl-C reached the children too
         out.signal = train::stop_signal().load();
         out.stopped = job.label();
       } else {
-        out.failed.push_back(fmt::format("{}: the job {}; the end of {}:\n{}", job.label(),
-                                         result.status(), run.output_file, result.stderr_tail));
+        out.failed.push_back(
+            !error.empty() ? fmt::format("{}: {}", job.label(), error)
+                           : fmt::format("{}: the job {}; the end of {}:\n{}", job.label(),
+                                         result.status(), log_file, result.stderr_tail));
         log::warn(kTag, "{}", out.failed.back());
       }
     }
