@@ -312,26 +312,35 @@ def main():
     return 0
 
 
-def plot_document_positions(plt, rows, split, out_dir):
-    """Mean loss by position in the document (buckets 0, 1-2, 3-6, ...), per (variant, mode,
-    context) of the headline kind, seeds averaged."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+def seed_mean_curves(rows, field):
+    """Per evaluation (variant, mode, M, L): the element-wise mean over its seeds of the list
+    `field` (NaN entries skipped; NaN where no seed has a value), and the evaluation's label."""
     groups = {}
     for r in rows:
-        if r.get("loss_by_document_position"):
+        if r.get(field):
             key = (r["variant"], r["eval_mode"], r.get("mem_len", 0), r.get("window", 0))
-            groups.setdefault(key, []).append(r["loss_by_document_position"])
-    for i, ((variant, mode, mem, window), curves) in enumerate(groups.items()):
-        length = min(len(c) for c in curves)
-        xs, ys = [], []
-        for k in range(length):
+            groups.setdefault(key, []).append(r[field])
+    out = []
+    for (variant, mode, mem, window), curves in groups.items():
+        means = []
+        for k in range(min(len(c) for c in curves)):
             vals = [c[k] for c in curves if finite(c[k])]
-            if vals:
-                xs.append(2 ** k)  # bucket k starts at position 2^k - 1: plotted at 2^k
-                ys.append(sum(vals) / len(vals))
+            means.append(sum(vals) / len(vals) if vals else float("nan"))
         label = f"{variant} / {mode}" + (f" M={mem}" if mode == "memory" else "") + \
             (f" L={window}" if mode == "sliding" else "")
-        ax.plot(xs, ys, marker="o", color=f"C{i % 10}", label=label)
+        out.append((label, means))
+    return out
+
+
+def plot_document_positions(plt, rows, split, out_dir):
+    """Mean loss by position in the document (buckets 0, 1-2, 3-6, ...), per evaluation, seeds
+    averaged."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, (label, means) in enumerate(seed_mean_curves(rows, "loss_by_document_position")):
+        # bucket k starts at position 2^k - 1: plotted at 2^k
+        pts = [(2 ** k, m) for k, m in enumerate(means) if finite(m)]
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", color=f"C{i % 10}",
+                label=label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("position in the document + 1 (buckets of powers of two)")
     ax.set_ylabel("mean loss (nats)")
@@ -388,21 +397,10 @@ def plot_recl(plt, analysis, out_dir):
 
 
 def plot_positions(plt, rows, split, out_dir):
-    """Mean loss at each position of the segment, per (variant, mode, M), seeds averaged."""
+    """Mean loss at each position of the segment, per evaluation, seeds averaged."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    groups = {}
-    for r in rows:
-        if r.get("loss_by_position"):
-            key = (r["variant"], r["eval_mode"], r.get("mem_len", 0))
-            groups.setdefault(key, []).append(r["loss_by_position"])
-    for i, ((variant, mode, mem), curves) in enumerate(groups.items()):
-        length = min(len(c) for c in curves)
-        ys = []
-        for p in range(length):
-            vals = [c[p] for c in curves if finite(c[p])]
-            ys.append(sum(vals) / len(vals) if vals else float("nan"))
-        label = f"{variant} / {mode}" + (f" M={mem}" if mode == "memory" else "")
-        ax.plot(range(length), ys, color=f"C{i % 10}", label=label)
+    for i, (label, means) in enumerate(seed_mean_curves(rows, "loss_by_position")):
+        ax.plot(range(len(means)), means, color=f"C{i % 10}", label=label)
     ax.set_xlabel("position in the segment")
     ax.set_ylabel("mean loss (nats)")
     ax.set_title(f"Loss by position in the segment ({split})")
