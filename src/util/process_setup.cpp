@@ -80,7 +80,9 @@ void keep_freed_blocks_in_heap() {
 namespace detail {
 
 std::string openblas_core_override(const std::string& core, bool cpu_has_avx512) {
-  return core == "Prescott" && cpu_has_avx512 ? "SkylakeX" : "";
+  // OpenBLAS's x86 cores with AVX-512 kernels; every other one leaves half the vector unit idle.
+  const bool avx512_core = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+  return !core.empty() && !avx512_core && cpu_has_avx512 ? "SkylakeX" : "";
 }
 
 }  // namespace detail

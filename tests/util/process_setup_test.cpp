@@ -119,8 +119,12 @@ TEST(ProcessSetup, ReplacesOpenBlasGenericKernelsOnlyOnAnAvx512Cpu) {
   using txl::detail::openblas_core_override;
   EXPECT_EQ(openblas_core_override("Prescott", true), "SkylakeX");
   EXPECT_EQ(openblas_core_override("Prescott", false), "");
-  EXPECT_EQ(openblas_core_override("Zen", true), "");
+  EXPECT_EQ(openblas_core_override("Haswell", true), "SkylakeX");  // Zen 4 in OpenBLAS 0.3.21
+  EXPECT_EQ(openblas_core_override("Zen", true), "SkylakeX");
+  EXPECT_EQ(openblas_core_override("Haswell", false), "");
   EXPECT_EQ(openblas_core_override("SkylakeX", true), "");
+  EXPECT_EQ(openblas_core_override("Cooperlake", true), "");
+  EXPECT_EQ(openblas_core_override("SapphireRapids", true), "");
   EXPECT_EQ(openblas_core_override("", true), "");  // not OpenBLAS (MKL)
 }
 

@@ -40,10 +40,12 @@ struct ProcessSetup {
   // OMP_WAIT_POLICY (their choice is kept).
   bool limit_openmp_spinning = true;
   // OpenBLAS 0.3.21 (Debian bookworm's, which multiplies Debian LibTorch's fp32 matrices) does not
-  // know newer Intel CPUs and falls back to its generic "Prescott" kernels: fp32 matmul at 65
-  // GFLOP/s instead of 290 on this project's 2-core Xeon. OpenBLAS reads OPENBLAS_CORETYPE once,
-  // when it is loaded, so when it chose Prescott on a CPU with AVX-512 apply() sets
-  // OPENBLAS_CORETYPE=SkylakeX and re-executes the program once (a value the user set is kept).
+  // know newer CPUs with AVX-512: on newer Intel Xeons it falls back to its generic "Prescott"
+  // kernels (fp32 matmul at 65 GFLOP/s instead of 290 on a 2-core Xeon), on AMD's Zen 4 to its
+  // AVX2 "Haswell" ones (247 GFLOP/s instead of 450 on a 2-core EPYC; training 3,551 tokens/s
+  // instead of 5,201). OpenBLAS reads OPENBLAS_CORETYPE once, when it is loaded, so when it chose
+  // a core without AVX-512 kernels on a CPU with AVX-512 apply() sets OPENBLAS_CORETYPE=SkylakeX
+  // and re-executes the program once (a value the user set is kept).
   bool choose_openblas_core = true;
 
   // The intra-op thread count apply() sets: `threads`, or the cores divided among
@@ -60,8 +62,9 @@ struct ProcessSetup {
 };
 
 namespace detail {
-// The OPENBLAS_CORETYPE apply() sets for the core OpenBLAS chose: "SkylakeX" for its generic
-// "Prescott" on a CPU with AVX-512 (F, BW, VL, DQ), else "" (nothing to change).
+// The OPENBLAS_CORETYPE apply() sets for the core OpenBLAS chose: "SkylakeX" for a core without
+// AVX-512 kernels (Prescott, Haswell, Zen, ...) on a CPU with AVX-512 (F, BW, VL, DQ), else ""
+// (nothing to change; "" for `core` = not OpenBLAS).
 std::string openblas_core_override(const std::string& core, bool cpu_has_avx512);
 }  // namespace detail
 
