@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "txl/ops/cached_attention.h"
 #include "txl/ops/masks.h"
 #include "txl/ops/rel_shift.h"
 #include "txl/ops/sinusoid.h"
@@ -54,6 +55,7 @@ IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions&
   slots_ = torch::arange(capacity_, torch::dtype(torch::kLong).device(opts.device()));  // [C]
   // Distances C-1 .. 0: the last K columns are those of K keys (query last).
   const auto dist = ops::relative_distances(capacity_, options.clamp_len, opts.device());  // [C]
+  cached_ = !sliding_ && ops::attend_cached_supports(crit->table(0));
   for (auto layer : model_->layer_list()) {
     auto attn = layer->attn;
     auto w = attn->qkv->weight.detach().clone();  // [3 H D, d]
@@ -74,6 +76,9 @@ IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions&
       table_.push_back(attn->rel_key(dist.clamp_max(c.max_rel_dist))  // [C, H, D]
                            .permute({1, 2, 0})
                            .contiguous());  // [H, D, C]
+    }
+    if (!table_.empty()) {
+      by_distance_.push_back(table_.back().flip(2).transpose(1, 2).contiguous());  // [H, C, D]
     }
   }
 }
@@ -109,18 +114,23 @@ int64_t IncrementalDecoder::first_visible(size_t b, int64_t t) const {
   return std::max(first, segment_start - options_.mem_len);
 }
 
-torch::Tensor IncrementalDecoder::score_bias(int64_t q) const {
-  const int64_t batch = rows(), k_len = used_ + q;
-  auto lowest = torch::empty({batch, q}, torch::kLong);  // [B, q], on the host
-  auto* p = lowest.data_ptr<int64_t>();
-  for (int64_t b = 0; b < batch; ++b) {
+std::vector<int64_t> IncrementalDecoder::first_slots(int64_t q) const {
+  std::vector<int64_t> slots;
+  slots.reserve(static_cast<size_t>(rows() * q));
+  for (int64_t b = 0; b < rows(); ++b) {
     for (int64_t i = 0; i < q; ++i) {
       const int64_t first = first_visible(static_cast<size_t>(b), time_ + i);
       TXL_CHECK(first >= base_ || first >= time_ + i, "decoding: internal error: key at time ",
                 first, " left the buffer (starts at ", base_, ")");
-      p[b * q + i] = first - base_;
+      slots.push_back(first - base_);
     }
   }
+  return slots;
+}
+
+torch::Tensor IncrementalDecoder::score_bias(int64_t q) const {
+  const int64_t batch = rows(), k_len = used_ + q;
+  auto lowest = torch::tensor(first_slots(q), torch::kLong).view({batch, q});  // [B, q], host
   const auto device = slots_.device();
   auto slots = slots_.narrow(0, 0, k_len);                                      // [K]
   auto blocked = slots < lowest.to(device).unsqueeze(2);                        // [B, q, K]
@@ -143,8 +153,26 @@ void IncrementalDecoder::make_room(int64_t q) {
   used_ = keep;
 }
 
+torch::Tensor IncrementalDecoder::attend_one(size_t l, const torch::Tensor& h,
+                                             const std::vector<int64_t>& first) {
+  const auto& c = model_->config();
+  const int64_t batch = h.size(0);
+  auto qkv = times(h, qkv_[l]).view({batch, 3, c.n_head, c.d_head});  // [B, 3, H, D]
+  ops::CachedKeys keys;
+  keys.buffer = kv_[l];
+  if (!by_distance_.empty()) keys.by_distance = by_distance_[l];
+  if (!u_.empty()) {
+    keys.u = u_[l];
+    keys.v = v_[l];
+  }
+  auto context = ops::attend_cached(qkv, keys, used_ + 1, first);  // [B, H D]
+  return times(context.unsqueeze(1), model_->layer_list()[l]->attn->out->weight);  // [B, 1, d]
+}
+
 torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
-                                         const torch::Tensor& bias) {
+                                         const Visible& visible) {
+  if (!visible.bias.defined()) return attend_one(l, h, visible.first);
+  const auto& bias = visible.bias;
   const auto& c = model_->config();
   const int64_t batch = h.size(0), q = h.size(1), k_len = used_ + q;
   const int64_t n_head = c.n_head, d_head = c.d_head;
@@ -177,7 +205,7 @@ torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
 }
 
 torch::Tensor IncrementalDecoder::run_layer(size_t l, const torch::Tensor& x,
-                                            const torch::Tensor& bias,
+                                            const Visible& visible,
                                             const torch::Tensor& positions) {
   auto layer = model_->layer_list()[l];  // a handle: shares the module
   torch::Tensor h = x;  // [B, q, d]
@@ -190,17 +218,22 @@ torch::Tensor IncrementalDecoder::run_layer(size_t l, const torch::Tensor& x,
     return times(times(a, ff->fc1->weight, ff->fc1->bias).relu_(), ff->fc2->weight, ff->fc2->bias);
   };
   if (model_->config().pre_norm) {
-    auto a = h + attend(l, layer->attn_norm(h), bias);  // [B, q, d]
+    auto a = h + attend(l, layer->attn_norm(h), visible);  // [B, q, d]
     return a + feed_forward(layer->ff_norm(a));         // [B, q, d]
   }
-  auto a = layer->attn_norm(h + attend(l, h, bias));  // [B, q, d]
+  auto a = layer->attn_norm(h + attend(l, h, visible));  // [B, q, d]
   return layer->ff_norm(a + feed_forward(a));         // [B, q, d]
 }
 
 torch::Tensor IncrementalDecoder::run_chunk(const torch::Tensor& tokens,
                                             const torch::Tensor& positions) {
   const int64_t q = tokens.size(1);
-  auto bias = score_bias(q);           // [B, q, K]
+  Visible visible;
+  if (cached_ && q == 1) {
+    visible.first = first_slots(1);
+  } else {
+    visible.bias = score_bias(q);  // [B, q, K]
+  }
   auto emb = model_->word_emb;  // a handle: shares the module
   auto x = emb->num_tables() == 1 && !emb->projection(0).defined()
                ? torch::embedding(emb->table(0), tokens).mul_(emb->scale())  // [B, q, d]
@@ -210,7 +243,7 @@ torch::Tensor IncrementalDecoder::run_chunk(const torch::Tensor& tokens,
     x = x + ops::sinusoid_encoding(positions.reshape({-1}).to(x.scalar_type()), d)
                 .view(x.sizes());  // [B, q, d]
   }
-  for (size_t l = 0; l < kv_.size(); ++l) x = run_layer(l, x, bias, positions);  // [B, q, d]
+  for (size_t l = 0; l < kv_.size(); ++l) x = run_layer(l, x, visible, positions);  // [B, q, d]
   used_ += q;
   time_ += q;
   auto last = x.select(1, q - 1);  // [B, d]

@@ -67,11 +67,21 @@ class IncrementalDecoder {
   // final hidden state of the last one, [B, d]. `positions` int64 [B, q]: absolute positions
   // (sliding with absolute positions), else undefined.
   torch::Tensor run_chunk(const torch::Tensor& tokens, const torch::Tensor& positions);
-  // One layer over x [B, q, d] with the score bias [B, q, K] and the absolute positions.
-  torch::Tensor run_layer(size_t l, const torch::Tensor& x, const torch::Tensor& bias,
+  // What the chunk's queries see: a score bias [B, q, K], or for one query per row read by
+  // ops::attend_cached (memory mode on the CPU), each row's first visible slot.
+  struct Visible {
+    torch::Tensor bias;          // [B, q, K]: 0 where visible, blocked elsewhere
+    std::vector<int64_t> first;  // per row, when bias is undefined
+  };
+  // One layer over x [B, q, d] with what its queries see and the absolute positions.
+  torch::Tensor run_layer(size_t l, const torch::Tensor& x, const Visible& visible,
                           const torch::Tensor& positions);
   // Attention of h [B, q, d] (normalised when pre_norm) over the buffer's K keys -> [B, q, d].
-  torch::Tensor attend(size_t l, const torch::Tensor& h, const torch::Tensor& bias);
+  torch::Tensor attend(size_t l, const torch::Tensor& h, const Visible& visible);
+  // Attention of one query per row, h [B, 1, d], through ops::attend_cached -> [B, 1, d].
+  torch::Tensor attend_one(size_t l, const torch::Tensor& h, const std::vector<int64_t>& first);
+  // Per query of the chunk (row-major [B, q]), the first buffer slot it may see.
+  std::vector<int64_t> first_slots(int64_t q) const;
   // Additive score bias [B, q, K] of the chunk's queries: 0 where visible, blocked elsewhere.
   torch::Tensor score_bias(int64_t q) const;
   // The first time step a query of row b at time t may see.
@@ -91,7 +101,9 @@ class IncrementalDecoder {
   std::vector<torch::Tensor> kv_;     // per layer [2, H, B, C, D]
   std::vector<torch::Tensor> qkv_;    // per layer [3 H D, d]: W_q rows scaled by 1/sqrt(D)
   std::vector<torch::Tensor> table_;  // per layer [H, D, C], distances C-1 .. 0 (relative)
+  std::vector<torch::Tensor> by_distance_;  // per layer [H, C, D], distances 0 .. C-1 (relative)
   std::vector<torch::Tensor> u_, v_;  // per layer [H, 1, 1, D] scaled biases (xl)
+  bool cached_ = false;               // one query per row goes through ops::attend_cached
   torch::Tensor slots_;               // int64 [C]: 0 .. C-1
   torch::Tensor out_weight_, out_weight_t_, out_bias_;  // plain softmax: [V, d], [d, V], [V]
   torch::Tensor window_;              // sliding: int64 [B, <= tgt_len] the last tokens

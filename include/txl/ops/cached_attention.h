@@ -1,0 +1,40 @@
+#pragma once
+// Attention of one new position per row over a buffer of cached keys and values: the step of
+// incremental decoding (models::IncrementalDecoder) with relative positions (Transformer-XL's
+// u, v and projected encodings, Shaw's relative keys) or none. One pass per (row, head) on raw
+// memory, split between threads by rows and heads: it replaces about ten tensor ops per layer
+// and, on LibTorch 1.13 with OpenBLAS, a loop of one small matrix product per row and head.
+//
+// For row b, head h, with K keys in use (the new position's own key last, at slot K-1):
+//   s_k = (q + u) . key_k + (q + v) . R[K-1-k]     k in [first_b, K)
+//   out = sum_k softmax(s)_k value_k
+// R is indexed by distance (row 0 = distance 0). Without u and v, q is used as is; without R
+// the position term is absent.
+//
+// Legend: B rows, H heads, D head size, C buffer capacity (slots), K keys in use.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace txl::ops {
+
+struct CachedKeys {
+  torch::Tensor buffer;       // [2, H, B, C, D]: keys, values; slots 0 .. K-2 already filled
+  torch::Tensor by_distance;  // [H, C, D] encodings of distance 0 .. C-1, or undefined
+  torch::Tensor u, v;         // [H, D] query biases (content, position), or both undefined
+};
+
+// qkv [B, 3, H, D], contiguous: the new position's query (already scaled by 1/sqrt(D)), key
+// and value. Writes the key and value into slot k_len - 1 of every row of `keys.buffer`, and
+// returns the attention output [B, H D] (heads in order). first[b]: the first slot row b sees
+// (0 <= first[b] < k_len). CPU, float or double, every tensor of one dtype. Throws txl::Error
+// for shapes, dtypes or a device it does not take.
+torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
+                            const std::vector<int64_t>& first);
+
+// Whether attend_cached takes tensors like `t` (CPU, float or double).
+bool attend_cached_supports(const torch::Tensor& t);
+
+}  // namespace txl::ops

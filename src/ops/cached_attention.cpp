@@ -1,0 +1,228 @@
+#include "txl/ops/cached_attention.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "txl/util/error.h"
+
+// The inner loops are compiled for AVX-512, AVX2 and the baseline, the best picked at load time
+// (GCC's function multi-versioning); `omp simd` (-fopenmp-simd, no OpenMP runtime) lets the
+// reductions use vector registers.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define TXL_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TXL_VECTOR_CLONES
+#endif
+
+namespace txl::ops {
+
+namespace {
+
+// Where one (row, head) finds its data. Pointers to D-vectors; keys, values and encodings are
+// rows of D contiguous elements.
+template <typename T>
+struct HeadView {
+  const T* qkv;       // [3, H, D] of the row; query at + h D, key at + (H + h) D, value at + (2H + h) D
+  T* keys;            // [C, D] of (h, b)
+  T* values;          // [C, D] of (h, b)
+  const T* rel;       // [C, D] of h by distance, or null
+  const T* u;         // [D] or null
+  const T* v;         // [D] or null
+  T* out;             // [D] of (b, h)
+};
+
+// exp(x) for x <= 0 in float, in a form a vector loop can take (Cephes' expf: x = n ln 2 + r,
+// a degree-6 polynomial in r, 2^n from the exponent bits): relative error about 1e-7 against
+// std::exp, which the vectorizer would leave as one call per element. Below -87 it returns
+// exp(-87) ~ 1.6e-38 (2^n stays a normal float); a softmax's largest term is 1.
+inline __attribute__((always_inline)) float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  __builtin_memcpy(&scale, &bits, sizeof(scale));
+  return y * scale;
+}
+
+inline __attribute__((always_inline)) double exp_nonpositive(double x) { return std::exp(x); }
+
+template <typename T>
+inline __attribute__((always_inline)) T dot(const T* a, const T* b, int64_t n) {
+  T s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// s_k of one key: content and position terms summed in one reduction.
+template <typename T>
+inline __attribute__((always_inline)) T score(const T* __restrict qc, const T* __restrict qp,
+                                              const T* __restrict key, const T* __restrict rel,
+                                              int64_t d) {
+  T s = 0;
+  if (rel == nullptr) return dot(qc, key, d);
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < d; ++i) s += qc[i] * key[i] + qp[i] * rel[i];
+  return s;
+}
+
+// One (row, head): scores of keys [first, k_len) into `scores`, softmax, weighted values (two
+// keys at a time, so that two independent products are in flight).
+template <typename T>
+inline __attribute__((always_inline)) void attend_head(const HeadView<T>& w, int64_t first,
+                                                       int64_t k_len, int64_t d,
+                                                       T* __restrict qc, T* __restrict qp,
+                                                       T* __restrict scores) {
+  const T* q = w.qkv;
+  for (int64_t i = 0; i < d; ++i) {
+    qc[i] = w.u != nullptr ? q[i] + w.u[i] : q[i];
+    qp[i] = w.v != nullptr ? q[i] + w.v[i] : q[i];
+  }
+  auto rel_of = [&](int64_t k) { return w.rel != nullptr ? w.rel + (k_len - 1 - k) * d : nullptr; };
+  T top = -std::numeric_limits<T>::infinity();
+  for (int64_t k = first; k < k_len; ++k) {
+    scores[k] = score(qc, qp, w.keys + k * d, rel_of(k), d);
+    top = std::max(top, scores[k]);
+  }
+  T sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t k = first; k < k_len; ++k) {
+    scores[k] = exp_nonpositive(scores[k] - top);
+    sum += scores[k];
+  }
+  T* __restrict out = w.out;
+  for (int64_t i = 0; i < d; ++i) out[i] = 0;
+  int64_t k = first;
+  for (; k + 1 < k_len; k += 2) {
+    const T p0 = scores[k], p1 = scores[k + 1];
+    const T* __restrict v0 = w.values + k * d;
+    const T* __restrict v1 = v0 + d;
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) out[i] += p0 * v0[i] + p1 * v1[i];
+  }
+  if (k < k_len) {
+    const T p0 = scores[k];
+    const T* __restrict v0 = w.values + k * d;
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) out[i] += p0 * v0[i];
+  }
+  const T scale = T(1) / sum;
+#pragma omp simd
+  for (int64_t i = 0; i < d; ++i) out[i] *= scale;
+}
+
+TXL_VECTOR_CLONES void attend_head_of(const HeadView<float>& w, int64_t first, int64_t k_len,
+                                      int64_t d, float* qc, float* qp, float* scores) {
+  attend_head(w, first, k_len, d, qc, qp, scores);
+}
+
+TXL_VECTOR_CLONES void attend_head_of(const HeadView<double>& w, int64_t first, int64_t k_len,
+                                      int64_t d, double* qc, double* qp, double* scores) {
+  attend_head(w, first, k_len, d, qc, qp, scores);
+}
+
+void check(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
+           const std::vector<int64_t>& first) {
+  TXL_CHECK(qkv.defined() && qkv.dim() == 4 && qkv.size(1) == 3 && qkv.is_contiguous() &&
+                attend_cached_supports(qkv),
+            "attend_cached: qkv must be a contiguous CPU float or double [B, 3, H, D]");
+  const int64_t batch = qkv.size(0), heads = qkv.size(2), d = qkv.size(3);
+  const auto& buffer = keys.buffer;
+  TXL_CHECK(buffer.defined() && buffer.dim() == 5 && buffer.size(0) == 2 &&
+                buffer.size(1) == heads && buffer.size(2) == batch && buffer.size(4) == d &&
+                buffer.is_contiguous() && buffer.scalar_type() == qkv.scalar_type() &&
+                buffer.device() == qkv.device(),
+            "attend_cached: buffer must be contiguous [2, H = ", heads, ", B = ", batch,
+            ", C, D = ", d, "] of qkv's dtype, got ", buffer.sizes());
+  const int64_t capacity = buffer.size(3);
+  TXL_CHECK(k_len >= 1 && k_len <= capacity, "attend_cached: k_len = ", k_len,
+            " must be in [1, C = ", capacity, "]");
+  TXL_CHECK(static_cast<int64_t>(first.size()) == batch, "attend_cached: ", first.size(),
+            " first slots for ", batch, " rows");
+  for (auto f : first) {
+    TXL_CHECK(f >= 0 && f < k_len, "attend_cached: first slot ", f, " outside [0, ", k_len, ")");
+  }
+  const auto& rel = keys.by_distance;
+  TXL_CHECK(!rel.defined() || (rel.dim() == 3 && rel.size(0) == heads && rel.size(1) >= k_len &&
+                               rel.size(2) == d && rel.is_contiguous() &&
+                               rel.scalar_type() == qkv.scalar_type() && rel.is_cpu()),
+            "attend_cached: by_distance must be contiguous [H = ", heads, ", >= K = ", k_len,
+            ", D = ", d, "] of qkv's dtype");
+  TXL_CHECK(keys.u.defined() == keys.v.defined(), "attend_cached: give both u and v, or neither");
+  for (const auto* bias : {&keys.u, &keys.v}) {
+    TXL_CHECK(!bias->defined() || (bias->numel() == heads * d && bias->is_contiguous() &&
+                                   bias->scalar_type() == qkv.scalar_type() && bias->is_cpu()),
+              "attend_cached: u and v must be contiguous [H = ", heads, ", D = ", d,
+              "] of qkv's dtype");
+  }
+}
+
+template <typename T>
+void attend_all(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
+                const std::vector<int64_t>& first, torch::Tensor& out) {
+  const int64_t batch = qkv.size(0), heads = qkv.size(2), d = qkv.size(3);
+  const int64_t capacity = keys.buffer.size(3);
+  const T* qkv_data = qkv.data_ptr<T>();
+  T* buffer = keys.buffer.data_ptr<T>();
+  const T* rel = keys.by_distance.defined() ? keys.by_distance.data_ptr<T>() : nullptr;
+  const T* u = keys.u.defined() ? keys.u.data_ptr<T>() : nullptr;
+  const T* v = keys.v.defined() ? keys.v.data_ptr<T>() : nullptr;
+  T* out_data = out.data_ptr<T>();
+  const int64_t plane = heads * batch * capacity * d;  // one of keys, values
+  // Enough work per thread to pay for waking one: about 16k multiply-adds.
+  const int64_t grain = std::max<int64_t>(1, 16384 / (3 * k_len * d));
+  at::parallel_for(0, batch * heads, grain, [&](int64_t begin, int64_t end) {
+    std::vector<T> scratch(static_cast<size_t>(k_len + 2 * d));
+    T* scores = scratch.data();
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t b = i / heads, h = i % heads;
+      HeadView<T> w;
+      w.qkv = qkv_data + (b * 3 * heads + h) * d;
+      w.keys = buffer + (h * batch + b) * capacity * d;
+      w.values = w.keys + plane;
+      w.rel = rel != nullptr ? rel + h * keys.by_distance.size(1) * d : nullptr;
+      w.u = u != nullptr ? u + h * d : nullptr;
+      w.v = v != nullptr ? v + h * d : nullptr;
+      w.out = out_data + (b * heads + h) * d;
+      // The new key and value go into the last slot, then it attends like the others.
+      std::copy(w.qkv + heads * d, w.qkv + heads * d + d, w.keys + (k_len - 1) * d);
+      std::copy(w.qkv + 2 * heads * d, w.qkv + 2 * heads * d + d, w.values + (k_len - 1) * d);
+      attend_head_of(w, first[static_cast<size_t>(b)], k_len, d, scores + k_len,
+                     scores + k_len + d, scores);
+    }
+  });
+}
+
+}  // namespace
+
+bool attend_cached_supports(const torch::Tensor& t) {
+  return t.defined() && t.is_cpu() && !t.is_sparse() &&
+         (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble);
+}
+
+torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
+                            const std::vector<int64_t>& first) {
+  check(qkv, keys, k_len, first);
+  const int64_t batch = qkv.size(0), heads = qkv.size(2), d = qkv.size(3);
+  auto out = torch::empty({batch, heads * d}, qkv.options());  // [B, H D]
+  if (qkv.scalar_type() == torch::kFloat) {
+    attend_all<float>(qkv, keys, k_len, first, out);
+  } else {
+    attend_all<double>(qkv, keys, k_len, first, out);
+  }
+  return out;
+}
+
+}  // namespace txl::ops
