@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "txl/ops/sampling.h"
+#include "txl/util/blas_threads.h"
 #include "txl/util/error.h"
 #include "txl/util/random.h"
 
@@ -208,6 +209,7 @@ GenerateResult generate(models::TransformerLM& model,
   check_request(model, prompts, options, tokenizer);
   model->eval();
   torch::NoGradGuard no_grad;
+  util::CoresToBlas cores_to_blas;  // one pool of threads, not two taking turns
   GenerateResult result;
   result.rows.resize(prompts.size());
   if (options.max_new_tokens == 0) {
