@@ -147,16 +147,19 @@ std::string suggested_checkpoint(const std::filesystem::path& path) {
 }  // namespace
 
 Evaluation load_generation(const GenerateRequest& request) {
-  const std::filesystem::path path = request.checkpoint;
-  if (!std::filesystem::exists(path)) {
-    const std::string suggestion = suggested_checkpoint(path);
-    TXL_CHECK(suggestion.empty(), "checkpoint not found: ", path.string(), " (did you mean ",
-              suggestion, "?)");
+  std::string checkpoint = request.checkpoint;
+  if (!std::filesystem::exists(checkpoint)) {
+    // The name the issue and older notes use (<variant>/checkpoint_best.pt) reads the file that
+    // exists, said on stderr; a safetensors file runs no code, whichever is read.
+    const std::string suggestion = suggested_checkpoint(checkpoint);
+    TXL_CHECK(!suggestion.empty(), "checkpoint not found: ", checkpoint);
+    log::warn("generate", "{} does not exist: reading {}", checkpoint, suggestion);
+    checkpoint = suggestion;
   }
   Evaluation loaded;
-  loaded.checkpoint = models::read_checkpoint(request.checkpoint);
+  loaded.checkpoint = models::read_checkpoint(checkpoint);
   loaded.config = config::experiment_over(loaded.checkpoint.config,
-                                          request.checkpoint + " (stored experiment)",
+                                          checkpoint + " (stored experiment)",
                                           request.overrides, generate_settable_keys());
   return loaded;
 }

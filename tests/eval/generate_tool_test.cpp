@@ -175,21 +175,25 @@ TEST(GenerateTool, EdgeCasesGiveDefinedResultsOrClearErrors) {
   const auto old = txl_generate({(dir / "old.pt").string(), "--prompt", "x"});
   EXPECT_EQ(old.status, 1);
   EXPECT_NE(old.output.find("txl-convert --trust-old-format"), std::string::npos) << old.output;
+  // A missing name with a checkpoint beside it (.safetensors for .pt), or in the first seed
+  // folder of an ablation variant (<variant>/seed<k>/), reads that one and says so.
   auto pt = std::filesystem::path(checkpoint()).replace_extension(".pt").string();
-  const auto sibling = txl_generate({pt, "--prompt", "x"});
-  EXPECT_EQ(sibling.status, 1);
-  EXPECT_NE(sibling.output.find("(did you mean " + checkpoint() + "?)"), std::string::npos)
+  const auto sibling = txl_generate({pt, "--prompt", "x", "--max-new-tokens", "3"});
+  EXPECT_EQ(sibling.status, 0) << sibling.output;
+  EXPECT_NE(sibling.output.find(pt + " does not exist: reading " + checkpoint()), std::string::npos)
       << sibling.output;
-  // The default ablation has seeds: a variant's checkpoints are in <variant>/seed<k>/.
   std::filesystem::create_directories(dir / "xl" / "seed1");
-  std::filesystem::copy_file(checkpoint(), dir / "xl" / "seed1" / "checkpoint_best.safetensors");
-  const auto seeded = txl_generate({(dir / "xl" / "checkpoint_best.pt").string(), "--prompt", "x"});
-  EXPECT_EQ(seeded.status, 1);
-  EXPECT_NE(seeded.output.find("(did you mean " +
-                               (dir / "xl" / "seed1" / "checkpoint_best.safetensors").string() +
-                               "?)"),
-            std::string::npos)
+  const auto seed1 = dir / "xl" / "seed1" / "checkpoint_best.safetensors";
+  std::filesystem::copy_file(checkpoint(), seed1);
+  const auto seeded = txl_generate({(dir / "xl" / "checkpoint_best.pt").string(), "--prompt",
+                                    "x", "--json", "--max-new-tokens", "3", "--ignore-eos"});
+  EXPECT_EQ(seeded.status, 0) << seeded.output;
+  EXPECT_NE(seeded.output.find("does not exist: reading " + seed1.string()), std::string::npos)
       << seeded.output;
+  EXPECT_NE(seeded.output.find("\"new_tokens\":3"), std::string::npos) << seeded.output;
+  const auto nothing = txl_generate({(dir / "rel" / "checkpoint_best.pt").string(), "--prompt", "x"});
+  EXPECT_EQ(nothing.status, 1);
+  EXPECT_NE(nothing.output.find("checkpoint not found: "), std::string::npos) << nothing.output;
   txl::test::write_text(dir / "notes.txt", "hello");
   const auto text = txl_generate({(dir / "notes.txt").string(), "--prompt", "x"});
   EXPECT_EQ(text.status, 1);
