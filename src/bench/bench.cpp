@@ -13,6 +13,7 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/flops.h"
 #include "txl/models/transformer_lm.h"
+#include "txl/util/blas_threads.h"
 #include "txl/util/error.h"
 #include "txl/util/json.h"
 #include "txl/util/log.h"
@@ -62,6 +63,7 @@ std::string cpu_name() {
 void describe_machine(const BenchOptions& options, const torch::Device& device, BenchReport& r) {
   r.device = device.str();
   r.device_name = device.is_cpu() ? cpu_name() : "unknown";
+  r.blas_core = util::openblas_core();
   r.load_average = load_average();
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   r.threads = options.threads > 0 ? options.threads : cores;
@@ -346,6 +348,7 @@ void put_setup(OrderedJson& o, const BenchReport& r) {
   o["threads"] = r.threads;
   o["device"] = r.device;
   o["device_name"] = r.device_name;
+  o["blas_core"] = r.blas_core;
   json::put_number(o, "load_average", r.load_average);
   o["quick"] = r.quick;
   o["warmup"] = r.warmup;
@@ -389,9 +392,10 @@ std::string format_table(const BenchReport& r) {
       r.d_head, r.d_inner, r.n_params / 1e6, r.vocab);
   s += fmt::format(
       "attn {}, train batch {} x tgt_len {} (mem {}), eval batch {} x {} (mem {}), {} threads, "
-      "load average {:.2f}{}\ndevice {} ({})\n\n",
+      "load average {:.2f}{}\ndevice {} ({}), fp32 BLAS {}\n\n",
       r.attn_type, r.batch_size, r.tgt_len, r.mem_len, r.eval_batch_size, r.eval_tgt_len,
-      r.eval_mem_len, r.threads, r.load_average, r.quick ? ", quick" : "", r.device, r.device_name);
+      r.eval_mem_len, r.threads, r.load_average, r.quick ? ", quick" : "", r.device, r.device_name,
+      r.blas_core.empty() ? std::string("not OpenBLAS") : "OpenBLAS " + r.blas_core);
   s += fmt::format("{:<26} {:>9} {:>9} {:>9} {:>8} {:>11} {:>11} {:>8}\n", "phase", "tokens/s",
                    "ms/step", "best ms", "GFLOP/s", "RSS start", "RSS peak", "loss");
   auto row = [&](const char* name, const PhaseResult& p, double flops) {

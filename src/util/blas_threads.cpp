@@ -6,6 +6,13 @@
 
 namespace txl::util {
 
+std::string openblas_core() {
+  using CoreName = char* (*)();
+  static const auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  const char* core = name != nullptr ? name() : nullptr;
+  return core != nullptr ? core : "";
+}
+
 bool blas_has_own_threads() {
   using GetThreads = int (*)();
   // OpenBLAS's own entry point, among the loaded libraries (null when OpenBLAS is not loaded).

@@ -1,6 +1,5 @@
 #include "txl/util/process_setup.h"
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <malloc.h>
 #endif
 
+#include "txl/util/blas_threads.h"
 #include "txl/util/error.h"
 
 namespace txl {
@@ -58,15 +58,6 @@ bool cpu_has_avx512() {
 #endif
 }
 
-// The core OpenBLAS chose when it was loaded ("" when the fp32 BLAS is not OpenBLAS, e.g.
-// PyPI's LibTorch with MKL).
-std::string openblas_core() {
-  using CoreName = char* (*)();
-  auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  const char* core = name != nullptr ? name() : nullptr;
-  return core != nullptr ? core : "";
-}
-
 void keep_freed_blocks_in_heap() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_MAX, 0);                // no block is given back with munmap
@@ -96,7 +87,7 @@ int ProcessSetup::resolved_threads() const {
 int ProcessSetup::apply(char** argv) const {
   const bool spin = limit_openmp_spinning && !spinning_chosen();
   const std::string core = choose_openblas_core && std::getenv("OPENBLAS_CORETYPE") == nullptr
-                               ? detail::openblas_core_override(openblas_core(), cpu_has_avx512())
+                               ? detail::openblas_core_override(util::openblas_core(), cpu_has_avx512())
                                : "";
   if (spin || !core.empty()) {
     check_argv(argv);  // before the environment changes

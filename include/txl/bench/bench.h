@@ -61,6 +61,7 @@ struct BenchReport {
   double load_average = -1.0;  // 1-minute load average at the start (-1 unknown)
   std::string device;          // where the phases ran (run.device resolved), e.g. "cpu", "cuda:0"
   std::string device_name;     // the CPU's model name, or "unknown" (a GPU's name is not queried)
+  std::string blas_core;       // OpenBLAS's kernels (util::openblas_core), "" when not OpenBLAS
   bool quick = false;
   int warmup = 0, repetitions = 0;  // of the training and evaluation phases
 

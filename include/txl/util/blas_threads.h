@@ -8,7 +8,13 @@
 // was slower still (one row: 1,122 tokens/s against 3,046): OpenBLAS's matrix-vector product on
 // one thread reaches a quarter of what it reaches on two.
 
+#include <string>
+
 namespace txl::util {
+
+// The core OpenBLAS chose when it was loaded, e.g. "Haswell", "SkylakeX" (OPENBLAS_CORETYPE
+// when set); "" when the fp32 BLAS is not OpenBLAS (PyPI's LibTorch: MKL).
+std::string openblas_core();
 
 // Whether the fp32 BLAS is OpenBLAS running on more than one thread of its own.
 bool blas_has_own_threads();
