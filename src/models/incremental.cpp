@@ -5,8 +5,10 @@
 
 #include "txl/ops/cached_attention.h"
 #include "txl/ops/masks.h"
+#include "txl/ops/matvec.h"
 #include "txl/ops/rel_shift.h"
 #include "txl/ops/sinusoid.h"
+#include "txl/util/blas_threads.h"
 #include "txl/util/error.h"
 
 namespace txl::models {
@@ -14,15 +16,22 @@ namespace txl::models {
 namespace {
 
 // x [..., in] times w [out, in]^T (+ bias [out]) -> [..., out]. A single row goes through a
-// matrix-vector product: for one row OpenBLAS's sgemm is 2-3x slower than its sgemv.
+// matrix-vector product: for one row OpenBLAS's sgemm is 2-3x slower than its sgemv. Where the
+// BLAS has no threads of its own (MKL; OpenBLAS on one thread) it is txl's (ops::matvec), on
+// LibTorch's threads: MKL's is slow on AMD CPUs, OpenBLAS's on one thread slower than on two.
 torch::Tensor times(const torch::Tensor& x, const torch::Tensor& w,
                     const torch::Tensor& bias = {}) {
   if (x.numel() != x.size(-1)) return torch::linear(x, w, bias);  // [..., out]
   auto sizes = x.sizes().vec();
   sizes.back() = w.size(0);
-  auto row = x.reshape({-1});                                            // [in]
-  auto y = bias.defined() ? torch::addmv(bias, w, row) : torch::mv(w, row);  // [out]
-  return y.view(sizes);                                                  // [..., out]
+  auto row = x.reshape({-1}).contiguous();  // [in]
+  torch::Tensor y;                          // [out]
+  if (ops::matvec_supports(w) && w.is_contiguous() && !util::blas_has_own_threads()) {
+    y = ops::matvec(w, row, bias.defined() ? bias.contiguous() : bias);
+  } else {
+    y = bias.defined() ? torch::addmv(bias, w, row) : torch::mv(w, row);
+  }
+  return y.view(sizes);  // [..., out]
 }
 
 }  // namespace

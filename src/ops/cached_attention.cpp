@@ -1,6 +1,7 @@
 #include "txl/ops/cached_attention.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <cmath>
@@ -8,15 +9,7 @@
 #include <limits>
 
 #include "txl/util/error.h"
-
-// The inner loops are compiled for AVX-512, AVX2 and the baseline, the best picked at load time
-// (GCC's function multi-versioning); `omp simd` (-fopenmp-simd, no OpenMP runtime) lets the
-// reductions use vector registers.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define TXL_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define TXL_VECTOR_CLONES
-#endif
+#include "vector_clones.h"
 
 namespace txl::ops {
 
@@ -181,9 +174,7 @@ void attend_all(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
   const T* v = keys.v.defined() ? keys.v.data_ptr<T>() : nullptr;
   T* out_data = out.data_ptr<T>();
   const int64_t plane = heads * batch * capacity * d;  // one of keys, values
-  // Enough work per thread to pay for waking one: about 16k multiply-adds.
-  const int64_t grain = std::max<int64_t>(1, 16384 / (3 * k_len * d));
-  at::parallel_for(0, batch * heads, grain, [&](int64_t begin, int64_t end) {
+  auto heads_in = [&](int64_t begin, int64_t end) {
     std::vector<T> scratch(static_cast<size_t>(k_len + 2 * d));
     T* scores = scratch.data();
     for (int64_t i = begin; i < end; ++i) {
@@ -202,7 +193,10 @@ void attend_all(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
       attend_head_of(w, first[static_cast<size_t>(b)], k_len, d, scores + k_len,
                      scores + k_len + d, scores);
     }
-  });
+  };
+  // Enough work per thread to pay for waking one: about 16k multiply-adds.
+  const int64_t grain = std::max<int64_t>(1, 16384 / (3 * k_len * d));
+  at::parallel_for(0, batch * heads, grain, heads_in);
 }
 
 }  // namespace
@@ -215,6 +209,7 @@ bool attend_cached_supports(const torch::Tensor& t) {
 torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
                             const std::vector<int64_t>& first) {
   check(qkv, keys, k_len, first);
+  RECORD_FUNCTION("txl::attend_cached", std::vector<c10::IValue>({qkv}));  // in profiles
   const int64_t batch = qkv.size(0), heads = qkv.size(2), d = qkv.size(3);
   auto out = torch::empty({batch, heads * d}, qkv.options());  // [B, H D]
   if (qkv.scalar_type() == torch::kFloat) {

@@ -2,8 +2,10 @@
 // Attention of one new position per row over a buffer of cached keys and values: the step of
 // incremental decoding (models::IncrementalDecoder) with relative positions (Transformer-XL's
 // u, v and projected encodings, Shaw's relative keys) or none. One pass per (row, head) on raw
-// memory, split between threads by rows and heads: it replaces about ten tensor ops per layer
-// and, on LibTorch 1.13 with OpenBLAS, a loop of one small matrix product per row and head.
+// memory, split between LibTorch's threads by rows and heads (on LibTorch 2.x; 1.13's
+// at::parallel_for runs on the calling thread in code compiled without OpenMP, as txl's is): it
+// replaces about ten tensor ops per layer and, on LibTorch 1.13 with OpenBLAS, a loop of one
+// small matrix product per row and head.
 //
 // For row b, head h, with K keys in use (the new position's own key last, at slot K-1):
 //   s_k = (q + u) . key_k + (q + v) . R[K-1-k]     k in [first_b, K)
