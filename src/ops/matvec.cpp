@@ -1,6 +1,7 @@
 #include "txl/ops/matvec.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -92,6 +93,7 @@ torch::Tensor matvec(const torch::Tensor& w, const torch::Tensor& x, const torch
                                 bias.is_contiguous() && bias.scalar_type() == w.scalar_type() &&
                                 bias.is_cpu()),
             "matvec: bias must be contiguous [out = ", w.size(0), "] of w's dtype");
+  RECORD_FUNCTION("txl::matvec", std::vector<c10::IValue>({w, x}));  // in profiles
   auto y = torch::empty({w.size(0)}, w.options());  // [out]
   if (w.scalar_type() == torch::kFloat) {
     matvec_as<float>(w, x, bias, y);
