@@ -8,6 +8,7 @@
 #include "txl/ops/matvec.h"
 #include "txl/ops/rel_shift.h"
 #include "txl/ops/sinusoid.h"
+#include "txl/ops/vector_loops.h"
 #include "txl/util/blas_threads.h"
 #include "txl/util/error.h"
 
@@ -26,7 +27,7 @@ torch::Tensor times(const torch::Tensor& x, const torch::Tensor& w,
   sizes.back() = w.size(0);
   auto row = x.reshape({-1}).contiguous();  // [in]
   torch::Tensor y;                          // [out]
-  if (ops::matvec_supports(w) && w.is_contiguous() && !util::blas_has_own_threads()) {
+  if (ops::vector_loops_take(w) && w.is_contiguous() && !util::blas_has_own_threads()) {
     y = ops::matvec(w, row, bias.defined() ? bias.contiguous() : bias);
   } else {
     y = bias.defined() ? torch::addmv(bias, w, row) : torch::mv(w, row);
@@ -64,7 +65,7 @@ IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions&
   slots_ = torch::arange(capacity_, torch::dtype(torch::kLong).device(opts.device()));  // [C]
   // Distances C-1 .. 0: the last K columns are those of K keys (query last).
   const auto dist = ops::relative_distances(capacity_, options.clamp_len, opts.device());  // [C]
-  cached_ = !sliding_ && ops::attend_cached_supports(crit->table(0));
+  cached_ = !sliding_ && ops::vector_loops_take(crit->table(0));
   for (auto layer : model_->layer_list()) {
     auto attn = layer->attn;
     auto w = attn->qkv->weight.detach().clone();  // [3 H D, d]

@@ -1,4 +1,5 @@
 #include "txl/ops/cached_attention.h"
+#include "txl/ops/vector_loops.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -129,7 +130,7 @@ TXL_VECTOR_CLONES void attend_head_of(const HeadView<double>& w, int64_t first, 
 void check(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
            const std::vector<int64_t>& first) {
   TXL_CHECK(qkv.defined() && qkv.dim() == 4 && qkv.size(1) == 3 && qkv.is_contiguous() &&
-                attend_cached_supports(qkv),
+                vector_loops_take(qkv),
             "attend_cached: qkv must be a contiguous CPU float or double [B, 3, H, D]");
   const int64_t batch = qkv.size(0), heads = qkv.size(2), d = qkv.size(3);
   const auto& buffer = keys.buffer;
@@ -200,11 +201,6 @@ void attend_all(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
 }
 
 }  // namespace
-
-bool attend_cached_supports(const torch::Tensor& t) {
-  return t.defined() && t.is_cpu() && !t.is_sparse() &&
-         (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble);
-}
 
 torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
                             const std::vector<int64_t>& first) {

@@ -1,4 +1,5 @@
 #include "txl/ops/matvec.h"
+#include "txl/ops/vector_loops.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -77,13 +78,8 @@ void matvec_as(const torch::Tensor& w, const torch::Tensor& x, const torch::Tens
 
 }  // namespace
 
-bool matvec_supports(const torch::Tensor& t) {
-  return t.defined() && t.is_cpu() && !t.is_sparse() &&
-         (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble);
-}
-
 torch::Tensor matvec(const torch::Tensor& w, const torch::Tensor& x, const torch::Tensor& bias) {
-  TXL_CHECK(matvec_supports(w) && w.dim() == 2 && w.is_contiguous(),
+  TXL_CHECK(vector_loops_take(w) && w.dim() == 2 && w.is_contiguous(),
             "matvec: w must be a contiguous CPU float or double [out, in]");
   TXL_CHECK(x.defined() && x.dim() == 1 && x.size(0) == w.size(1) && x.is_contiguous() &&
                 x.scalar_type() == w.scalar_type() && x.is_cpu(),

@@ -2,6 +2,7 @@
 // the relative position, the visible keys only, softmax, weighted values. fp64 with a tolerance
 // of 1e-12, fp32 with 1e-5; the new key and value land in their slot; bad inputs are errors.
 #include "txl/ops/cached_attention.h"
+#include "txl/ops/vector_loops.h"
 
 #include <gtest/gtest.h>
 
@@ -137,8 +138,8 @@ TEST(AttendCached, BadInputsAreClearErrors) {
   bad = in;
   bad.keys.by_distance = in.keys.by_distance.narrow(1, 0, 3);
   fails(bad, "by_distance");
-  EXPECT_FALSE(attend_cached_supports(torch::zeros({1}, torch::kHalf)));
-  EXPECT_TRUE(attend_cached_supports(torch::zeros({1}, torch::kDouble)));
+  EXPECT_FALSE(vector_loops_take(torch::zeros({1}, torch::kHalf)));
+  EXPECT_TRUE(vector_loops_take(torch::zeros({1}, torch::kDouble)));
 }
 
 }  // namespace

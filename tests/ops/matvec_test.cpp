@@ -2,6 +2,7 @@
 // products of unit size round differently in another order), for row counts that are
 // and are not multiples of its blocks of four, and large enough to be split between threads.
 #include "txl/ops/matvec.h"
+#include "txl/ops/vector_loops.h"
 
 #include <gtest/gtest.h>
 
@@ -45,7 +46,7 @@ TEST(Matvec, BadInputsAreClearErrors) {
   expect_error([&] { matvec(w, torch::randn({3}, torch::kDouble)); }, "x must be");
   expect_error([&] { matvec(w, torch::randn({3}), torch::randn({3})); }, "bias must be");
   expect_error([&] { matvec(w.to(torch::kHalf), torch::randn({3})); }, "w must be");
-  EXPECT_FALSE(matvec_supports(torch::zeros({1}, torch::kLong)));
+  EXPECT_FALSE(vector_loops_take(torch::zeros({1}, torch::kLong)));
 }
 
 }  // namespace

@@ -31,12 +31,9 @@ struct CachedKeys {
 // qkv [B, 3, H, D], contiguous: the new position's query (already scaled by 1/sqrt(D)), key
 // and value. Writes the key and value into slot k_len - 1 of every row of `keys.buffer`, and
 // returns the attention output [B, H D] (heads in order). first[b]: the first slot row b sees
-// (0 <= first[b] < k_len). CPU, float or double, every tensor of one dtype. Throws txl::Error
+// (0 <= first[b] < k_len). CPU, float or double (vector_loops_take), every tensor of one dtype. Throws txl::Error
 // for shapes, dtypes or a device it does not take.
 torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
                             const std::vector<int64_t>& first);
-
-// Whether attend_cached takes tensors like `t` (CPU, float or double).
-bool attend_cached_supports(const torch::Tensor& t);
 
 }  // namespace txl::ops

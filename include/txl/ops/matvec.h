@@ -11,10 +11,7 @@
 namespace txl::ops {
 
 // w [out, in] contiguous, x [in] contiguous, bias [out] or undefined, one dtype (float or
-// double), CPU -> [out]. Throws txl::Error for shapes, dtypes or a device it does not take.
+// double: vector_loops_take), CPU -> [out]. Throws txl::Error for shapes, dtypes or a device it does not take.
 torch::Tensor matvec(const torch::Tensor& w, const torch::Tensor& x, const torch::Tensor& bias = {});
-
-// Whether matvec takes tensors like `t` (CPU, float or double).
-bool matvec_supports(const torch::Tensor& t);
 
 }  // namespace txl::ops

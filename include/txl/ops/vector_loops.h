@@ -1,0 +1,14 @@
+#pragma once
+// What txl's own vector loops (ops::attend_cached, ops::matvec) take: CPU tensors of float or
+// double. Elsewhere (a GPU, half precision) callers keep LibTorch's ops.
+
+#include <torch/torch.h>
+
+namespace txl::ops {
+
+inline bool vector_loops_take(const torch::Tensor& t) {
+  return t.defined() && t.is_cpu() && !t.is_sparse() &&
+         (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble);
+}
+
+}  // namespace txl::ops
