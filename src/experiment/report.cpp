@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -729,40 +730,66 @@ std::string plots_section(const Report& report) {
   return md;
 }
 
-// The positions a position table shows: 0, 1, 2, 4, 8, ... below q, and q - 1.
-std::vector<size_t> shown_positions(size_t q) {
-  std::vector<size_t> out;
-  for (size_t p = 0; p < q; p = p == 0 ? 1 : 2 * p) out.push_back(p);
-  if (out.back() != q - 1) out.push_back(q - 1);
-  return out;
-}
+// A table per split of one per-position list of the records (loss by position in the segment
+// or in the document): a row per record that has it, a column per shown position.
+struct PositionTable {
+  std::vector<double> ResultRecord::*field;
+  std::string context_name;                                  // the third column's header
+  std::function<std::string(const ResultRecord&)> context;   // and its cell
+  bool context_left;                                         // aligned left (text), else right
+  std::function<std::vector<std::pair<size_t, std::string>>(size_t)> columns;  // index, header
+  int decimals;
+  std::string heading, text;  // "## heading (split)", then the text
+};
 
-// Mean loss by position of the segment, for every record that has it, split by split.
-std::string position_section(const std::vector<ResultRecord>& records) {
+std::string position_tables(const std::vector<ResultRecord>& records, const PositionTable& t) {
   std::string md;
   for (const auto& split : splits_in_order(records)) {
     std::vector<const ResultRecord*> rows;
     for (const auto& r : records)
-      if (r.split == split && !r.loss_by_position.empty()) rows.push_back(&r);
+      if (r.split == split && !(r.*t.field).empty()) rows.push_back(&r);
     if (rows.empty()) continue;
-    const auto positions = shown_positions(rows.front()->loss_by_position.size());
-    std::vector<std::string> header = {"variant", "mode", "M"};
-    for (size_t p : positions) header.push_back(fmt::format("pos {}", p));
+    const auto columns = t.columns((rows.front()->*t.field).size());
+    std::vector<std::string> header = {"variant", "mode", t.context_name};
+    for (const auto& column : columns) header.push_back(column.second);
     std::vector<std::vector<std::string>> cells;
     for (const ResultRecord* r : rows) {
-      std::vector<std::string> row = {r->variant, config::to_string(r->eval_mode), std::to_string(r->mem_len)};
-      for (size_t p : positions)
-        row.push_back(p < r->loss_by_position.size() ? fmt::format("{:.4f}", r->loss_by_position[p]) : "");
+      std::vector<std::string> row = {r->variant, config::to_string(r->eval_mode), t.context(*r)};
+      const auto& v = r->*t.field;
+      for (const auto& column : columns) {
+        const size_t k = column.first;
+        row.push_back(k >= v.size() ? "" : std::isfinite(v[k]) ? fmt::format("{:.{}f}", v[k], t.decimals) : "-");
+      }
       cells.push_back(row);
     }
     std::vector<bool> right(header.size(), true);
     right[0] = right[1] = false;
-    md += "\n## Loss by position in the segment (" + split + ")\n\nMean loss in nats of the tokens at "
-          "each position of a segment. Without memory, position 0 has no context and the first "
-          "positions little; memory gives every position M tokens more.\n\n" +
+    right[2] = !t.context_left;
+    md += "\n## " + t.heading + " (" + split + ")\n\n" + t.text + "\n\n" +
           markdown_table(header, cells, right);
   }
   return md;
+}
+
+// Mean loss by position of the segment: positions 0, 1, 2, 4, 8, ... below Q, and Q - 1.
+std::string position_section(const std::vector<ResultRecord>& records) {
+  PositionTable t;
+  t.field = &ResultRecord::loss_by_position;
+  t.context_name = "M";
+  t.context = [](const ResultRecord& r) { return std::to_string(r.mem_len); };
+  t.context_left = false;
+  t.columns = [](size_t q) {
+    std::vector<std::pair<size_t, std::string>> out;
+    for (size_t p = 0; p < q; p = p == 0 ? 1 : 2 * p) out.emplace_back(p, fmt::format("pos {}", p));
+    if (out.back().first != q - 1) out.emplace_back(q - 1, fmt::format("pos {}", q - 1));
+    return out;
+  };
+  t.decimals = 4;
+  t.heading = "Loss by position in the segment";
+  t.text = "Mean loss in nats of the tokens at each position of a segment. Without memory, "
+           "position 0 has no context and the first positions little; memory gives every "
+           "position M tokens more.";
+  return position_tables(records, t);
 }
 
 // "0", "1-2", "3-6", ..., the last bucket open ("1023+").
@@ -772,35 +799,24 @@ std::string bucket_label(size_t k, size_t buckets) {
   return low == high ? std::to_string(low) : fmt::format("{}-{}", low, high);
 }
 
-// Mean loss by position in the document, for every record that has it, split by split.
+// Mean loss by position in the document, in buckets of powers of two.
 std::string document_position_section(const std::vector<ResultRecord>& records) {
-  std::string md;
-  for (const auto& split : splits_in_order(records)) {
-    std::vector<const ResultRecord*> rows;
-    for (const auto& r : records)
-      if (r.split == split && !r.loss_by_document_position.empty()) rows.push_back(&r);
-    if (rows.empty()) continue;
-    const size_t buckets = rows.front()->loss_by_document_position.size();
-    std::vector<std::string> header = {"variant", "mode", "context"};
-    for (size_t k = 0; k < buckets; ++k) header.push_back("pos " + bucket_label(k, buckets));
-    std::vector<std::vector<std::string>> cells;
-    for (const ResultRecord* r : rows) {
-      std::vector<std::string> row = {r->variant, config::to_string(r->eval_mode), context_label(*r)};
-      for (size_t k = 0; k < buckets; ++k) {
-        const auto& v = r->loss_by_document_position;
-        row.push_back(k < v.size() && std::isfinite(v[k]) ? fmt::format("{:.3f}", v[k]) : "-");
-      }
-      cells.push_back(row);
-    }
-    std::vector<bool> right(header.size(), true);
-    right[0] = right[1] = right[2] = false;
-    md += "\n## Loss by position in the document (" + split + ")\n\nMean loss in nats of the "
-          "tokens at each position of their document (the corpus marks where documents start), "
-          "positions grouped in powers of two: a model that uses longer context keeps gaining "
-          "as a document goes on.\n\n" +
-          markdown_table(header, cells, right);
-  }
-  return md;
+  PositionTable t;
+  t.field = &ResultRecord::loss_by_document_position;
+  t.context_name = "context";
+  t.context = [](const ResultRecord& r) { return context_label(r); };
+  t.context_left = true;
+  t.columns = [](size_t buckets) {
+    std::vector<std::pair<size_t, std::string>> out;
+    for (size_t k = 0; k < buckets; ++k) out.emplace_back(k, "pos " + bucket_label(k, buckets));
+    return out;
+  };
+  t.decimals = 3;
+  t.heading = "Loss by position in the document";
+  t.text = "Mean loss in nats of the tokens at each position of their document (the corpus "
+           "marks where documents start), positions grouped in powers of two: a model that "
+           "uses longer context keeps gaining as a document goes on.";
+  return position_tables(records, t);
 }
 
 // Jobs that failed, so that a missing variant or seed is never silent.
