@@ -87,7 +87,8 @@ def import_pyplot():
 
 
 def save(fig, out_dir, name):
-    """Renders to a temporary file beside the target, then renames it into place."""
+    """Renders to a temporary file beside the target, renames it into place, closes the
+    figure."""
     path = os.path.join(out_dir, name)
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "wb") as f:
@@ -95,6 +96,8 @@ def save(fig, out_dir, name):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    import matplotlib.pyplot as plt  # loaded already by import_pyplot
+    plt.close(fig)
     print(path)
 
 
@@ -130,7 +133,6 @@ def sweep(json_path, png_path):
     ax.set_title("Perplexity against attention length")
     ax.grid(alpha=0.3)
     save(fig, os.path.dirname(os.path.abspath(png_path)), os.path.basename(png_path))
-    plt.close(fig)
     return 0
 
 
@@ -175,7 +177,6 @@ def bench_sweep(json_path, png_path):
     axes[2].legend()
     fig.tight_layout()
     save(fig, os.path.dirname(os.path.abspath(png_path)), os.path.basename(png_path))
-    plt.close(fig)
     return 0
 
 
@@ -239,7 +240,6 @@ def main():
     ax.set_title("Training loss")
     ax.grid(alpha=0.3)
     save(fig, args.out, "training_loss.png")
-    plt.close(fig)
 
     # The context and cost plots use --split, else the first split present.
     splits = [r.get("split") for r in records]
@@ -274,7 +274,6 @@ def main():
     ax.set_title(f"Perplexity against context ({split})")
     ax.grid(alpha=0.3)
     save(fig, args.out, "context_ppl.png")
-    plt.close(fig)
 
     # Evaluation cost against perplexity.
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -298,7 +297,6 @@ def main():
     ax.set_title(f"Evaluation cost against perplexity ({split}; labels: context length)")
     ax.grid(alpha=0.3)
     save(fig, args.out, "eval_cost.png")
-    plt.close(fig)
 
     analysis = next((a for a in analyses if a.get("split") == split), None)
     if analysis is not None and analysis.get("sweeps"):
@@ -348,7 +346,6 @@ def plot_document_positions(plt, rows, split, out_dir):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     save(fig, out_dir, "loss_by_document_position.png")
-    plt.close(fig)
 
 
 def plot_sweeps(plt, analysis, out_dir):
@@ -372,7 +369,6 @@ def plot_sweeps(plt, analysis, out_dir):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     save(fig, out_dir, "context_sweep.png")
-    plt.close(fig)
 
 
 def plot_recl(plt, analysis, out_dir):
@@ -393,7 +389,6 @@ def plot_recl(plt, analysis, out_dir):
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
     save(fig, out_dir, "recl.png")
-    plt.close(fig)
 
 
 def plot_positions(plt, rows, split, out_dir):
@@ -407,7 +402,6 @@ def plot_positions(plt, rows, split, out_dir):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     save(fig, out_dir, "loss_by_position.png")
-    plt.close(fig)
 
 
 if __name__ == "__main__":
