@@ -4,6 +4,7 @@
 #include <chrono>
 #include <numeric>
 
+#include "txl/ops/row_reductions.h"
 #include "txl/ops/sampling.h"
 #include "txl/util/blas_threads.h"
 #include "txl/util/error.h"
@@ -47,7 +48,7 @@ void check_request(const models::TransformerLM& model,
 // The next token of every row, int64 [B]: argmax at temperature 0, else a filtered draw.
 torch::Tensor choose(const torch::Tensor& log_probs, const GenerateOptions& o,
                      const std::vector<std::int64_t>& prompt_index, std::int64_t step) {
-  if (o.temperature == 0) return log_probs.argmax(1);  // [B]
+  if (o.temperature == 0) return ops::argmax_rows(log_probs);  // [B]
   auto uniforms = torch::empty({static_cast<std::int64_t>(prompt_index.size())}, torch::kDouble);
   auto* u = uniforms.data_ptr<double>();
   for (size_t b = 0; b < prompt_index.size(); ++b) u[b] = draw_uniform(o.seed, prompt_index[b], step);

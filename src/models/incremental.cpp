@@ -7,6 +7,7 @@
 #include "txl/ops/masks.h"
 #include "txl/ops/matvec.h"
 #include "txl/ops/rel_shift.h"
+#include "txl/ops/row_reductions.h"
 #include "txl/ops/sinusoid.h"
 #include "txl/ops/vector_loops.h"
 #include "txl/util/blas_threads.h"
@@ -304,14 +305,19 @@ torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch:
 
 torch::Tensor IncrementalDecoder::log_probs(const torch::Tensor& hidden) {
   if (!out_weight_.defined()) return model_->crit->log_prob(hidden);  // [B, V]
-  torch::Tensor logits;                                               // [B, V]
   if (hidden.size(0) == 1) {
-    logits = times(hidden, out_weight_, out_bias_);
-  } else {
-    logits = out_bias_.defined() ? torch::addmm(out_bias_, hidden, out_weight_t_)
-                                 : torch::mm(hidden, out_weight_t_);
+    auto logits = times(hidden, out_weight_, out_bias_);  // [1, V]
+    return ops::vector_loops_take(logits) ? ops::log_softmax_rows_(logits)
+                                          : torch::log_softmax(logits, -1);  // [1, V]
   }
-  return torch::log_softmax(logits, -1);  // [B, V]
+  if (ops::vector_loops_take(hidden)) {
+    // The bias is added in the log-softmax's first pass, not copied into addmm's result.
+    auto logits = torch::mm(hidden, out_weight_t_);  // [B, V]
+    return ops::log_softmax_rows_(logits, out_bias_);  // [B, V]
+  }
+  auto logits = out_bias_.defined() ? torch::addmm(out_bias_, hidden, out_weight_t_)
+                                    : torch::mm(hidden, out_weight_t_);  // [B, V]
+  return torch::log_softmax(logits, -1);                               // [B, V]
 }
 
 void IncrementalDecoder::keep_rows(const torch::Tensor& rows) {

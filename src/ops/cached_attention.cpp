@@ -11,6 +11,7 @@
 
 #include "txl/util/error.h"
 #include "vector_clones.h"
+#include "vector_math.h"
 
 namespace txl::ops {
 
@@ -28,29 +29,6 @@ struct HeadView {
   const T* v;         // [D] or null
   T* out;             // [D] of (b, h)
 };
-
-// exp(x) for x <= 0 in float, in a form a vector loop can take (Cephes' expf: x = n ln 2 + r,
-// a degree-6 polynomial in r, 2^n from the exponent bits): relative error about 1e-7 against
-// std::exp, which the vectorizer would leave as one call per element. Below -87 it returns
-// exp(-87) ~ 1.6e-38 (2^n stays a normal float); a softmax's largest term is 1.
-inline __attribute__((always_inline)) float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * (r * r) + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  __builtin_memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
-}
-
-inline __attribute__((always_inline)) double exp_nonpositive(double x) { return std::exp(x); }
 
 template <typename T>
 inline __attribute__((always_inline)) T dot(const T* a, const T* b, int64_t n) {
