@@ -31,6 +31,10 @@ void print_profiles(const config::ExperimentConfig& config, const BenchRequest& 
   if (request.profile_generate) {
     GenerationOptions generation;
     generation.batch_size = request.generate_batch;
+    if (request.generate_context > 0) {
+      generation.context = request.generate_context;
+      generation.mem_len = request.generate_context;
+    }
     generation.seed = config.run.seed;
     out << format_profile(
         profile_generation(config, request.vocab, generation, request.by_shape), request.top);

@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
   app.add_flag("--generate", request.generate_only, "only the generation figures (generate_*)");
   app.add_flag("--profile-generate", request.profile_generate, "profile one generation, print the top ops");
   app.add_option("--generate-batch", request.generate_batch, "--profile-generate: rows");
+  app.add_option("--generate-context", request.generate_context,
+                 "--profile-generate: prompt tokens and memory (default 128, the model's memory)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--sweep", request.sweep, "scaling sweep: tables, csv, json and plot into --out");
   app.add_option("--out", request.sweep_out, "--sweep: output folder (default runs/bench)");
   app.add_option("--save", request.save, "also write the JSON object to this file");

@@ -25,9 +25,12 @@ struct BenchRequest {
   bool profile_eval = false;
   int top = 25;
   bool by_shape = false;
-  // Instead of the measurements: one generation (generate_batch rows) under the profiler.
+  // Instead of the measurements: one generation (generate_batch rows) under the profiler, after
+  // generate_context prompt tokens with memory generate_context (0 = 128 tokens and the
+  // experiment's memory), as the bench's "context" rows.
   bool profile_generate = false;
   std::int64_t generate_batch = 1;
+  std::int64_t generate_context = 0;
   // Instead of every measurement: the generation figures alone (BenchReport's generate_*).
   bool generate_only = false;
   // Instead of the measurements: the scaling sweep, tables on the stream and files in sweep_out.

@@ -1,0 +1,111 @@
+#include "txl/util/side_thread.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+namespace txl::util {
+
+namespace {
+
+// Rounds of sched_yield a waiting side thread makes before it sleeps: about a millisecond.
+constexpr int kYieldRounds = 2000;
+
+class SideThread {
+ public:
+  SideThread() { std::thread([this] { serve(); }).detach(); }
+
+  // `there` on the side thread; returns its exception, if any, once it is done.
+  void post(const std::function<void()>* there) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      work_ = there;
+      error_ = nullptr;
+      state_.store(kPosted, std::memory_order_release);
+    }
+    wake_.notify_one();
+  }
+  std::exception_ptr wait() {
+    while (state_.load(std::memory_order_acquire) != kDone) sched_yield();
+    state_.store(kIdle, std::memory_order_relaxed);
+    return error_;
+  }
+
+ private:
+  enum : int { kIdle, kPosted, kDone };
+
+  void serve() {
+    for (;;) {
+      for (int round = 0; state_.load(std::memory_order_acquire) != kPosted; ++round) {
+        if (round < kYieldRounds) {
+          sched_yield();
+          continue;
+        }
+        std::unique_lock<std::mutex> lock(mutex_);
+        wake_.wait(lock, [&] { return state_.load(std::memory_order_acquire) == kPosted; });
+      }
+      try {
+        (*work_)();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      state_.store(kDone, std::memory_order_release);
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::atomic<int> state_{kIdle};
+  const std::function<void()>* work_ = nullptr;
+  std::exception_ptr error_;
+};
+
+std::mutex callers;  // one caller at a time uses the side thread
+
+// This process's side thread, started on first use (and again in a forked child, which
+// inherits the object but not the thread). Never destroyed: it may still wait at exit.
+SideThread* side_thread() {
+  static SideThread* side = nullptr;
+  static pid_t owner = 0;
+  if (side == nullptr || owner != getpid()) {
+    side = new SideThread();
+    owner = getpid();
+  }
+  return side;
+}
+
+}  // namespace
+
+void run_beside(const std::function<void()>& there, const std::function<void()>& here) {
+  std::unique_lock<std::mutex> lock(callers, std::try_to_lock);
+  SideThread* side = nullptr;
+  if (lock.owns_lock()) {
+    try {
+      side = side_thread();
+    } catch (const std::system_error&) {
+      side = nullptr;  // no thread to be had: run both here
+    }
+  }
+  if (side == nullptr) {
+    here();
+    there();
+    return;
+  }
+  side->post(&there);
+  std::exception_ptr mine;
+  try {
+    here();
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  const auto theirs = side->wait();
+  if (mine) std::rethrow_exception(mine);
+  if (theirs) std::rethrow_exception(theirs);
+}
+
+}  // namespace txl::util
