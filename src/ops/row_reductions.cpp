@@ -19,8 +19,8 @@ namespace {
 
 // One row of n: x += b (b may be null), then x -= max + log(sum exp(x - max)).
 template <typename T>
-inline __attribute__((always_inline)) void log_softmax_row(T* __restrict x,
-                                                           const T* __restrict b, int64_t n) {
+inline __attribute__((always_inline)) void log_softmax_row(T* __restrict x, const T* __restrict b,
+                                                           int64_t n) {
   T top = -std::numeric_limits<T>::infinity();
   if (b != nullptr) {
 #pragma omp simd reduction(max : top)
@@ -104,10 +104,10 @@ void argmax_all(const torch::Tensor& x, torch::Tensor& out) {
 torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias) {
   TXL_CHECK(vector_loops_take(x) && x.dim() == 2 && x.size(1) >= 1 && x.is_contiguous(),
             "log_softmax_rows_: x must be a contiguous CPU float or double [B, V >= 1]");
-  TXL_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == x.size(1) &&
-                                bias.is_contiguous() && bias.scalar_type() == x.scalar_type() &&
-                                bias.is_cpu()),
-            "log_softmax_rows_: bias must be contiguous [V = ", x.size(1), "] of x's dtype");
+  TXL_CHECK(
+      !bias.defined() || (bias.dim() == 1 && bias.size(0) == x.size(1) && bias.is_contiguous() &&
+                          bias.scalar_type() == x.scalar_type() && bias.is_cpu()),
+      "log_softmax_rows_: bias must be contiguous [V = ", x.size(1), "] of x's dtype");
   RECORD_FUNCTION("txl::log_softmax_rows_", std::vector<c10::IValue>({x}));  // in profiles
   if (x.scalar_type() == torch::kFloat) {
     log_softmax_all<float>(x, bias);
@@ -118,11 +118,10 @@ torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias) {
 }
 
 torch::Tensor argmax_rows(const torch::Tensor& x) {
-  TXL_CHECK(x.defined() && x.dim() == 2 && x.size(1) >= 1,
-            "argmax_rows: x must be [B, V >= 1]");
+  TXL_CHECK(x.defined() && x.dim() == 2 && x.size(1) >= 1, "argmax_rows: x must be [B, V >= 1]");
   if (!vector_loops_take(x) || !x.is_contiguous()) return x.argmax(1);  // [B]
-  RECORD_FUNCTION("txl::argmax_rows", std::vector<c10::IValue>({x}));  // in profiles
-  auto out = torch::empty({x.size(0)}, torch::kLong);  // [B]
+  RECORD_FUNCTION("txl::argmax_rows", std::vector<c10::IValue>({x}));   // in profiles
+  auto out = torch::empty({x.size(0)}, torch::kLong);                   // [B]
   if (x.scalar_type() == torch::kFloat) {
     argmax_all<float>(x, out);
   } else {

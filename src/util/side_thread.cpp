@@ -18,7 +18,9 @@ constexpr int kYieldRounds = 2000;
 
 class SideThread {
  public:
-  SideThread() { std::thread([this] { serve(); }).detach(); }
+  SideThread() {
+    std::thread([this] { serve(); }).detach();
+  }
 
   // `there` on the side thread; returns its exception, if any, once it is done.
   void post(const std::function<void()>* there) {
