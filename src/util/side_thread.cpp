@@ -22,7 +22,7 @@ class SideThread {
     std::thread([this] { serve(); }).detach();
   }
 
-  // `there` on the side thread; returns its exception, if any, once it is done.
+  // post hands `there` to the side thread; wait returns once it is done, with its exception.
   void post(const std::function<void()>* there) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
