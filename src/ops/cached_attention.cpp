@@ -1,16 +1,13 @@
 #include "txl/ops/cached_attention.h"
 #include "txl/ops/vector_loops.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
 
-#include "txl/util/blas_threads.h"
 #include "txl/util/error.h"
 #include "txl/util/side_thread.h"
 #include "vector_clones.h"
@@ -144,21 +141,6 @@ void check(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
   }
 }
 
-// Runs heads(begin, end) over [0, items) on the threads at hand; `per_item` multiply-adds each.
-void split_heads(int64_t items, int64_t per_item,
-                 const std::function<void(int64_t, int64_t)>& heads) {
-  if (util::blas_has_own_threads()) {
-    // LibTorch's loops run on one thread here (util::CoresToBlas; and 1.13's parallel_for in
-    // txl's code): half of the heads go to util::run_beside's side thread when they are worth
-    // the hand-over, about 90k multiply-adds (one row of 4 heads over 350 keys).
-    if (items < 2 || items * per_item < 90000) return heads(0, items);
-    return util::run_beside([&] { heads(items / 2, items); }, [&] { heads(0, items / 2); });
-  }
-  // Enough work per thread to pay for waking one: about 16k multiply-adds (3 per key element).
-  const int64_t grain = std::max<int64_t>(1, 16384 / (3 * per_item));
-  at::parallel_for(0, items, grain, heads);
-}
-
 template <typename T>
 void attend_all(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
                 const std::vector<int64_t>& first, torch::Tensor& out) {
@@ -191,7 +173,8 @@ void attend_all(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
                      scores + k_len + d, scores);
     }
   };
-  split_heads(batch * heads, k_len * d, heads_in);
+  // Three multiply-adds per key element: content, position, value.
+  util::split_work(batch * heads, 3 * k_len * d, heads_in);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "txl/ops/row_reductions.h"
 #include "txl/ops/vector_loops.h"
 
-#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <limits>
 
 #include "txl/util/error.h"
+#include "txl/util/side_thread.h"
 #include "vector_clones.h"
 #include "vector_math.h"
 
@@ -84,9 +84,8 @@ void log_softmax_all(torch::Tensor& x, const torch::Tensor& bias) {
   const int64_t rows = x.size(0), n = x.size(1);
   T* xp = x.data_ptr<T>();
   const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
-  // A thread takes rows of about 32k entries at least.
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, n));
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  // About three operations per entry (max, exp, subtract).
+  util::split_work(rows, 3 * n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) log_softmax_row_of(xp + r * n, bp, n);
   });
 }

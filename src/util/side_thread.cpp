@@ -1,13 +1,17 @@
 #include "txl/util/side_thread.h"
 
+#include <ATen/Parallel.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <thread>
+
+#include "txl/util/blas_threads.h"
 
 namespace txl::util {
 
@@ -108,6 +112,15 @@ void run_beside(const std::function<void()>& there, const std::function<void()>&
   const auto theirs = side->wait();
   if (mine) std::rethrow_exception(mine);
   if (theirs) std::rethrow_exception(theirs);
+}
+
+void split_work(int64_t items, int64_t cost, const std::function<void(int64_t, int64_t)>& work) {
+  if (items <= 0) return;
+  if (blas_has_own_threads()) {
+    if (items < 2 || items * cost < 270000) return work(0, items);
+    return run_beside([&] { work(items / 2, items); }, [&] { work(0, items / 2); });
+  }
+  at::parallel_for(0, items, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cost)), work);
 }
 
 }  // namespace txl::util

@@ -5,7 +5,6 @@
 #include "txl/ops/vector_loops.h"
 #include "txl/util/blas_threads.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include "support/test_support.h"
@@ -112,27 +111,22 @@ TEST(AttendCached, HiddenKeysDoNotCount) {
 // The (row, head) pairs give the same bits whichever thread computes them: with OpenBLAS on
 // two threads (half of them on util::run_beside's side thread) and on one (all on the caller).
 TEST(AttendCached, SideThreadChangesNoBit) {
-  using SetThreads = void (*)(int);
-  using GetThreads = int (*)();
-  const auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  const auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  if (set == nullptr || get == nullptr) GTEST_SKIP() << "the BLAS is not OpenBLAS";
-  const int before = get();
+  test::OpenBlasThreads blas;  // restores OpenBLAS's count
+  if (!blas.available()) GTEST_SKIP() << "the BLAS is not OpenBLAS";
   for (auto dtype : {torch::kDouble, torch::kFloat}) {
     auto in = random_inputs(16, 4, 64, 200, 190, true, true, dtype, 29);  // 16 x 4 x 190 x 64
     auto alone = in;
     alone.keys.buffer = in.keys.buffer.clone();
-    set(2);
+    blas.set(2);
     ASSERT_TRUE(util::blas_has_own_threads());
     auto split = attend_cached(in.qkv, in.keys, in.k_len, in.first);  // [B, H D]
-    set(1);
+    blas.set(1);
     auto serial = attend_cached(alone.qkv, alone.keys, alone.k_len, alone.first);  // [B, H D]
     EXPECT_TRUE(torch::equal(split, serial));
     EXPECT_TRUE(torch::equal(in.keys.buffer, alone.keys.buffer));
-    EXPECT_TRUE(tensor_near(split, reference(alone), dtype == torch::kDouble ? 1e-12 : 2e-5,
-                            dtype == torch::kDouble ? 1e-12 : 2e-5));
+    const double tol = dtype == torch::kDouble ? 1e-12 : 2e-5;
+    EXPECT_TRUE(tensor_near(split, reference(alone), tol, tol));
   }
-  set(before);
 }
 
 TEST(AttendCached, BadInputsAreClearErrors) {

@@ -1,7 +1,7 @@
 // ops::log_softmax_rows_ equals log_softmax(x + bias) computed in fp64 (fp64 to 1e-12, fp32 to
 // 2e-6 plus 1e-6 relative) for rows short and long, with and without the bias, and each row's
-// probabilities sum to 1; -inf stays -inf, NaN stays in its row. ops::argmax_rows equals
-// torch::argmax, ties and NaNs included, on every path.
+// probabilities sum to 1; -inf stays -inf, NaN stays in its row; threads change no bit.
+// ops::argmax_rows equals torch::argmax, ties and NaNs included, on every path.
 #include "txl/ops/row_reductions.h"
 
 #include <gtest/gtest.h>
@@ -43,6 +43,22 @@ TEST(LogSoftmaxRows, EqualsTorchLogSoftmax) {
       EXPECT_TRUE(tensor_near(mass, torch::ones({rows}, torch::kDouble), 10 * atol, 1e-5));
     }
   }
+}
+
+// Rows give the same bits whichever thread computes them (util::split_work's side thread where
+// OpenBLAS has two threads, the caller where it has one).
+TEST(LogSoftmaxRows, SideThreadChangesNoBit) {
+  test::OpenBlasThreads blas;  // restores OpenBLAS's count
+  if (!blas.available()) GTEST_SKIP() << "the BLAS is not OpenBLAS";
+  auto x = torch::randn({16, 12871}) * 4;  // [B, V]
+  auto b = torch::randn({12871});          // [V]
+  auto split = x.clone();                  // [B, V]
+  auto serial = x.clone();                 // [B, V]
+  blas.set(2);
+  log_softmax_rows_(split, b);
+  blas.set(1);
+  log_softmax_rows_(serial, b);
+  EXPECT_TRUE(torch::equal(split, serial));
 }
 
 TEST(LogSoftmaxRows, MinusInfinityStaysAndNanStaysInItsRow) {

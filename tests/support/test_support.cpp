@@ -1,5 +1,6 @@
 #include "support/test_support.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -99,6 +100,20 @@ std::filesystem::path bin_dir() {
 std::string python() {
   const char* env = std::getenv("TXL_TEST_PYTHON");
   return env != nullptr && *env != '\0' ? env : TXL_TEST_PYTHON;
+}
+
+OpenBlasThreads::OpenBlasThreads()
+    : set_(reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))),
+      get_(reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"))) {
+  if (available()) before_ = get_();
+}
+
+OpenBlasThreads::~OpenBlasThreads() {
+  if (available()) set_(before_);
+}
+
+void OpenBlasThreads::set(int threads) const {
+  if (available()) set_(threads);
 }
 
 }  // namespace txl::test

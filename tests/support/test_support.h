@@ -52,6 +52,25 @@ std::filesystem::path bin_dir();
 // missing or lacks a package.
 std::string python();
 
+// OpenBLAS's own thread count, for tests of code that looks at it (util::blas_has_own_threads):
+// set() changes it, and the count found at construction comes back when the object dies.
+// available() is false where the BLAS is not OpenBLAS (PyPI's LibTorch: MKL); set() then does
+// nothing.
+class OpenBlasThreads {
+ public:
+  OpenBlasThreads();
+  ~OpenBlasThreads();
+  OpenBlasThreads(const OpenBlasThreads&) = delete;
+  OpenBlasThreads& operator=(const OpenBlasThreads&) = delete;
+  bool available() const { return set_ != nullptr && get_ != nullptr; }
+  void set(int threads) const;
+
+ private:
+  void (*set_)(int) = nullptr;
+  int (*get_)() = nullptr;
+  int before_ = 0;
+};
+
 }  // namespace txl::test
 
 // Expects `statement` to throw an exception (any std::exception or c10::Error) whose what()

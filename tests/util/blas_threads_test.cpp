@@ -3,18 +3,12 @@
 #include "txl/util/blas_threads.h"
 
 #include <ATen/Parallel.h>
-#include <dlfcn.h>
 #include <gtest/gtest.h>
+
+#include "support/test_support.h"
 
 namespace txl::util {
 namespace {
-
-using SetThreads = void (*)(int);
-
-// OpenBLAS's setter, or null when OpenBLAS is not the BLAS (MKL).
-SetThreads openblas_set() {
-  return reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-}
 
 TEST(CoresToBlas, GivesTheCoresToOpenBlasAndRestoresLibTorchsThreads) {
   const int before = at::get_num_threads();
@@ -35,27 +29,23 @@ TEST(CoresToBlas, GivesTheCoresToOpenBlasAndRestoresLibTorchsThreads) {
 
 // With OpenBLAS on one thread there is nothing to give: LibTorch keeps its threads.
 TEST(CoresToBlas, ChangesNothingWhenOpenBlasRunsOnOneThread) {
-  auto set = openblas_set();
-  if (set == nullptr) GTEST_SKIP() << "the BLAS is not OpenBLAS";
-  using GetThreads = int (*)();
-  const auto get = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
-  const int blas_before = get();
+  test::OpenBlasThreads blas;  // restores OpenBLAS's count
+  if (!blas.available()) GTEST_SKIP() << "the BLAS is not OpenBLAS";
   const int before = at::get_num_threads();
   at::set_num_threads(2);
-  set(1);
+  blas.set(1);
   {
     CoresToBlas guard;
     EXPECT_FALSE(guard.active());
     EXPECT_EQ(at::get_num_threads(), 2);
   }
-  set(2);
+  blas.set(2);
   {
     CoresToBlas guard;
     EXPECT_TRUE(guard.active());
     EXPECT_EQ(at::get_num_threads(), 1);
   }
   EXPECT_EQ(at::get_num_threads(), 2);
-  set(blas_before);
   at::set_num_threads(before);
 }
 

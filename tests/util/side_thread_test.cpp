@@ -1,6 +1,6 @@
 // util::run_beside: both halves run, `there` on another thread; exceptions of either half come
 // back to the caller after both are done; concurrent callers each get all their work done;
-// a forked child gets a side thread of its own.
+// a forked child gets a side thread of its own; util::split_work runs every item once.
 #include "txl/util/side_thread.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "support/test_support.h"
 
 namespace txl::util {
 namespace {
@@ -75,6 +77,26 @@ TEST(RunBeside, AForkedChildGetsASideThreadOfItsOwn) {
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
   EXPECT_EQ(warm, 1);
+}
+
+// Every item runs exactly once, on either path: OpenBLAS on two threads (the side thread, for
+// enough work) and on one or absent (LibTorch's parallel_for).
+TEST(SplitWork, RunsEveryItemOnce) {
+  test::OpenBlasThreads blas;  // restores OpenBLAS's count
+  for (int threads : {1, 2}) {
+    blas.set(threads);
+    for (int64_t items : {0, 1, 3, 1000}) {
+      for (int64_t cost : {1, 1000000}) {
+        SCOPED_TRACE(::testing::Message()
+                     << threads << " threads, " << items << " items of " << cost);
+        std::vector<std::atomic<int>> runs(static_cast<size_t>(items));
+        split_work(items, cost, [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) runs[static_cast<size_t>(i)] += 1;
+        });
+        for (int64_t i = 0; i < items; ++i) EXPECT_EQ(runs[static_cast<size_t>(i)].load(), 1) << i;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 // LibTorch's threads (MKL, LibTorch 2.x) or, where OpenBLAS has threads of its own and holds the
 // cores (util::CoresToBlas; 1.13's at::parallel_for runs on the calling thread in code compiled
 // without OpenMP, as txl's is), between the caller and util::run_beside's side thread once they
-// hold about 90k multiply-adds: on 2 cores, 16-row generation 4,652 -> 5,026 tokens/s, one row
+// hold about 270k multiply-adds (util::split_work): on 2 cores, 16-row generation 4,652 -> 5,026 tokens/s, one row
 // at context 1,024 0.88 -> 0.74 ms per token. Each pair is computed alike on any thread.
 //
 // For row b, head h, with K keys in use (the new position's own key last, at slot K-1):

@@ -14,7 +14,8 @@ namespace txl::ops {
 // undefined. x contiguous, CPU float or double (vector_loops_take); bias of x's dtype. fp32:
 // within 2e-6 of the exact values (exp to 1e-7, sums in fp64; LibTorch's fp32 log_softmax sums
 // in fp32); fp64: to 1e-12. -inf stays -inf; a NaN or +inf makes its row NaN. Throws txl::Error
-// for a shape, dtype or device it does not take.
+// for a shape, dtype or device it does not take. Rows are split between threads by
+// util::split_work.
 torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias = {});
 
 // The index of each row's largest entry, int64 [B], as torch::argmax(x, 1): the first of equal
