@@ -17,6 +17,11 @@ namespace txl::models {
 
 namespace {
 
+// Products of at most this many rows go through the packed weights: a generated token's (B
+// rows); a prompt's segments (B x tgt_len rows) through LibTorch's, which reuses each block of
+// the weight across many rows.
+constexpr int64_t kPackedRows = 64;
+
 // x [..., in] times w [out, in]^T (+ bias [out]) -> [..., out]. A single row goes through a
 // matrix-vector product: for one row OpenBLAS's sgemm is 2-3x slower than its sgemv. Where the
 // BLAS has no threads of its own (MKL; OpenBLAS on one thread) it is txl's (ops::matvec), on
@@ -62,7 +67,6 @@ IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions&
   if (crit->layout().n_clusters() == 1 && !crit->projection(0).defined()) {
     // A plain softmax: its product done here, with the table transposed once for many rows.
     out_weight_ = crit->cluster_words(0);                // [V, d]
-    if (rows > 1) out_weight_t_ = out_weight_.t().contiguous();  // [d, V]; rows never grow
     out_bias_ = crit->cluster_words_bias(0);             // [V]
   }
   const int64_t n_head = c.n_head, d_head = c.d_head, hd = n_head * d_head;
@@ -96,6 +100,44 @@ IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions&
       by_distance_.push_back(table_.back().flip(2).transpose(1, 2).contiguous());  // [H, C, D]
     }
   }
+  pack_weights();
+  // The transposed table serves more rows than the packed one takes.
+  if (out_weight_.defined() && rows > (packed_vocab_.defined() ? kPackedRows : 1)) {
+    out_weight_t_ = out_weight_.t().contiguous();  // [d, V]; rows never grow
+  }
+}
+
+void IncrementalDecoder::pack_weights() {
+  if (!ops::packed_kernel_vectorised() || !ops::packed_takes(qkv_.front())) return;
+  const auto layers = model_->layer_list();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const auto& attn = layers[l]->attn;
+    const auto& ff = layers[l]->ff;
+    PackedLayer p;
+    p.qkv = ops::pack_weight(qkv_[l]);                         // [3 H D, d]
+    p.out = ops::pack_weight(attn->out->weight);               // [d, H D]
+    p.fc1 = ops::pack_weight(ff->fc1->weight, ff->fc1->bias);  // [d_inner, d]
+    p.fc2 = ops::pack_weight(ff->fc2->weight, ff->fc2->bias);  // [d, d_inner]
+    packed_.push_back(std::move(p));
+  }
+  if (out_weight_.defined()) packed_vocab_ = ops::pack_weight(out_weight_);  // [V, d]
+}
+
+const IncrementalDecoder::PackedLayer& IncrementalDecoder::packed(size_t l) const {
+  static const PackedLayer none;
+  return packed_.empty() ? none : packed_[l];
+}
+
+torch::Tensor IncrementalDecoder::product(const torch::Tensor& x, const ops::PackedWeight& packed,
+                                          const torch::Tensor& w, const torch::Tensor& bias,
+                                          bool relu) const {
+  if (packed.defined() && x.numel() <= kPackedRows * x.size(-1)) {
+    ops::LinearOptions o;
+    o.relu = relu;
+    return ops::linear_packed(x.contiguous(), packed, o);  // [..., out]
+  }
+  auto y = times(x, w, bias);  // [..., out]
+  return relu ? y.relu_() : y;
 }
 
 void IncrementalDecoder::start_rows(const torch::Tensor& real, int64_t t_len) {
@@ -172,7 +214,8 @@ torch::Tensor IncrementalDecoder::attend_one(size_t l, const torch::Tensor& h,
                                              const std::vector<int64_t>& first) {
   const auto& c = model_->config();
   const int64_t batch = h.size(0);
-  auto qkv = times(h, qkv_[l]).view({batch, 3, c.n_head, c.d_head});  // [B, 3, H, D]
+  auto qkv = product(h, packed(l).qkv, qkv_[l])         // [B, 1, 3 H D]
+                 .view({batch, 3, c.n_head, c.d_head});  // [B, 3, H, D]
   ops::CachedKeys keys;
   keys.buffer = kv_[l];
   if (!by_distance_.empty()) keys.by_distance = by_distance_[l];
@@ -181,7 +224,8 @@ torch::Tensor IncrementalDecoder::attend_one(size_t l, const torch::Tensor& h,
     keys.v = v_[l];
   }
   auto context = ops::attend_cached(qkv, keys, used_ + 1, first);  // [B, H D]
-  return times(context.unsqueeze(1), model_->layer_list()[l]->attn->out->weight);  // [B, 1, d]
+  return product(context.unsqueeze(1), packed(l).out,
+                 model_->layer_list()[l]->attn->out->weight);  // [B, 1, d]
 }
 
 torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
@@ -191,7 +235,7 @@ torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
   const auto& c = model_->config();
   const int64_t batch = h.size(0), q = h.size(1), k_len = used_ + q;
   const int64_t n_head = c.n_head, d_head = c.d_head;
-  auto heads = times(h, qkv_[l])  // [B, q, 3 H D]
+  auto heads = product(h, packed(l).qkv, qkv_[l])  // [B, q, 3 H D]
                    .view({batch, q, 3, n_head, d_head})
                    .permute({2, 3, 0, 1, 4});  // [3, H, B, q, D], a view
   auto& kv = kv_[l];
@@ -215,8 +259,8 @@ torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
   scores.add_(bias);                                                     // [H, B, q, K]
   auto context = torch::matmul(torch::softmax(scores, -1), values);      // [H, B, q, D]
   auto attn = model_->layer_list()[l]->attn;
-  return times(context.permute({1, 2, 0, 3}).reshape({batch, q, n_head * d_head}),
-               attn->out->weight);  // [B, q, d]
+  return product(context.permute({1, 2, 0, 3}).reshape({batch, q, n_head * d_head}),
+                 packed(l).out, attn->out->weight);  // [B, q, d]
 }
 
 torch::Tensor IncrementalDecoder::run_layer(size_t l, const torch::Tensor& x,
@@ -229,8 +273,10 @@ torch::Tensor IncrementalDecoder::run_layer(size_t l, const torch::Tensor& x,
     h = h + layer->pos_emb->weight.index_select(0, positions.reshape({-1})).view(x.sizes());
   }
   const auto& ff = layer->ff;
+  const auto& p = packed(l);
   auto feed_forward = [&](const torch::Tensor& a) {  // [B, q, d] -> [B, q, d]
-    return times(times(a, ff->fc1->weight, ff->fc1->bias).relu_(), ff->fc2->weight, ff->fc2->bias);
+    auto inner = product(a, p.fc1, ff->fc1->weight, ff->fc1->bias, true);  // [B, q, d_inner]
+    return product(inner, p.fc2, ff->fc2->weight, ff->fc2->bias);          // [B, q, d]
   };
   if (model_->config().pre_norm) {
     auto a = h + attend(l, layer->attn_norm(h), visible);  // [B, q, d]
@@ -309,6 +355,11 @@ torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch:
 
 torch::Tensor IncrementalDecoder::log_probs(const torch::Tensor& hidden) {
   if (!out_weight_.defined()) return model_->crit->log_prob(hidden);  // [B, V]
+  if (packed_vocab_.defined() && hidden.size(0) <= kPackedRows) {
+    // The bias is added in the log-softmax's first pass.
+    auto logits = ops::linear_packed(hidden.contiguous(), packed_vocab_);  // [B, V]
+    return ops::log_softmax_rows_(logits, out_bias_);                       // [B, V]
+  }
   if (hidden.size(0) == 1) {
     auto logits = times(hidden, out_weight_, out_bias_);  // [1, V]
     return ops::vector_loops_take(logits) ? ops::log_softmax_rows_(logits)

@@ -16,6 +16,10 @@
 //            as one segment without memory, positions counted from its start: the geometry the
 //            model was trained in (evaluation's sliding mode), at a constant cost per token.
 //
+// A generated token's products (B rows) go through the layers' weights packed once for the
+// decoder (ops::linear_packed: each weight streamed once per token, 16 rows' sums in registers)
+// where the CPU has AVX-512; a prompt's segments, and other CPUs, through LibTorch's.
+//
 // Rows may start with padding (left-padded prompts of different lengths, the `real` mask of the
 // first read): padding is never attended to, and each row's segments start at its own first
 // token, so a row gives what it gives alone. A finished row can be dropped (keep_rows): it then
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "txl/models/transformer_lm.h"
+#include "txl/ops/packed_linear.h"
 
 namespace txl::models {
 
@@ -62,6 +67,11 @@ class IncrementalDecoder {
   int64_t capacity() const { return capacity_; }  // C: key rows each layer's buffer holds
 
  private:
+  // Per layer, the weights of a generated token's products packed once (ops::pack_weight)
+  // where the CPU has the AVX-512 kernel; undefined elsewhere.
+  struct PackedLayer {
+    ops::PackedWeight qkv, out, fc1, fc2;
+  };
   // The tokens [B, q] at times time_ .. time_ + q - 1, with keys in the buffer at slots
   // 0 .. used_-1 (times base_ ...): writes their keys and values after them and returns the
   // final hidden state of the last one, [B, d]. `positions` int64 [B, q]: absolute positions
@@ -93,6 +103,13 @@ class IncrementalDecoder {
   // Log-probabilities [B, V] of the next token after final hidden states [B, d].
   torch::Tensor log_probs(const torch::Tensor& hidden);
   void start_rows(const torch::Tensor& real, int64_t t_len);
+  // x [..., in] times a layer's weight: through its packed panels when they exist and x has
+  // few rows (a generated token), else LibTorch's product of w [out, in] (+ bias). relu after.
+  torch::Tensor product(const torch::Tensor& x, const ops::PackedWeight& packed,
+                        const torch::Tensor& w, const torch::Tensor& bias = {},
+                        bool relu = false) const;
+  void pack_weights();
+  const PackedLayer& packed(size_t l) const;  // layer l's, or undefined ones
 
   TransformerLM model_;
   DecodeOptions options_;
@@ -106,6 +123,8 @@ class IncrementalDecoder {
   bool cached_ = false;               // one query per row goes through ops::attend_cached
   torch::Tensor slots_;               // int64 [C]: 0 .. C-1
   torch::Tensor out_weight_, out_weight_t_, out_bias_;  // plain softmax: [V, d], [d, V], [V]
+  std::vector<PackedLayer> packed_;   // per layer, or empty
+  ops::PackedWeight packed_vocab_;    // plain softmax's [V, d], or undefined
   torch::Tensor window_;              // sliding: int64 [B, <= tgt_len] the last tokens
   std::vector<int64_t> first_;        // per row: time of its first real token
   int64_t time_ = 0;                  // time steps read
