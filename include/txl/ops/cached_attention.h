@@ -7,8 +7,11 @@
 // LibTorch's threads (MKL, LibTorch 2.x) or, where OpenBLAS has threads of its own and holds the
 // cores (util::CoresToBlas; 1.13's at::parallel_for runs on the calling thread in code compiled
 // without OpenMP, as txl's is), between the caller and util::run_beside's side thread once they
-// hold about 270k multiply-adds (util::split_work): on 2 cores, 16-row generation 4,652 -> 5,026 tokens/s, one row
-// at context 1,024 0.88 -> 0.74 ms per token. Each pair is computed alike on any thread.
+// hold about 270k multiply-adds (util::split_work): on 2 cores, 16-row generation 4,652 -> 5,026
+// tokens/s, one row at context 1,024 0.88 -> 0.74 ms per token. Each pair is computed alike on
+// any thread. Keys and values are asked for 4 KB ahead of their reads (software prefetch): a
+// 16-row step streams them from memory, and the hardware's prefetcher alone keeps too few lines
+// in flight.
 //
 // For row b, head h, with K keys in use (the new position's own key last, at slot K-1):
 //   s_k = (q + u) . key_k + (q + v) . R[K-1-k]     k in [first_b, K)
