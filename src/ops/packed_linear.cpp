@@ -153,8 +153,8 @@ void run(const torch::Tensor& x, const PackedWeight& w, const LinearOptions& o, 
   c.rows = x.numel() / c.in;
   c.relu = o.relu;
   const bool vectorised = o.kernel == PackedKernel::kBest && cpu_has_avx512();
-  // One panel costs rows x in x L multiply-adds.
-  util::split_work(w.panels.size(0), c.rows * c.in * Lanes<T>::kCount,
+  // One panel costs rows x in x L multiply-adds; with few rows, reading it costs more.
+  util::split_work(w.panels.size(0), std::max<int64_t>(c.rows, 4) * c.in * Lanes<T>::kCount,
                    [&](int64_t begin, int64_t end) {
                      if (vectorised) {
                        panels_avx512(c, begin, end);
