@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "txl/ops/cached_attention.h"
+#include "txl/ops/layer_norm.h"
 #include "txl/ops/masks.h"
 #include "txl/ops/matvec.h"
 #include "txl/ops/rel_shift.h"
@@ -43,6 +44,14 @@ torch::Tensor times(const torch::Tensor& x, const torch::Tensor& w,
     y = bias.defined() ? torch::addmv(bias, w, row) : torch::mv(w, row);
   }
   return y.view(sizes);  // [..., out]
+}
+
+// norm(x + y) for x, y [B, q, d]: in one pass of txl's loops on the CPU (ops::add_layer_norm),
+// else LibTorch's add and layer norm.
+torch::Tensor add_norm(torch::nn::LayerNorm norm, const torch::Tensor& x,
+                       const torch::Tensor& y) {
+  if (!ops::vector_loops_take(x) || !x.is_contiguous() || !y.is_contiguous()) return norm(x + y);
+  return ops::add_layer_norm(x, y, norm->weight, norm->bias, norm->options.eps());  // [B, q, d]
 }
 
 }  // namespace
@@ -282,8 +291,8 @@ torch::Tensor IncrementalDecoder::run_layer(size_t l, const torch::Tensor& x,
     auto a = h + attend(l, layer->attn_norm(h), visible);  // [B, q, d]
     return a + feed_forward(layer->ff_norm(a));         // [B, q, d]
   }
-  auto a = layer->attn_norm(h + attend(l, h, visible));  // [B, q, d]
-  return layer->ff_norm(a + feed_forward(a));         // [B, q, d]
+  auto a = add_norm(layer->attn_norm, h, attend(l, h, visible));  // [B, q, d]
+  return add_norm(layer->ff_norm, a, feed_forward(a));            // [B, q, d]
 }
 
 torch::Tensor IncrementalDecoder::run_chunk(const torch::Tensor& tokens,
