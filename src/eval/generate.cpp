@@ -137,13 +137,13 @@ BatchInput left_padded(const std::vector<std::vector<std::int64_t>>& prompts,
 }
 
 // The rows of one batch (prompt indices `rows`), generated to the end.
-void generate_batch(models::TransformerLM& model,
+void generate_batch(const models::DecoderWeights& weights,
                     const std::vector<std::vector<std::int64_t>>& prompts,
                     const std::vector<std::int64_t>& rows, const GenerateOptions& o,
                     const data::Tokenizer* tokenizer, GenerateResult& result) {
   const auto start = Clock::now();
   const auto in = left_padded(prompts, rows);
-  models::IncrementalDecoder decoder(model, o.lengths, static_cast<std::int64_t>(rows.size()));
+  models::IncrementalDecoder decoder(weights, static_cast<std::int64_t>(rows.size()));
   auto log_probs = decoder.read(in.tokens, in.real);  // [B, V]
   std::vector<Row> state;
   for (auto r : rows) state.push_back({r, TextOf(tokenizer, prompts[r]), {}, false});
@@ -223,9 +223,13 @@ GenerateResult generate(models::TransformerLM& model,
   std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
     return prompts[a].size() < prompts[b].size();
   });
+  // The decoders of every batch share one preparation of the weights (packing, encodings).
+  const auto start = Clock::now();
+  const auto weights = models::prepare_decoder(model, options.lengths);
+  result.read_seconds += seconds_since(start);
   for (size_t begin = 0; begin < order.size(); begin += options.batch_size) {
     const size_t end = std::min(order.size(), begin + static_cast<size_t>(options.batch_size));
-    generate_batch(model, prompts, {order.begin() + begin, order.begin() + end}, options,
+    generate_batch(weights, prompts, {order.begin() + begin, order.begin() + end}, options,
                    tokenizer, result);
   }
   return result;

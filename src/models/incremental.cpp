@@ -56,85 +56,120 @@ torch::Tensor add_norm(torch::nn::LayerNorm norm, const torch::Tensor& x,
 
 }  // namespace
 
-IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions& options,
-                                       int64_t rows)
-    : model_(std::move(model)), options_(options) {
-  TXL_CHECK(options.tgt_len >= 1, "decoding: tgt_len = ", options.tgt_len, " must be >= 1");
-  TXL_CHECK(options.mem_len >= 0, "decoding: mem_len = ", options.mem_len, " must be >= 0");
-  TXL_CHECK(options.clamp_len >= -1, "decoding: clamp_len = ", options.clamp_len,
-            " must be -1 (no clamp) or >= 0");
-  TXL_CHECK(rows >= 1, "decoding: rows = ", rows, " must be >= 1");
-  TXL_CHECK(!model_->is_training(), "decoding: the model must be in evaluation mode (eval())");
-  torch::NoGradGuard no_grad;
-  const auto& c = model_->config();
-  const auto attn_type = c.attn_type;
-  sliding_ = config::uses_absolute_positions(attn_type) || options.mem_len == 0;
-  capacity_ = sliding_ ? options.tgt_len : options.mem_len + 2 * options.tgt_len;
-  first_.assign(static_cast<size_t>(rows), 0);
-  const auto& crit = model_->crit;
-  const auto opts = crit->table(0).options();
-  if (crit->layout().n_clusters() == 1 && !crit->projection(0).defined()) {
-    // A plain softmax: its product done here, with the table transposed once for many rows.
-    out_weight_ = crit->cluster_words(0);                // [V, d]
-    out_bias_ = crit->cluster_words_bias(0);             // [V]
-  }
-  const int64_t n_head = c.n_head, d_head = c.d_head, hd = n_head * d_head;
+namespace {
+
+// Per layer, the relative encodings of every distance C-1 .. 0 (xl: projected by r_net; shaw:
+// the relative keys), [H, D, C], and the xl query biases scaled by 1/sqrt(D), [H, 1, 1, D].
+void relative_tables(const TransformerLM& model, DecoderWeights& w) {
+  const auto& c = model->config();
+  const auto opts = model->crit->table(0).options();
+  const int64_t n_head = c.n_head, d_head = c.d_head, capacity = w.capacity;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
-  slots_ = torch::arange(capacity_, torch::dtype(torch::kLong).device(opts.device()));  // [C]
   // Distances C-1 .. 0: the last K columns are those of K keys (query last).
-  const auto dist = ops::relative_distances(capacity_, options.clamp_len, opts.device());  // [C]
-  cached_ = !sliding_ && ops::vector_loops_take(crit->table(0));
-  for (auto layer : model_->layer_list()) {
+  const auto dist = ops::relative_distances(capacity, w.options.clamp_len, opts.device());  // [C]
+  for (auto layer : model->layer_list()) {
     auto attn = layer->attn;
-    auto w = attn->qkv->weight.detach().clone();  // [3 H D, d]
-    w.narrow(0, 0, hd).mul_(scale);               // queries come out scaled
-    qkv_.push_back(w);
-    kv_.push_back(torch::zeros({2, n_head, rows, capacity_, d_head}, opts));  // [2, H, B, C, D]
-    if (attn_type == config::AttnType::kXl) {
+    if (c.attn_type == config::AttnType::kXl) {
       auto rel = ops::sinusoid_encoding(dist.to(opts.dtype().toScalarType()), c.d_model);  // [C, d]
-      table_.push_back(attn->r_net(rel)  // [C, H D]
-                           .view({capacity_, n_head, d_head})
-                           .permute({1, 2, 0})
-                           .contiguous());  // [H, D, C]
-      const auto& u = attn->u_bias.defined() ? attn->u_bias : model_->u_bias;  // [H, D]
-      const auto& v = attn->v_bias.defined() ? attn->v_bias : model_->v_bias;  // [H, D]
-      u_.push_back((u * scale).view({n_head, 1, 1, d_head}));                 // [H, 1, 1, D]
-      v_.push_back((v * scale).view({n_head, 1, 1, d_head}));                 // [H, 1, 1, D]
-    } else if (attn_type == config::AttnType::kShaw) {
-      table_.push_back(attn->rel_key(dist.clamp_max(c.max_rel_dist))  // [C, H, D]
-                           .permute({1, 2, 0})
-                           .contiguous());  // [H, D, C]
+      w.table.push_back(attn->r_net(rel)  // [C, H D]
+                            .view({capacity, n_head, d_head})
+                            .permute({1, 2, 0})
+                            .contiguous());  // [H, D, C]
+      const auto& u = attn->u_bias.defined() ? attn->u_bias : model->u_bias;  // [H, D]
+      const auto& v = attn->v_bias.defined() ? attn->v_bias : model->v_bias;  // [H, D]
+      w.u.push_back((u * scale).view({n_head, 1, 1, d_head}));                 // [H, 1, 1, D]
+      w.v.push_back((v * scale).view({n_head, 1, 1, d_head}));                 // [H, 1, 1, D]
+    } else if (c.attn_type == config::AttnType::kShaw) {
+      w.table.push_back(attn->rel_key(dist.clamp_max(c.max_rel_dist))  // [C, H, D]
+                            .permute({1, 2, 0})
+                            .contiguous());  // [H, D, C]
     }
-    if (!table_.empty()) {
-      by_distance_.push_back(table_.back().flip(2).transpose(1, 2).contiguous());  // [H, C, D]
+    if (!w.table.empty()) {
+      w.by_distance.push_back(w.table.back().flip(2).transpose(1, 2).contiguous());  // [H, C, D]
     }
-  }
-  pack_weights();
-  // The transposed table serves more rows than the packed one takes.
-  if (out_weight_.defined() && rows > (packed_vocab_.defined() ? kPackedRows : 1)) {
-    out_weight_t_ = out_weight_.t().contiguous();  // [d, V]; rows never grow
   }
 }
 
-void IncrementalDecoder::pack_weights() {
-  if (!ops::packed_kernel_vectorised() || !ops::packed_takes(qkv_.front())) return;
-  const auto layers = model_->layer_list();
+// The layers' and the vocabulary's weights packed for ops::linear_packed, where the CPU has
+// its AVX-512 kernel.
+void pack_weights(const TransformerLM& model, DecoderWeights& w) {
+  if (!ops::packed_kernel_vectorised() || !ops::packed_takes(w.qkv.front())) return;
+  const auto layers = model->layer_list();
   for (size_t l = 0; l < layers.size(); ++l) {
     const auto& attn = layers[l]->attn;
     const auto& ff = layers[l]->ff;
     PackedLayer p;
-    p.qkv = ops::pack_weight(qkv_[l]);                         // [3 H D, d]
+    p.qkv = ops::pack_weight(w.qkv[l]);                        // [3 H D, d]
     p.out = ops::pack_weight(attn->out->weight);               // [d, H D]
     p.fc1 = ops::pack_weight(ff->fc1->weight, ff->fc1->bias);  // [d_inner, d]
     p.fc2 = ops::pack_weight(ff->fc2->weight, ff->fc2->bias);  // [d, d_inner]
-    packed_.push_back(std::move(p));
+    w.packed.push_back(std::move(p));
   }
-  if (out_weight_.defined()) packed_vocab_ = ops::pack_weight(out_weight_);  // [V, d]
+  if (w.out_weight.defined()) w.packed_vocab = ops::pack_weight(w.out_weight);  // [V, d]
 }
 
-const IncrementalDecoder::PackedLayer& IncrementalDecoder::packed(size_t l) const {
+}  // namespace
+
+DecoderWeights prepare_decoder(TransformerLM model, const DecodeOptions& options) {
+  TXL_CHECK(options.tgt_len >= 1, "decoding: tgt_len = ", options.tgt_len, " must be >= 1");
+  TXL_CHECK(options.mem_len >= 0, "decoding: mem_len = ", options.mem_len, " must be >= 0");
+  TXL_CHECK(options.clamp_len >= -1, "decoding: clamp_len = ", options.clamp_len,
+            " must be -1 (no clamp) or >= 0");
+  TXL_CHECK(!model->is_training(), "decoding: the model must be in evaluation mode (eval())");
+  torch::NoGradGuard no_grad;
+  DecoderWeights w;
+  w.model = model;
+  w.options = options;
+  const auto& c = model->config();
+  w.sliding = config::uses_absolute_positions(c.attn_type) || options.mem_len == 0;
+  w.capacity = w.sliding ? options.tgt_len : options.mem_len + 2 * options.tgt_len;
+  const auto& crit = model->crit;
+  const auto opts = crit->table(0).options();
+  if (crit->layout().n_clusters() == 1 && !crit->projection(0).defined()) {
+    // A plain softmax: its product done by the decoder.
+    w.out_weight = crit->cluster_words(0);      // [V, d]
+    w.out_bias = crit->cluster_words_bias(0);   // [V]
+  }
+  w.slots = torch::arange(w.capacity, torch::dtype(torch::kLong).device(opts.device()));  // [C]
+  w.cached = !w.sliding && ops::vector_loops_take(crit->table(0));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.d_head));
+  for (auto layer : model->layer_list()) {
+    auto qkv = layer->attn->qkv->weight.detach().clone();  // [3 H D, d]
+    qkv.narrow(0, 0, c.n_head * c.d_head).mul_(scale);     // queries come out scaled
+    w.qkv.push_back(qkv);
+  }
+  relative_tables(model, w);
+  pack_weights(model, w);
+  return w;
+}
+
+IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions& options,
+                                       int64_t rows)
+    : IncrementalDecoder(prepare_decoder(std::move(model), options), rows) {}
+
+IncrementalDecoder::IncrementalDecoder(const DecoderWeights& weights, int64_t rows)
+    : model_(weights.model), options_(weights.options), w_(weights) {
+  TXL_CHECK(w_.model, "decoding: the weights are not prepared (prepare_decoder)");
+  TXL_CHECK(rows >= 1, "decoding: rows = ", rows, " must be >= 1");
+  TXL_CHECK(!model_->is_training(), "decoding: the model must be in evaluation mode (eval())");
+  torch::NoGradGuard no_grad;
+  const auto& c = model_->config();
+  sliding_ = w_.sliding;
+  capacity_ = w_.capacity;
+  first_.assign(static_cast<size_t>(rows), 0);
+  const auto opts = model_->crit->table(0).options();
+  for (size_t l = 0; l < w_.qkv.size(); ++l) {
+    kv_.push_back(torch::zeros({2, c.n_head, rows, capacity_, c.d_head}, opts));  // [2, H, B, C, D]
+  }
+  // The transposed table serves more rows than the packed one takes.
+  if (w_.out_weight.defined() && rows > (w_.packed_vocab.defined() ? kPackedRows : 1)) {
+    out_weight_t_ = w_.out_weight.t().contiguous();  // [d, V]; rows never grow
+  }
+}
+
+const PackedLayer& IncrementalDecoder::packed(size_t l) const {
   static const PackedLayer none;
-  return packed_.empty() ? none : packed_[l];
+  return w_.packed.empty() ? none : w_.packed[l];
 }
 
 torch::Tensor IncrementalDecoder::product(const torch::Tensor& x, const ops::PackedWeight& packed,
@@ -197,8 +232,8 @@ std::vector<int64_t> IncrementalDecoder::first_slots(int64_t q) const {
 torch::Tensor IncrementalDecoder::score_bias(int64_t q) const {
   const int64_t batch = rows(), k_len = used_ + q;
   auto lowest = torch::tensor(first_slots(q), torch::kLong).view({batch, q});  // [B, q], host
-  const auto device = slots_.device();
-  auto slots = slots_.narrow(0, 0, k_len);                                      // [K]
+  const auto device = w_.slots.device();
+  auto slots = w_.slots.narrow(0, 0, k_len);                                      // [K]
   auto blocked = slots < lowest.to(device).unsqueeze(2);                        // [B, q, K]
   if (q > 1) {
     auto query_slot = slots.narrow(0, used_, q).view({1, q, 1});                // [1, q, 1]
@@ -223,14 +258,14 @@ torch::Tensor IncrementalDecoder::attend_one(size_t l, const torch::Tensor& h,
                                              const std::vector<int64_t>& first) {
   const auto& c = model_->config();
   const int64_t batch = h.size(0);
-  auto qkv = product(h, packed(l).qkv, qkv_[l])         // [B, 1, 3 H D]
+  auto qkv = product(h, packed(l).qkv, w_.qkv[l])         // [B, 1, 3 H D]
                  .view({batch, 3, c.n_head, c.d_head});  // [B, 3, H, D]
   ops::CachedKeys keys;
   keys.buffer = kv_[l];
-  if (!by_distance_.empty()) keys.by_distance = by_distance_[l];
-  if (!u_.empty()) {
-    keys.u = u_[l];
-    keys.v = v_[l];
+  if (!w_.by_distance.empty()) keys.by_distance = w_.by_distance[l];
+  if (!w_.u.empty()) {
+    keys.u = w_.u[l];
+    keys.v = w_.v[l];
   }
   auto context = ops::attend_cached(qkv, keys, used_ + 1, first);  // [B, H D]
   return product(context.unsqueeze(1), packed(l).out,
@@ -244,7 +279,7 @@ torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
   const auto& c = model_->config();
   const int64_t batch = h.size(0), q = h.size(1), k_len = used_ + q;
   const int64_t n_head = c.n_head, d_head = c.d_head;
-  auto heads = product(h, packed(l).qkv, qkv_[l])  // [B, q, 3 H D]
+  auto heads = product(h, packed(l).qkv, w_.qkv[l])  // [B, q, 3 H D]
                    .view({batch, q, 3, n_head, d_head})
                    .permute({2, 3, 0, 1, 4});  // [3, H, B, q, D], a view
   auto& kv = kv_[l];
@@ -253,13 +288,13 @@ torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
   auto keys = kv.select(0, 0).narrow(2, 0, k_len);      // [H, B, K, D]
   auto values = kv.select(0, 1).narrow(2, 0, k_len);    // [H, B, K, D]
   torch::Tensor scores;                                 // [H, B, q, K]
-  if (table_.empty()) {
+  if (w_.table.empty()) {
     scores = torch::matmul(query, keys.transpose(-1, -2));  // [H, B, q, K]
   } else {
-    auto q_content = u_.empty() ? query : query + u_[l];   // [H, B, q, D]
-    auto q_position = v_.empty() ? query : query + v_[l];  // [H, B, q, D]
+    auto q_content = w_.u.empty() ? query : query + w_.u[l];   // [H, B, q, D]
+    auto q_position = w_.v.empty() ? query : query + w_.v[l];  // [H, B, q, D]
     scores = torch::matmul(q_content, keys.transpose(-1, -2));  // [H, B, q, K]
-    auto r = table_[l].narrow(2, capacity_ - k_len, k_len);    // [H, D, K], distances K-1 .. 0
+    auto r = w_.table[l].narrow(2, capacity_ - k_len, k_len);    // [H, D, K], distances K-1 .. 0
     auto by_distance = torch::matmul(q_position.reshape({n_head, batch * q, d_head}), r)
                            .view({n_head, batch, q, k_len});  // [H, B, q, K]
     // One query sits at the last key: its columns are already its distances.
@@ -299,7 +334,7 @@ torch::Tensor IncrementalDecoder::run_chunk(const torch::Tensor& tokens,
                                             const torch::Tensor& positions) {
   const int64_t q = tokens.size(1);
   Visible visible;
-  if (cached_ && q == 1) {
+  if (w_.cached && q == 1) {
     visible.first = first_slots(1);
   } else {
     visible.bias = score_bias(q);  // [B, q, K]
@@ -336,7 +371,7 @@ torch::Tensor IncrementalDecoder::read_sliding(const torch::Tensor& tokens) {
       const int64_t start = std::max(first_[static_cast<size_t>(b)], base_);
       for (int64_t j = 0; j < n; ++j) p[b * n + j] = std::max<int64_t>(0, base_ + j - start);
     }
-    positions = positions.to(slots_.device());
+    positions = positions.to(w_.slots.device());
   }
   return log_probs(run_chunk(window_, positions));  // [B, V]
 }
@@ -351,7 +386,7 @@ torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch:
   start_rows(real, t_len);
   // A clear message for a bad id (the lookup itself would also refuse it).
   if (time_ == 0) modules::check_token_ids(tokens, model_->n_token(), "decoding");
-  const auto on_device = tokens.to(slots_.device());
+  const auto on_device = tokens.to(w_.slots.device());
   if (sliding_) return read_sliding(on_device);
   torch::Tensor last;  // [B, d]
   for (int64_t begin = 0; begin < t_len; begin += options_.tgt_len) {
@@ -363,23 +398,23 @@ torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch:
 }
 
 torch::Tensor IncrementalDecoder::log_probs(const torch::Tensor& hidden) {
-  if (!out_weight_.defined()) return model_->crit->log_prob(hidden);  // [B, V]
-  if (packed_vocab_.defined() && hidden.size(0) <= kPackedRows) {
+  if (!w_.out_weight.defined()) return model_->crit->log_prob(hidden);  // [B, V]
+  if (w_.packed_vocab.defined() && hidden.size(0) <= kPackedRows) {
     // The bias is added in the log-softmax's first pass.
-    auto logits = ops::linear_packed(hidden.contiguous(), packed_vocab_);  // [B, V]
-    return ops::log_softmax_rows_(logits, out_bias_);                       // [B, V]
+    auto logits = ops::linear_packed(hidden.contiguous(), w_.packed_vocab);  // [B, V]
+    return ops::log_softmax_rows_(logits, w_.out_bias);                       // [B, V]
   }
   if (hidden.size(0) == 1) {
-    auto logits = times(hidden, out_weight_, out_bias_);  // [1, V]
+    auto logits = times(hidden, w_.out_weight, w_.out_bias);  // [1, V]
     return ops::vector_loops_take(logits) ? ops::log_softmax_rows_(logits)
                                           : torch::log_softmax(logits, -1);  // [1, V]
   }
   if (ops::vector_loops_take(hidden)) {
     // The bias is added in the log-softmax's first pass, not copied into addmm's result.
     auto logits = torch::mm(hidden, out_weight_t_);  // [B, V]
-    return ops::log_softmax_rows_(logits, out_bias_);  // [B, V]
+    return ops::log_softmax_rows_(logits, w_.out_bias);  // [B, V]
   }
-  auto logits = out_bias_.defined() ? torch::addmm(out_bias_, hidden, out_weight_t_)
+  auto logits = w_.out_bias.defined() ? torch::addmm(w_.out_bias, hidden, out_weight_t_)
                                     : torch::mm(hidden, out_weight_t_);  // [B, V]
   return torch::log_softmax(logits, -1);                               // [B, V]
 }
@@ -396,7 +431,7 @@ void IncrementalDecoder::keep_rows(const torch::Tensor& rows) {
               "decoding: keep_rows: indices must increase within [0, ", this->rows(), ")");
     first.push_back(first_[static_cast<size_t>(p[i])]);
   }
-  const auto index = host.to(slots_.device());
+  const auto index = host.to(w_.slots.device());
   for (auto& kv : kv_) kv = kv.index_select(2, index);  // [2, H, B', C, D]
   if (window_.defined()) window_ = window_.index_select(0, index);  // [B', n]
   first_ = std::move(first);

@@ -170,6 +170,31 @@ TEST(IncrementalDecoder, TheKeyValueBufferHasAFixedCapacity) {
   EXPECT_EQ(decoder.steps(), 60);
 }
 
+// Decoders made from one preparation of the weights share only the weights: interleaved, each
+// gives exactly what a decoder made alone gives.
+TEST(IncrementalDecoder, DecodersFromOnePreparationAreIndependent) {
+  for (auto attn_type : {AttnType::kXl, AttnType::kVanilla}) {
+    SCOPED_TRACE(config::to_string(attn_type));
+    const int mem_len = attn_type == AttnType::kVanilla ? 0 : 4;
+    auto model = make(tiny(attn_type, 5, mem_len), 15);
+    DecodeOptions o{5, mem_len, -1, false};
+    const auto tokens = random_tokens(3, 14, 6);
+    const auto weights = prepare_decoder(model, o);
+    IncrementalDecoder one(weights, 1), two(weights, 2);
+    const auto alone_one = decoded(model, tokens.narrow(0, 0, 1), 3, o);  // [1, 12, V]
+    const auto alone_two = decoded(model, tokens.narrow(0, 1, 2), 3, o);  // [2, 12, V]
+    auto a = one.read(tokens.narrow(0, 0, 1).narrow(1, 0, 3));  // [1, V]
+    auto b = two.read(tokens.narrow(0, 1, 2).narrow(1, 0, 3));  // [2, V]
+    for (int64_t t = 3;; ++t) {
+      EXPECT_TRUE(torch::equal(a, alone_one.select(1, t - 3))) << t;
+      EXPECT_TRUE(torch::equal(b, alone_two.select(1, t - 3))) << t;
+      if (t == tokens.size(1)) break;
+      a = one.read(tokens.narrow(0, 0, 1).narrow(1, t, 1));
+      b = two.read(tokens.narrow(0, 1, 2).narrow(1, t, 1));
+    }
+  }
+}
+
 TEST(IncrementalDecoder, BadInputsAreClearErrors) {
   auto model = make(tiny(AttnType::kXl, 4, 4), 14);
   DecodeOptions o{4, 4, -1, false};
@@ -181,8 +206,11 @@ TEST(IncrementalDecoder, BadInputsAreClearErrors) {
   auto real = torch::tensor({true, false, true, true}).view({2, 2});
   TXL_EXPECT_THROW_WITH(decoder.read(torch::zeros({2, 2}, torch::kLong), real),
                         "padding goes before a row's first token");
+  TXL_EXPECT_THROW_WITH(IncrementalDecoder(DecoderWeights{}, 1), "not prepared");
+  TXL_EXPECT_THROW_WITH(IncrementalDecoder(prepare_decoder(model, o), 0), "rows = 0");
   model->train();
   TXL_EXPECT_THROW_WITH(IncrementalDecoder(model, o, 1), "evaluation mode");
+  TXL_EXPECT_THROW_WITH(prepare_decoder(model, o), "evaluation mode");
 }
 
 }  // namespace

@@ -45,11 +45,43 @@ struct DecodeOptions {
   bool same_length = false;  // memory: every query sees at most mem_len keys, itself included
 };
 
+// A layer's weights of a generated token's products, packed once (ops::pack_weight) where the
+// CPU has the AVX-512 kernel; undefined elsewhere.
+struct PackedLayer {
+  ops::PackedWeight qkv, out, fc1, fc2;
+};
+
+// What a decoder derives from its model and lengths whatever its rows: the query weights
+// scaled by 1/sqrt(D), the relative encodings of every distance, the packed weights. Decoders
+// made from one share its tensors (eval::generate prepares it once for all its batches); it
+// holds the model's parameters by reference, so it is stale once they change.
+struct DecoderWeights {
+  TransformerLM model{nullptr};
+  DecodeOptions options;
+  bool sliding = false;  // sliding window (absolute positions, or mem_len 0)
+  int64_t capacity = 0;  // C: key rows each layer's buffer holds
+  bool cached = false;   // one query per row goes through ops::attend_cached
+  std::vector<torch::Tensor> qkv;          // per layer [3 H D, d]: W_q rows scaled by 1/sqrt(D)
+  std::vector<torch::Tensor> table;        // per layer [H, D, C], distances C-1 .. 0 (relative)
+  std::vector<torch::Tensor> by_distance;  // per layer [H, C, D], distances 0 .. C-1 (relative)
+  std::vector<torch::Tensor> u, v;         // per layer [H, 1, 1, D] scaled biases (xl)
+  torch::Tensor slots;                     // int64 [C]: 0 .. C-1
+  torch::Tensor out_weight, out_bias;      // plain softmax: [V, d], [V]; else undefined
+  std::vector<PackedLayer> packed;         // per layer, or empty
+  ops::PackedWeight packed_vocab;          // plain softmax's [V, d], or undefined
+};
+
+// Throws txl::Error for lengths out of range (tgt_len < 1, mem_len < 0, clamp_len < -1) or a
+// model in training mode.
+DecoderWeights prepare_decoder(TransformerLM model, const DecodeOptions& options);
+
 class IncrementalDecoder {
  public:
   // A decoder of `rows` rows for `model` (its dtype and device). Throws txl::Error for lengths
   // out of range (tgt_len < 1, mem_len < 0, clamp_len < -1) or rows < 1.
   IncrementalDecoder(TransformerLM model, const DecodeOptions& options, int64_t rows);
+  // The same from weights prepared once (prepare_decoder), shared with other decoders.
+  IncrementalDecoder(const DecoderWeights& weights, int64_t rows);
 
   // Reads tokens int64 [B, T] (T >= 1) of every row, and returns the log-probabilities of each
   // row's next token after them, [B, V]. `real` bool [B, T] marks padding (false) in the first
@@ -67,11 +99,6 @@ class IncrementalDecoder {
   int64_t capacity() const { return capacity_; }  // C: key rows each layer's buffer holds
 
  private:
-  // Per layer, the weights of a generated token's products packed once (ops::pack_weight)
-  // where the CPU has the AVX-512 kernel; undefined elsewhere.
-  struct PackedLayer {
-    ops::PackedWeight qkv, out, fc1, fc2;
-  };
   // The tokens [B, q] at times time_ .. time_ + q - 1, with keys in the buffer at slots
   // 0 .. used_-1 (times base_ ...): writes their keys and values after them and returns the
   // final hidden state of the last one, [B, d]. `positions` int64 [B, q]: absolute positions
@@ -108,23 +135,15 @@ class IncrementalDecoder {
   torch::Tensor product(const torch::Tensor& x, const ops::PackedWeight& packed,
                         const torch::Tensor& w, const torch::Tensor& bias = {},
                         bool relu = false) const;
-  void pack_weights();
   const PackedLayer& packed(size_t l) const;  // layer l's, or undefined ones
 
   TransformerLM model_;
   DecodeOptions options_;
   bool sliding_ = false;
   int64_t capacity_ = 0;
+  DecoderWeights w_;                  // shared with the decoders made from the same weights
   std::vector<torch::Tensor> kv_;     // per layer [2, H, B, C, D]
-  std::vector<torch::Tensor> qkv_;    // per layer [3 H D, d]: W_q rows scaled by 1/sqrt(D)
-  std::vector<torch::Tensor> table_;  // per layer [H, D, C], distances C-1 .. 0 (relative)
-  std::vector<torch::Tensor> by_distance_;  // per layer [H, C, D], distances 0 .. C-1 (relative)
-  std::vector<torch::Tensor> u_, v_;  // per layer [H, 1, 1, D] scaled biases (xl)
-  bool cached_ = false;               // one query per row goes through ops::attend_cached
-  torch::Tensor slots_;               // int64 [C]: 0 .. C-1
-  torch::Tensor out_weight_, out_weight_t_, out_bias_;  // plain softmax: [V, d], [d, V], [V]
-  std::vector<PackedLayer> packed_;   // per layer, or empty
-  ops::PackedWeight packed_vocab_;    // plain softmax's [V, d], or undefined
+  torch::Tensor out_weight_t_;        // plain softmax, more rows than packed: [d, V]
   torch::Tensor window_;              // sliding: int64 [B, <= tgt_len] the last tokens
   std::vector<int64_t> first_;        // per row: time of its first real token
   int64_t time_ = 0;                  // time steps read
