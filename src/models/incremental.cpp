@@ -18,9 +18,9 @@ namespace txl::models {
 
 namespace {
 
-// Products of at most this many rows go through the packed weights: a generated token's (B
-// rows); a prompt's segments (B x tgt_len rows) through LibTorch's, which reuses each block of
-// the weight across many rows.
+// Products of at most this many rows go through the packed weights (a generated token's B
+// rows); more rows (a prompt's segments of B x tgt_len) through LibTorch's, which reuses each
+// block of the weight across many rows.
 constexpr int64_t kPackedRows = 64;
 
 // x [..., in] times w [out, in]^T (+ bias [out]) -> [..., out]. A single row goes through a
@@ -53,10 +53,6 @@ torch::Tensor add_norm(torch::nn::LayerNorm norm, const torch::Tensor& x,
   if (!ops::vector_loops_take(x) || !x.is_contiguous() || !y.is_contiguous()) return norm(x + y);
   return ops::add_layer_norm(x, y, norm->weight, norm->bias, norm->options.eps());  // [B, q, d]
 }
-
-}  // namespace
-
-namespace {
 
 // Per layer, the relative encodings of every distance C-1 .. 0 (xl: projected by r_net; shaw:
 // the relative keys), [H, D, C], and the xl query biases scaled by 1/sqrt(D), [H, 1, 1, D].
@@ -127,8 +123,8 @@ DecoderWeights prepare_decoder(TransformerLM model, const DecodeOptions& options
   const auto opts = crit->table(0).options();
   if (crit->layout().n_clusters() == 1 && !crit->projection(0).defined()) {
     // A plain softmax: its product done by the decoder.
-    w.out_weight = crit->cluster_words(0);      // [V, d]
-    w.out_bias = crit->cluster_words_bias(0);   // [V]
+    w.out_weight = crit->cluster_words(0);     // [V, d]
+    w.out_bias = crit->cluster_words_bias(0);  // [V]
   }
   w.slots = torch::arange(w.capacity, torch::dtype(torch::kLong).device(opts.device()));  // [C]
   w.cached = !w.sliding && ops::vector_loops_take(crit->table(0));

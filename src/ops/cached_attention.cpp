@@ -42,11 +42,13 @@ inline __attribute__((always_inline)) T dot(const T* a, const T* b, int64_t n) {
 // its keys and values once per token, from memory when the rows' buffers exceed the cache,
 // and the hardware's prefetcher alone keeps too few lines in flight.
 constexpr int64_t kPrefetchBytes = 4096;
+// The address is computed as an integer: it may lie past the end of the buffer, where a
+// prefetch does not fault (a pointer there would be UB).
 template <typename T>
 inline __attribute__((always_inline)) void prefetch_ahead(const T* p, int64_t n) {
-  const char* line = reinterpret_cast<const char*>(p) + kPrefetchBytes;
+  const uintptr_t line = reinterpret_cast<uintptr_t>(p) + kPrefetchBytes;
   for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) {
-    __builtin_prefetch(line + b, 0, 3);  // no fault past the end
+    __builtin_prefetch(reinterpret_cast<const void*>(line + static_cast<uintptr_t>(b)), 0, 3);
   }
 }
 

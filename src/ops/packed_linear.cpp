@@ -4,6 +4,7 @@
 #include <ATen/record_function.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "txl/util/error.h"
@@ -36,6 +37,14 @@ struct Product {
 // (16-row products from memory ran at 9-13 GB/s without, 14-20 GB/s with, on a 2-core Zen 5).
 constexpr int64_t kPrefetchBytes = 4096;
 
+// Asks for the cache line `bytes` after p. The address is computed as an integer: it may lie
+// past the end of the panels, where a prefetch does not fault (a pointer there would be UB).
+inline __attribute__((always_inline)) void prefetch(const void* p, int64_t bytes) {
+  __builtin_prefetch(
+      reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes)),
+      0, 3);
+}
+
 // Rows [0, R) of x (rows `in` apart) times one panel w [in, L] -> y's L columns (`cols` of them
 // stored, rows `out` apart). The sum over `in` is split U ways (U chains of multiply-adds in
 // flight: one row alone would wait for each add), and combined in a fixed order.
@@ -54,8 +63,8 @@ inline __attribute__((always_inline)) void panel_rows(const T* __restrict w, con
   int64_t k = 0;
   for (; k + U <= in; k += U) {
     for (int u = 0; u < U; ++u) {
-      __builtin_prefetch(w + (k + u) * L + kAhead, 0, 3);  // no fault past the end
-      V column;                                            // W[p L .. p L + L - 1][k + u]
+      prefetch(w + (k + u) * L, kAhead * static_cast<int64_t>(sizeof(T)));
+      V column;  // W[p L .. p L + L - 1][k + u]
       std::memcpy(&column, w + (k + u) * L, sizeof(V));
       for (int r = 0; r < R; ++r) acc[u][r] += x[r * in + k + u] * column;
     }
@@ -71,8 +80,12 @@ inline __attribute__((always_inline)) void panel_rows(const T* __restrict w, con
     V sum = acc[0][r];
     for (int u = 1; u < U; ++u) sum += acc[u][r];
     sum += b;
-    if (relu) sum = sum > V{} ? sum : V{};
-    std::memcpy(y + r * out, &sum, static_cast<size_t>(cols) * sizeof(T));
+    if (relu) sum = sum < V{} ? V{} : sum;  // NaN stays NaN, as torch::relu
+    if (cols == L) {
+      std::memcpy(y + r * out, &sum, sizeof(V));  // one store
+    } else {
+      std::memcpy(y + r * out, &sum, static_cast<size_t>(cols) * sizeof(T));
+    }
   }
 }
 
@@ -164,6 +177,21 @@ void run(const torch::Tensor& x, const PackedWeight& w, const LinearOptions& o, 
                    });
 }
 
+// What linear_packed reads of a PackedWeight, as pack_weight makes it (its fields are open).
+void check_layout(const PackedWeight& w) {
+  const auto& p = w.panels;
+  const int64_t lanes = 64 / static_cast<int64_t>(p.element_size());
+  TXL_CHECK(vector_loops_take(p) && p.dim() == 3 && p.is_contiguous() && p.size(2) == lanes &&
+                w.out >= 1 && p.size(0) == (w.out + lanes - 1) / lanes,
+            "linear_packed: panels must be contiguous [ceil(out / ", lanes, "), in, ", lanes,
+            "] as pack_weight makes them, got ", p.sizes(), " for out = ", w.out);
+  TXL_CHECK(!w.bias.defined() || (w.bias.dim() == 1 && w.bias.size(0) == p.size(0) * lanes &&
+                                  w.bias.is_contiguous() &&
+                                  w.bias.scalar_type() == p.scalar_type() && w.bias.is_cpu()),
+            "linear_packed: the packed bias must be contiguous [", p.size(0) * lanes,
+            "] of the panels' dtype");
+}
+
 }  // namespace
 
 bool packed_takes(const torch::Tensor& weight) {
@@ -199,6 +227,7 @@ PackedWeight pack_weight(const torch::Tensor& weight, const torch::Tensor& bias)
 torch::Tensor linear_packed(const torch::Tensor& x, const PackedWeight& w,
                             const LinearOptions& options) {
   TXL_CHECK(w.defined(), "linear_packed: the weight is not packed (pack_weight)");
+  check_layout(w);
   TXL_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == w.in() && x.is_contiguous() &&
                 x.scalar_type() == w.panels.scalar_type() && x.is_cpu(),
             "linear_packed: x must be a contiguous CPU [..., in = ", w.in(),

@@ -195,6 +195,23 @@ TEST(IncrementalDecoder, DecodersFromOnePreparationAreIndependent) {
   }
 }
 
+// More rows than the packed products take (64): every product and the vocabulary step through
+// LibTorch's, and the same log-probabilities.
+TEST(IncrementalDecoder, ManyRowsEqualTheModelsForward) {
+  auto model = make(tiny(AttnType::kXl, 4, 6), 16);
+  DecodeOptions o{4, 6, -1, false};
+  const int64_t rows = 70;
+  const auto tokens = random_tokens(rows, 12, 7);
+  IncrementalDecoder decoder(model, o, rows);
+  const auto expected = txl::test::segmented_log_probs(model, tokens.narrow(0, 69, 1), o);
+  auto lp = decoder.read(tokens.narrow(1, 0, 5));  // [70, V]
+  for (int64_t t = 5;; ++t) {
+    ASSERT_TRUE(tensor_near(lp[69], expected[0][t - 1], 1e-10, 1e-10)) << t;
+    if (t == tokens.size(1)) break;
+    lp = decoder.read(tokens.narrow(1, t, 1));
+  }
+}
+
 TEST(IncrementalDecoder, BadInputsAreClearErrors) {
   auto model = make(tiny(AttnType::kXl, 4, 4), 14);
   DecodeOptions o{4, 4, -1, false};

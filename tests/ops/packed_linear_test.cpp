@@ -127,6 +127,19 @@ TEST(LinearPacked, PanelsHoldTheTransposeAndZeros) {
   EXPECT_EQ(pack_weight(w.to(torch::kDouble)).panels.size(2), 8);  // 8 doubles a panel
 }
 
+TEST(LinearPacked, ReluKeepsNaN) {
+  for (auto kernel : {PackedKernel::kBest, PackedKernel::kPortable}) {
+    auto w = torch::ones({20, 3});  // [out, in]
+    auto x = torch::tensor({1.0f, std::nanf(""), 1.0f, -1.0f, -1.0f, -1.0f}).view({2, 3});
+    LinearOptions o;
+    o.relu = true;
+    o.kernel = kernel;
+    auto y = linear_packed(x, pack_weight(w), o);  // [2, out]
+    EXPECT_TRUE(y[0].isnan().all().item<bool>());  // as torch::relu
+    EXPECT_EQ(y[1].abs().max().item<float>(), 0.0f);
+  }
+}
+
 TEST(LinearPacked, BadInputsAreClearErrors) {
   auto w = torch::randn({4, 3});
   const auto packed = pack_weight(w);
@@ -139,6 +152,12 @@ TEST(LinearPacked, BadInputsAreClearErrors) {
   TXL_EXPECT_THROW_WITH(pack_weight(torch::randn({4})), "weight must be");
   TXL_EXPECT_THROW_WITH(pack_weight(w, torch::randn({3})), "bias must be [out = 4]");
   EXPECT_FALSE(packed_takes(torch::zeros({2, 2}, torch::kLong)));
+  auto cut = pack_weight(torch::randn({40, 3}));
+  cut.panels = cut.panels.narrow(0, 0, 2);  // 32 columns' panels for out = 40
+  TXL_EXPECT_THROW_WITH(linear_packed(torch::randn({2, 3}), cut), "as pack_weight makes them");
+  auto short_bias = pack_weight(w, torch::randn({4}));
+  short_bias.bias = short_bias.bias.narrow(0, 0, 4);
+  TXL_EXPECT_THROW_WITH(linear_packed(torch::randn({2, 3}), short_bias), "packed bias");
   EXPECT_EQ(linear_packed(torch::randn({0, 3}), packed).sizes(), (torch::IntArrayRef{0, 4}));
 }
 

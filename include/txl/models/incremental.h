@@ -16,9 +16,10 @@
 //            as one segment without memory, positions counted from its start: the geometry the
 //            model was trained in (evaluation's sliding mode), at a constant cost per token.
 //
-// A generated token's products (B rows) go through the layers' weights packed once for the
-// decoder (ops::linear_packed: each weight streamed once per token, 16 rows' sums in registers)
-// where the CPU has AVX-512; a prompt's segments, and other CPUs, through LibTorch's.
+// Products of at most 64 rows (a generated token's B rows, short segments) go through the
+// layers' weights packed once (ops::linear_packed: each weight streamed once, 16 rows' sums in
+// registers) where the CPU has AVX-512; longer segments of a prompt, and other CPUs, through
+// LibTorch's.
 //
 // Rows may start with padding (left-padded prompts of different lengths, the `real` mask of the
 // first read): padding is never attended to, and each row's segments start at its own first
@@ -53,8 +54,9 @@ struct PackedLayer {
 
 // What a decoder derives from its model and lengths whatever its rows: the query weights
 // scaled by 1/sqrt(D), the relative encodings of every distance, the packed weights. Decoders
-// made from one share its tensors (eval::generate prepares it once for all its batches); it
-// holds the model's parameters by reference, so it is stale once they change.
+// made from one share its tensors (eval::generate prepares it once for all its batches). The
+// scaled and packed weights and the encodings are copies, while the decoder reads the other
+// parameters from the model: prepare again after the parameters change.
 struct DecoderWeights {
   TransformerLM model{nullptr};
   DecodeOptions options;

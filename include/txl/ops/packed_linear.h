@@ -50,9 +50,11 @@ struct LinearOptions {
 };
 
 // x [..., in] contiguous (N rows), of the weight's dtype, CPU -> x W^T + b [..., out], with
-// options.relu applied. fp32: sums in W's column order, within 1e-5 sqrt(in) of LibTorch's
-// linear for unit-sized entries; fp64 to 1e-12. Throws txl::Error for a shape, dtype or device
-// it does not take.
+// options.relu applied (NaN stays NaN). Rows of fewer than 8 split each sum over `in` in up to
+// 8 parts, so a row's last bits depend on how many rows come with it: fp32 within
+// 1e-5 sqrt(in) of LibTorch's linear for unit-sized entries, fp64 within 1e-12. Throws
+// txl::Error for a shape, dtype or device it does not take, or panels not as pack_weight makes
+// them.
 torch::Tensor linear_packed(const torch::Tensor& x, const PackedWeight& w,
                             const LinearOptions& options = {});
 

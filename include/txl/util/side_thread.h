@@ -5,7 +5,8 @@
 // side thread, which waits for work by yielding the core (sched_yield, as OpenBLAS's idle threads
 // do), so that the two take turns without spinning against each other, and sleeps after about
 // a millisecond without work. split_work picks it, or LibTorch's threads, for a loop of items:
-// ops::attend_cached (attention over cached keys) and ops::log_softmax_rows_ in generation.
+// ops::attend_cached (attention over cached keys), ops::log_softmax_rows_, ops::linear_packed
+// and ops::add_layer_norm in generation.
 
 #include <cstdint>
 #include <functional>
