@@ -144,18 +144,17 @@ IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions&
     : IncrementalDecoder(prepare_decoder(std::move(model), options), rows) {}
 
 IncrementalDecoder::IncrementalDecoder(const DecoderWeights& weights, int64_t rows)
-    : model_(weights.model), options_(weights.options), w_(weights) {
+    : w_(weights) {
   TXL_CHECK(w_.model, "decoding: the weights are not prepared (prepare_decoder)");
   TXL_CHECK(rows >= 1, "decoding: rows = ", rows, " must be >= 1");
-  TXL_CHECK(!model_->is_training(), "decoding: the model must be in evaluation mode (eval())");
+  TXL_CHECK(!w_.model->is_training(), "decoding: the model must be in evaluation mode (eval())");
   torch::NoGradGuard no_grad;
-  const auto& c = model_->config();
-  sliding_ = w_.sliding;
-  capacity_ = w_.capacity;
+  const auto& c = w_.model->config();
   first_.assign(static_cast<size_t>(rows), 0);
-  const auto opts = model_->crit->table(0).options();
+  const auto opts = w_.model->crit->table(0).options();
   for (size_t l = 0; l < w_.qkv.size(); ++l) {
-    kv_.push_back(torch::zeros({2, c.n_head, rows, capacity_, c.d_head}, opts));  // [2, H, B, C, D]
+    kv_.push_back(
+        torch::zeros({2, c.n_head, rows, w_.capacity, c.d_head}, opts));  // [2, H, B, C, D]
   }
   // The transposed table serves more rows than the packed one takes.
   if (w_.out_weight.defined() && rows > (w_.packed_vocab.defined() ? kPackedRows : 1)) {
@@ -203,12 +202,12 @@ void IncrementalDecoder::start_rows(const torch::Tensor& real, int64_t t_len) {
 
 int64_t IncrementalDecoder::first_visible(size_t b, int64_t t) const {
   const int64_t first = first_[b];
-  if (sliding_) return std::max(first, base_);  // the window is all there is
+  if (w_.sliding) return std::max(first, base_);  // the window is all there is
   if (t < first) return first;                    // padding: sees nothing
-  if (options_.same_length) return std::max(first, t - options_.mem_len + 1);
+  if (w_.options.same_length) return std::max(first, t - w_.options.mem_len + 1);
   // Segments of tgt_len from the row's first token; the memory is the mem_len before its own.
-  const int64_t segment_start = first + (t - first) / options_.tgt_len * options_.tgt_len;
-  return std::max(first, segment_start - options_.mem_len);
+  const int64_t segment_start = first + (t - first) / w_.options.tgt_len * w_.options.tgt_len;
+  return std::max(first, segment_start - w_.options.mem_len);
 }
 
 std::vector<int64_t> IncrementalDecoder::first_slots(int64_t q) const {
@@ -239,9 +238,9 @@ torch::Tensor IncrementalDecoder::score_bias(int64_t q) const {
 }
 
 void IncrementalDecoder::make_room(int64_t q) {
-  if (used_ + q <= capacity_) return;
+  if (used_ + q <= w_.capacity) return;
   // A later query sees at most mem_len + tgt_len - 1 earlier keys.
-  const int64_t keep = std::min(used_, options_.mem_len + options_.tgt_len - 1);
+  const int64_t keep = std::min(used_, w_.options.mem_len + w_.options.tgt_len - 1);
   for (auto& kv : kv_) {
     auto recent = kv.narrow(3, used_ - keep, keep).clone();  // [2, H, B, keep, D]
     kv.narrow(3, 0, keep).copy_(recent);
@@ -252,7 +251,7 @@ void IncrementalDecoder::make_room(int64_t q) {
 
 torch::Tensor IncrementalDecoder::attend_one(size_t l, const torch::Tensor& h,
                                              const std::vector<int64_t>& first) {
-  const auto& c = model_->config();
+  const auto& c = w_.model->config();
   const int64_t batch = h.size(0);
   auto qkv = product(h, packed(l).qkv, w_.qkv[l])         // [B, 1, 3 H D]
                  .view({batch, 3, c.n_head, c.d_head});  // [B, 3, H, D]
@@ -265,14 +264,14 @@ torch::Tensor IncrementalDecoder::attend_one(size_t l, const torch::Tensor& h,
   }
   auto context = ops::attend_cached(qkv, keys, used_ + 1, first);  // [B, H D]
   return product(context.unsqueeze(1), packed(l).out,
-                 model_->layer_list()[l]->attn->out->weight);  // [B, 1, d]
+                 w_.model->layer_list()[l]->attn->out->weight);  // [B, 1, d]
 }
 
 torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
                                          const Visible& visible) {
   if (!visible.bias.defined()) return attend_one(l, h, visible.first);
   const auto& bias = visible.bias;
-  const auto& c = model_->config();
+  const auto& c = w_.model->config();
   const int64_t batch = h.size(0), q = h.size(1), k_len = used_ + q;
   const int64_t n_head = c.n_head, d_head = c.d_head;
   auto heads = product(h, packed(l).qkv, w_.qkv[l])  // [B, q, 3 H D]
@@ -290,7 +289,7 @@ torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
     auto q_content = w_.u.empty() ? query : query + w_.u[l];   // [H, B, q, D]
     auto q_position = w_.v.empty() ? query : query + w_.v[l];  // [H, B, q, D]
     scores = torch::matmul(q_content, keys.transpose(-1, -2));  // [H, B, q, K]
-    auto r = w_.table[l].narrow(2, capacity_ - k_len, k_len);    // [H, D, K], distances K-1 .. 0
+    auto r = w_.table[l].narrow(2, w_.capacity - k_len, k_len);    // [H, D, K], distances K-1 .. 0
     auto by_distance = torch::matmul(q_position.reshape({n_head, batch * q, d_head}), r)
                            .view({n_head, batch, q, k_len});  // [H, B, q, K]
     // One query sits at the last key: its columns are already its distances.
@@ -298,7 +297,7 @@ torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
   }
   scores.add_(bias);                                                     // [H, B, q, K]
   auto context = torch::matmul(torch::softmax(scores, -1), values);      // [H, B, q, D]
-  auto attn = model_->layer_list()[l]->attn;
+  auto attn = w_.model->layer_list()[l]->attn;
   return product(context.permute({1, 2, 0, 3}).reshape({batch, q, n_head * d_head}),
                  packed(l).out, attn->out->weight);  // [B, q, d]
 }
@@ -306,7 +305,7 @@ torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
 torch::Tensor IncrementalDecoder::run_layer(size_t l, const torch::Tensor& x,
                                             const Visible& visible,
                                             const torch::Tensor& positions) {
-  auto layer = model_->layer_list()[l];  // a handle: shares the module
+  auto layer = w_.model->layer_list()[l];  // a handle: shares the module
   torch::Tensor h = x;  // [B, q, d]
   if (layer->pos_emb) {
     // vanilla_learned: the layer's own absolute positions, counted within the window.
@@ -318,7 +317,7 @@ torch::Tensor IncrementalDecoder::run_layer(size_t l, const torch::Tensor& x,
     auto inner = product(a, p.fc1, ff->fc1->weight, ff->fc1->bias, true);  // [B, q, d_inner]
     return product(inner, p.fc2, ff->fc2->weight, ff->fc2->bias);          // [B, q, d]
   };
-  if (model_->config().pre_norm) {
+  if (w_.model->config().pre_norm) {
     auto a = h + attend(l, layer->attn_norm(h), visible);  // [B, q, d]
     return a + feed_forward(layer->ff_norm(a));         // [B, q, d]
   }
@@ -335,12 +334,12 @@ torch::Tensor IncrementalDecoder::run_chunk(const torch::Tensor& tokens,
   } else {
     visible.bias = score_bias(q);  // [B, q, K]
   }
-  auto emb = model_->word_emb;  // a handle: shares the module
+  auto emb = w_.model->word_emb;  // a handle: shares the module
   auto x = emb->num_tables() == 1 && !emb->projection(0).defined()
                ? torch::embedding(emb->table(0), tokens).mul_(emb->scale())  // [B, q, d]
                : emb(tokens);                                                 // [B, q, d]
-  if (model_->config().attn_type == config::AttnType::kVanilla) {
-    const int64_t d = model_->config().d_model;
+  if (w_.model->config().attn_type == config::AttnType::kVanilla) {
+    const int64_t d = w_.model->config().d_model;
     x = x + ops::sinusoid_encoding(positions.reshape({-1}).to(x.scalar_type()), d)
                 .view(x.sizes());  // [B, q, d]
   }
@@ -348,11 +347,11 @@ torch::Tensor IncrementalDecoder::run_chunk(const torch::Tensor& tokens,
   used_ += q;
   time_ += q;
   auto last = x.select(1, q - 1);  // [B, d]
-  return model_->final_norm ? model_->final_norm(last) : last;
+  return w_.model->final_norm ? w_.model->final_norm(last) : last;
 }
 
 torch::Tensor IncrementalDecoder::read_sliding(const torch::Tensor& tokens) {
-  const int64_t window = options_.tgt_len;
+  const int64_t window = w_.options.tgt_len;
   window_ = window_.defined() ? torch::cat({window_, tokens}, 1) : tokens;  // [B, n + T]
   const int64_t n = std::min<int64_t>(window_.size(1), window);
   window_ = window_.narrow(1, window_.size(1) - n, n);  // [B, n]: the last tokens
@@ -360,7 +359,7 @@ torch::Tensor IncrementalDecoder::read_sliding(const torch::Tensor& tokens) {
   base_ = time_;
   used_ = 0;
   torch::Tensor positions;  // int64 [B, n]: positions from the row's first token in the window
-  if (config::uses_absolute_positions(model_->config().attn_type)) {
+  if (config::uses_absolute_positions(w_.model->config().attn_type)) {
     positions = torch::empty({rows(), n}, torch::kLong);
     auto* p = positions.data_ptr<int64_t>();
     for (int64_t b = 0; b < rows(); ++b) {
@@ -381,12 +380,12 @@ torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch:
   const int64_t t_len = tokens.size(1);
   start_rows(real, t_len);
   // A clear message for a bad id (the lookup itself would also refuse it).
-  if (time_ == 0) modules::check_token_ids(tokens, model_->n_token(), "decoding");
+  if (time_ == 0) modules::check_token_ids(tokens, w_.model->n_token(), "decoding");
   const auto on_device = tokens.to(w_.slots.device());
-  if (sliding_) return read_sliding(on_device);
+  if (w_.sliding) return read_sliding(on_device);
   torch::Tensor last;  // [B, d]
-  for (int64_t begin = 0; begin < t_len; begin += options_.tgt_len) {
-    const int64_t q = std::min(options_.tgt_len, t_len - begin);
+  for (int64_t begin = 0; begin < t_len; begin += w_.options.tgt_len) {
+    const int64_t q = std::min(w_.options.tgt_len, t_len - begin);
     make_room(q);
     last = run_chunk(on_device.narrow(1, begin, q), {});
   }
@@ -394,7 +393,7 @@ torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch:
 }
 
 torch::Tensor IncrementalDecoder::log_probs(const torch::Tensor& hidden) {
-  if (!w_.out_weight.defined()) return model_->crit->log_prob(hidden);  // [B, V]
+  if (!w_.out_weight.defined()) return w_.model->crit->log_prob(hidden);  // [B, V]
   if (w_.packed_vocab.defined() && hidden.size(0) <= kPackedRows) {
     // The bias is added in the log-softmax's first pass.
     auto logits = ops::linear_packed(hidden.contiguous(), w_.packed_vocab);  // [B, V]

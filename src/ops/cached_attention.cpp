@@ -38,20 +38,6 @@ inline __attribute__((always_inline)) T dot(const T* a, const T* b, int64_t n) {
   return s;
 }
 
-// Asks for the cache lines kPrefetchBytes after the n elements at p: each (row, head) streams
-// its keys and values once per token, from memory when the rows' buffers exceed the cache,
-// and the hardware's prefetcher alone keeps too few lines in flight.
-constexpr int64_t kPrefetchBytes = 4096;
-// The address is computed as an integer: it may lie past the end of the buffer, where a
-// prefetch does not fault (a pointer there would be UB).
-template <typename T>
-inline __attribute__((always_inline)) void prefetch_ahead(const T* p, int64_t n) {
-  const uintptr_t line = reinterpret_cast<uintptr_t>(p) + kPrefetchBytes;
-  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) {
-    __builtin_prefetch(reinterpret_cast<const void*>(line + static_cast<uintptr_t>(b)), 0, 3);
-  }
-}
-
 // s_k of one key: content and position terms summed in one reduction.
 template <typename T>
 inline __attribute__((always_inline)) T score(const T* __restrict qc, const T* __restrict qp,
@@ -79,7 +65,7 @@ inline __attribute__((always_inline)) void attend_head(const HeadView<T>& w, int
   auto rel_of = [&](int64_t k) { return w.rel != nullptr ? w.rel + (k_len - 1 - k) * d : nullptr; };
   T top = -std::numeric_limits<T>::infinity();
   for (int64_t k = first; k < k_len; ++k) {
-    prefetch_ahead(w.keys + k * d, d);
+    prefetch_ahead(w.keys + k * d, d * static_cast<int64_t>(sizeof(T)));
     scores[k] = score(qc, qp, w.keys + k * d, rel_of(k), d);
     top = std::max(top, scores[k]);
   }
@@ -96,7 +82,7 @@ inline __attribute__((always_inline)) void attend_head(const HeadView<T>& w, int
     const T p0 = scores[k], p1 = scores[k + 1];
     const T* __restrict v0 = w.values + k * d;
     const T* __restrict v1 = v0 + d;
-    prefetch_ahead(v0, 2 * d);
+    prefetch_ahead(v0, 2 * d * static_cast<int64_t>(sizeof(T)));
 #pragma omp simd
     for (int64_t i = 0; i < d; ++i) out[i] += p0 * v0[i] + p1 * v1[i];
   }
@@ -201,11 +187,8 @@ torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, in
   RECORD_FUNCTION("txl::attend_cached", std::vector<c10::IValue>({qkv}));  // in profiles
   const int64_t batch = qkv.size(0), heads = qkv.size(2), d = qkv.size(3);
   auto out = torch::empty({batch, heads * d}, qkv.options());  // [B, H D]
-  if (qkv.scalar_type() == torch::kFloat) {
-    attend_all<float>(qkv, keys, k_len, first, out);
-  } else {
-    attend_all<double>(qkv, keys, k_len, first, out);
-  }
+  for_vector_dtype(qkv,
+                   [&](auto zero) { attend_all<decltype(zero)>(qkv, keys, k_len, first, out); });
   return out;
 }
 

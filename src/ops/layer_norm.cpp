@@ -99,11 +99,8 @@ torch::Tensor add_layer_norm(const torch::Tensor& x, const torch::Tensor& y,
   check(x, y, weight, bias);
   RECORD_FUNCTION("txl::add_layer_norm", std::vector<c10::IValue>({x, y}));  // in profiles
   auto out = torch::empty_like(x);                                           // [..., d]
-  if (x.scalar_type() == torch::kFloat) {
-    add_norm_all<float>(x, y, weight, bias, eps, out);
-  } else {
-    add_norm_all<double>(x, y, weight, bias, eps, out);
-  }
+  for_vector_dtype(x,
+                   [&](auto zero) { add_norm_all<decltype(zero)>(x, y, weight, bias, eps, out); });
   return out;
 }
 

@@ -91,11 +91,7 @@ torch::Tensor matvec(const torch::Tensor& w, const torch::Tensor& x, const torch
             "matvec: bias must be contiguous [out = ", w.size(0), "] of w's dtype");
   RECORD_FUNCTION("txl::matvec", std::vector<c10::IValue>({w, x}));  // in profiles
   auto y = torch::empty({w.size(0)}, w.options());  // [out]
-  if (w.scalar_type() == torch::kFloat) {
-    matvec_as<float>(w, x, bias, y);
-  } else {
-    matvec_as<double>(w, x, bias, y);
-  }
+  for_vector_dtype(w, [&](auto zero) { matvec_as<decltype(zero)>(w, x, bias, y); });
   return y;
 }
 

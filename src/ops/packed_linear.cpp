@@ -9,6 +9,7 @@
 
 #include "txl/util/error.h"
 #include "txl/util/side_thread.h"
+#include "vector_math.h"
 
 namespace txl::ops {
 
@@ -32,19 +33,6 @@ struct Product {
   bool relu;
 };
 
-// How far ahead of its reads a kernel asks for the panels: the hardware's prefetcher alone
-// keeps too few lines in flight for a stream that each line feeds R multiply-adds of
-// (16-row products from memory ran at 9-13 GB/s without, 14-20 GB/s with, on a 2-core Zen 5).
-constexpr int64_t kPrefetchBytes = 4096;
-
-// Asks for the cache line `bytes` after p. The address is computed as an integer: it may lie
-// past the end of the panels, where a prefetch does not fault (a pointer there would be UB).
-inline __attribute__((always_inline)) void prefetch(const void* p, int64_t bytes) {
-  __builtin_prefetch(
-      reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes)),
-      0, 3);
-}
-
 // Rows [0, R) of x (rows `in` apart) times one panel w [in, L] -> y's L columns (`cols` of them
 // stored, rows `out` apart). The sum over `in` is split U ways (U chains of multiply-adds in
 // flight: one row alone would wait for each add), and combined in a fixed order.
@@ -59,11 +47,10 @@ inline __attribute__((always_inline)) void panel_rows(const T* __restrict w, con
   for (int u = 0; u < U; ++u) {
     for (int r = 0; r < R; ++r) acc[u][r] = V{};
   }
-  constexpr int64_t kAhead = kPrefetchBytes / static_cast<int64_t>(sizeof(T));
   int64_t k = 0;
   for (; k + U <= in; k += U) {
     for (int u = 0; u < U; ++u) {
-      prefetch(w + (k + u) * L, kAhead * static_cast<int64_t>(sizeof(T)));
+      prefetch_ahead(w + (k + u) * L, 1);
       V column;  // W[p L .. p L + L - 1][k + u]
       std::memcpy(&column, w + (k + u) * L, sizeof(V));
       for (int r = 0; r < R; ++r) acc[u][r] += x[r * in + k + u] * column;
@@ -237,11 +224,7 @@ torch::Tensor linear_packed(const torch::Tensor& x, const PackedWeight& w,
   sizes.back() = w.out;
   auto y = torch::empty(sizes, x.options());  // [..., out]
   if (x.numel() == 0) return y;
-  if (x.scalar_type() == torch::kFloat) {
-    run<float>(x, w, options, y);
-  } else {
-    run<double>(x, w, options, y);
-  }
+  for_vector_dtype(x, [&](auto zero) { run<decltype(zero)>(x, w, options, y); });
   return y;
 }
 

@@ -108,11 +108,7 @@ torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias) {
                           bias.scalar_type() == x.scalar_type() && bias.is_cpu()),
       "log_softmax_rows_: bias must be contiguous [V = ", x.size(1), "] of x's dtype");
   RECORD_FUNCTION("txl::log_softmax_rows_", std::vector<c10::IValue>({x}));  // in profiles
-  if (x.scalar_type() == torch::kFloat) {
-    log_softmax_all<float>(x, bias);
-  } else {
-    log_softmax_all<double>(x, bias);
-  }
+  for_vector_dtype(x, [&](auto zero) { log_softmax_all<decltype(zero)>(x, bias); });
   return x;
 }
 
@@ -121,11 +117,7 @@ torch::Tensor argmax_rows(const torch::Tensor& x) {
   if (!vector_loops_take(x) || !x.is_contiguous()) return x.argmax(1);  // [B]
   RECORD_FUNCTION("txl::argmax_rows", std::vector<c10::IValue>({x}));   // in profiles
   auto out = torch::empty({x.size(0)}, torch::kLong);                   // [B]
-  if (x.scalar_type() == torch::kFloat) {
-    argmax_all<float>(x, out);
-  } else {
-    argmax_all<double>(x, out);
-  }
+  for_vector_dtype(x, [&](auto zero) { argmax_all<decltype(zero)>(x, out); });
   return out;
 }
 

@@ -97,8 +97,8 @@ class IncrementalDecoder {
 
   int64_t rows() const { return static_cast<int64_t>(first_.size()); }
   int64_t steps() const { return time_; }  // time steps read (padding included)
-  bool sliding() const { return sliding_; }
-  int64_t capacity() const { return capacity_; }  // C: key rows each layer's buffer holds
+  bool sliding() const { return w_.sliding; }
+  int64_t capacity() const { return w_.capacity; }  // C: key rows each layer's buffer holds
 
  private:
   // The tokens [B, q] at times time_ .. time_ + q - 1, with keys in the buffer at slots
@@ -139,11 +139,7 @@ class IncrementalDecoder {
                         bool relu = false) const;
   const PackedLayer& packed(size_t l) const;  // layer l's, or undefined ones
 
-  TransformerLM model_;
-  DecodeOptions options_;
-  bool sliding_ = false;
-  int64_t capacity_ = 0;
-  DecoderWeights w_;                  // shared with the decoders made from the same weights
+  DecoderWeights w_;                  // the model, lengths and weights, shared with other decoders
   std::vector<torch::Tensor> kv_;     // per layer [2, H, B, C, D]
   torch::Tensor out_weight_t_;        // plain softmax, more rows than packed: [d, V]
   torch::Tensor window_;              // sliding: int64 [B, <= tgt_len] the last tokens

@@ -11,4 +11,15 @@ inline bool vector_loops_take(const torch::Tensor& t) {
          (t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble);
 }
 
+// Calls f(float{}) or f(double{}) for t's dtype, one of the two vector_loops_take takes: the
+// element type of a loop's instantiation, as decltype(zero).
+template <typename F>
+void for_vector_dtype(const torch::Tensor& t, F&& f) {
+  if (t.scalar_type() == torch::kFloat) {
+    f(float{});
+  } else {
+    f(double{});
+  }
+}
+
 }  // namespace txl::ops
