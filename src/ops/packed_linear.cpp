@@ -119,26 +119,18 @@ void panels_portable(const Product<T>& c, int64_t begin, int64_t end) {
   panels<T, 4>(c, begin, end);
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define TXL_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+#ifdef TXL_HAS_AVX512
 TXL_AVX512 void panels_avx512(const Product<float>& c, int64_t begin, int64_t end) {
   panels<float, 16>(c, begin, end);
 }
 TXL_AVX512 void panels_avx512(const Product<double>& c, int64_t begin, int64_t end) {
   panels<double, 16>(c, begin, end);
 }
-#undef TXL_AVX512
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
-  return has;
-}
 #else
 template <typename T>
 void panels_avx512(const Product<T>& c, int64_t begin, int64_t end) {
   panels_portable(c, begin, end);
 }
-bool cpu_has_avx512() { return false; }
 #endif
 
 template <typename T>

@@ -7,6 +7,26 @@
 
 namespace txl::ops {
 
+// TXL_AVX512 before a function compiles it for AVX-512 (F, VL, BW, DQ) whatever the build's
+// flags; call it only where cpu_has_avx512(). Defined on x86-64 with GCC or clang only
+// (TXL_HAS_AVX512).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TXL_HAS_AVX512 1
+#define TXL_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+#endif
+
+// Whether the CPU runs the AVX-512 kernels that txl compiles with an explicit target attribute
+// (ops::linear_packed, ops::attend_cached): AVX-512 F, VL, BW and DQ. False off x86-64.
+inline bool cpu_has_avx512() {
+#ifdef TXL_HAS_AVX512
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+  return has;
+#else
+  return false;
+#endif
+}
+
 // How far ahead of its reads a loop that streams memory asks for it: the hardware's prefetcher
 // alone keeps too few lines in flight for txl's generation loops (a 16-row packed product read
 // its weights at 9-13 GB/s without, 14-20 GB/s with, on a 2-core Zen 5).

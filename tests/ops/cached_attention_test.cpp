@@ -1,6 +1,7 @@
 // ops::attend_cached against the definition written with tensor ops: scores of the content and
 // the relative position, the visible keys only, softmax, weighted values. fp64 with a tolerance
-// of 1e-12, fp32 with 1e-5; the new key and value land in their slot; bad inputs are errors.
+// of 1e-12, fp32 with 2e-5, through both kernels (kBest: AVX-512 for float heads of 16 N where the
+// CPU has it; kPortable); the new key and value land in their slot; bad inputs are errors.
 #include "txl/ops/cached_attention.h"
 #include "txl/ops/vector_loops.h"
 #include "txl/util/blas_threads.h"
@@ -73,23 +74,31 @@ TEST(AttendCached, EqualsTheDefinition) {
       {2, 4, 64, 300, 260, true, true},  // bench-like head size, long context
       {4, 2, 5, 9, 9, true, false},    // shaw: encodings, no biases; a full buffer
       {2, 3, 7, 10, 6, false, false},  // no positions
+      // Float heads of 16 N (N <= 8) take the AVX-512 kernel where the CPU has it.
+      {3, 2, 16, 40, 33, true, true},    // N = 1, an odd number of keys
+      {2, 2, 48, 50, 47, false, false},  // N = 3, no positions
+      {2, 1, 128, 70, 64, true, false},  // N = 8, shaw-like
+      {1, 2, 144, 20, 17, true, true},   // N = 9: the portable loops
   };
-  for (auto dtype : {torch::kDouble, torch::kFloat}) {
-    const double tol = dtype == torch::kDouble ? 1e-12 : 2e-5;
-    for (const auto& c : cases) {
-      SCOPED_TRACE(::testing::Message() << "B " << c.batch << " H " << c.heads << " D " << c.d
-                                        << " K " << c.k_len << " " << dtype);
-      auto in = random_inputs(c.batch, c.heads, c.d, c.capacity, c.k_len, c.rel, c.biases, dtype,
-                              17);
-      auto expected = reference(in);
-      auto before = in.keys.buffer.clone();
-      auto got = attend_cached(in.qkv, in.keys, in.k_len, in.first);  // [B, H D]
-      EXPECT_TRUE(tensor_near(got, expected, tol, tol));
-      // The new key and value are in slot K-1; nothing else changed.
-      auto slot = in.keys.buffer.select(3, c.k_len - 1);  // [2, H, B, D]
-      EXPECT_TRUE(torch::equal(slot, in.qkv.narrow(1, 1, 2).permute({1, 2, 0, 3})));
-      before.select(3, c.k_len - 1).copy_(slot);
-      EXPECT_TRUE(torch::equal(before, in.keys.buffer));
+  for (auto kernel : {CachedKernel::kBest, CachedKernel::kPortable}) {
+    for (auto dtype : {torch::kDouble, torch::kFloat}) {
+      const double tol = dtype == torch::kDouble ? 1e-12 : 2e-5;
+      for (const auto& c : cases) {
+        SCOPED_TRACE(::testing::Message() << "B " << c.batch << " H " << c.heads << " D " << c.d
+                                          << " K " << c.k_len << " " << dtype << " kernel "
+                                          << static_cast<int>(kernel));
+        auto in = random_inputs(c.batch, c.heads, c.d, c.capacity, c.k_len, c.rel, c.biases,
+                                dtype, 17);
+        auto expected = reference(in);
+        auto before = in.keys.buffer.clone();
+        auto got = attend_cached(in.qkv, in.keys, in.k_len, in.first, kernel);  // [B, H D]
+        EXPECT_TRUE(tensor_near(got, expected, tol, tol));
+        // The new key and value are in slot K-1; nothing else changed.
+        auto slot = in.keys.buffer.select(3, c.k_len - 1);  // [2, H, B, D]
+        EXPECT_TRUE(torch::equal(slot, in.qkv.narrow(1, 1, 2).permute({1, 2, 0, 3})));
+        before.select(3, c.k_len - 1).copy_(slot);
+        EXPECT_TRUE(torch::equal(before, in.keys.buffer));
+      }
     }
   }
 }

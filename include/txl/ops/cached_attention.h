@@ -28,6 +28,12 @@
 
 namespace txl::ops {
 
+// kBest: on a CPU with AVX-512, float heads of D = 16 N (N <= 8) go through a kernel that keeps
+// the query and the output's sums in registers; everything else, and kPortable, through the
+// portable loops (vector clones). Both compute the definition below; they differ in summation
+// order only (fp32: about 1e-7 relative).
+enum class CachedKernel { kBest, kPortable };
+
 struct CachedKeys {
   torch::Tensor buffer;       // [2, H, B, C, D]: keys, values; slots 0 .. K-2 already filled
   torch::Tensor by_distance;  // [H, C, D] encodings of distance 0 .. C-1, or undefined
@@ -40,6 +46,7 @@ struct CachedKeys {
 // (0 <= first[b] < k_len). CPU, float or double (vector_loops_take), every tensor of one dtype. Throws txl::Error
 // for shapes, dtypes or a device it does not take.
 torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
-                            const std::vector<int64_t>& first);
+                            const std::vector<int64_t>& first,
+                            CachedKernel kernel = CachedKernel::kBest);
 
 }  // namespace txl::ops
