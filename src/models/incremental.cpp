@@ -13,6 +13,7 @@
 #include "txl/ops/vector_loops.h"
 #include "txl/util/blas_threads.h"
 #include "txl/util/error.h"
+#include "txl/util/huge_pages.h"
 
 namespace txl::models {
 
@@ -102,6 +103,13 @@ void pack_weights(const TransformerLM& model, DecoderWeights& w) {
     w.packed.push_back(std::move(p));
   }
   if (w.out_weight.defined()) w.packed_vocab = ops::pack_weight(w.out_weight);  // [V, d]
+  // One block of 2 MB pages for every panel a generated token streams (util/huge_pages.h).
+  std::vector<torch::Tensor*> panels;
+  for (auto& p : w.packed) {
+    for (auto* weight : {&p.qkv, &p.out, &p.fc1, &p.fc2}) panels.push_back(&weight->panels);
+  }
+  if (w.packed_vocab.defined()) panels.push_back(&w.packed_vocab.panels);
+  util::share_huge_block(panels);
 }
 
 }  // namespace
@@ -152,10 +160,11 @@ IncrementalDecoder::IncrementalDecoder(const DecoderWeights& weights, int64_t ro
   const auto& c = w_.model->config();
   first_.assign(static_cast<size_t>(rows), 0);
   const auto opts = w_.model->crit->table(0).options();
-  for (size_t l = 0; l < w_.qkv.size(); ++l) {
-    kv_.push_back(
-        torch::zeros({2, c.n_head, rows, w_.capacity, c.d_head}, opts));  // [2, H, B, C, D]
-  }
+  // Every layer's keys and values in one block of 2 MB pages (util/huge_pages.h).
+  const auto layers = static_cast<int64_t>(w_.qkv.size());
+  auto all = util::empty_huge({layers, 2, c.n_head, rows, w_.capacity, c.d_head}, opts)
+                 .zero_();  // [L, 2, H, B, C, D]
+  for (int64_t l = 0; l < layers; ++l) kv_.push_back(all[l]);  // [2, H, B, C, D], contiguous
   // The transposed table serves more rows than the packed one takes.
   if (w_.out_weight.defined() && rows > (w_.packed_vocab.defined() ? kPackedRows : 1)) {
     out_weight_t_ = w_.out_weight.t().contiguous();  // [d, V]; rows never grow

@@ -19,7 +19,8 @@
 // Products of at most 64 rows (a generated token's B rows, short segments) go through the
 // layers' weights packed once (ops::linear_packed: each weight streamed once, 16 rows' sums in
 // registers) where the CPU has AVX-512; longer segments of a prompt, and other CPUs, through
-// LibTorch's.
+// LibTorch's. The packed panels share one block of 2 MB pages, and so do a decoder's keys and
+// values of every layer (util::empty_huge): a 16-row step streams ~50 MB of them from memory.
 //
 // Rows may start with padding (left-padded prompts of different lengths, the `real` mask of the
 // first read): padding is never attended to, and each row's segments start at its own first
