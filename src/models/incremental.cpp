@@ -157,18 +157,24 @@ IncrementalDecoder::IncrementalDecoder(const DecoderWeights& weights, int64_t ro
   TXL_CHECK(rows >= 1, "decoding: rows = ", rows, " must be >= 1");
   TXL_CHECK(!w_.model->is_training(), "decoding: the model must be in evaluation mode (eval())");
   torch::NoGradGuard no_grad;
-  const auto& c = w_.model->config();
   first_.assign(static_cast<size_t>(rows), 0);
-  const auto opts = w_.model->crit->table(0).options();
-  // Every layer's keys and values in one block of 2 MB pages (util/huge_pages.h).
-  const auto layers = static_cast<int64_t>(w_.qkv.size());
-  auto all = util::empty_huge({layers, 2, c.n_head, rows, w_.capacity, c.d_head}, opts)
-                 .zero_();  // [L, 2, H, B, C, D]
-  for (int64_t l = 0; l < layers; ++l) kv_.push_back(all[l]);  // [2, H, B, C, D], contiguous
+  kv_ = key_value_buffers(rows);
+  for (auto& kv : kv_) kv.zero_();  // mmap's blocks come zeroed, torch::empty's do not
   // The transposed table serves more rows than the packed one takes.
   if (w_.out_weight.defined() && rows > (w_.packed_vocab.defined() ? kPackedRows : 1)) {
     out_weight_t_ = w_.out_weight.t().contiguous();  // [d, V]; rows never grow
   }
+}
+
+std::vector<torch::Tensor> IncrementalDecoder::key_value_buffers(int64_t rows) const {
+  const auto& c = w_.model->config();
+  const auto layers = static_cast<int64_t>(w_.qkv.size());
+  const auto opts = w_.model->crit->table(0).options();
+  auto all = util::empty_huge({layers, 2, c.n_head, rows, w_.capacity, c.d_head},
+                              opts);  // [L, 2, H, B, C, D]
+  std::vector<torch::Tensor> buffers;
+  for (int64_t l = 0; l < layers; ++l) buffers.push_back(all[l]);  // [2, H, B, C, D], contiguous
+  return buffers;
 }
 
 const PackedLayer& IncrementalDecoder::packed(size_t l) const {
@@ -436,7 +442,9 @@ void IncrementalDecoder::keep_rows(const torch::Tensor& rows) {
     first.push_back(first_[static_cast<size_t>(p[i])]);
   }
   const auto index = host.to(w_.slots.device());
-  for (auto& kv : kv_) kv = kv.index_select(2, index);  // [2, H, B', C, D]
+  auto kept = key_value_buffers(host.size(0));  // per layer [2, H, B', C, D]
+  for (size_t l = 0; l < kv_.size(); ++l) torch::index_select_out(kept[l], kv_[l], 2, index);
+  kv_ = std::move(kept);
   if (window_.defined()) window_ = window_.index_select(0, index);  // [B', n]
   first_ = std::move(first);
 }

@@ -26,7 +26,7 @@ namespace {
 // rows of D contiguous elements.
 template <typename T>
 struct HeadView {
-  const T* qkv;       // [3, H, D] of the row; query at + h D, key at + (H + h) D, value at + (2H + h) D
+  const T* qkv;       // [3, H, D] of the row: query at + h D, key + (H + h) D, value + (2H + h) D
   T* keys;            // [C, D] of (h, b)
   T* values;          // [C, D] of (h, b)
   const T* rel;       // [C, D] of h by distance, or null
@@ -124,8 +124,8 @@ TXL_VECTOR_CLONES void attend_head_of(const HeadView<double>& w, int64_t first, 
 // registers. The query's two terms (N registers each) and the output's sums stay in registers
 // (two sets, for even and odd keys: two keys' multiply-adds in flight), where attend_head's
 // loops over a run-time D load and store the output for every key; a key's score is one
-// register's sum. A 16-row step of the bench model (4 heads of 64, 192 keys, streamed from
-// memory): 0.17-0.20 ms against 0.22-0.35 ms a layer (2 cores).
+// register's sum. A layer of a 16-row step of the bench model (4 heads of 64, 192 keys a row,
+// streamed from memory, 2 cores): 0.20-0.21 ms against 0.26-0.28 ms inside generation.
 using HeadKernel = void (*)(const HeadView<float>&, int64_t, int64_t, float*);
 
 #ifdef TXL_HAS_AVX512
@@ -301,6 +301,8 @@ void attend_all(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
 }
 
 }  // namespace
+
+bool cached_kernel_vectorised() { return avx512_head(16, CachedKernel::kBest) != nullptr; }
 
 torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
                             const std::vector<int64_t>& first, CachedKernel kernel) {

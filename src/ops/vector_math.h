@@ -1,6 +1,7 @@
 #pragma once
 // Element functions for txl's vector loops (files built with -fopenmp-simd, vector_clones.h):
-// written so that the vectorizer can take them, instead of one libm call per element.
+// written so that the vectorizer can take them, instead of one libm call per element; the
+// prefetch helpers of the streaming loops, and the CPU check of txl's AVX-512 kernels.
 
 #include <cmath>
 #include <cstdint>

@@ -79,7 +79,11 @@ TEST(AttendCached, EqualsTheDefinition) {
       {2, 2, 48, 50, 47, false, false},  // N = 3, no positions
       {2, 1, 128, 70, 64, true, false},  // N = 8, shaw-like
       {1, 2, 144, 20, 17, true, true},   // N = 9: the portable loops
+      {1, 1, 16, 8, 1, true, true},      // N = 1, the new key alone (no pair of keys)
+      {2, 2, 32, 20, 9, false, true},    // N = 2, biases without encodings
   };
+  // Which kernel kBest ran, in the test's XML report.
+  ::testing::Test::RecordProperty("avx512_kernel", cached_kernel_vectorised() ? "yes" : "no");
   for (auto kernel : {CachedKernel::kBest, CachedKernel::kPortable}) {
     for (auto dtype : {torch::kDouble, torch::kFloat}) {
       const double tol = dtype == torch::kDouble ? 1e-12 : 2e-5;

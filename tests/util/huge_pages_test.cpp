@@ -1,7 +1,7 @@
-// util::empty_huge: blocks of at least 1 MB are 2 MB-aligned, hold what is written to them, are
-// in 2 MB pages where the kernel's transparent huge pages allow it, and are given back when the
-// tensor dies; smaller ones are torch::empty's. util::share_huge_block keeps every tensor's
-// values and shape, each on its own 64-byte line of one block.
+// util::empty_huge: on Linux, blocks of at least 1 MB are 2 MB-aligned, hold what is written to
+// them, are in 2 MB pages where the kernel allows it, and are unmapped when the tensor dies;
+// smaller ones are torch::empty's. util::share_huge_block keeps every tensor's values and shape,
+// each on its own 64-byte line of one storage, and refuses what it cannot move.
 #include "txl/util/huge_pages.h"
 
 #include <gtest/gtest.h>
@@ -45,22 +45,41 @@ int64_t huge_kb_at(uintptr_t where) {
   return -1;
 }
 
-// The kernel's count of huge page faults that fell back to 4 KB pages (no 2 MB page free).
+// The kernel's count of huge page faults that fell back to 4 KB pages (none free, or the
+// cgroup's limit).
 int64_t thp_fallbacks() {
   std::ifstream in("/proc/vmstat");
   std::string key;
-  int64_t value = 0;
+  int64_t value = 0, sum = 0;
   while (in >> key >> value) {
-    if (key == "thp_fault_fallback") return value;
+    if (key == "thp_fault_fallback" || key == "thp_fault_fallback_charge") sum += value;
   }
-  return 0;
+  return sum;
 }
 
-int64_t resident_mb() {
+// Why this process gets no 2 MB pages from madvise, or "" when it may.
+std::string no_huge_pages_because() {
+  const auto mode = thp_mode();
+  if (mode != "always" && mode != "madvise") return "transparent huge pages: '" + mode + "'";
+  std::ifstream pmd("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+  int64_t size = 0;
+  if (!(pmd >> size) || size != kHugePageBytes) return "huge pages are not 2 MB here";
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("THP_enabled:", 0) == 0 && line.find('0') != std::string::npos) {
+      return "huge pages disabled for this process";
+    }
+  }
+  return "";
+}
+
+// This process's mapped (index 0) or resident (index 1) MB, from /proc/self/statm.
+int64_t statm_mb(int index) {
   std::ifstream in("/proc/self/statm");
-  int64_t pages = 0, resident = 0;
-  in >> pages >> resident;
-  return resident * sysconf(_SC_PAGESIZE) / (1 << 20);
+  int64_t field[2] = {0, 0};
+  in >> field[0] >> field[1];
+  return field[index] * sysconf(_SC_PAGESIZE) / (1 << 20);
 }
 
 TEST(EmptyHuge, LargeBlocksAreAlignedAndHoldTheirValues) {
@@ -69,39 +88,52 @@ TEST(EmptyHuge, LargeBlocksAreAlignedAndHoldTheirValues) {
   EXPECT_EQ(t.sizes(), (std::vector<int64_t>{3, 1 << 18}));
   EXPECT_EQ(t.scalar_type(), torch::kFloat);
   EXPECT_TRUE(t.is_contiguous());
-  EXPECT_EQ(address(t) % kHugePageBytes, 0u);
-  auto values = torch::arange(t.numel(), torch::kFloat).view(t.sizes());
+  auto values = torch::arange(t.numel(), torch::kFloat).view(t.sizes());  // [3, 262144]
   t.copy_(values);
   EXPECT_TRUE(torch::equal(t, values));
-  const auto mode = thp_mode();
-  if (mode != "always" && mode != "madvise") GTEST_SKIP() << "transparent huge pages: " << mode;
-  // Touched, the first 2 MB are one huge page unless the kernel had none free (then it falls
-  // back to 4 KB pages, which only costs speed).
+#if defined(__linux__)
+  EXPECT_EQ(address(t) % kHugePageBytes, 0u);
+  EXPECT_FALSE(t.storage().resizable());  // its own block, not the allocator's
+  const auto why_not = no_huge_pages_because();
+  if (!why_not.empty()) GTEST_SKIP() << why_not;
+  // Touched, the first 2 MB are one huge page unless the kernel had none to give (then it
+  // falls back to 4 KB pages, which only costs speed).
   if (thp_fallbacks() > fallbacks) GTEST_SKIP() << "the kernel had no free 2 MB page";
-  EXPECT_GE(huge_kb_at(address(t)), 2048) << "no 2 MB page for an madvise(MADV_HUGEPAGE) block";
+  const int64_t huge_kb = huge_kb_at(address(t));
+  if (huge_kb < 0) GTEST_SKIP() << "/proc/self/smaps tells no AnonHugePages";
+  EXPECT_GE(huge_kb, 2048) << "no 2 MB page for an madvise(MADV_HUGEPAGE) block";
+#endif
 }
 
-TEST(EmptyHuge, SmallBlocksAndOtherDtypesAreTorchEmptys) {
-  auto small = empty_huge({1000}, torch::kFloat);  // 4 KB
-  EXPECT_EQ(small.numel(), 1000);
-  auto doubles = empty_huge({1 << 18}, torch::kDouble);  // 2 MB
+TEST(EmptyHuge, BlocksBelowAMegabyteAreTorchEmptys) {
+  const int64_t below = kHugePageMinBytes / 4 - 1;  // floats
+  auto small = empty_huge({below}, torch::kFloat);  // [below]: 4 bytes under 1 MB
+  EXPECT_EQ(small.numel(), below);
+  EXPECT_TRUE(small.storage().resizable());  // the allocator's
+  auto doubles = empty_huge({kHugePageMinBytes / 8}, torch::kDouble);  // [131072]: 1 MB
   EXPECT_EQ(doubles.scalar_type(), torch::kDouble);
+#if defined(__linux__)
+  EXPECT_FALSE(doubles.storage().resizable());
   EXPECT_EQ(address(doubles) % kHugePageBytes, 0u);
+#endif
   doubles.fill_(2.5);
-  EXPECT_EQ(doubles.sum().item<double>(), 2.5 * (1 << 18));
+  EXPECT_EQ(doubles.sum().item<double>(), 2.5 * static_cast<double>(doubles.numel()));
+  EXPECT_THROW(empty_huge({-1, -(1 << 20)}, torch::kFloat), c10::Error);  // as torch::empty
 }
 
 TEST(EmptyHuge, FreedBlocksAreGivenBack) {
-  const int64_t before = resident_mb();
+  const int64_t mapped = statm_mb(0), resident = statm_mb(1);
   for (int i = 0; i < 100; ++i) {
-    auto t = empty_huge({1 << 21}, torch::kFloat);  // 8 MB, touched
+    auto t = empty_huge({3 << 18}, torch::kFloat);  // [786432]: 3 MB in a 4 MB block, touched
     t.fill_(1.0f);
   }
-  EXPECT_LT(resident_mb() - before, 100) << "800 MB allocated in turn, most of it still resident";
+  EXPECT_LT(statm_mb(1) - resident, 100) << "400 MB allocated in turn, much still resident";
+  EXPECT_LT(statm_mb(0) - mapped, 100) << "400 MB allocated in turn, much still mapped";
 }
 
 TEST(ShareHugeBlock, KeepsValuesAndShapesOnOwnLines) {
   torch::manual_seed(3);
+  // [7, 13], [300, 1024], [5], [4, 3, 2] (not contiguous)
   std::vector<torch::Tensor> tensors = {torch::randn({7, 13}), torch::randn({300, 1024}),
                                         torch::randn({5}), torch::randn({2, 3, 4}).transpose(0, 2)};
   std::vector<torch::Tensor> copies;
@@ -121,15 +153,25 @@ TEST(ShareHugeBlock, KeepsValuesAndShapesOnOwnLines) {
     previous_end = address(tensors[i]) + tensors[i].numel() * tensors[i].element_size();
   }
   // 1.2 MB in all: one block of 2 MB pages.
+  for (const auto& t : tensors) EXPECT_TRUE(t.is_alias_of(tensors.front()));
+#if defined(__linux__)
   EXPECT_EQ(address(tensors.front()) % kHugePageBytes, 0u);
+#endif
   EXPECT_LE(previous_end - address(tensors.front()), static_cast<uintptr_t>(kHugePageBytes));
 }
 
-TEST(ShareHugeBlock, MixedDtypesAreErrors) {
-  auto a = torch::zeros({4}, torch::kFloat);
-  auto b = torch::zeros({4}, torch::kDouble);
+TEST(ShareHugeBlock, MixedDtypesAndUndefinedTensorsAreErrors) {
+  auto a = torch::zeros({4}, torch::kFloat);   // [4]
+  auto b = torch::zeros({4}, torch::kDouble);  // [4]
+  torch::Tensor none;
   EXPECT_THROW(share_huge_block({&a, &b}), c10::Error);
+  EXPECT_THROW(share_huge_block({&none, &a}), c10::Error);
+  EXPECT_THROW(share_huge_block({&a, nullptr}), c10::Error);
   share_huge_block({});  // nothing to do
+  auto empty = torch::zeros({0, 3}, torch::kFloat);  // [0, 3]
+  share_huge_block({&empty, &a});
+  EXPECT_EQ(empty.sizes(), (std::vector<int64_t>{0, 3}));
+  EXPECT_TRUE(torch::equal(a, torch::zeros({4})));
 }
 
 }  // namespace

@@ -19,8 +19,9 @@
 // Products of at most 64 rows (a generated token's B rows, short segments) go through the
 // layers' weights packed once (ops::linear_packed: each weight streamed once, 16 rows' sums in
 // registers) where the CPU has AVX-512; longer segments of a prompt, and other CPUs, through
-// LibTorch's. The packed panels share one block of 2 MB pages, and so do a decoder's keys and
-// values of every layer (util::empty_huge): a 16-row step streams ~50 MB of them from memory.
+// LibTorch's. The packed panels share one block of 2 MB pages (util::share_huge_block), and so
+// do a decoder's keys and values of every layer (util::empty_huge): a 16-row step streams about
+// 51 MB of them from memory.
 //
 // Rows may start with padding (left-padded prompts of different lengths, the `real` mask of the
 // first read): padding is never attended to, and each row's segments start at its own first
@@ -139,6 +140,8 @@ class IncrementalDecoder {
                         const torch::Tensor& w, const torch::Tensor& bias = {},
                         bool relu = false) const;
   const PackedLayer& packed(size_t l) const;  // layer l's, or undefined ones
+  // Per layer an uninitialised [2, H, rows, C, D] buffer, views of one block of 2 MB pages.
+  std::vector<torch::Tensor> key_value_buffers(int64_t rows) const;
 
   DecoderWeights w_;                  // the model, lengths and weights, shared with other decoders
   std::vector<torch::Tensor> kv_;     // per layer [2, H, B, C, D]
