@@ -46,12 +46,8 @@ std::string quote(const std::string& text) {
   return out + "\"";
 }
 
-}  // namespace
-
-std::vector<Field> fields_of(ExperimentConfig& c) {
-  TableBuilder t;
-
-  RunConfig& run = c.run;
+// The table, one section at a time, in the order of a dumped configuration.
+void add_run_fields(TableBuilder& t, RunConfig& run) {
   t.add("run.name", run.name);
   t.add("run.output_dir", run.output_dir);
   t.add("run.seed", run.seed);
@@ -60,8 +56,9 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("run.precision", run.precision);
   t.add("run.log_interval", run.log_interval);
   t.add("run.dist_timeout", run.dist_timeout);
+}
 
-  DataConfig& data = c.data;
+void add_data_fields(TableBuilder& t, DataConfig& data) {
   t.add("data.corpus", data.corpus,
         {"kjv", "wikitext", "ptb", "enwik8", "text8", "text", "synthetic"});
   t.add("data.path", data.path);
@@ -83,8 +80,9 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("data.synthetic.alphabet", syn.alphabet);
   t.add("data.document_mode", data.document_mode);
   t.add("data.add_eos", data.add_eos);
+}
 
-  ModelConfig& m = c.model;
+void add_model_fields(TableBuilder& t, ModelConfig& m) {
   t.add("model.attn_type", m.attn_type);
   t.add("model.n_layer", m.n_layer);
   t.add("model.d_model", m.d_model);
@@ -113,8 +111,9 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("model.init_std", m.init_std);
   t.add("model.proj_init_std", m.proj_init_std);
   t.add_later("model.mem_init", m.mem_init, {"empty", "zeros"});
+}
 
-  TrainConfig& tr = c.train;
+void add_train_fields(TableBuilder& t, TrainConfig& tr) {
   t.add("train.optimizer", tr.optimizer);
   t.add("train.lr", tr.lr);
   t.add("train.weight_decay", tr.weight_decay);
@@ -138,8 +137,9 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("train.eval_max_tokens", tr.eval_max_tokens);
   t.add("train.divergence_factor", tr.divergence_factor);
   t.add("train.divergence_patience", tr.divergence_patience);
+}
 
-  EvalConfig& ev = c.eval;
+void add_eval_fields(TableBuilder& t, EvalConfig& ev) {
   t.add("eval.tgt_len", ev.tgt_len);
   t.add("eval.mem_len", ev.mem_len);
   t.add("eval.clamp_len", ev.clamp_len);
@@ -153,6 +153,17 @@ std::vector<Field> fields_of(ExperimentConfig& c) {
   t.add("eval.max_tokens", ev.max_tokens);
   t.add("eval.splits", ev.splits, {"train", "valid", "test"});
   t.add("eval.sweep_mem_lens", ev.sweep_mem_lens);
+}
+
+}  // namespace
+
+std::vector<Field> fields_of(ExperimentConfig& c) {
+  TableBuilder t;
+  add_run_fields(t, c.run);
+  add_data_fields(t, c.data);
+  add_model_fields(t, c.model);
+  add_train_fields(t, c.train);
+  add_eval_fields(t, c.eval);
   return t.take();
 }
 
