@@ -12,35 +12,34 @@ namespace txl::util {
 
 namespace {
 
-// Whether empty_huge maps its own block for a tensor of `sizes` like `options`: a strided,
-// non-quantized CPU tensor of at least kHugePageMinBytes, on Linux.
-bool maps_own_block(at::IntArrayRef sizes, const torch::TensorOptions& options) {
+// The bytes of the block empty_huge maps for a tensor of `sizes` like `options`, 0 where it maps
+// none: only a strided, non-quantized CPU tensor of at least kHugePageMinBytes, on Linux.
+size_t own_block_bytes(at::IntArrayRef sizes, const torch::TensorOptions& options) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (options.device().type() != c10::kCPU || options.layout() != c10::kStrided) return false;
+  if (options.device().type() != c10::kCPU || options.layout() != c10::kStrided) return 0;
   const auto dtype = c10::typeMetaToScalarType(options.dtype());
-  if (c10::isQIntType(dtype)) return false;
+  if (c10::isQIntType(dtype)) return 0;
   for (auto s : sizes) {
-    if (s < 0) return false;  // torch::empty gives the error
+    if (s < 0) return 0;  // torch::empty gives the error
   }
   const int64_t bytes =
       c10::multiply_integers(sizes) * static_cast<int64_t>(c10::elementSize(dtype));
-  return bytes >= kHugePageMinBytes;
+  if (bytes < kHugePageMinBytes) return 0;
+  return static_cast<size_t>((bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes);
 #else
   (void)sizes;
   (void)options;
-  return false;
+  return 0;
 #endif
 }
 
 }  // namespace
 
 torch::Tensor empty_huge(at::IntArrayRef sizes, const torch::TensorOptions& options) {
-  if (!maps_own_block(sizes, options)) return torch::empty(sizes, options);
+  const size_t block = own_block_bytes(sizes, options);
+  if (block == 0) return torch::empty(sizes, options);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  const auto dtype = c10::typeMetaToScalarType(options.dtype());
-  const auto bytes = static_cast<size_t>(c10::multiply_integers(sizes)) * c10::elementSize(dtype);
   const auto page = static_cast<size_t>(kHugePageBytes);
-  const size_t block = (bytes + page - 1) / page * page;
   // Fresh pages from mmap, not the C heap's: memory the heap has touched keeps its 4 KB pages.
   // One page more than the block, then what lies outside the aligned block is given back (the
   // tail: between 4 KB and 2 MB).
