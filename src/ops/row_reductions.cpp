@@ -95,7 +95,11 @@ void argmax_all(const torch::Tensor& x, torch::Tensor& out) {
   const int64_t rows = x.size(0), n = x.size(1);
   const T* xp = x.data_ptr<T>();
   auto* op = out.data_ptr<int64_t>();
-  for (int64_t r = 0; r < rows; ++r) op[r] = argmax_row_of(xp + r * n, n);
+  // About two operations per entry (max, compare); the rows as log_softmax_all splits them, so
+  // that each thread reads the rows it has just written.
+  util::split_work(rows, 2 * n, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) op[r] = argmax_row_of(xp + r * n, n);
+  });
 }
 
 }  // namespace

@@ -62,7 +62,8 @@ void expect_equals_linear(const Case& c, torch::ScalarType dtype, PackedKernel k
 TEST(LinearPacked, EqualsLinearForEveryBlockOfRows) {
   std::vector<Case> cases;
   for (int64_t rows = 1; rows <= 17; ++rows) cases.push_back({rows, 37, 40});
-  cases.push_back({33, 37, 40});
+  // 31 rows: every block (16, 8, 4, 2, 1) after another, each transposed in its own layout.
+  for (int64_t rows : {31, 33, 64}) cases.push_back({rows, 37, 40});
   for (auto kernel : {PackedKernel::kBest, PackedKernel::kPortable}) {
     for (auto dtype : {torch::kDouble, torch::kFloat}) {
       for (const auto& c : cases) expect_equals_linear(c, dtype, kernel);

@@ -5,7 +5,9 @@
 // (sgemv); here W^T is stored as panels of one vector register's width of output columns
 // (16 floats or 8 doubles, 64 bytes), [P, in, L], so that a call streams each panel once and
 // keeps up to 16 rows' sums of it in registers: per input feature, one load of the panel and
-// one broadcast multiply-add per row. The bias and a relu are applied before the store.
+// one broadcast multiply-add per row. x is first copied with each block of rows transposed
+// ([in, R]), so that a block's broadcasts of one input feature come from one cache line. The
+// bias and a relu are applied before the store.
 //
 // Kernels: AVX-512 (16 rows at a time) where the CPU has it, else a portable loop (4 rows at a
 // time) that compilers vectorise for the baseline. Panels are split between threads by
