@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <optional>
 
 #include "txl/ops/row_reductions.h"
 #include "txl/ops/sampling.h"
@@ -36,12 +37,16 @@ void check_request(const models::TransformerLM& model,
   for (const auto& s : o.stop) TXL_CHECK(!s.empty(), "generate: a stop string is empty");
   const std::int64_t vocab = model->n_token();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    TXL_CHECK(!prompts[i].empty(), "generate: prompt ", i,
+    TXL_CHECK(!prompts[i].empty() || !o.context.empty(), "generate: prompt ", i,
               " has no token; give at least one (txl-generate starts every prompt with <eos>)");
     for (auto id : prompts[i]) {
       TXL_CHECK(id >= 0 && id < vocab, "generate: prompt ", i, " holds token id ", id,
                 " outside the model's vocabulary [0, ", vocab, ")");
     }
+  }
+  for (auto id : o.context) {
+    TXL_CHECK(id >= 0 && id < vocab, "generate: the context holds token id ", id,
+              " outside the model's vocabulary [0, ", vocab, ")");
   }
 }
 
@@ -63,10 +68,17 @@ struct TextOf {
   std::vector<std::int64_t> line;  // the prompt's ids after its last <eos>
   std::string line_text;
 
-  TextOf(const data::Tokenizer* t, const std::vector<std::int64_t>& prompt) : tokenizer(t) {
+  // The row's tokens are `context` then `prompt`.
+  TextOf(const data::Tokenizer* t, const std::vector<std::int64_t>& context,
+         const std::vector<std::int64_t>& prompt)
+      : tokenizer(t) {
     if (tokenizer == nullptr) return;
     auto eos = std::find(prompt.rbegin(), prompt.rend(), tokenizer->eos_id());
-    line.assign(eos.base(), prompt.end());
+    if (eos == prompt.rend()) {
+      auto in_context = std::find(context.rbegin(), context.rend(), tokenizer->eos_id());
+      line.assign(in_context.base(), context.end());
+    }
+    line.insert(line.end(), eos.base(), prompt.end());
     line_text = tokenizer->decode(line);
   }
   std::string operator()(const std::vector<std::int64_t>& tokens) const {
@@ -136,21 +148,66 @@ BatchInput left_padded(const std::vector<std::vector<std::int64_t>>& prompts,
   return in;
 }
 
-// The rows of one batch (prompt indices `rows`), generated to the end.
-void generate_batch(const models::DecoderWeights& weights,
+// A batch's decoder after its prompts, and the log-probabilities of each row's next token.
+struct Started {
+  models::IncrementalDecoder decoder;
+  torch::Tensor log_probs;  // [B, V]
+};
+
+// The context read once by a decoder of one row (memory decoders only).
+struct Primed {
+  models::IncrementalDecoder decoder;
+  torch::Tensor log_probs;  // [1, V] after the context
+};
+
+// Rows `rows` after their prompts: one read of the left-padded batch.
+Started read_prompts(const models::DecoderWeights& weights,
+                     const std::vector<std::vector<std::int64_t>>& prompts,
+                     const std::vector<std::int64_t>& rows, GenerateResult& result) {
+  const auto in = left_padded(prompts, rows);
+  models::IncrementalDecoder decoder(weights, static_cast<std::int64_t>(rows.size()));
+  auto log_probs = decoder.read(in.tokens, in.real);  // [B, V]
+  result.read_tokens += in.read;
+  return {std::move(decoder), log_probs};
+}
+
+// Rows `rows` after the primed context and their prompts: each prompt read by a copy of the
+// primed decoder (an empty one reads nothing), the copies stacked into one batch.
+Started read_after_context(const Primed& primed,
+                           const std::vector<std::vector<std::int64_t>>& prompts,
+                           const std::vector<std::int64_t>& rows, GenerateResult& result) {
+  std::vector<models::IncrementalDecoder> parts;
+  std::vector<torch::Tensor> log_probs;  // per row [1, V]
+  for (auto r : rows) {
+    parts.push_back(primed.decoder.clone());
+    const auto& prompt = prompts[static_cast<size_t>(r)];
+    if (prompt.empty()) {
+      log_probs.push_back(primed.log_probs);
+      continue;
+    }
+    auto ids = torch::tensor(prompt, torch::kLong).view({1, -1});  // [1, P]
+    log_probs.push_back(parts.back().read(ids));                   // [1, V]
+    result.read_tokens += static_cast<std::int64_t>(prompt.size());
+  }
+  return {models::IncrementalDecoder::stack(parts), torch::cat(log_probs, 0)};  // [B, V]
+}
+
+// The rows of one batch (prompt indices `rows`), generated to the end; after the context read
+// by `primed` when there is one.
+void generate_batch(const models::DecoderWeights& weights, const Primed* primed,
                     const std::vector<std::vector<std::int64_t>>& prompts,
                     const std::vector<std::int64_t>& rows, const GenerateOptions& o,
                     const data::Tokenizer* tokenizer, GenerateResult& result) {
   const auto start = Clock::now();
-  const auto in = left_padded(prompts, rows);
-  models::IncrementalDecoder decoder(weights, static_cast<std::int64_t>(rows.size()));
-  auto log_probs = decoder.read(in.tokens, in.real);  // [B, V]
+  auto started = primed != nullptr ? read_after_context(*primed, prompts, rows, result)
+                                   : read_prompts(weights, prompts, rows, result);
+  auto& decoder = started.decoder;
+  auto log_probs = started.log_probs;  // [B, V]
   std::vector<Row> state;
-  for (auto r : rows) state.push_back({r, TextOf(tokenizer, prompts[r]), {}, false});
+  for (auto r : rows) state.push_back({r, TextOf(tokenizer, o.context, prompts[r]), {}, false});
   std::vector<size_t> live(rows.size());  // decoder row -> state row
   std::iota(live.begin(), live.end(), 0);
   const auto generating = Clock::now();
-  result.read_tokens += in.read;
   result.read_seconds += std::chrono::duration<double>(generating - start).count();
   for (std::int64_t step = 0;; ++step) {
     std::vector<std::int64_t> index;
@@ -196,6 +253,30 @@ void generate_batch(const models::DecoderWeights& weights,
   }
 }
 
+// The context read once, by a decoder of one row.
+Primed prime(const models::DecoderWeights& weights, const std::vector<std::int64_t>& context,
+             GenerateResult& result) {
+  const auto start = Clock::now();
+  models::IncrementalDecoder decoder(weights, 1);
+  auto ids = torch::tensor(context, torch::kLong).view({1, -1});  // [1, N]
+  auto log_probs = decoder.read(ids);                             // [1, V]
+  result.context_tokens = static_cast<std::int64_t>(context.size());
+  result.context_seconds = seconds_since(start);
+  return {std::move(decoder), log_probs};
+}
+
+// Batches of options.batch_size prompts, in `order`.
+void generate_in_batches(const models::DecoderWeights& weights, const Primed* primed,
+                         const std::vector<std::vector<std::int64_t>>& prompts,
+                         const std::vector<std::int64_t>& order, const GenerateOptions& options,
+                         const data::Tokenizer* tokenizer, GenerateResult& result) {
+  for (size_t begin = 0; begin < order.size(); begin += options.batch_size) {
+    const size_t end = std::min(order.size(), begin + static_cast<size_t>(options.batch_size));
+    generate_batch(weights, primed, prompts, {order.begin() + begin, order.begin() + end},
+                   options, tokenizer, result);
+  }
+}
+
 }  // namespace
 
 double draw_uniform(std::uint64_t seed, std::int64_t index, std::int64_t step) {
@@ -227,11 +308,20 @@ GenerateResult generate(models::TransformerLM& model,
   const auto start = Clock::now();
   const auto weights = models::prepare_decoder(model, options.lengths);
   result.read_seconds += seconds_since(start);
-  for (size_t begin = 0; begin < order.size(); begin += options.batch_size) {
-    const size_t end = std::min(order.size(), begin + static_cast<size_t>(options.batch_size));
-    generate_batch(weights, prompts, {order.begin() + begin, order.begin() + end}, options,
-                   tokenizer, result);
+  if (!options.context.empty() && weights.sliding) {
+    // A sliding window reads only its last tgt_len tokens: the context goes before each prompt.
+    GenerateOptions joined = options;
+    joined.context.clear();
+    auto with_context = prompts;
+    for (auto& p : with_context) p.insert(p.begin(), options.context.begin(), options.context.end());
+    generate_in_batches(weights, nullptr, with_context, order, joined, tokenizer, result);
+    result.context_tokens = static_cast<std::int64_t>(options.context.size());
+    return result;
   }
+  std::optional<Primed> primed;
+  if (!options.context.empty()) primed = prime(weights, options.context, result);
+  generate_in_batches(weights, primed ? &*primed : nullptr, prompts, order, options, tokenizer,
+                      result);
   return result;
 }
 

@@ -76,6 +76,7 @@ std::string summary_json(const GenerateResult& r, std::int64_t context_tokens) {
   json::OrderedJson s;
   s["prompts"] = r.rows.size();
   s["context_tokens"] = context_tokens;
+  json::put_number(s, "context_seconds", r.context_seconds);
   s["read_tokens"] = r.read_tokens;
   json::put_number(s, "read_seconds", r.read_seconds);
   json::put_number(s, "read_tokens_per_s", r.read_tokens / std::max(1e-9, r.read_seconds));
@@ -85,6 +86,22 @@ std::string summary_json(const GenerateResult& r, std::int64_t context_tokens) {
   json::OrderedJson j;
   j["summary"] = s;
   return j.dump();
+}
+
+// How the context was read: once into the memory, or before each prompt (a sliding window).
+void log_context(const std::string& file, const GenerateResult& r) {
+  if (r.context_tokens == 0) return;
+  if (r.context_seconds > 0) {
+    log::info("generate", "context: {} tokens of {} read once into the memory in {:.2f} s "
+              "({:.0f} tokens/s); then {} prompt tokens in {:.2f} s", r.context_tokens, file,
+              r.context_seconds, r.context_tokens / r.context_seconds, r.read_tokens,
+              r.read_seconds);
+  } else {
+    log::info("generate", "context: {} tokens of {} read before each prompt (a sliding window "
+              "keeps its last tgt_len); {} tokens read in {:.2f} s ({:.0f} tokens/s)",
+              r.context_tokens, file, r.read_tokens, r.read_seconds,
+              r.read_tokens / std::max(1e-9, r.read_seconds));
+  }
 }
 
 }  // namespace
@@ -101,7 +118,7 @@ void add_generate_flags(CLI::App& app, config::CommandLine& line, GenerateReques
   app.add_option("checkpoint", request.checkpoint, "checkpoint file (.safetensors)")->required();
   app.add_option("--prompt", request.prompts, "a prompt (repeatable); none: --prompts or stdin");
   app.add_option("--prompts", request.prompts_file, "a file of prompts, one a line");
-  app.add_option("--context-file", request.context_file, "text read into the memory before each prompt");
+  app.add_option("--context-file", request.context_file, "text read once into the memory, before every prompt");
   app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate at most per prompt")->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
   app.add_option("--top-k", o.top_k, "draw among the k most probable tokens, 0 = all")->capture_default_str();
@@ -182,25 +199,24 @@ void run_generate(const GenerateRequest& request, const Evaluation& loaded, std:
   auto model = models::rebuild_model(loaded.checkpoint, request.checkpoint, settings.device);
   const data::Tokenizer& tokenizer = *model.tokenizer;
   const auto texts = prompt_texts(request, in);
+  GenerateOptions options = request.options;
+  options.eos_id = request.ignore_eos ? -1 : tokenizer.eos_id();
+  options.lengths = decode_options(loaded.config);
+  // Every prompt starts after <eos>, or after the context (which ends with one).
   std::vector<std::int64_t> start = {tokenizer.eos_id()};
   if (!request.context_file.empty()) {
     auto context = data::encode_text_file(request.context_file, tokenizer, /*add_eos=*/true).ids;
     TXL_CHECK(context.numel() > 0, "--context-file ", request.context_file, " holds no text");
-    start.assign(context.data_ptr<std::int64_t>(), context.data_ptr<std::int64_t>() + context.numel());
+    options.context.assign(context.data_ptr<std::int64_t>(),
+                           context.data_ptr<std::int64_t>() + context.numel());
+    start.clear();
   }
   std::vector<std::vector<std::int64_t>> prompts;
   for (std::size_t i = 0; i < texts.size(); ++i)
     prompts.push_back(encode_prompt(texts[i], i, start, tokenizer));
-  GenerateOptions options = request.options;
-  options.eos_id = request.ignore_eos ? -1 : tokenizer.eos_id();
-  options.lengths = decode_options(loaded.config);
   const auto result = generate(model.model, prompts, options, &tokenizer);
-  const auto context_tokens = request.context_file.empty() ? 0 : static_cast<std::int64_t>(start.size());
-  if (context_tokens > 0) {
-    log::info("generate", "context: {} tokens of {} read before each prompt; {} tokens read in "
-              "{:.2f} s ({:.0f} tokens/s)", context_tokens, request.context_file, result.read_tokens,
-              result.read_seconds, result.read_tokens / std::max(1e-9, result.read_seconds));
-  }
+  const auto context_tokens = static_cast<std::int64_t>(options.context.size());
+  log_context(request.context_file, result);
   for (std::size_t i = 0; i < texts.size(); ++i) {
     if (request.json) {
       out << generation_json(texts[i], result.rows[i]) << "\n";

@@ -449,4 +449,64 @@ void IncrementalDecoder::keep_rows(const torch::Tensor& rows) {
   first_ = std::move(first);
 }
 
+IncrementalDecoder IncrementalDecoder::clone() const {
+  torch::NoGradGuard no_grad;
+  IncrementalDecoder copy(*this);  // shares the tensors, which reads replace (window_)
+  copy.kv_ = key_value_buffers(rows());
+  for (size_t l = 0; l < kv_.size(); ++l) copy.kv_[l].copy_(kv_[l]);  // [2, H, B, C, D]
+  return copy;
+}
+
+namespace {
+
+void check_stack(const std::vector<IncrementalDecoder>& parts, const DecoderWeights& first) {
+  TXL_CHECK(!parts.empty(), "decoding: stack needs at least one decoder");
+  for (const auto& p : parts) {
+    const auto& w = p.weights();
+    TXL_CHECK(w.model.ptr() == first.model.ptr() && w.capacity == first.capacity &&
+                  w.options.tgt_len == first.options.tgt_len &&
+                  w.options.mem_len == first.options.mem_len &&
+                  w.options.clamp_len == first.options.clamp_len &&
+                  w.options.same_length == first.options.same_length,
+              "decoding: stack takes decoders of one model and one set of lengths");
+    TXL_CHECK(!p.sliding(), "decoding: stack takes memory decoders (a sliding window reads its "
+              "last tokens again instead)");
+    TXL_CHECK(p.steps() > 0, "decoding: stack takes decoders that have read a token");
+  }
+}
+
+}  // namespace
+
+IncrementalDecoder IncrementalDecoder::stack(const std::vector<IncrementalDecoder>& parts) {
+  check_stack(parts, parts.empty() ? DecoderWeights{} : parts.front().w_);
+  torch::NoGradGuard no_grad;
+  int64_t rows = 0, time = 0, used = 0;
+  for (const auto& p : parts) {
+    rows += p.rows();
+    time = std::max(time, p.time_);
+    used = std::max(used, p.used_);
+  }
+  IncrementalDecoder merged(parts.front().w_, rows);  // zeroed buffers
+  merged.time_ = time;
+  merged.used_ = used;
+  merged.base_ = time - used;
+  int64_t b = 0;
+  for (const auto& p : parts) {
+    // A part behind by `offset` steps: its slot s at the stack's slot s + used - p.used_ (the
+    // same time), and its rows start `offset` later, as if left-padded.
+    const int64_t offset = time - p.time_;
+    for (size_t l = 0; l < merged.kv_.size(); ++l) {
+      merged.kv_[l]
+          .narrow(2, b, p.rows())
+          .narrow(3, used - p.used_, p.used_)
+          .copy_(p.kv_[l].narrow(3, 0, p.used_));  // [2, H, B_p, K_p, D]
+    }
+    for (int64_t j = 0; j < p.rows(); ++j) {
+      merged.first_[static_cast<size_t>(b + j)] = p.first_[static_cast<size_t>(j)] + offset;
+    }
+    b += p.rows();
+  }
+  return merged;
+}
+
 }  // namespace txl::models

@@ -118,6 +118,55 @@ TEST(Generate, ABatchGivesWhatEachPromptGivesAlone) {
   }
 }
 
+// A context read once for every prompt gives what the context before each prompt gives: with
+// memory shorter and longer than the context (xl), shaw, and a sliding window (vanilla), for
+// batches of every size, an empty prompt, and rows that stop at different steps.
+TEST(Generate, AContextReadOnceGivesWhatItGivesBeforeEachPrompt) {
+  struct Case {
+    const char* name;
+    AttnType attn_type;
+    int mem_len;
+  };
+  const Case cases[] = {{"xl, memory shorter than the context", AttnType::kXl, 4},
+                        {"xl, memory longer than the context", AttnType::kXl, 64},
+                        {"shaw", AttnType::kShaw, 5},
+                        {"vanilla (window of tgt_len)", AttnType::kVanilla, 0}};
+  const auto context = random_prompts({17}, 4)[0];
+  const auto prompts = random_prompts({3, 0, 8, 1}, 5);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto model = tiny_model(c.attn_type, c.mem_len);
+    auto o = greedy(6, c.mem_len, 12);
+    o.eos_id = 3;
+    auto joined = prompts;
+    for (auto& p : joined) p.insert(p.begin(), context.begin(), context.end());
+    const auto expected = generate(model, joined, o);
+    o.context = context;
+    for (int64_t batch : {1, 4}) {
+      o.batch_size = batch;
+      const auto r = generate(model, prompts, o);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(r.rows[i].tokens, expected.rows[i].tokens) << "prompt " << i << ", batch " << batch;
+        EXPECT_NEAR(r.rows[i].log_prob, expected.rows[i].log_prob, 1e-9) << "prompt " << i;
+        EXPECT_EQ(r.rows[i].finish, expected.rows[i].finish) << "prompt " << i;
+      }
+      EXPECT_EQ(r.context_tokens, 17);
+      if (c.mem_len > 0) {  // read once: only the prompts' tokens after it
+        EXPECT_EQ(r.read_tokens, 3 + 0 + 8 + 1);
+        EXPECT_GT(r.context_seconds, 0.0);
+      } else {  // the window reads its last tokens before each prompt
+        EXPECT_EQ(r.read_tokens, 4 * 17 + 3 + 0 + 8 + 1);
+      }
+    }
+  }
+  // An empty prompt needs a context; ids of the context are checked as a prompt's.
+  auto model = tiny_model(AttnType::kXl, 4);
+  auto o = greedy(6, 4, 3);
+  TXL_EXPECT_THROW_WITH(generate(model, {{}}, o), "prompt 0 has no token");
+  o.context = {1, kVocab};
+  TXL_EXPECT_THROW_WITH(generate(model, {{1}}, o), "the context holds token id 30");
+}
+
 TEST(Generate, SeededSamplingRepeatsAndTopKOneIsGreedy) {
   auto model = tiny_model(AttnType::kXl, 6);
   const auto prompts = random_prompts({3, 7, 5}, 3);

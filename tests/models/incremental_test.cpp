@@ -195,6 +195,66 @@ TEST(IncrementalDecoder, DecodersFromOnePreparationAreIndependent) {
   }
 }
 
+// A context read once, copied per row, each copy reading a prompt of its own length, the copies
+// stacked: each row gives, step by step, what the context and its prompt give read alone, and
+// the original copy reads on unchanged.
+TEST(IncrementalDecoder, ClonedAndStackedRowsEqualRowsAlone) {
+  for (auto attn_type : {AttnType::kXl, AttnType::kShaw}) {
+    for (bool same_length : {false, true}) {
+      SCOPED_TRACE(config::to_string(attn_type) + (same_length ? ", same_length" : ""));
+      auto model = make(tiny(attn_type, 5, 4), 17);
+      DecodeOptions o{5, 4, -1, same_length};
+      const int64_t context = 12, steps = 9;
+      const std::vector<int64_t> prompt_len = {3, 0, 7};  // the second row: the context alone
+      const auto text = random_tokens(3, context + 7 + steps, 8);
+      for (int64_t b = 1; b < 3; ++b) text[b].narrow(0, 0, context).copy_(text[0].narrow(0, 0, context));
+      const auto weights = prepare_decoder(model, o);
+      IncrementalDecoder primed(weights, 1);
+      const auto after_context = primed.read(text.narrow(0, 0, 1).narrow(1, 0, context));  // [1, V]
+      std::vector<IncrementalDecoder> parts;
+      std::vector<torch::Tensor> alone, first;  // [1, steps + 1, V]; [1, V]
+      for (int64_t b = 0; b < 3; ++b) {
+        const int64_t n = context + prompt_len[b];
+        alone.push_back(decoded(model, text[b].narrow(0, 0, n + steps).unsqueeze(0), n, o));
+        parts.push_back(primed.clone());
+        first.push_back(prompt_len[b] == 0
+                            ? after_context
+                            : parts.back().read(text[b].narrow(0, context, prompt_len[b]).unsqueeze(0)));
+      }
+      auto decoder = IncrementalDecoder::stack(parts);
+      ASSERT_EQ(decoder.rows(), 3);
+      auto lp = torch::cat(first, 0);  // [3, V]
+      for (int64_t s = 0;; ++s) {
+        for (int64_t b = 0; b < 3; ++b) {
+          EXPECT_TRUE(tensor_near(lp[b], alone[b][0][s], 1e-10, 1e-10)) << "row " << b << " step " << s;
+        }
+        if (s == steps) break;
+        auto next = torch::empty({3, 1}, torch::kLong);
+        for (int64_t b = 0; b < 3; ++b) next[b][0] = text[b][context + prompt_len[b] + s];
+        lp = decoder.read(next);
+      }
+      // The primed decoder was only copied: it reads row 1's continuation as before.
+      EXPECT_TRUE(tensor_near(primed.read(text.narrow(0, 1, 1).narrow(1, context, 1)),
+                              alone[1][0][1].unsqueeze(0), 1e-10, 1e-10));
+    }
+  }
+}
+
+TEST(IncrementalDecoder, StackRefusesWhatItCannotAlign) {
+  auto model = make(tiny(AttnType::kXl, 4, 4), 18);
+  DecodeOptions o{4, 4, -1, false};
+  const auto tokens = random_tokens(1, 3, 9);
+  IncrementalDecoder read(model, o, 1), unread(model, o, 1), other(model, DecodeOptions{4, 5, -1, false}, 1);
+  read.read(tokens);
+  other.read(tokens);
+  TXL_EXPECT_THROW_WITH(IncrementalDecoder::stack({}), "at least one decoder");
+  TXL_EXPECT_THROW_WITH(IncrementalDecoder::stack({read, unread}), "have read a token");
+  TXL_EXPECT_THROW_WITH(IncrementalDecoder::stack({read, other}), "one set of lengths");
+  IncrementalDecoder window(model, DecodeOptions{4, 0, -1, false}, 1);
+  window.read(tokens);
+  TXL_EXPECT_THROW_WITH(IncrementalDecoder::stack({window}), "memory decoders");
+}
+
 // More rows than the packed products take (64): every product and the vocabulary step through
 // LibTorch's, and the same log-probabilities.
 TEST(IncrementalDecoder, ManyRowsEqualTheModelsForward) {

@@ -35,6 +35,10 @@ struct GenerateOptions {
   bool drop_finished = true;          // a stopped row leaves the batch (false: it is still
                                       // computed, and its outputs ignored; for measurement)
   models::DecodeOptions lengths;      // segments, memory, clamp_len, same_length
+  // Token ids every row reads before its prompt (a book, say), read once for all prompts with
+  // memory: each prompt then reads on from a copy of that memory, and may be empty. A sliding
+  // window reads only its last tgt_len tokens: there it goes before each prompt.
+  std::vector<std::int64_t> context;
 };
 
 struct Generation {
@@ -52,11 +56,15 @@ struct GenerateResult {
   std::vector<Generation> rows;       // one per prompt, in the prompts' order
   std::int64_t read_tokens = 0;       // prompt tokens read (padding excluded)
   double read_seconds = 0.0;          // time spent reading them
+  std::int64_t context_tokens = 0;    // options.context's tokens
+  double context_seconds = 0.0;       // time spent reading them once (0 for a sliding window,
+                                      // where they count in read_tokens and read_seconds)
   std::int64_t new_tokens = 0;        // tokens generated
   double generate_seconds = 0.0;      // time spent generating them (reading excluded)
 };
 
-// Continues every prompt (token ids of the model's vocabulary, at least one each) with `model`
+// Continues every prompt (token ids of the model's vocabulary, at least one each unless there
+// is a context: options.context, then the prompt, is what a row reads) with `model`
 // (set to evaluation mode; its device and dtype). `tokenizer` (optional) gives the texts and is
 // needed for stop strings. Throws txl::Error for an empty prompt, an id outside the vocabulary
 // or an option out of range (temperature < 0, top_k < 0, top_p outside (0, 1],

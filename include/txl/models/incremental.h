@@ -26,7 +26,9 @@
 // Rows may start with padding (left-padded prompts of different lengths, the `real` mask of the
 // first read): padding is never attended to, and each row's segments start at its own first
 // token, so a row gives what it gives alone. A finished row can be dropped (keep_rows): it then
-// costs nothing. No dropout (the model as in evaluation); no gradients.
+// costs nothing. A decoder can be copied (clone) and decoders stacked into one (stack): a long
+// context is read once, and then each prompt after it. No dropout (the model as in
+// evaluation); no gradients.
 //
 // Legend: B rows, T tokens of a read, q tokens of one chunk, C capacity of the key/value buffer,
 // K keys in use, H heads, D head size, d model width, V vocabulary, L layers.
@@ -97,10 +99,22 @@ class IncrementalDecoder {
   // without the finished ones.
   void keep_rows(const torch::Tensor& rows);
 
+  // A decoder in the same state with buffers of its own: it reads on without changing this
+  // one (a long context read once, then one copy per prompt).
+  IncrementalDecoder clone() const;
+
+  // The rows of `parts` (memory decoders of one model and lengths that have read at least one
+  // token each, any number of tokens), in order, as one decoder: each row then gives what it
+  // gives in its part. Rows that have read fewer tokens are aligned at the end, as if
+  // left-padded. Throws txl::Error for no part, a sliding decoder, a part that has read nothing,
+  // or parts of other models or lengths.
+  static IncrementalDecoder stack(const std::vector<IncrementalDecoder>& parts);
+
   int64_t rows() const { return static_cast<int64_t>(first_.size()); }
   int64_t steps() const { return time_; }  // time steps read (padding included)
   bool sliding() const { return w_.sliding; }
   int64_t capacity() const { return w_.capacity; }  // C: key rows each layer's buffer holds
+  const DecoderWeights& weights() const { return w_; }
 
  private:
   // The tokens [B, q] at times time_ .. time_ + q - 1, with keys in the buffer at slots
