@@ -261,6 +261,7 @@ Primed prime(const models::DecoderWeights& weights, const std::vector<std::int64
   auto ids = torch::tensor(context, torch::kLong).view({1, -1});  // [1, N]
   auto log_probs = decoder.read(ids);                             // [1, V]
   result.context_tokens = static_cast<std::int64_t>(context.size());
+  result.context_once = true;
   result.context_seconds = seconds_since(start);
   return {std::move(decoder), log_probs};
 }

@@ -76,6 +76,7 @@ std::string summary_json(const GenerateResult& r, std::int64_t context_tokens) {
   json::OrderedJson s;
   s["prompts"] = r.rows.size();
   s["context_tokens"] = context_tokens;
+  s["context_once"] = r.context_once;
   json::put_number(s, "context_seconds", r.context_seconds);
   s["read_tokens"] = r.read_tokens;
   json::put_number(s, "read_seconds", r.read_seconds);
@@ -91,7 +92,7 @@ std::string summary_json(const GenerateResult& r, std::int64_t context_tokens) {
 // How the context was read: once into the memory, or before each prompt (a sliding window).
 void log_context(const std::string& file, const GenerateResult& r) {
   if (r.context_tokens == 0) return;
-  if (r.context_seconds > 0) {
+  if (r.context_once) {
     log::info("generate", "context: {} tokens of {} read once into the memory in {:.2f} s "
               "({:.0f} tokens/s); then {} prompt tokens in {:.2f} s", r.context_tokens, file,
               r.context_seconds, r.context_tokens / r.context_seconds, r.read_tokens,

@@ -153,8 +153,10 @@ TEST(Generate, AContextReadOnceGivesWhatItGivesBeforeEachPrompt) {
       EXPECT_EQ(r.context_tokens, 17);
       if (c.mem_len > 0) {  // read once: only the prompts' tokens after it
         EXPECT_EQ(r.read_tokens, 3 + 0 + 8 + 1);
+        EXPECT_TRUE(r.context_once);
         EXPECT_GT(r.context_seconds, 0.0);
       } else {  // the window reads its last tokens before each prompt
+        EXPECT_FALSE(r.context_once);
         EXPECT_EQ(r.read_tokens, 4 * 17 + 3 + 0 + 8 + 1);
       }
     }

@@ -116,6 +116,7 @@ TEST(GenerateTool, PromptsFromAFileAStreamAndAContext) {
   EXPECT_EQ(s.at("context_tokens"), 40 + 30 + 2);  // two lines, an <eos> after each
   // Read once into the memory: then only the prompts' own tokens (2 + 0 + 3 words).
   EXPECT_LT(s.at("read_tokens").get<std::int64_t>(), 40 + 30 + 2);
+  EXPECT_TRUE(s.at("context_once").get<bool>());
   EXPECT_GT(s.at("context_seconds").get<double>(), 0.0);
   EXPECT_NE(r.output.find("context: 72 tokens"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("read once into the memory"), std::string::npos) << r.output;

@@ -57,8 +57,9 @@ struct GenerateResult {
   std::int64_t read_tokens = 0;       // prompt tokens read (padding excluded)
   double read_seconds = 0.0;          // time spent reading them
   std::int64_t context_tokens = 0;    // options.context's tokens
-  double context_seconds = 0.0;       // time spent reading them once (0 for a sliding window,
-                                      // where they count in read_tokens and read_seconds)
+  bool context_once = false;          // read once with memory (false: a sliding window, where
+                                      // they count in read_tokens and read_seconds)
+  double context_seconds = 0.0;       // time spent reading them once
   std::int64_t new_tokens = 0;        // tokens generated
   double generate_seconds = 0.0;      // time spent generating them (reading excluded)
 };
