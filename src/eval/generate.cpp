@@ -148,16 +148,11 @@ BatchInput left_padded(const std::vector<std::vector<std::int64_t>>& prompts,
   return in;
 }
 
-// A batch's decoder after its prompts, and the log-probabilities of each row's next token.
+// A decoder after what it has read (a batch's prompts, or the context alone in one row), and
+// the log-probabilities of each row's next token.
 struct Started {
   models::IncrementalDecoder decoder;
   torch::Tensor log_probs;  // [B, V]
-};
-
-// The context read once by a decoder of one row (memory decoders only).
-struct Primed {
-  models::IncrementalDecoder decoder;
-  torch::Tensor log_probs;  // [1, V] after the context
 };
 
 // Rows `rows` after their prompts: one read of the left-padded batch.
@@ -173,7 +168,7 @@ Started read_prompts(const models::DecoderWeights& weights,
 
 // Rows `rows` after the primed context and their prompts: each prompt read by a copy of the
 // primed decoder (an empty one reads nothing), the copies stacked into one batch.
-Started read_after_context(const Primed& primed,
+Started read_after_context(const Started& primed,
                            const std::vector<std::vector<std::int64_t>>& prompts,
                            const std::vector<std::int64_t>& rows, GenerateResult& result) {
   std::vector<models::IncrementalDecoder> parts;
@@ -194,7 +189,7 @@ Started read_after_context(const Primed& primed,
 
 // The rows of one batch (prompt indices `rows`), generated to the end; after the context read
 // by `primed` when there is one.
-void generate_batch(const models::DecoderWeights& weights, const Primed* primed,
+void generate_batch(const models::DecoderWeights& weights, const Started* primed,
                     const std::vector<std::vector<std::int64_t>>& prompts,
                     const std::vector<std::int64_t>& rows, const GenerateOptions& o,
                     const data::Tokenizer* tokenizer, GenerateResult& result) {
@@ -253,21 +248,20 @@ void generate_batch(const models::DecoderWeights& weights, const Primed* primed,
   }
 }
 
-// The context read once, by a decoder of one row.
-Primed prime(const models::DecoderWeights& weights, const std::vector<std::int64_t>& context,
+// The context read once, by a decoder of one row (memory decoders only).
+Started prime(const models::DecoderWeights& weights, const std::vector<std::int64_t>& context,
              GenerateResult& result) {
   const auto start = Clock::now();
   models::IncrementalDecoder decoder(weights, 1);
   auto ids = torch::tensor(context, torch::kLong).view({1, -1});  // [1, N]
   auto log_probs = decoder.read(ids);                             // [1, V]
-  result.context_tokens = static_cast<std::int64_t>(context.size());
   result.context_once = true;
   result.context_seconds = seconds_since(start);
   return {std::move(decoder), log_probs};
 }
 
 // Batches of options.batch_size prompts, in `order`.
-void generate_in_batches(const models::DecoderWeights& weights, const Primed* primed,
+void generate_in_batches(const models::DecoderWeights& weights, const Started* primed,
                          const std::vector<std::vector<std::int64_t>>& prompts,
                          const std::vector<std::int64_t>& order, const GenerateOptions& options,
                          const data::Tokenizer* tokenizer, GenerateResult& result) {
@@ -295,6 +289,7 @@ GenerateResult generate(models::TransformerLM& model,
   util::CoresToBlas cores_to_blas;  // one pool of threads, not two taking turns
   GenerateResult result;
   result.rows.resize(prompts.size());
+  result.context_tokens = static_cast<std::int64_t>(options.context.size());
   if (options.max_new_tokens == 0) {
     for (auto& row : result.rows) row.finish = "length";
     return result;
@@ -316,10 +311,9 @@ GenerateResult generate(models::TransformerLM& model,
     auto with_context = prompts;
     for (auto& p : with_context) p.insert(p.begin(), options.context.begin(), options.context.end());
     generate_in_batches(weights, nullptr, with_context, order, joined, tokenizer, result);
-    result.context_tokens = static_cast<std::int64_t>(options.context.size());
     return result;
   }
-  std::optional<Primed> primed;
+  std::optional<Started> primed;
   if (!options.context.empty()) primed = prime(weights, options.context, result);
   generate_in_batches(weights, primed ? &*primed : nullptr, prompts, order, options, tokenizer,
                       result);

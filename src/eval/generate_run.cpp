@@ -72,10 +72,10 @@ std::string generation_json(const std::string& prompt, const Generation& g) {
   return j.dump();
 }
 
-std::string summary_json(const GenerateResult& r, std::int64_t context_tokens) {
+std::string summary_json(const GenerateResult& r) {
   json::OrderedJson s;
   s["prompts"] = r.rows.size();
-  s["context_tokens"] = context_tokens;
+  s["context_tokens"] = r.context_tokens;
   s["context_once"] = r.context_once;
   json::put_number(s, "context_seconds", r.context_seconds);
   s["read_tokens"] = r.read_tokens;
@@ -216,7 +216,6 @@ void run_generate(const GenerateRequest& request, const Evaluation& loaded, std:
   for (std::size_t i = 0; i < texts.size(); ++i)
     prompts.push_back(encode_prompt(texts[i], i, start, tokenizer));
   const auto result = generate(model.model, prompts, options, &tokenizer);
-  const auto context_tokens = static_cast<std::int64_t>(options.context.size());
   log_context(request.context_file, result);
   for (std::size_t i = 0; i < texts.size(); ++i) {
     if (request.json) {
@@ -225,7 +224,7 @@ void run_generate(const GenerateRequest& request, const Evaluation& loaded, std:
       out << (i > 0 ? "\n" : "") << texts[i] << result.rows[i].text << "\n";
     }
   }
-  if (request.json) out << summary_json(result, context_tokens) << "\n";
+  if (request.json) out << summary_json(result) << "\n";
   log::info("generate", "{} tokens for {} prompt(s) in {:.2f} s ({:.0f} tokens/s)", result.new_tokens,
             texts.size(), result.generate_seconds,
             result.new_tokens / std::max(1e-9, result.generate_seconds));

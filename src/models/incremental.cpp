@@ -459,8 +459,9 @@ IncrementalDecoder IncrementalDecoder::clone() const {
 
 namespace {
 
-void check_stack(const std::vector<IncrementalDecoder>& parts, const DecoderWeights& first) {
+void check_stack(const std::vector<IncrementalDecoder>& parts) {
   TXL_CHECK(!parts.empty(), "decoding: stack needs at least one decoder");
+  const auto& first = parts.front().weights();
   for (const auto& p : parts) {
     const auto& w = p.weights();
     TXL_CHECK(w.model.ptr() == first.model.ptr() && w.capacity == first.capacity &&
@@ -478,7 +479,7 @@ void check_stack(const std::vector<IncrementalDecoder>& parts, const DecoderWeig
 }  // namespace
 
 IncrementalDecoder IncrementalDecoder::stack(const std::vector<IncrementalDecoder>& parts) {
-  check_stack(parts, parts.empty() ? DecoderWeights{} : parts.front().w_);
+  check_stack(parts);
   torch::NoGradGuard no_grad;
   int64_t rows = 0, time = 0, used = 0;
   for (const auto& p : parts) {

@@ -122,6 +122,7 @@ template <typename T, int kMaxRows>
 inline __attribute__((always_inline)) void panels(const Product<T>& c, int64_t begin, int64_t end) {
   for (int64_t p = begin; p < end; ++p) {
     for (int64_t r = 0; r < c.rows;) {
+      // n is kMaxRows, or one of 8, 4, 2, 1 below it (next_block): no branch skips rows.
       const int64_t n = next_block(c.rows - r, kMaxRows);
       if (n == kMaxRows) {
         block<T, kMaxRows, 1>(c, p, r);

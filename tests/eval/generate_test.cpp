@@ -55,18 +55,21 @@ std::vector<std::vector<int64_t>> random_prompts(const std::vector<int64_t>& len
   return prompts;
 }
 
+// The ways of decoding the tests go through: memory shorter and longer than the text (the
+// context and prompt), shaw, and a sliding window.
+struct DecodingCase {
+  const char* name;
+  AttnType attn_type;
+  int mem_len;
+};
+const DecodingCase kDecodingCases[] = {{"xl, memory shorter than the text", AttnType::kXl, 5},
+                                       {"xl, memory longer than the text", AttnType::kXl, 64},
+                                       {"shaw", AttnType::kShaw, 5},
+                                       {"vanilla (window of tgt_len)", AttnType::kVanilla, 0}};
+
 TEST(Generate, GreedyIsTheArgmaxOfTheForwardPassTokenByToken) {
-  struct Case {
-    const char* name;
-    AttnType attn_type;
-    int mem_len;
-  };
-  const Case cases[] = {{"xl, memory shorter than the text", AttnType::kXl, 5},
-                        {"xl, memory longer than the text", AttnType::kXl, 64},
-                        {"shaw", AttnType::kShaw, 5},
-                        {"vanilla (window of tgt_len)", AttnType::kVanilla, 0}};
   const auto prompts = random_prompts({8}, 1);
-  for (const auto& c : cases) {
+  for (const auto& c : kDecodingCases) {
     SCOPED_TRACE(c.name);
     auto model = tiny_model(c.attn_type, c.mem_len);
     const auto o = greedy(6, c.mem_len, 25);
@@ -122,18 +125,9 @@ TEST(Generate, ABatchGivesWhatEachPromptGivesAlone) {
 // memory shorter and longer than the context (xl), shaw, and a sliding window (vanilla), for
 // batches of every size, an empty prompt, and rows that stop at different steps.
 TEST(Generate, AContextReadOnceGivesWhatItGivesBeforeEachPrompt) {
-  struct Case {
-    const char* name;
-    AttnType attn_type;
-    int mem_len;
-  };
-  const Case cases[] = {{"xl, memory shorter than the context", AttnType::kXl, 4},
-                        {"xl, memory longer than the context", AttnType::kXl, 64},
-                        {"shaw", AttnType::kShaw, 5},
-                        {"vanilla (window of tgt_len)", AttnType::kVanilla, 0}};
   const auto context = random_prompts({17}, 4)[0];
   const auto prompts = random_prompts({3, 0, 8, 1}, 5);
-  for (const auto& c : cases) {
+  for (const auto& c : kDecodingCases) {
     SCOPED_TRACE(c.name);
     auto model = tiny_model(c.attn_type, c.mem_len);
     auto o = greedy(6, c.mem_len, 12);
