@@ -63,8 +63,9 @@ else
   say "fuzz_tokenizer: sentencepiece instrumented, from $spm_source"
 fi
 
+source "$root/tools/env.sh"
 launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+mapfile -t launcher < <(txl_ccache_launcher "$root")
 CC="${CC:-clang-14}" CXX="${CXX:-clang++-14}" cmake -S . -B "$build" -G Ninja "${launcher[@]}" \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTXL_FUZZ=ON -DTXL_BUILD_TESTS=OFF \
   -DTXL_FUZZ_SECONDS="$seconds" -DTXL_FUZZ_SPM_SOURCE="$spm_source" >/dev/null

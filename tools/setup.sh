@@ -170,7 +170,7 @@ configure_and_build() {
   local generator=()
   command -v ninja >/dev/null 2>&1 && generator=(-G Ninja)
   local launcher=()
-  command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  mapfile -t launcher < <(txl_ccache_launcher "$root")
   local torch_options=()
   [ "$txl_torch" = pip ] && pip_torch_options
   if [ ! -f "$build_dir/CMakeCache.txt" ]; then
