@@ -111,7 +111,7 @@ void add_generate_flags(CLI::App& app, config::CommandLine& line, GenerateReques
   for (const auto& flag : eval_flags()) {  // the decoding lengths, as txl-eval has them
     const std::string key = flag.key;
     if (key == "eval.tgt_len" || key == "eval.mem_len" || key == "eval.clamp_len" ||
-        key == "eval.same_length")
+        key == "eval.same_length" || key == "eval.mem_init")
       config::add_set_shorthand(app, line, flag.flag, flag.key, flag.help);
   }
   config::add_set_shorthand(app, line, "--threads", "run.threads", "intra-op threads, 0 = all cores");
@@ -191,6 +191,7 @@ models::DecodeOptions decode_options(const config::ExperimentConfig& config) {
   o.mem_len = s.mem_len;
   o.clamp_len = s.clamp_len;
   o.same_length = s.same_length;
+  o.zero_memory = s.zero_memory;  // eval.mem_init, or the model's
   return o;
 }
 

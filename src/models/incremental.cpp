@@ -112,6 +112,23 @@ void pack_weights(const TransformerLM& model, DecoderWeights& w) {
   util::share_huge_block(panels);
 }
 
+// Per layer the key and value of a zero vector of memory, [2, H, 1, 1, D]: what the layer
+// projects from model.mem_init's zeros (after its layer norm when pre_norm, as the model
+// normalises its memory).
+void zero_memory_keys(const TransformerLM& model, DecoderWeights& w) {
+  const auto& c = model->config();
+  const auto layers = model->layer_list();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    auto zero = torch::zeros({1, c.d_model}, w.qkv[l].options());  // [1, d]
+    auto norm = layers[l]->attn_norm;                              // a handle
+    auto h = c.pre_norm ? norm(zero) : zero;                       // [1, d]
+    w.zero_kv.push_back(torch::linear(h, w.qkv[l])                 // [1, 3 H D]
+                            .view({3, c.n_head, 1, 1, c.d_head})
+                            .narrow(0, 1, 2)
+                            .contiguous());  // [2, H, 1, 1, D]
+  }
+}
+
 }  // namespace
 
 DecoderWeights prepare_decoder(TransformerLM model, const DecodeOptions& options) {
@@ -143,6 +160,8 @@ DecoderWeights prepare_decoder(TransformerLM model, const DecodeOptions& options
     w.qkv.push_back(qkv);
   }
   relative_tables(model, w);
+  w.zero_memory = options.zero_memory && !w.sliding;
+  if (w.zero_memory) zero_memory_keys(model, w);
   pack_weights(model, w);
   return w;
 }
@@ -160,6 +179,13 @@ IncrementalDecoder::IncrementalDecoder(const DecoderWeights& weights, int64_t ro
   first_.assign(static_cast<size_t>(rows), 0);
   kv_ = key_value_buffers(rows);
   for (auto& kv : kv_) kv.zero_();  // mmap's blocks come zeroed, torch::empty's do not
+  if (w_.zero_memory) {
+    // The mem_len slots before time 0 hold the zero memory of every row.
+    const int64_t m = w_.options.mem_len;
+    for (size_t l = 0; l < kv_.size(); ++l) kv_[l].narrow(3, 0, m).copy_(w_.zero_kv[l]);
+    base_ = -m;
+    used_ = m;
+  }
   // The transposed table serves more rows than the packed one takes.
   if (w_.out_weight.defined() && rows > (w_.packed_vocab.defined() ? kPackedRows : 1)) {
     out_weight_t_ = w_.out_weight.t().contiguous();  // [d, V]; rows never grow
@@ -219,10 +245,12 @@ int64_t IncrementalDecoder::first_visible(size_t b, int64_t t) const {
   const int64_t first = first_[b];
   if (w_.sliding) return std::max(first, base_);  // the window is all there is
   if (t < first) return first;                    // padding: sees nothing
-  if (w_.options.same_length) return std::max(first, t - w_.options.mem_len + 1);
+  // With zero memory the mem_len slots before the row's first token are its memory.
+  const int64_t earliest = w_.zero_memory ? first - w_.options.mem_len : first;
+  if (w_.options.same_length) return std::max(earliest, t - w_.options.mem_len + 1);
   // Segments of tgt_len from the row's first token; the memory is the mem_len before its own.
   const int64_t segment_start = first + (t - first) / w_.options.tgt_len * w_.options.tgt_len;
-  return std::max(first, segment_start - w_.options.mem_len);
+  return std::max(earliest, segment_start - w_.options.mem_len);
 }
 
 std::vector<int64_t> IncrementalDecoder::first_slots(int64_t q) const {
@@ -252,6 +280,16 @@ torch::Tensor IncrementalDecoder::score_bias(int64_t q) const {
   return ops::score_bias(blocked, kv_.front().scalar_type());  // [B, q, K]
 }
 
+void IncrementalDecoder::zero_padding(size_t l, int64_t q) {
+  if (!w_.zero_memory) return;
+  for (int64_t b = 0; b < rows(); ++b) {
+    const int64_t end = std::min(first_[static_cast<size_t>(b)], time_ + q);  // padding ends
+    if (end <= time_) continue;
+    auto slots = kv_[l].select(2, b).narrow(2, used_, end - time_);  // [2, H, n, D]
+    slots.copy_(w_.zero_kv[l].select(2, 0));                         // from [2, H, 1, D]
+  }
+}
+
 void IncrementalDecoder::make_room(int64_t q) {
   if (used_ + q <= w_.capacity) return;
   // A later query sees at most mem_len + tgt_len - 1 earlier keys.
@@ -278,6 +316,7 @@ torch::Tensor IncrementalDecoder::attend_one(size_t l, const torch::Tensor& h,
     keys.v = w_.v[l];
   }
   auto context = ops::attend_cached(qkv, keys, used_ + 1, first);  // [B, H D]
+  zero_padding(l, 1);  // a padding query's own output is never used
   return product(context.unsqueeze(1), packed(l).out,
                  w_.model->layer_list()[l]->attn->out->weight);  // [B, 1, d]
 }
@@ -294,6 +333,7 @@ torch::Tensor IncrementalDecoder::attend(size_t l, const torch::Tensor& h,
                    .permute({2, 3, 0, 1, 4});  // [3, H, B, q, D], a view
   auto& kv = kv_[l];
   kv.narrow(3, used_, q).copy_(heads.narrow(0, 1, 2));  // [2, H, B, q, D] into the buffer
+  zero_padding(l, q);
   auto query = heads.select(0, 0);                      // [H, B, q, D], scaled
   auto keys = kv.select(0, 0).narrow(2, 0, k_len);      // [H, B, K, D]
   auto values = kv.select(0, 1).narrow(2, 0, k_len);    // [H, B, K, D]
@@ -468,7 +508,8 @@ void check_stack(const std::vector<IncrementalDecoder>& parts) {
                   w.options.tgt_len == first.options.tgt_len &&
                   w.options.mem_len == first.options.mem_len &&
                   w.options.clamp_len == first.options.clamp_len &&
-                  w.options.same_length == first.options.same_length,
+                  w.options.same_length == first.options.same_length &&
+                  w.zero_memory == first.zero_memory,
               "decoding: stack takes decoders of one model and one set of lengths");
     TXL_CHECK(!p.sliding(), "decoding: stack takes memory decoders (a sliding window reads its "
               "last tokens again instead)");

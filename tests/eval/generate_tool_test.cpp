@@ -151,6 +151,30 @@ TEST(GenerateTool, FlagsAndSetAreOneGrammar) {
             sets.out.substr(0, sets.out.find("\"seconds\"")));
 }
 
+// Decoding starts from the memory evaluation starts from: model.mem_init, which eval.mem_init
+// (--mem-init) overrides, as in txl-eval.
+TEST(GenerateTool, DecodingStartsFromTheMemoryEvaluationStartsFrom) {
+  auto config = txl::models::load_model(checkpoint()).config;
+  config.model.mem_init = "empty";
+  EXPECT_FALSE(txl::eval::decode_options(config).zero_memory);
+  config.model.mem_init = "zeros";
+  EXPECT_TRUE(txl::eval::decode_options(config).zero_memory);
+  config.eval.mem_init = "empty";
+  EXPECT_FALSE(txl::eval::decode_options(config).zero_memory);
+  config.model.mem_init = "empty";
+  config.eval.mem_init = "zeros";
+  EXPECT_TRUE(txl::eval::decode_options(config).zero_memory);
+  // The program's flag is the --set of the same key, and it changes the text's log-probability.
+  const auto read = [](const std::string& mem_init) {
+    const auto r = txl_generate({checkpoint(), "--prompt", "x", "--mem-init", mem_init,
+                                 "--temperature", "0", "--max-new-tokens", "4", "--json"});
+    EXPECT_EQ(r.status, 0) << r.output;
+    return nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  };
+  const auto empty = read("empty"), zeros = read("zeros");
+  EXPECT_NE(empty["log_prob"].get<double>(), zeros["log_prob"].get<double>());
+}
+
 TEST(GenerateTool, EdgeCasesGiveDefinedResultsOrClearErrors) {
   const auto none = txl_generate({checkpoint(), "--prompt", "x", "--max-new-tokens", "0"});
   ASSERT_EQ(none.status, 0) << none.output;

@@ -68,7 +68,18 @@ struct Case {
   int clamp_len = -1;
   bool pre_norm = false;
   bool adaptive = false;  // adaptive input and softmax, untied u and v per layer
+  bool zero_memory = false;  // rows start from mem_len zero vectors (model.mem_init: zeros)
 };
+
+// Layer norms with non-zero biases: a pre-norm layer's zero memory then has keys and values
+// that are not zero (LN(0) = its bias), so a decoder that skipped them would differ.
+void shift_layer_norms(TransformerLM& model, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  for (auto layer : model->layer_list()) {
+    for (auto* norm : {&layer->attn_norm, &layer->ff_norm}) (*norm)->bias.normal_(0, 0.5);
+  }
+}
 
 TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
   const int q = 5;
@@ -84,6 +95,11 @@ TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
       {"xl without memory: sliding", AttnType::kXl, 0},
       {"vanilla: sliding", AttnType::kVanilla, 0},
       {"vanilla_learned: sliding", AttnType::kVanillaLearned, 0},
+      {"xl, zero memory", AttnType::kXl, 4, false, -1, false, false, true},
+      {"xl, zero memory longer than a segment", AttnType::kXl, 12, false, -1, false, false, true},
+      {"xl, zero memory, same_length", AttnType::kXl, 6, true, -1, false, false, true},
+      {"xl, zero memory, pre_norm", AttnType::kXl, 4, false, -1, true, false, true},
+      {"shaw, zero memory", AttnType::kShaw, 7, false, -1, false, false, true},
   };
   const auto tokens = random_tokens(1, 31, 3);
   for (const auto& c : cases) {
@@ -96,8 +112,16 @@ TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
       config.untie_r = true;
     }
     auto model = make(config, 11);
-    DecodeOptions o{q, c.mem_len, c.clamp_len, c.same_length};
+    shift_layer_norms(model, 19);
+    DecodeOptions o{q, c.mem_len, c.clamp_len, c.same_length, c.zero_memory};
     auto expected = txl::test::reference_log_probs(model, tokens, o);
+    if (c.zero_memory) {
+      // The zeros change what the model gives: a decoder that ignored them would fail.
+      DecodeOptions empty = o;
+      empty.zero_memory = false;
+      ASSERT_FALSE(tensor_near(expected, txl::test::reference_log_probs(model, tokens, empty),
+                               1e-6, 1e-6));
+    }
     if (c.mem_len >= tokens.size(1)) {
       // A memory longer than the text is one long pass.
       ASSERT_TRUE(tensor_near(expected, txl::test::one_pass_log_probs(model, tokens), 1e-10, 1e-10));
@@ -114,11 +138,16 @@ TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
 // Rows of different prompt lengths, left-padded into one batch, each give what they give alone,
 // also after rows leave the batch.
 TEST(IncrementalDecoder, LeftPaddedRowsEqualRowsAlone) {
-  for (auto attn_type : {AttnType::kXl, AttnType::kShaw, AttnType::kVanilla}) {
-    SCOPED_TRACE(config::to_string(attn_type));
+  for (auto [attn_type, zero_memory] : std::vector<std::pair<AttnType, bool>>{
+           {AttnType::kXl, false}, {AttnType::kXl, true}, {AttnType::kShaw, false},
+           {AttnType::kShaw, true}, {AttnType::kVanilla, false}}) {
+    SCOPED_TRACE(config::to_string(attn_type) + (zero_memory ? ", zero memory" : ""));
     const int mem_len = attn_type == AttnType::kVanilla ? 0 : 4;
-    auto model = make(tiny(attn_type, 5, mem_len), 12);
-    DecodeOptions o{5, mem_len, -1, false};
+    auto config = tiny(attn_type, 5, mem_len);
+    config.pre_norm = zero_memory;  // zero memory's keys and values are then not zero
+    auto model = make(config, 12);
+    shift_layer_norms(model, 20);
+    DecodeOptions o{5, mem_len, -1, false, zero_memory};
     const auto text = random_tokens(3, 20, 4);
     const std::vector<int64_t> prompt_len = {9, 2, 6};
     const int64_t longest = 9, steps = 8;
@@ -200,10 +229,12 @@ TEST(IncrementalDecoder, DecodersFromOnePreparationAreIndependent) {
 // the original copy reads on unchanged.
 TEST(IncrementalDecoder, ClonedAndStackedRowsEqualRowsAlone) {
   for (auto attn_type : {AttnType::kXl, AttnType::kShaw}) {
-    for (bool same_length : {false, true}) {
-      SCOPED_TRACE(config::to_string(attn_type) + (same_length ? ", same_length" : ""));
+    for (auto [same_length, zero_memory] : {std::pair{false, false}, std::pair{true, false},
+                                            std::pair{false, true}, std::pair{true, true}}) {
+      SCOPED_TRACE(config::to_string(attn_type) + (same_length ? ", same_length" : "") +
+                   (zero_memory ? ", zero memory" : ""));
       auto model = make(tiny(attn_type, 5, 4), 17);
-      DecodeOptions o{5, 4, -1, same_length};
+      DecodeOptions o{5, 4, -1, same_length, zero_memory};
       const int64_t context = 12, steps = 9;
       const std::vector<int64_t> prompt_len = {3, 0, 7};  // the second row: the context alone
       const auto text = random_tokens(3, context + 7 + steps, 8);

@@ -12,6 +12,7 @@ torch::Tensor segmented_log_probs(models::TransformerLM& model, const torch::Ten
   ctx.mem_len = o.mem_len;
   ctx.clamp_len = o.clamp_len;
   ctx.same_length = o.same_length;
+  ctx.zero_memory = o.zero_memory;
   models::Memory memory;
   std::vector<torch::Tensor> out;
   for (int64_t b = 0; b < tokens.size(1); b += o.tgt_len) {

@@ -11,7 +11,9 @@
 //            mem_len + tgt_len - 1) in a buffer of fixed capacity mem_len + 2 tgt_len, written in
 //            place and compacted when full, and the relative encodings projected once for every
 //            distance: a new token costs the projections of one row and attention over its
-//            M + i keys, linear in the context.
+//            M + i keys, linear in the context. With zero_memory each row starts from mem_len
+//            zero vectors (their keys and values sit in the slots before its first token), as
+//            evaluation starts a stream with model.mem_init: zeros.
 //   sliding  (vanilla, vanilla_learned, or mem_len 0) Every read takes the last tgt_len tokens
 //            as one segment without memory, positions counted from its start: the geometry the
 //            model was trained in (evaluation's sliding mode), at a constant cost per token.
@@ -48,6 +50,9 @@ struct DecodeOptions {
   int64_t mem_len = 128;     // memory length M; 0 = sliding window of tgt_len
   int64_t clamp_len = -1;    // distances above it share one encoding; -1 = no clamp
   bool same_length = false;  // memory: every query sees at most mem_len keys, itself included
+  // Memory mode: each row starts from mem_len zero vectors in every layer that its first
+  // segments attend to (model.mem_init: zeros, Hugging Face's TransfoXL), not from nothing.
+  bool zero_memory = false;
 };
 
 // A layer's weights of a generated token's products, packed once (ops::pack_weight) where the
@@ -71,6 +76,8 @@ struct DecoderWeights {
   std::vector<torch::Tensor> table;        // per layer [H, D, C], distances C-1 .. 0 (relative)
   std::vector<torch::Tensor> by_distance;  // per layer [H, C, D], distances 0 .. C-1 (relative)
   std::vector<torch::Tensor> u, v;         // per layer [H, 1, 1, D] scaled biases (xl)
+  bool zero_memory = false;                // rows start from zero vectors (memory mode only)
+  std::vector<torch::Tensor> zero_kv;      // per layer [2, H, 1, 1, D]: a zero vector's key, value
   torch::Tensor slots;                     // int64 [C]: 0 .. C-1
   torch::Tensor out_weight, out_bias;      // plain softmax: [V, d], [V]; else undefined
   std::vector<PackedLayer> packed;         // per layer, or empty
@@ -135,6 +142,9 @@ class IncrementalDecoder {
   torch::Tensor attend(size_t l, const torch::Tensor& h, const Visible& visible);
   // Attention of one query per row, h [B, 1, d], through ops::attend_cached -> [B, 1, d].
   torch::Tensor attend_one(size_t l, const torch::Tensor& h, const std::vector<int64_t>& first);
+  // Zero memory: the chunk's padding slots of layer l (before a row's first token) get the keys
+  // and values of a zero vector, what that row's memory starts from.
+  void zero_padding(size_t l, int64_t q);
   // Per query of the chunk (row-major [B, q]), the first buffer slot it may see.
   std::vector<int64_t> first_slots(int64_t q) const;
   // Additive score bias [B, q, K] of the chunk's queries: 0 where visible, blocked elsewhere.
