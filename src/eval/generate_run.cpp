@@ -204,6 +204,11 @@ void run_generate(const GenerateRequest& request, const Evaluation& loaded, std:
   GenerateOptions options = request.options;
   options.eos_id = request.ignore_eos ? -1 : tokenizer.eos_id();
   options.lengths = decode_options(loaded.config);
+  if (settings.ext_len > 0) {
+    log::warn("generate", "model.ext_len = {}: decoding reads segments of tgt_len with the memory "
+              "alone, without evaluation's extended context, so log-probabilities differ from "
+              "txl-eval's", settings.ext_len);
+  }
   // Every prompt starts after <eos>, or after the context (which ends with one).
   std::vector<std::int64_t> start = {tokenizer.eos_id()};
   if (!request.context_file.empty()) {
