@@ -454,7 +454,7 @@ bool evaluate_missing(const Job& job, const std::vector<PlannedEval>& plan,
   log::info(kTag, "job {}: evaluating {}", job.label(), checkpoint.string());
   for (size_t i = 0; i < plan.size(); ++i) {
     if (cached(cache, plan[i], keys[i])) continue;
-    if (train::stop_signal().load() != 0) return false;
+    if (util::stop_signal().load() != 0) return false;
     const bool known = cache.records.count(keys[i]) != 0;
     cache.records[keys[i]] = evaluate_planned(job.label(), cfg, loaded.model, dataset, plan[i]);
     if (!known) cache.keys.push_back(keys[i]);
@@ -594,7 +594,7 @@ RunOutcome run_serially(const std::vector<Job>& jobs, const AblationOptions& opt
   DatasetCache datasets;
   for (const Job& job : jobs) {
     bool finished = false;
-    if (train::stop_signal().load() == 0) {
+    if (util::stop_signal().load() == 0) {
       try {
         finished = run_job(job, options, contexts, datasets);
       } catch (const std::exception& e) {  // txl::Error, or LibTorch's c10::Error
@@ -604,7 +604,7 @@ RunOutcome run_serially(const std::vector<Job>& jobs, const AblationOptions& opt
       }
     }
     if (!finished) {
-      out.signal = train::stop_signal().load();
+      out.signal = util::stop_signal().load();
       out.stopped = job.label();
       log::info(kTag, "stopped during job {}; run the same command again to resume", job.label());
       return out;
@@ -644,7 +644,7 @@ process::ProgramResult run_job_process(const Job& job, const AblationOptions& op
   }
   process::RunOptions run;
   run.output_file = (dir / "job.log").string();
-  run.forward_signal = &train::stop_signal();
+  run.forward_signal = &util::stop_signal();
   *log_file = run.output_file;
   log::info(kTag, "job {}: started (log: {})", job.label(), run.output_file);
   return process::run_program(argv, run);
@@ -667,7 +667,7 @@ RunOutcome run_in_processes(const std::vector<Job>& jobs, const AblationOptions&
       size_t i;
       {
         std::lock_guard<std::mutex> lock(mutex);
-        if (next >= jobs.size() || train::stop_signal().load() != 0) return;
+        if (next >= jobs.size() || util::stop_signal().load() != 0) return;
         i = next++;
       }
       const Job& job = jobs[i];
@@ -681,8 +681,8 @@ RunOutcome run_in_processes(const std::vector<Job>& jobs, const AblationOptions&
       std::lock_guard<std::mutex> lock(mutex);
       if (error.empty() && result.ok()) {
         log::info(kTag, "job {}: finished", job.label());
-      } else if (train::stop_signal().load() != 0) {  // Ctrl-C reached the children too
-        out.signal = train::stop_signal().load();
+      } else if (util::stop_signal().load() != 0) {  // Ctrl-C reached the children too
+        out.signal = util::stop_signal().load();
         out.stopped = job.label();
       } else {
         out.failed.push_back(
@@ -698,7 +698,7 @@ RunOutcome run_in_processes(const std::vector<Job>& jobs, const AblationOptions&
     workers.emplace_back(worker);
   }
   for (auto& w : workers) w.join();
-  if (out.signal == 0) out.signal = train::stop_signal().load();
+  if (out.signal == 0) out.signal = util::stop_signal().load();
   return out;
 }
 

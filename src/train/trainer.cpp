@@ -33,24 +33,6 @@ namespace txl::train {
 namespace stdfs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::atomic<int>& stop_signal() {
-  static std::atomic<int> signal{0};
-  return signal;
-}
-
-void install_stop_handlers() {
-  // The first signal asks for a checkpoint after the step in flight; a second one (a user's
-  // second Ctrl-C, a launcher's escalation) ends the process at once.
-  auto handler = [](int sig) {
-    if (stop_signal().exchange(sig) != 0) {
-      std::signal(sig, SIG_DFL);
-      std::raise(sig);
-    }
-  };
-  std::signal(SIGINT, handler);
-  std::signal(SIGTERM, handler);
-}
-
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfig& t,
                                                         std::vector<torch::Tensor> params) {
   switch (t.optimizer) {
@@ -293,7 +275,7 @@ double Trainer::elapsed() const {
 // Stop conditions every rank agrees on: steps and tokens are equal everywhere; rank 0's clock
 // and any rank's signal are shared by one small all-reduce.
 std::string Trainer::stop_reason() {
-  const int local = stop_signal().load();
+  const int local = util::stop_signal().load();
   auto control = torch::tensor(  // [3] SIGINT seen, other signal seen, rank 0 out of time
       {local == SIGINT ? 1.0 : 0.0, local != 0 && local != SIGINT ? 1.0 : 0.0,
        main_rank_ && t_.max_minutes > 0 && elapsed() >= t_.max_minutes * 60 ? 1.0 : 0.0},

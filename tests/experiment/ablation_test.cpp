@@ -109,8 +109,8 @@ std::string read(const stdfs::path& p) { return txl::fs::read_file(p); }
 // Resets the stop flag whatever a test did with it.
 class Ablation : public ::testing::Test {
  protected:
-  void SetUp() override { txl::train::stop_signal().store(0); }
-  void TearDown() override { txl::train::stop_signal().store(0); }
+  void SetUp() override { txl::util::stop_signal().store(0); }
+  void TearDown() override { txl::util::stop_signal().store(0); }
 };
 
 TEST_F(Ablation, EveryVariantIsTrainedEvaluatedAndReported) {
@@ -309,13 +309,13 @@ TEST_F(Ablation, OnlyKeepsTheOtherVariantsCachedResults) {
 TEST_F(Ablation, SignalStopsBeforeTheNextPieceOfWorkAndTheRerunFinishes) {
   TempDir dir;
   auto a = tiny_ablation(dir);
-  txl::train::stop_signal().store(SIGTERM);
+  txl::util::stop_signal().store(SIGTERM);
   auto stopped = txl::experiment::run_ablation(a, quiet_options());
   EXPECT_EQ(stopped.status, AblationStatus::kInterrupted);
   EXPECT_EQ(stopped.signal, SIGTERM);
   EXPECT_EQ(stopped.stopped_variant, "vanilla");
   EXPECT_FALSE(stdfs::exists(stdfs::path(a.output_dir) / "report.md"));
-  txl::train::stop_signal().store(0);
+  txl::util::stop_signal().store(0);
   auto done = txl::experiment::run_ablation(a, quiet_options());
   EXPECT_EQ(done.status, AblationStatus::kCompleted);
   EXPECT_TRUE(stdfs::exists(stdfs::path(a.output_dir) / "report.md"));

@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
     options.threads = setup.threads;
     if (options.jobs == 0) options.jobs = default_jobs(ablation);
     setup.apply(argv);
-    txl::train::install_stop_handlers();
+    txl::util::install_stop_handlers();
     return report_outcome(txl::experiment::run_ablation(ablation, options), argv, argc);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
     const bool cuda = txl::config::resolve_device(config.run.device, env.local_rank).is_cuda();
     options.group =
         txl::dist::Group::create(env, std::chrono::seconds(config.run.dist_timeout), cuda);
-    txl::train::install_stop_handlers();  // after the rendezvous, which a signal simply ends
+    txl::util::install_stop_handlers();  // after the rendezvous, which a signal simply ends
     const auto summary = txl::train::train(config, options);
     if (summary.status != txl::train::TrainStatus::kInterrupted) return 0;
     if (env.rank == 0) {

@@ -95,7 +95,7 @@ struct AblationOptions {
 
 enum class AblationStatus {
   kCompleted,    // every selected job trained and evaluated, report written
-  kInterrupted,  // stopped by a signal (train::stop_signal); rerun the same command to resume
+  kInterrupted,  // stopped by a signal (util::stop_signal); rerun the same command to resume
   kFailed,       // some jobs failed (AblationResult::failed); the report has the others
 };
 

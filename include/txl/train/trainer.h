@@ -25,16 +25,9 @@
 #include "txl/config/config.h"
 #include "txl/dist/group.h"
 #include "txl/train/run_folder.h"
+#include "txl/util/stop.h"
 
 namespace txl::train {
-
-// Set by the binaries' SIGINT / SIGTERM handlers (the signal number); the trainer finishes the
-// step in flight, writes a checkpoint and returns TrainStatus::kInterrupted.
-std::atomic<int>& stop_signal();
-
-// Installs SIGINT and SIGTERM handlers that set stop_signal() (for the programs); a second
-// signal ends the process at once.
-void install_stop_handlers();
 
 enum class TrainStatus {
   kCompleted,    // reached a stop condition (steps, tokens, minutes or early stop)
