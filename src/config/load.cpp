@@ -19,11 +19,13 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <type_traits>
 
 #include "fields.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
+#include "txl/util/text.h"
 #include "validate.h"
 
 namespace txl::config {
@@ -69,33 +71,10 @@ std::string describe(const YAML::Node& node) {
   }
 }
 
-// Offset of the first byte that is not well-formed UTF-8 (RFC 3629: no overlong forms,
-// surrogates or code points past U+10FFFF), or npos.
-std::size_t invalid_utf8_at(const std::string& text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  for (std::size_t i = 0, n = text.size(); i < n;) {
-    const unsigned c = s[i];
-    const std::size_t len = c < 0x80                 ? 1
-                            : c >= 0xC2 && c <= 0xDF ? 2
-                            : c >= 0xE0 && c <= 0xEF ? 3
-                            : c >= 0xF0 && c <= 0xF4 ? 4
-                                                     : 0;
-    if (len == 0 || i + len > n) return i;
-    for (std::size_t k = 1; k < len; ++k)
-      if ((s[i + k] & 0xC0) != 0x80) return i;
-    const unsigned next = len > 1 ? s[i + 1] : 0x80;
-    if ((c == 0xE0 && next < 0xA0) || (c == 0xED && next > 0x9F) || (c == 0xF0 && next < 0x90) ||
-        (c == 0xF4 && next > 0x8F))
-      return i;
-    i += len;
-  }
-  return std::string::npos;
-}
-
 YAML::Node parse_yaml(const std::string& text, const std::string& name) {
   // YAML text is Unicode. Other bytes would come back from dump_experiment as U+FFFD, so a
   // config read back from a run or checkpoint would differ (found by fuzz_experiment).
-  const std::size_t bad = invalid_utf8_at(text);
+  const std::size_t bad = util::find_invalid_utf8(text).value_or(std::string::npos);
   TXL_CHECK(bad == std::string::npos, name, ":",
             std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(bad), '\n') + 1,
             ": byte ", bad + 1, " is not UTF-8; experiment files must be UTF-8 text");
@@ -299,7 +278,7 @@ class Loader {
       return;
     }
     YAML::Node value;
-    if (invalid_utf8_at(text) != std::string::npos) {
+    if (util::find_invalid_utf8(text)) {
       error(source.name, "the value is not UTF-8 text");
       return;
     }

@@ -13,6 +13,7 @@
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
+#include "txl/util/text.h"
 
 namespace txl::data {
 
@@ -95,7 +96,7 @@ class SentencePieceTokenizer : public Tokenizer {
   std::string kind() const override { return "sentencepiece"; }
 
   std::vector<std::int64_t> encode(std::string_view text) const override {
-    auto bad = find_invalid_utf8(text);
+    auto bad = util::find_invalid_utf8(text);
     TXL_CHECK(!bad.has_value(), "invalid UTF-8 at byte ", bad.value_or(0) + 1,
               " of the text to encode; sentencepiece needs UTF-8 (use tokenizer type byte for ",
               "arbitrary bytes)");
@@ -347,7 +348,7 @@ std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cf
   TXL_CHECK(cfg.character_coverage > 0.0 && cfg.character_coverage <= 1.0,
             "data.tokenizer.character_coverage must be in (0, 1], got ", cfg.character_coverage);
   for (size_t i = 0; i < train_lines.size(); ++i) {
-    auto bad = find_invalid_utf8(train_lines[i]);
+    auto bad = util::find_invalid_utf8(train_lines[i]);
     TXL_CHECK(!bad.has_value(), "invalid UTF-8 in the training text, line ", i + 1, " byte ",
               bad.value_or(0) + 1, ": sentencepiece needs UTF-8 text (convert the corpus, e.g. ",
               "with iconv, or use data.tokenizer.type byte)");

@@ -205,6 +205,8 @@ std::string to_json(const std::vector<ResultRecord>& records) {
 }
 
 std::vector<ResultRecord> records_from_json(const std::string& text, const std::string& origin) {
+  TXL_CHECK(!json::nested_deeper_than(text), origin, ": nests deeper than ", json::kMaxDepth,
+            " levels; delete the file to recompute it");
   Json list;
   try {
     list = Json::parse(text);

@@ -1,11 +1,13 @@
 #include "txl/models/checkpoint.h"
 
+#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include <set>
 
 #include "txl/config/load.h"
 #include "txl/util/error.h"
+#include "txl/util/json.h"
 #include "txl/util/fs.h"
 #include "txl/util/safetensors.h"
 #include "txl/util/sha256.h"
@@ -60,6 +62,8 @@ std::string make_record(const Checkpoint& c) {
 
 // Reads the record's fields into `c`; a missing or mistyped field is an error naming origin.
 void read_record(const std::string& text, const std::string& origin, Checkpoint& c) {
+  TXL_CHECK(!json::nested_deeper_than(text), origin, ": the checkpoint's record nests deeper than ",
+            json::kMaxDepth, " levels");
   Json record = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   TXL_CHECK(record.is_object(), origin, ": the checkpoint's record is not a JSON object");
   auto field = [&](const char* key, Json::value_t type) -> const Json& {
@@ -212,6 +216,21 @@ void load_model_tensors(TransformerLM& model, const Checkpoint& checkpoint,
     if (problems.size() > 12) list += "\n  ... and " + std::to_string(problems.size() - 12) + " more";
     TXL_FAIL(origin, ": its weights do not fit the model its stored experiment builds (",
              problems.size(), " differences):", list);
+  }
+  // txl's trainer never writes weights that are not finite; a file that holds them (edited, or
+  // made elsewhere) would evaluate to NaN and generate token 0 forever.
+  std::vector<std::string> not_finite;
+  for (const auto& [name, target] : targets) {
+    const torch::Tensor& stored = *checkpoint.find(kModelPrefix + name);
+    if (stored.is_floating_point() && !torch::isfinite(stored).all().item<bool>())
+      not_finite.push_back(name);
+  }
+  if (!not_finite.empty()) {
+    std::string list;
+    for (size_t i = 0; i < not_finite.size() && i < 4; ++i) list += (i ? ", " : "") + not_finite[i];
+    if (not_finite.size() > 4) list += fmt::format(" and {} more", not_finite.size() - 4);
+    TXL_FAIL(origin, ": weights that are not finite (NaN or infinite) in ", list,
+             "; such a model computes nothing meaningful, so it is not loaded");
   }
   torch::NoGradGuard no_grad;
   for (auto& [name, target] : targets) target.copy_(*checkpoint.find(kModelPrefix + name));

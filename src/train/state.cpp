@@ -6,6 +6,7 @@
 
 #include "txl/config/load.h"
 #include "txl/util/compat.h"
+#include "txl/util/json.h"
 #include "txl/util/error.h"
 
 namespace txl::train {
@@ -139,6 +140,8 @@ std::string TrainState::to_json() const {
 }
 
 TrainState TrainState::from_json(const std::string& json, const std::string& origin) {
+  TXL_CHECK(!json::nested_deeper_than(json), origin, ": the training state nests deeper than ",
+            json::kMaxDepth, " levels");
   const Json j = Json::parse(json, nullptr, /*allow_exceptions=*/false);
   TXL_CHECK(j.is_object(), origin, ": the training state is not a JSON object");
   TrainState s;

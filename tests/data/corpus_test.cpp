@@ -6,6 +6,7 @@
 #include "data_test_support.h"
 #include "support/test_support.h"
 #include "txl/util/error.h"
+#include "txl/util/text.h"
 
 namespace {
 
@@ -63,14 +64,14 @@ TEST(Corpus, SplitLinesAndCounts) {
   EXPECT_EQ(txl::data::split_lines("a\n\nb"), (std::vector<std::string>{"a", "", "b"}));
   EXPECT_TRUE(txl::data::split_lines("").empty());
   EXPECT_EQ(txl::data::count_utf8_chars("h\xC3\xA9llo \xE2\x82\xAC"), 7);  // "héllo €"
-  EXPECT_FALSE(txl::data::find_invalid_utf8("h\xC3\xA9llo \xF0\x9F\x98\x80").has_value());
-  EXPECT_EQ(txl::data::find_invalid_utf8("ab\xC3").value(), 2u);  // truncated sequence
-  EXPECT_EQ(txl::data::find_invalid_utf8("a\xFF"
+  EXPECT_FALSE(txl::util::find_invalid_utf8("h\xC3\xA9llo \xF0\x9F\x98\x80").has_value());
+  EXPECT_EQ(txl::util::find_invalid_utf8("ab\xC3").value(), 2u);  // truncated sequence
+  EXPECT_EQ(txl::util::find_invalid_utf8("a\xFF"
                                          "b")
                 .value(),
             1u);                                                         // never valid byte
-  EXPECT_EQ(txl::data::find_invalid_utf8("\xC0\xAF").value(), 0u);       // overlong '/'
-  EXPECT_EQ(txl::data::find_invalid_utf8("x\xED\xA0\x80").value(), 1u);  // surrogate
+  EXPECT_EQ(txl::util::find_invalid_utf8("\xC0\xAF").value(), 0u);       // overlong '/'
+  EXPECT_EQ(txl::util::find_invalid_utf8("x\xED\xA0\x80").value(), 1u);  // surrogate
 }
 
 TEST(Corpus, ByteSplitFollowsTransformerXlPreprocessing) {

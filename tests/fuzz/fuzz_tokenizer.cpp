@@ -15,6 +15,7 @@
 #include "txl/data/corpus.h"
 #include "txl/data/tokenizer.h"
 #include "txl/util/error.h"
+#include "txl/util/text.h"
 #include "txl/util/log.h"
 
 namespace {
@@ -52,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                     "  two  spaces ", "\xC3\xA9t\xC3\xA9 \xE2\x98\x83 <unk>"};
   // Text from the input itself, when it is UTF-8 (sentencepiece refuses anything else).
   const std::string_view tail = bytes.substr(bytes.size() > 64 ? bytes.size() - 64 : 0);
-  if (!txl::data::find_invalid_utf8(tail)) texts.emplace_back(tail);
+  if (!txl::util::find_invalid_utf8(tail)) texts.emplace_back(tail);
   std::vector<std::vector<std::int64_t>> ids;
   for (const auto& text : texts) ids.push_back(exercise(*tok, text));
   for (std::int64_t id = 0; id < std::min<std::int64_t>(tok->vocab_size(), 64); ++id)

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <nlohmann/json.hpp>
 
@@ -280,6 +281,38 @@ TEST(Safetensors, BadJsonStructureIsRefused) {
   EXPECT_REFUSED(file_with("{" + entry("", "U8", "[8]", "[0,8]") + "}", eight), "empty name");
   EXPECT_REFUSED(file_with("", eight), "not valid JSON");
   EXPECT_REFUSED(std::string("\x02\x00\x00", 3), "shorter than the 8-byte header length");
+}
+
+// The peak resident memory of this process so far, in bytes.
+std::int64_t peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux: KiB
+}
+
+// A header of 20 MB of '[' cost nlohmann's parser about 1.5 GB before it failed (a 90 MB one,
+// 6.8 GB): the nesting is refused before any parsing, at the reference reader's depth of 128.
+TEST(Safetensors, DeepNestingIsRefusedBeforeParsing) {
+  const std::string eight(8, '\0');
+  const std::int64_t before = peak_rss_bytes();
+  EXPECT_REFUSED(file_with(std::string(20'000'000, '['), eight), "deeper than 128 levels");
+  EXPECT_LT(peak_rss_bytes() - before, 400'000'000) << "the refusal itself cost the memory";
+  // 128 levels are allowed (then refused for what they hold); 129 are not.
+  auto nested = [](int depth) {
+    return "{\"__metadata__\":{\"k\":" + std::string(depth - 2, '[') + std::string(depth - 2, ']') +
+           "}}";
+  };
+  EXPECT_REFUSED(file_with(nested(128), eight), "metadata \"k\" is");
+  EXPECT_REFUSED(file_with(nested(129), eight), "deeper than 128 levels");
+  // Brackets inside strings (escaped quotes too) are text, not nesting.
+  const std::string name = std::string(200, '[') + "\\\"" + std::string(200, '{');
+  const st::File file = parse_exact(file_with(
+      "{" + entry(name, "U8", "[1]", "[0,1]") + ",\"__metadata__\":{\"k\":\"" +
+          std::string(300, '[') + "\"}}",
+      "x"));
+  ASSERT_EQ(file.tensors.size(), 1u);
+  EXPECT_EQ(file.tensors[0].first, std::string(200, '[') + "\"" + std::string(200, '{'));
+  EXPECT_EQ(file.metadata.at("k"), std::string(300, '['));
 }
 
 // ---- the safetensors package from PyPI ----------------------------------------------------------

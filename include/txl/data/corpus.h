@@ -79,9 +79,6 @@ std::vector<std::string> split_lines(std::string_view text);
 // Number of UTF-8 code points (bytes that are not continuation bytes).
 std::int64_t count_utf8_chars(std::string_view text);
 
-// Offset of the first invalid UTF-8 sequence in `text`, or nullopt when it is valid.
-std::optional<std::size_t> find_invalid_utf8(std::string_view text);
-
 // Byte ranges [begin, end) of train/valid/test for a raw byte corpus of `size` bytes, as in the
 // Transformer-XL preprocessing of enwik8/text8: the last 5,000,000 bytes are test, the 5,000,000
 // before are valid, the rest is train. Corpora under 100,000,000 bytes split 90%/5%/5% instead.

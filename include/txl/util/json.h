@@ -10,9 +10,41 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "txl/util/text.h"
+
 namespace txl::json {
+
+// The deepest nesting of arrays and objects a file txl reads may have: serde_json's limit, which
+// Hugging Face's safetensors reader inherits. nlohmann's parser has none, and a header of 90 MB
+// of '[' costs it gigabytes before it fails.
+inline constexpr int kMaxDepth = 128;
+
+// Whether `text` nests arrays and objects deeper than `max_depth` (brackets inside strings do not
+// count). One pass, no allocation: run it before nlohmann's parser on any text read from a file.
+inline bool nested_deeper_than(std::string_view text, int max_depth = kMaxDepth) {
+  int depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character, whatever it is
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
 
 using Json = nlohmann::json;                // keys sorted
 using OrderedJson = nlohmann::ordered_json;  // keys in insertion order
@@ -26,6 +58,19 @@ void put_number(JsonT& record, const std::string& key, double value) {
   }
   record[key] = nullptr;
   record["null_because"][key] = std::isnan(value) ? "nan" : value > 0 ? "+inf" : "-inf";
+}
+
+// record[key] = `bytes` when they are well-formed UTF-8 (JSON holds Unicode text only); else the
+// text with each byte that is not UTF-8 as U+FFFD, and the exact bytes in base64 under
+// key + "_base64" (e.g. a byte-level model's output cut inside a character).
+template <typename JsonT>
+void put_text(JsonT& record, const std::string& key, const std::string& bytes) {
+  if (!util::find_invalid_utf8(bytes)) {
+    record[key] = bytes;
+    return;
+  }
+  record[key] = util::replace_invalid_utf8(bytes);
+  record[key + "_base64"] = util::base64(bytes);
 }
 
 // A list of numbers, each non-finite one (e.g. a mean over nothing) as null.
