@@ -69,10 +69,13 @@ std::string Schedule::stop_reason(const TrainState& state, bool out_of_time, int
   return "";
 }
 
-Schedule::Validation Schedule::record_validation(TrainState& state, double loss) const {
+Schedule::Validation Schedule::record_validation(TrainState& state, double loss,
+                                                 double bound) const {
   Validation v;
-  // Only a finite loss can be the best: checkpoint_best always holds good weights.
-  v.improved = std::isfinite(loss) && (state.best_step < 0 || loss < state.best_valid_loss);
+  // Only a finite loss under the divergence bound can be the best: checkpoint_best always holds
+  // weights the divergence guard would keep in checkpoint_last.
+  v.improved = std::isfinite(loss) && !(loss > bound) &&
+               (state.best_step < 0 || loss < state.best_valid_loss);
   state.last_eval_step = state.step;
   if (v.improved) {
     state.best_valid_loss = loss;

@@ -117,7 +117,8 @@ class Trainer {
   Snapshot snapshot() const;
   void step();                  // one optimizer step over the global batch
   void check_finite(const StepResult& result);  // throws when the loss or norm is not finite
-  bool above_bound(double mean_loss) const;  // above train.divergence_factor x ln(vocabulary)
+  double divergence_bound() const;           // train.divergence_factor x ln(vocabulary), or inf
+  bool above_bound(double mean_loss) const;  // above divergence_bound()
   void count_divergence(bool above, double mean_loss);  // throws after divergence_patience
   [[noreturn]] void fail_diverged(const std::string& what);
   void log_progress(double lr);
@@ -335,10 +336,12 @@ void Trainer::check_finite(const StepResult& result) {
     fail_diverged(fmt::format("the gradient norm is {} at step {} (loss {:.4f})", result.grad_norm, at, loss));
 }
 
-bool Trainer::above_bound(double mean_loss) const {
-  return t_.divergence_factor > 0 &&
-         mean_loss > t_.divergence_factor * std::log(static_cast<double>(vocab_));
+double Trainer::divergence_bound() const {
+  return t_.divergence_factor > 0 ? t_.divergence_factor * std::log(static_cast<double>(vocab_))
+                                  : std::numeric_limits<double>::infinity();
 }
+
+bool Trainer::above_bound(double mean_loss) const { return mean_loss > divergence_bound(); }
 
 void Trainer::count_divergence(bool above, double mean_loss) {
   state_.diverging_steps = above ? state_.diverging_steps + 1 : 0;
@@ -405,7 +408,7 @@ bool Trainer::validate() {
     log::info("eval", "step {} | valid loss {:.4f} with documents on their own", state_.step, d.loss);
   }
   r.split = "valid";
-  const Schedule::Validation v = schedule_.record_validation(state_, r.loss);
+  const Schedule::Validation v = schedule_.record_validation(state_, r.loss, divergence_bound());
   if (v.decayed) log::info("train", "validation stalled: learning rate x{}", t_.decay_rate);
   if (metrics_) {
     json::Json record = {{"kind", "eval"}, {"step", state_.step}};
@@ -416,6 +419,10 @@ bool Trainer::validate() {
             state_.step, r.loss, r.ppl, r.bits_per_byte, r.tokens_per_s,
             r.recall_tokens > 0 ? fmt::format(" | recall loss {:.3f}", r.recall_loss) : "",
             v.improved ? " | best" : "");
+  if (r.loss > divergence_bound()) {
+    log::warn("train", "step {}: the valid loss {:.4g} is above the divergence bound {:.2f}; these "
+              "weights are not kept as {}", state_.step, r.loss, divergence_bound(), kBestCheckpoint);
+  }
   if (v.improved) save(dir_ / kBestCheckpoint);
   return v.early_stop;
 }

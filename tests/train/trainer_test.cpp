@@ -198,6 +198,39 @@ TEST(Trainer, DivergenceNamesACheckpointThatEvaluatesToAFiniteLoss) {
   expect_good(good.substr(0, good.find(" (step")));
 }
 
+// lr 1e3 (issue 32): every validation loss is far above the divergence bound, but finite. Before,
+// the first validation was marked best whatever its loss (2.5e7 on KJV), while the guard refused
+// the same weights for checkpoint_last. Best must meet the bound the guard applies.
+TEST(Trainer, CheckpointBestNeverHoldsWeightsAboveTheDivergenceBound) {
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
+  TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path(), "best");
+  c.train.lr = 1e3;
+  c.train.warmup_steps = 0;
+  c.train.schedule = txl::config::Schedule::kConstant;
+  c.train.max_steps = 4;
+  c.train.eval_interval = 1;
+  c.train.checkpoint_interval = 1;
+  c.train.divergence_patience = 1000;  // the run goes on, so that it validates these weights
+  const auto summary = txl::train::train(c, txl::test::quiet_run());
+  const auto run = stdfs::path(c.run.output_dir);
+  const auto vocab = txl::data::load_dataset(c.data).tokenizer->vocab_size();
+  const double bound = 3 * std::log(static_cast<double>(vocab));
+  int above = 0;
+  for (const auto& r : records_of(run, "eval")) above += r.at("loss").get<double>() > bound;
+  ASSERT_GT(above, 0) << "no validation above the bound: the run does not test the rule";
+  EXPECT_LT(summary.best_step, 0) << "best at step " << summary.best_step << ", valid loss "
+                                  << summary.best_valid_loss << " > bound " << bound;
+  EXPECT_FALSE(stdfs::exists(run / "checkpoint_best.safetensors"));
+  // Control: the same run with the guard off keeps its best validation, as it always did.
+  auto off = c;
+  off.run.output_dir = (dir / "runs" / "best_off").string();
+  off.train.divergence_factor = 0;
+  const auto unguarded = txl::train::train(off, txl::test::quiet_run());
+  EXPECT_GE(unguarded.best_step, 1);
+  EXPECT_TRUE(stdfs::exists(stdfs::path(off.run.output_dir) / "checkpoint_best.safetensors"));
+}
+
 TEST(Trainer, ARerunWithoutResumeRefusesAndTouchesNothing) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;

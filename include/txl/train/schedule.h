@@ -9,6 +9,7 @@
 // constant, or plateau (constant times a factor that decays when validation stalls).
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "txl/config/config.h"
@@ -43,9 +44,11 @@ class Schedule {
     bool decayed = false;     // plateau: the learning rate was just multiplied by decay_rate
     bool early_stop = false;  // train.patience validations in a row without a new best
   };
-  // Records a validation loss in `state`: the best (finite losses only), the validations
-  // without gain, the plateau factor.
-  Validation record_validation(TrainState& state, double loss) const;
+  // Records a validation loss in `state`: the best (finite losses not above `bound`, the
+  // divergence guard's train.divergence_factor x ln(vocabulary); infinity when the guard is off),
+  // the validations without gain, the plateau factor.
+  Validation record_validation(TrainState& state, double loss,
+                               double bound = std::numeric_limits<double>::infinity()) const;
 
   // Seconds until a limit is reached at this invocation's pace (`run_seconds` since it started
   // at `start_step` / `start_tokens`; `elapsed` over every invocation), or -1 when unknown.
