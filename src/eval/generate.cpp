@@ -91,13 +91,81 @@ struct TextOf {
   }
 };
 
+// Whether `text` ends inside a UTF-8 sequence (a lead byte without all its continuation bytes)
+// or with U+FFFD (sentencepiece's byte pieces of a character not complete yet): text that the
+// next token may still change.
+bool ends_unsettled(const std::string& text) {
+  if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return true;
+  for (std::size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+    const auto c = static_cast<unsigned char>(text[text.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const std::size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    return len > back;
+  }
+  return false;
+}
+
+// A row's text as its tokens come, for streaming, at a cost per token that does not grow with
+// the text: a new token is decoded after at most kContext tokens of its line (so that it joins
+// them as the tokenizer joins words), and its text is what it adds to theirs. Text the next
+// token may change (a character cut between tokens) waits, up to kMaxPending tokens.
+struct StreamText {
+  static constexpr std::size_t kContext = 16, kMaxPending = 8;
+  const data::Tokenizer* tokenizer;
+  std::vector<std::int64_t> context;  // ids before `pending` on the current line
+  std::vector<std::int64_t> pending;  // ids whose text is not settled yet
+  std::string text;                   // the settled text so far
+
+  StreamText(const data::Tokenizer* t, const std::vector<std::int64_t>& line) : tokenizer(t) {
+    const std::size_t from = line.size() > kContext ? line.size() - kContext : 0;
+    context.assign(line.begin() + static_cast<std::ptrdiff_t>(from), line.end());
+  }
+
+  void add(std::int64_t id) {
+    if (tokenizer == nullptr) return;
+    pending.push_back(id);
+    const std::string before = tokenizer->decode(context);
+    auto ids = context;
+    ids.insert(ids.end(), pending.begin(), pending.end());
+    const std::string after = tokenizer->decode(ids);
+    const bool extends = after.compare(0, before.size(), before) == 0;
+    const std::string added = extends ? after.substr(before.size()) : tokenizer->decode(pending);
+    if ((!extends || ends_unsettled(added)) && pending.size() < kMaxPending) return;
+    text += added;
+    if (id == tokenizer->eos_id()) {
+      context.clear();  // a new line: decoded on its own, as decode() reads lines
+    } else {
+      context.insert(context.end(), pending.begin(), pending.end());
+      if (context.size() > kContext)
+        context.erase(context.begin(), context.end() - static_cast<std::ptrdiff_t>(kContext));
+    }
+    pending.clear();
+  }
+};
+
 // One row of a batch while it generates.
 struct Row {
   std::int64_t index;  // the prompt's
   TextOf text_of;
+  StreamText stream;
   Generation out;
   bool done = false;
 };
+
+// A row that just stopped: its whole text (the streamed one was for display), its timing, and
+// the on_finish callback.
+void finish_row(Row& row, const GenerateOptions& o, Clock::time_point start,
+                Clock::time_point generating) {
+  row.done = true;
+  row.out.seconds = seconds_since(start);
+  row.out.tokens_per_s = row.out.tokens.size() / std::max(1e-9, seconds_since(generating));
+  if (row.out.finish != "stop") {
+    auto tokens = row.out.tokens;
+    if (row.out.finish == "eos") tokens.pop_back();
+    row.out.text = row.text_of(tokens);
+  }
+  if (o.on_finish) o.on_finish(row.index, row.out);
+}
 
 // Appends `token` to the row and decides whether it stops there.
 void extend(Row& row, std::int64_t token, double log_prob, const GenerateOptions& o) {
@@ -199,12 +267,25 @@ void generate_batch(const models::DecoderWeights& weights, const Started* primed
   auto& decoder = started.decoder;
   auto log_probs = started.log_probs;  // [B, V]
   std::vector<Row> state;
-  for (auto r : rows) state.push_back({r, TextOf(tokenizer, o.context, prompts[r]), {}, false});
+  for (auto r : rows) {
+    TextOf text_of(tokenizer, o.context, prompts[r]);
+    StreamText stream(tokenizer, text_of.line);
+    state.push_back({r, std::move(text_of), std::move(stream), {}, false});
+  }
   std::vector<size_t> live(rows.size());  // decoder row -> state row
   std::iota(live.begin(), live.end(), 0);
   const auto generating = Clock::now();
   result.read_seconds += std::chrono::duration<double>(generating - start).count();
   for (std::int64_t step = 0;; ++step) {
+    if (const int sig = o.interrupt != nullptr ? o.interrupt->load() : 0; sig != 0) {
+      result.stopped_by = sig;
+      for (auto s : live) {
+        if (state[s].done) continue;
+        state[s].out.finish = "interrupted";
+        finish_row(state[s], o, start, generating);
+      }
+      break;
+    }
     std::vector<std::int64_t> index;
     for (auto s : live) index.push_back(state[s].index);
     auto next = choose(log_probs, o, index, step);                                   // [B]
@@ -219,10 +300,13 @@ void generate_batch(const models::DecoderWeights& weights, const Started* primed
       if (row.done) continue;  // kept in the batch (drop_finished false): ignored
       extend(row, next_id[b], next_log_prob[b], o);
       if (row.done) {
-        row.out.seconds = seconds_since(start);
-        row.out.tokens_per_s = row.out.tokens.size() / std::max(1e-9, seconds_since(generating));
+        finish_row(row, o, start, generating);
       } else {
         keep.push_back(static_cast<std::int64_t>(b));
+        if (o.on_text) {
+          row.stream.add(next_id[b]);
+          o.on_text(row.index, row.stream.text);
+        }
       }
     }
     if (keep.empty()) break;
@@ -238,11 +322,6 @@ void generate_batch(const models::DecoderWeights& weights, const Started* primed
   }
   result.generate_seconds += seconds_since(generating);
   for (auto& row : state) {
-    if (row.out.finish != "stop") {
-      auto tokens = row.out.tokens;
-      if (row.out.finish == "eos") tokens.pop_back();
-      row.out.text = row.text_of(tokens);
-    }
     result.new_tokens += static_cast<std::int64_t>(row.out.tokens.size());
     result.rows[row.index] = std::move(row.out);
   }
@@ -267,6 +346,15 @@ void generate_in_batches(const models::DecoderWeights& weights, const Started* p
                          const data::Tokenizer* tokenizer, GenerateResult& result) {
   for (size_t begin = 0; begin < order.size(); begin += options.batch_size) {
     const size_t end = std::min(order.size(), begin + static_cast<size_t>(options.batch_size));
+    if (const int sig = options.interrupt != nullptr ? options.interrupt->load() : 0; sig != 0) {
+      result.stopped_by = sig;  // the prompts not started: interrupted, with nothing generated
+      for (size_t i = begin; i < order.size(); ++i) {
+        Generation& row = result.rows[order[i]];
+        row.finish = "interrupted";
+        if (options.on_finish) options.on_finish(order[i], row);
+      }
+      return;
+    }
     generate_batch(weights, primed, prompts, {order.begin() + begin, order.begin() + end},
                    options, tokenizer, result);
   }
@@ -291,7 +379,10 @@ GenerateResult generate(models::TransformerLM& model,
   result.rows.resize(prompts.size());
   result.context_tokens = static_cast<std::int64_t>(options.context.size());
   if (options.max_new_tokens == 0) {
-    for (auto& row : result.rows) row.finish = "length";
+    for (size_t i = 0; i < result.rows.size(); ++i) {
+      result.rows[i].finish = "length";
+      if (options.on_finish) options.on_finish(static_cast<std::int64_t>(i), result.rows[i]);
+    }
     return result;
   }
   // Prompts of similar lengths share a batch: less padding.

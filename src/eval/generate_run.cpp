@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <istream>
+#include <optional>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -59,10 +60,11 @@ std::vector<std::int64_t> encode_prompt(const std::string& text, std::size_t ind
   return ids;
 }
 
-std::string generation_json(const std::string& prompt, const Generation& g) {
+std::string generation_json(std::int64_t index, const std::string& prompt, const Generation& g) {
   json::OrderedJson j;
-  j["prompt"] = prompt;
-  j["text"] = g.text;
+  j["index"] = index;
+  json::put_text(j, "prompt", prompt);
+  json::put_text(j, "text", g.text);
   j["tokens"] = g.tokens;
   json::put_number(j, "log_prob", g.log_prob);
   j["finish"] = g.finish;
@@ -84,6 +86,7 @@ std::string summary_json(const GenerateResult& r) {
   s["new_tokens"] = r.new_tokens;
   json::put_number(s, "generate_seconds", r.generate_seconds);
   json::put_number(s, "tokens_per_s", r.new_tokens / std::max(1e-9, r.generate_seconds));
+  s["interrupted_by_signal"] = r.stopped_by;
   json::OrderedJson j;
   j["summary"] = s;
   return j.dump();
@@ -104,6 +107,71 @@ void log_context(const std::string& file, const GenerateResult& r) {
               r.read_tokens / std::max(1e-9, r.read_seconds));
   }
 }
+
+// Prints generations as they come. Text: the prompts in their order, each continuation
+// streamed while it is generated (the prompts after it wait until it is done); JSON: a line per
+// prompt as it finishes. Every write is flushed and checked.
+class StreamPrinter {
+ public:
+  StreamPrinter(std::ostream& out, const std::vector<std::string>& prompts, bool json,
+                const std::vector<std::string>& stops)
+      : out_(out), prompts_(prompts), json_(json), finished_(prompts.size()) {
+    // Text that may still turn out to start a stop string (and be cut) waits.
+    for (const auto& s : stops) hold_back_ = std::max(hold_back_, s.size() - 1);
+  }
+
+  void text(std::int64_t prompt, const std::string& so_far) {
+    if (json_ || prompt != next_) return;
+    if (so_far.size() <= printed_ + hold_back_) return;
+    start_next();
+    write(so_far.substr(printed_, so_far.size() - hold_back_ - printed_));
+    printed_ = so_far.size() - hold_back_;
+  }
+
+  void finish(std::int64_t prompt, const Generation& g) {
+    if (json_) {
+      write(generation_json(prompt, prompts_[static_cast<size_t>(prompt)], g) + "\n");
+      return;
+    }
+    finished_[static_cast<size_t>(prompt)] = g;
+    while (next_ < static_cast<std::int64_t>(finished_.size()) && finished_[next_]) {
+      const Generation& done = *finished_[next_];
+      if (done.finish != "interrupted" || !done.tokens.empty()) {
+        start_next();
+        // The streamed text was the whole text's beginning, but for a tokenizer that decodes a
+        // line otherwise than token by token: then the rest follows what was streamed.
+        write((done.text.size() > printed_ ? done.text.substr(printed_) : std::string()) + "\n");
+      }
+      finished_[next_].reset();  // its text is out: not kept
+      ++next_;
+      printed_ = 0;
+      started_ = false;
+    }
+  }
+
+ private:
+  // The prompt of the generation printed next, before its first text.
+  void start_next() {
+    if (started_) return;
+    write((any_ ? "\n" : "") + prompts_[static_cast<size_t>(next_)]);
+    started_ = any_ = true;
+  }
+
+  void write(const std::string& text) {
+    out_ << text;
+    fs::flush_output(out_, "the output");
+  }
+
+  std::ostream& out_;
+  const std::vector<std::string>& prompts_;
+  bool json_;
+  std::size_t hold_back_ = 0;
+  std::vector<std::optional<Generation>> finished_;  // text: done, not printed yet
+  std::int64_t next_ = 0;                            // text: the prompt printed next
+  std::size_t printed_ = 0;                          // of its continuation
+  bool started_ = false;                             // its prompt is printed
+  bool any_ = false;                                 // a prompt was printed
+};
 
 }  // namespace
 
@@ -195,8 +263,8 @@ models::DecodeOptions decode_options(const config::ExperimentConfig& config) {
   return o;
 }
 
-void run_generate(const GenerateRequest& request, const Evaluation& loaded, std::istream& in,
-                  std::ostream& out) {
+int run_generate(const GenerateRequest& request, const Evaluation& loaded, std::istream& in,
+                 std::ostream& out, const std::atomic<int>* stop) {
   const auto settings = resolve_settings(loaded.config);
   auto model = models::rebuild_model(loaded.checkpoint, request.checkpoint, settings.device);
   const data::Tokenizer& tokenizer = *model.tokenizer;
@@ -221,19 +289,21 @@ void run_generate(const GenerateRequest& request, const Evaluation& loaded, std:
   std::vector<std::vector<std::int64_t>> prompts;
   for (std::size_t i = 0; i < texts.size(); ++i)
     prompts.push_back(encode_prompt(texts[i], i, start, tokenizer));
+  StreamPrinter printer(out, texts, request.json, options.stop);
+  options.on_text = [&](std::int64_t i, const std::string& so_far) { printer.text(i, so_far); };
+  options.on_finish = [&](std::int64_t i, const Generation& g) { printer.finish(i, g); };
+  options.interrupt = stop;
   const auto result = generate(model.model, prompts, options, &tokenizer);
   log_context(request.context_file, result);
-  for (std::size_t i = 0; i < texts.size(); ++i) {
-    if (request.json) {
-      out << generation_json(texts[i], result.rows[i]) << "\n";
-    } else {
-      out << (i > 0 ? "\n" : "") << texts[i] << result.rows[i].text << "\n";
-    }
+  if (request.json) {
+    out << summary_json(result) << "\n";
+    fs::flush_output(out, "the output");
   }
-  if (request.json) out << summary_json(result) << "\n";
-  log::info("generate", "{} tokens for {} prompt(s) in {:.2f} s ({:.0f} tokens/s)", result.new_tokens,
-            texts.size(), result.generate_seconds,
-            result.new_tokens / std::max(1e-9, result.generate_seconds));
+  log::info("generate", "{} tokens for {} prompt(s) in {:.2f} s ({:.0f} tokens/s){}",
+            result.new_tokens, texts.size(), result.generate_seconds,
+            result.new_tokens / std::max(1e-9, result.generate_seconds),
+            result.stopped_by != 0 ? fmt::format("; stopped by signal {}", result.stopped_by) : "");
+  return result.stopped_by;
 }
 
 }  // namespace txl::eval

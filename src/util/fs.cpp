@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "txl/util/error.h"
@@ -116,6 +117,17 @@ void write_atomic(const stdfs::path& path, const std::function<void(std::ostream
   writer(out);
   TXL_CHECK(out.good(), "cannot serialise ", path.string());
   write_atomic(path, out.str());
+}
+
+void flush_output(std::ostream& out, const std::string& what) {
+  errno = 0;
+  out.flush();
+  bool failed = !out.good();
+  if (&out == &std::cout) failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || failed;
+  // errno is the failed write's when the flush itself failed; an earlier failure (a buffer that
+  // filled up mid-output) may have left another value, or none.
+  TXL_CHECK(!failed, "cannot write to ", what, errno != 0 ? ": " : "",
+            errno != 0 ? std::strerror(errno) : "", "; the output is incomplete");
 }
 
 void ensure_dir(const stdfs::path& dir) {

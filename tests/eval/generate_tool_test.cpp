@@ -2,7 +2,13 @@
 // prompts come from flags, a file or a stream, and every mistake is a clear message.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <atomic>
 #include <filesystem>
+#include <functional>
+#include <set>
+#include <algorithm>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -111,6 +117,9 @@ TEST(GenerateTool, PromptsFromAFileAStreamAndAContext) {
   std::vector<nlohmann::json> rows;
   for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
   ASSERT_EQ(rows.size(), 4u) << r.out;  // three prompts (one empty) and the summary
+  // Lines come as prompts finish; "index" says which prompt a line is.
+  std::sort(rows.begin(), rows.begin() + 3,
+            [](const auto& a, const auto& b) { return a.at("index") < b.at("index"); });
   EXPECT_EQ(rows[1].at("prompt"), "");
   const auto s = rows[3].at("summary");
   EXPECT_EQ(s.at("context_tokens"), 40 + 30 + 2);  // two lines, an <eos> after each
@@ -173,6 +182,69 @@ TEST(GenerateTool, DecodingStartsFromTheMemoryEvaluationStartsFrom) {
   };
   const auto empty = read("empty"), zeros = read("zeros");
   EXPECT_NE(empty["log_prob"].get<double>(), zeros["log_prob"].get<double>());
+}
+
+// A stream that, once `trigger` says so of what it has been given, sets `interrupt` as a
+// Ctrl-C would: what reached it before then was printed while generation went on.
+class TriggerBuf : public std::stringbuf {
+ public:
+  TriggerBuf(std::function<bool(const std::string&)> trigger, std::atomic<int>& interrupt)
+      : trigger_(std::move(trigger)), interrupt_(interrupt) {}
+  int sync() override {
+    if (interrupt_.load() == 0 && trigger_(str())) interrupt_.store(SIGINT);
+    return 0;
+  }
+
+ private:
+  std::function<bool(const std::string&)> trigger_;
+  std::atomic<int>& interrupt_;
+};
+
+// Issue 32: txl-generate printed everything at the end, so a long generation showed nothing and
+// a signal lost it all. Text now streams: a stop requested once the continuation has begun to
+// reach the stream ends it there, with the text so far and a newline.
+TEST(GenerateTool, TextStreamsAndJsonLinesComeAsPromptsFinish) {
+  txl::eval::GenerateRequest request;
+  request.checkpoint = checkpoint();
+  request.prompts = {"w"};
+  request.ignore_eos = true;
+  request.options.max_new_tokens = 2000;
+  const auto loaded = txl::eval::load_generation(request);
+  std::atomic<int> interrupt{0};
+  TriggerBuf text_buf([](const std::string& s) { return s.size() > 20; }, interrupt);
+  std::ostream text(&text_buf);
+  std::istringstream none;
+  EXPECT_EQ(txl::eval::run_generate(request, loaded, none, text, &interrupt), SIGINT)
+      << "generation ran to its end before any text reached the stream";
+  const std::string printed = text_buf.str();
+  EXPECT_EQ(printed.rfind("w", 0), 0u) << printed;
+  EXPECT_EQ(printed.back(), '\n');
+
+  // JSON: a line per prompt as it finishes (at <eos>, at random steps), so the first line is
+  // out while the others still generate; a stop then ends them "interrupted".
+  request.prompts = {"a", "b", "c", "d"};
+  request.ignore_eos = false;
+  request.json = true;
+  request.options.max_new_tokens = 1000000000;
+  interrupt.store(0);
+  TriggerBuf json_buf([](const std::string& s) { return s.find('\n') != std::string::npos; },
+                      interrupt);
+  std::ostream json(&json_buf);
+  EXPECT_EQ(txl::eval::run_generate(request, loaded, none, json, &interrupt), SIGINT);
+  std::istringstream lines(json_buf.str());
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 5u) << json_buf.str();
+  EXPECT_EQ(rows[0].at("finish"), "eos");
+  int interrupted = 0;
+  std::set<int> indices;
+  for (size_t i = 0; i < 4; ++i) {
+    interrupted += rows[i].at("finish") == "interrupted";
+    indices.insert(rows[i].at("index").get<int>());
+  }
+  EXPECT_GT(interrupted, 0);
+  EXPECT_EQ(indices, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_EQ(rows[4].at("summary").at("interrupted_by_signal"), SIGINT);
 }
 
 TEST(GenerateTool, EdgeCasesGiveDefinedResultsOrClearErrors) {

@@ -18,6 +18,7 @@
 #include "txl/experiment/ablation.h"
 #include "txl/train/trainer.h"
 #include "txl/util/error.h"
+#include "txl/util/fs.h"
 #include "txl/util/process.h"
 #include "txl/util/process_setup.h"
 
@@ -58,6 +59,7 @@ int report_outcome(const txl::experiment::AblationResult& result, char** argv, i
   }
   if (!result.report.table.empty())
     std::cout << result.report.table << "\nreport: " << (result.dir / "report.md").string() << "\n";
+  txl::fs::flush_output(std::cout, "standard output");  // the table: report.md holds it too
   if (result.status == AblationStatus::kFailed) {
     std::fprintf(stderr, "error: %zu job(s) failed:\n", result.failed.size());
     for (const auto& f : result.failed) std::fprintf(stderr, "  %s\n", f.c_str());
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
     if (line.dump) {
       for (const auto& [name, config] : ablation.variants)
         std::cout << "# variant: " << name << "\n" << txl::config::dump_experiment(config) << "\n";
+      txl::fs::flush_output(std::cout, "standard output");
       return 0;
     }
     options.job_command = job_command(line, options);
@@ -118,6 +121,7 @@ int main(int argc, char** argv) {
       std::cout << "submitted " << plan.labels.size() << " job(s) as a Slurm array"
                 << (plan.script.empty() ? "" : " (" + plan.script.string() + ")")
                 << " and the report job after it\n";
+      txl::fs::flush_output(std::cout, "standard output");
       return 0;
     }
     txl::ProcessSetup setup;

@@ -10,6 +10,7 @@
 #include "txl/config/command_line.h"
 #include "txl/config/load.h"
 #include "txl/util/error.h"
+#include "txl/util/fs.h"
 #include "txl/util/log.h"
 #include "txl/util/process_setup.h"
 
@@ -49,12 +50,14 @@ int main(int argc, char** argv) {
     const auto config = line.experiment();
     if (line.dump) {
       std::cout << txl::config::dump_experiment(config);
+      txl::fs::flush_output(std::cout, "standard output");
       return 0;
     }
     txl::ProcessSetup setup;
     setup.threads = config.run.threads;
     request.threads = setup.apply(argv);
     txl::bench::run(config, request, std::cout);
+    txl::fs::flush_output(std::cout, "standard output");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <iostream>
 #include <filesystem>
 
 #include "txl/config/command_line.h"
@@ -16,6 +17,7 @@
 #include "txl/models/checkpoint.h"
 #include "txl/train/legacy.h"
 #include "txl/util/error.h"
+#include "txl/util/fs.h"
 #include "txl/util/process_setup.h"
 
 int main(int argc, char** argv) {
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
     std::printf("converted %s -> %s (tokenizer %s from %s%s)\n", old_path.c_str(), new_path.c_str(),
                 tokenizer->fingerprint().c_str(), tokenizer_dir.c_str(),
                 converted.train_state.empty() ? "; model only" : "; resumable");
+    txl::fs::flush_output(std::cout, "standard output");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());

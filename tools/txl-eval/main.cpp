@@ -18,6 +18,7 @@
 #include "txl/dist/launch.h"
 #include "txl/eval/run.h"
 #include "txl/util/error.h"
+#include "txl/util/fs.h"
 #include "txl/util/process_setup.h"
 
 int main(int argc, char** argv) {
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
     auto evaluation = txl::eval::load(request);
     if (line.dump) {
       std::cout << txl::config::dump_experiment(evaluation.config);
+      txl::fs::flush_output(std::cout, "standard output");
       return 0;
     }
     txl::ProcessSetup setup;
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {
     request.group = txl::dist::Group::create(
         env, std::chrono::seconds(evaluation.config.run.dist_timeout), /*cuda=*/false);
     txl::eval::run(request, std::move(evaluation), std::cout);
+    txl::fs::flush_output(std::cout, "standard output");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s%s\n", who.c_str(), txl::error_message(e).c_str());

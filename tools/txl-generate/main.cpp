@@ -3,6 +3,7 @@
 //   txl-generate CKPT --prompts prompts.txt --temperature 0.8 --top-p 0.9 --seed 7 --json
 //   echo "And God said" | txl-generate CKPT --max-new-tokens 200 --ignore-eos
 //   txl-generate CKPT --context-file book.txt --prompt "" --mem-len 1024
+// Text is printed as it is generated; Ctrl-C or SIGTERM ends it cleanly with what it has.
 // The experiment is the checkpoint's own: --set changes eval.* (the decoding lengths),
 // run.threads or run.device; --tgt-len, --mem-len, ..., --threads are shorthand for such a --set.
 #include <CLI/CLI.hpp>
@@ -14,7 +15,9 @@
 #include "txl/config/load.h"
 #include "txl/eval/generate_run.h"
 #include "txl/util/error.h"
+#include "txl/util/fs.h"
 #include "txl/util/process_setup.h"
+#include "txl/util/stop.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"txl-generate: text from a txl checkpoint"};
@@ -31,13 +34,18 @@ int main(int argc, char** argv) {
     const auto loaded = txl::eval::load_generation(request);
     if (line.dump) {
       std::cout << txl::config::dump_experiment(loaded.config);
+      txl::fs::flush_output(std::cout, "standard output");
       return 0;
     }
     txl::ProcessSetup setup;
     setup.threads = loaded.config.run.threads;
     setup.apply(argv);  // may re-execute this program: before reading stdin
-    txl::eval::run_generate(request, loaded, std::cin, std::cout);
-    return 0;
+    txl::util::install_stop_handlers();  // Ctrl-C, SIGTERM: the text so far, then exit 130, 143
+    const int signal = txl::eval::run_generate(request, loaded, std::cin, std::cout,
+                                               &txl::util::stop_signal());
+    txl::fs::flush_output(std::cout, "standard output");
+    if (signal != 0) std::fprintf(stderr, "interrupted by signal %d; the output ends there\n", signal);
+    return signal != 0 ? 128 + signal : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());
     return 1;

@@ -14,6 +14,7 @@
 #include "txl/config/load.h"
 #include "txl/data/dataset.h"
 #include "txl/util/error.h"
+#include "txl/util/fs.h"
 #include "txl/util/process_setup.h"
 
 int main(int argc, char** argv) {
@@ -27,12 +28,14 @@ int main(int argc, char** argv) {
     const auto config = line.experiment();
     if (line.dump) {
       std::cout << txl::config::dump_experiment(config);
+      txl::fs::flush_output(std::cout, "standard output");
       return 0;
     }
     txl::ProcessSetup setup;
     setup.threads = config.run.threads;
     setup.apply(argv);
     std::cout << txl::data::describe(txl::data::load_dataset(config.data));
+    txl::fs::flush_output(std::cout, "standard output");
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());

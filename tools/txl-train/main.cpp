@@ -13,6 +13,7 @@
 #include "txl/dist/group.h"
 #include "txl/train/trainer.h"
 #include "txl/util/error.h"
+#include "txl/util/fs.h"
 #include "txl/util/process.h"
 #include "txl/util/process_setup.h"
 
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     const auto config = line.experiment();
     if (line.dump) {
       std::cout << txl::config::dump_experiment(config);
+      txl::fs::flush_output(std::cout, "standard output");
       return 0;
     }
     const auto env = txl::dist::enter_job(who);

@@ -13,7 +13,9 @@
 // the same seed gives the same text on every machine, whatever the batch. Temperature 0 is
 // greedy (argmax), with no draw.
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,18 @@
 #include "txl/models/transformer_lm.h"
 
 namespace txl::eval {
+
+struct Generation {
+  std::vector<std::int64_t> tokens;  // the generated ids, a stopping <eos> included
+  std::string text;  // their text after the prompt's (with a tokenizer), cut before a stop
+                     // string, without a stopping <eos>
+  double log_prob = 0.0;     // sum over the tokens of log p(token | context) under the model
+                             // (temperature 1, no filter): the text's own likelihood
+  std::string finish;        // "eos", "stop" (a stop string), "length" (max_new_tokens) or
+                             // "interrupted" (GenerateOptions::interrupt)
+  double seconds = 0.0;      // from the start of its batch (reading included) to its last token
+  double tokens_per_s = 0.0; // tokens / the time spent generating them (reading excluded)
+};
 
 struct GenerateOptions {
   std::int64_t max_new_tokens = 100;  // tokens generated per prompt at most; 0 = none
@@ -39,17 +53,16 @@ struct GenerateOptions {
   // memory: each prompt then reads on from a copy of that memory, and may be empty. A sliding
   // window reads only its last tgt_len tokens: there it goes before each prompt.
   std::vector<std::int64_t> context;
-};
-
-struct Generation {
-  std::vector<std::int64_t> tokens;  // the generated ids, a stopping <eos> included
-  std::string text;  // their text after the prompt's (with a tokenizer), cut before a stop
-                     // string, without a stopping <eos>
-  double log_prob = 0.0;     // sum over the tokens of log p(token | context) under the model
-                             // (temperature 1, no filter): the text's own likelihood
-  std::string finish;        // "eos", "stop" (a stop string) or "length" (max_new_tokens)
-  double seconds = 0.0;      // from the start of its batch (reading included) to its last token
-  double tokens_per_s = 0.0; // tokens / the time spent generating them (reading excluded)
+  // Streaming (optional), called from generate's thread. on_text: after each token a row takes
+  // and does not stop at, with the row's settled text so far (what later tokens cannot change:
+  // a character cut between two tokens waits for its last byte). on_finish: once per prompt,
+  // with its whole Generation, as the row stops (rows finish in any order). Either may throw
+  // (e.g. a write to a full disk): generation then ends with that exception.
+  std::function<void(std::int64_t prompt, const std::string& text_so_far)> on_text;
+  std::function<void(std::int64_t prompt, const Generation& finished)> on_finish;
+  // Read before every step (e.g. &util::stop_signal()): once it holds a signal number, every row
+  // ends with finish "interrupted", those in progress with what they have generated.
+  const std::atomic<int>* interrupt = nullptr;
 };
 
 struct GenerateResult {
@@ -62,6 +75,7 @@ struct GenerateResult {
   double context_seconds = 0.0;       // time spent reading them once
   std::int64_t new_tokens = 0;        // tokens generated
   double generate_seconds = 0.0;      // time spent generating them (reading excluded)
+  int stopped_by = 0;                 // the signal GenerateOptions::interrupt held (0: it never did)
 };
 
 // Continues every prompt (token ids of the model's vocabulary, at least one each unless there

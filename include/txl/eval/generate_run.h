@@ -7,6 +7,7 @@
 // before; an empty prompt is that <eos> alone) and a newline inside it is an <eos>. With a
 // context file, the file's text (an <eos> after each line) comes first instead of that <eos>.
 
+#include <atomic>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -56,10 +57,18 @@ Evaluation load_generation(const GenerateRequest& request);
 // same_length as evaluation resolves them.
 models::DecodeOptions decode_options(const config::ExperimentConfig& config);
 
-// Generates for every prompt and prints to `out` (one block of prompt + continuation per prompt,
-// or one JSON line each and a summary line); prompts come from `in`, one a line, when the
-// request names none. Throws txl::Error on bad input.
-void run_generate(const GenerateRequest& request, const Evaluation& loaded, std::istream& in,
-                  std::ostream& out);
+// Generates for every prompt and prints to `out` as it goes: in text, each prompt and its
+// continuation in the prompts' order, the continuation streamed as its tokens come (a blank
+// line between prompts); with request.json, one JSON line per prompt as each finishes (in the
+// order they finish, "index" says which prompt), then a summary line. A text that is not valid
+// UTF-8 (a byte-level model cut inside a character) is in JSON as "text" with U+FFFD for each
+// such byte, and exactly as "text_base64" beside it. Prompts come from `in`, one a line, when
+// the request names none. Every write is checked (fs::flush_output): a full disk ends it with
+// txl::Error. When `stop` (e.g. &util::stop_signal()) holds a signal, the prompts in progress end
+// with what they have ("finish": "interrupted"), the rest are not printed in text (in JSON they
+// are, without tokens), and the signal is returned; 0 otherwise. Throws txl::Error on bad input
+// and on a model whose weights are not finite.
+int run_generate(const GenerateRequest& request, const Evaluation& loaded, std::istream& in,
+                 std::ostream& out, const std::atomic<int>* stop = nullptr);
 
 }  // namespace txl::eval
