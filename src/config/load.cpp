@@ -891,41 +891,74 @@ std::vector<std::string> diff_lines(const ExperimentConfig& before, const Experi
 }
 
 // The one table of settings a resumed run may change; every other setting is part of what the
-// checkpoint was trained with. An entry is a key or "section.*" (every key of the section).
-const std::vector<std::string>& resumable_table() {
-  static const std::vector<std::string> kResumable = {
+// checkpoint was trained with. An entry is a key or "section.*" (every key of the section), and
+// says whether it can change the weights a finished run ends with (`outcome`): the ablation's
+// training fingerprint ignores exactly the entries that cannot (result_neutral_keys).
+struct ResumableEntry {
+  const char* key;
+  bool outcome;
+};
+
+const std::vector<ResumableEntry>& resumable_table() {
+  static const std::vector<ResumableEntry> kResumable = {
       // When to stop: a resumed run may train longer or stop sooner. Model, data and optimizer
       // state go on unchanged; with schedule: cosine, max_steps is also the horizon the learning
-      // rate anneals to, so the rest of the decay stretches or shrinks (what training longer means).
-      "train.max_steps", "train.max_tokens", "train.max_minutes",
-      // How often it evaluates and saves, how patient early stopping is, and how much of valid
-      // the periodic evaluation reads: they decide what is measured and kept, not what a step
-      // computes (with schedule: plateau they time the decays, as the user asks by changing them).
-      "train.eval_interval", "train.checkpoint_interval", "train.patience", "train.eval_max_tokens",
-      // The divergence guard only decides when to give up on a run, never what a step does.
-      "train.divergence_factor", "train.divergence_patience",
+      // rate anneals to, so the rest of the decay stretches or shrinks (what training longer
+      // means). A finished run with another budget is another run.
+      {"train.max_steps", true}, {"train.max_tokens", true}, {"train.max_minutes", true},
+      // How often it validates, how patient early stopping is, and how much of valid the
+      // periodic evaluation reads: they decide when it stops and which weights are kept as
+      // checkpoint_best (with schedule: plateau they time the decays), not what a step computes.
+      {"train.eval_interval", true}, {"train.patience", true}, {"train.eval_max_tokens", true},
+      // How often it saves: a checkpoint is a copy of the state, and a resume from it is exact.
+      {"train.checkpoint_interval", false},
+      // The divergence guard decides when to give up on a run and which weights may be kept,
+      // never what a step does.
+      {"train.divergence_factor", true}, {"train.divergence_patience", true},
       // Where and how fast it runs, and what it prints: the checkpoint restores the same state on
       // any device or thread count (only dropout draws start afresh when the device kind or the
-      // number of processes changes).
-      "run.threads", "run.device", "run.log_interval", "run.dist_timeout",
+      // number of processes changes); the same computation on other hardware.
+      {"run.threads", false}, {"run.device", false}, {"run.log_interval", false},
+      {"run.dist_timeout", false},
       // Folders the user chose: the run folder may have moved, and caches are found by the
       // fingerprint of what they hold, not by where they live.
-      "run.output_dir", "data.cache_dir",
+      {"run.output_dir", false}, {"data.cache_dir", false},
       // Evaluation reads the model and never changes it.
-      "eval.*",
+      {"eval.*", false},
   };
   return kResumable;
 }
 
-bool resumable(const std::string& key) {
-  for (const std::string& entry : resumable_table()) {
-    const bool section = entry.size() > 2 && entry.compare(entry.size() - 2, 2, ".*") == 0;
-    if (section ? key.compare(0, entry.size() - 1, entry, 0, entry.size() - 1) == 0
-                : key == entry) {
-      return true;
-    }
+// The table's entry for `key`, or nullptr when a resume must keep it.
+const ResumableEntry* resumable_entry(const std::string& key) {
+  for (const ResumableEntry& entry : resumable_table()) {
+    const std::string_view e = entry.key;
+    const bool section = e.size() > 2 && e.substr(e.size() - 2) == ".*";
+    if (section ? key.compare(0, e.size() - 1, e.data(), e.size() - 1) == 0 : key == e)
+      return &entry;
   }
-  return false;
+  return nullptr;
+}
+
+bool resumable(const std::string& key) { return resumable_entry(key) != nullptr; }
+
+bool result_neutral(const std::string& key) {
+  const ResumableEntry* entry = resumable_entry(key);
+  return entry != nullptr && !entry->outcome;
+}
+
+// Copies the value of `from` (the same field of another experiment) into `to`.
+void copy_value(const detail::Target& to, const detail::Target& from) {
+  std::visit(
+      [&](auto target) {
+        using T = decltype(target);
+        if constexpr (std::is_same_v<T, detail::EnumRef>) {
+          target.set(std::get<detail::EnumRef>(from).name());
+        } else {
+          *target = *std::get<T>(from);
+        }
+      },
+      to);
 }
 
 }  // namespace
@@ -1084,6 +1117,27 @@ std::vector<std::string> resumable_keys() {
     if (resumable(key)) keys.push_back(key);
   }
   return keys;
+}
+
+std::vector<std::string> result_neutral_keys() {
+  std::vector<std::string> keys;
+  for (const std::string& key : experiment_keys()) {
+    if (result_neutral(key)) keys.push_back(key);
+  }
+  return keys;
+}
+
+bool changes_result(const std::string& key) { return !result_neutral(key); }
+
+ExperimentConfig without_result_neutral_keys(const ExperimentConfig& config) {
+  ExperimentConfig out = config;
+  ExperimentConfig defaults;
+  const std::vector<Field> fields = detail::fields_of(out);
+  const std::vector<Field> default_fields = detail::fields_of(defaults);
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (result_neutral(fields[i].key)) copy_value(fields[i].target, default_fields[i].target);
+  }
+  return out;
 }
 
 std::vector<std::string> resume_conflicts(const ExperimentConfig& stored,

@@ -3,6 +3,10 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -21,6 +25,7 @@
 #include "txl/util/fs.h"
 #include "txl/util/process.h"
 #include "txl/util/safetensors.h"
+#include "txl/util/sha256.h"
 #include "txl/util/json.h"
 #include "txl/util/log.h"
 
@@ -30,12 +35,11 @@ namespace stdfs = std::filesystem;
 using Json = json::OrderedJson;
 
 std::string training_fingerprint(const config::ExperimentConfig& variant) {
-  config::ExperimentConfig trained = variant;
-  trained.eval = config::EvalConfig{};
-  // Threads change how fast a job trains, not what: a job run by --jobs (run.threads split
-  // among them) or by a Slurm task counts as the same training.
-  trained.run.threads = config::ExperimentConfig{}.run.threads;
-  return config::fingerprint(trained);
+  // The settings that cannot change what a run computes (the resume check's table says which:
+  // threads, device, log_interval, checkpoint_interval, folders, eval.*) are left out, so a job
+  // run by --jobs (run.threads split among them), by a Slurm task or from a moved folder counts
+  // as the same training.
+  return config::fingerprint(config::without_result_neutral_keys(variant));
 }
 
 namespace {
@@ -46,7 +50,7 @@ constexpr const char* kEvalFile = "eval_results.json";
 // Buckets of the loss by position in the document: 0, 1-2, 3-6, ..., 511-1022, 1023 and beyond.
 constexpr int kDocumentBuckets = 11;
 // Bumped whenever what a cached evaluation means changes, so older caches are recomputed.
-constexpr int kEvalCacheVersion = 3;  // 3: loss_by_document_position
+constexpr int kEvalCacheVersion = 4;  // 3: loss_by_document_position; 4: checksums
 
 // ---------------------------------------------------------------------------- done.json
 
@@ -65,13 +69,66 @@ struct DoneMarker {
   double best_valid_loss = std::nan("");   // its best validation (NaN = never validated)
 };
 
+// Set while job_finished only looks at a job's files (its own process, which reads them
+// again, says what it finds): the readers' warnings are then left out.
+thread_local bool t_probing = false;
+
+// A warning about a file read back, unless the reading is a probe.
+template <typename... Args>
+void cache_warn(fmt::format_string<Args...> format, Args&&... args) {
+  if (!t_probing) log::warn(kTag, format, std::forward<Args>(args)...);
+}
+
+// The files the runner reads back (done.json, eval_results.json) carry the SHA-256 of their
+// own content under "sha256": a byte changed by damage or by hand is found when they are read.
+constexpr const char* kChecksumKey = "sha256";
+
+std::string content_sha256(const Json& j) {
+  Sha256 sha;
+  sha.update(j.dump());
+  return sha.hex_digest();
+}
+
+void write_checked_json(const stdfs::path& path, Json j) {
+  j[kChecksumKey] = content_sha256(j);
+  fs::write_atomic(path, j.dump(2) + "\n");
+}
+
+// The object in `path` when it parses and its checksum holds; otherwise nullopt, after a
+// warning that names the file, what is wrong and `consequence`. A missing file is nullopt, said
+// by `missing` (false when the file exists).
+std::optional<Json> read_checked_json(const stdfs::path& path, const std::string& consequence,
+                                      bool* missing = nullptr) {
+  std::error_code ec;
+  if (missing != nullptr) *missing = !stdfs::exists(path, ec);
+  if (!stdfs::exists(path, ec)) return std::nullopt;
+  const std::string text = fs::read_file(path);
+  Json j = json::nested_deeper_than(text)
+               ? Json(nlohmann::json::value_t::discarded)
+               : Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  std::string problem;
+  if (j.is_discarded() || !j.is_object()) {
+    problem = "is not a JSON object";
+  } else if (!j.contains(kChecksumKey) || !j[kChecksumKey].is_string()) {
+    problem = "has no checksum (written by an older txl, or not by txl)";
+  } else {
+    const std::string stored = j[kChecksumKey].get<std::string>();
+    j.erase(kChecksumKey);
+    if (content_sha256(j) != stored) problem = "fails its checksum (edited or damaged)";
+  }
+  if (problem.empty()) return j;
+  cache_warn("{} {}; {}", path.string(), problem, consequence);
+  return std::nullopt;
+}
+
 std::optional<DoneMarker> read_done(const stdfs::path& dir) {
   const stdfs::path path = dir / kDoneFile;
-  std::error_code ec;
-  if (!stdfs::exists(path, ec)) return std::nullopt;
-  Json j = Json::parse(fs::read_file(path), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("fingerprint") || !j.contains("stage")) {
-    log::warn(kTag, "{} is not a txl progress marker; the variant is treated as unfinished",
+  std::optional<Json> checked = read_checked_json(
+      path, "the variant's training figures are taken again from its checkpoint");
+  if (!checked) return std::nullopt;
+  const Json& j = *checked;
+  if (!j.contains("fingerprint") || !j.contains("stage")) {
+    cache_warn("{} is not a txl progress marker; the variant is treated as unfinished",
               path.string());
     return std::nullopt;
   }
@@ -88,7 +145,7 @@ std::optional<DoneMarker> read_done(const stdfs::path& dir) {
     d.final_train_loss = json::get_number(j, "final_train_loss", std::nan(""));
     d.best_valid_loss = json::get_number(j, "best_valid_loss", std::nan(""));
   } catch (const nlohmann::json::exception& e) {
-    log::warn(kTag, "{} holds a field of the wrong type ({}); the variant is treated as unfinished",
+    cache_warn("{} holds a field of the wrong type ({}); the variant is treated as unfinished",
               path.string(), e.what());
     return std::nullopt;
   }
@@ -107,7 +164,7 @@ void write_done(const stdfs::path& dir, const DoneMarker& d) {
   j["stop_reason"] = d.stop_reason;
   json::put_number(j, "final_train_loss", d.final_train_loss);
   json::put_number(j, "best_valid_loss", d.best_valid_loss);
-  fs::write_atomic(dir / kDoneFile, j.dump(2) + "\n");
+  write_checked_json(dir / kDoneFile, std::move(j));
 }
 
 // ----------------------------------------------------------------------- eval_results.json
@@ -121,26 +178,76 @@ struct EvalCache {
 
 constexpr const char* kLossesFile = "token_losses.safetensors";
 
+// SHA-256 of a float [N] tensor's bytes: eval_results.json keeps it for each record's per-token
+// losses, so the losses are checked against the record they belong to.
+std::string losses_sha256(const torch::Tensor& losses) {
+  const torch::Tensor c = losses.to(torch::kFloat).contiguous();
+  Sha256 sha;
+  sha.update(std::string_view(static_cast<const char*>(c.data_ptr()), c.nbytes()));
+  return sha.hex_digest();
+}
+
+// Why a record's per-token losses (float [tokens]) do not belong to it, or "" when they do:
+// their count, finiteness and mean must be the record's tokens and loss.
+std::string losses_disagree(const ResultRecord& r, const torch::Tensor& losses) {
+  if (losses.dim() != 1 || losses.size(0) != r.tokens)
+    return fmt::format("{} losses for {} scored tokens", losses.numel(), r.tokens);
+  const torch::Tensor d = losses.to(torch::kDouble);
+  if (!torch::isfinite(d).all().item<bool>()) return "a loss that is not finite";
+  const double mean = r.tokens > 0 ? d.sum().item<double>() / static_cast<double>(r.tokens) : 0.0;
+  if (std::abs(mean - r.loss) > 1e-5 * std::max(1.0, std::abs(r.loss)))
+    return fmt::format("their mean {:.6f} is not the record's loss {:.6f}", mean, r.loss);
+  return "";
+}
+
+// Why a record's figures contradict each other, or "": its ppl is exp(its loss).
+std::string record_disagrees(const ResultRecord& r) {
+  if (!std::isfinite(r.loss) || r.tokens <= 0) return "no finite loss over scored tokens";
+  if (std::abs(r.ppl - std::exp(r.loss)) > 1e-9 * std::exp(r.loss))
+    return fmt::format("ppl {:.6g} is not exp(loss {:.6f})", r.ppl, r.loss);
+  return "";
+}
+
 // The per-token losses of the cached evaluations (float [tokens] each, named by cache key),
-// attached to their records; a file that does not parse, or of another training, is ignored
-// (the evaluations lacking losses are then run again).
-void read_token_losses(const stdfs::path& dir, EvalCache& cache) {
+// attached to the records whose SHA-256 (`hashes`, key -> hex) and figures they match. A record
+// whose losses are missing, another's or disagree with it is dropped with a warning naming the
+// file (its evaluation is run again); a file that does not parse drops all of them.
+void read_token_losses(const stdfs::path& dir, const std::map<std::string, std::string>& hashes,
+                       EvalCache& cache) {
   const stdfs::path path = dir / kLossesFile;
+  std::map<std::string, torch::Tensor> tensors;
   std::error_code ec;
-  if (!stdfs::exists(path, ec)) return;
-  try {
-    const safetensors::File file = safetensors::parse(fs::read_file(path), path.string());
-    auto it = file.metadata.find("fingerprint");
-    if (it == file.metadata.end() || it->second != cache.fingerprint) return;
-    for (const auto& [key, tensor] : file.tensors) {
-      auto record = cache.records.find(key);
-      if (record != cache.records.end() && tensor.dim() == 1 &&
-          tensor.size(0) == record->second.tokens) {
-        record->second.token_losses = tensor;  // float [tokens]
-      }
+  if (stdfs::exists(path, ec)) {
+    try {
+      safetensors::File file = safetensors::parse(fs::read_file(path), path.string());
+      for (auto& [key, tensor] : file.tensors) tensors[key] = tensor;
+    } catch (const Error& e) {
+      cache_warn("{}; the evaluations it held will be run again", e.what());
     }
-  } catch (const Error& e) {
-    log::warn(kTag, "{}; the evaluations it held will be run again", e.what());
+  }
+  for (auto it = cache.records.begin(); it != cache.records.end();) {
+    const auto hash = hashes.find(it->first);
+    if (hash == hashes.end() || hash->second.empty()) {  // a record kept without losses
+      ++it;
+      continue;
+    }
+    const auto tensor = tensors.find(it->first);
+    std::string problem;
+    if (tensor == tensors.end()) {
+      problem = "has no per-token losses for it";
+    } else if (losses_sha256(tensor->second) != hash->second) {
+      problem = "holds per-token losses that fail their checksum";
+    } else if (const std::string why = losses_disagree(it->second, tensor->second); !why.empty()) {
+      problem = "holds per-token losses that disagree with it: " + why;
+    }
+    if (problem.empty()) {
+      it->second.token_losses = tensor->second;
+      ++it;
+      continue;
+    }
+    cache_warn("{} {} (evaluation {}); it is run again", path.string(), problem, it->first);
+    cache.keys.erase(std::find(cache.keys.begin(), cache.keys.end(), it->first));
+    it = cache.records.erase(it);
   }
 }
 
@@ -154,51 +261,83 @@ void write_token_losses(const stdfs::path& dir, const EvalCache& cache) {
                    safetensors::serialize(tensors, {{"fingerprint", cache.fingerprint}}));
 }
 
+// The records of a verified eval_results.json (`j`), each with its losses' hash, when they are
+// of this training and version; empty (nothing reusable) otherwise.
+std::vector<std::pair<ResultRecord, std::string>> cached_records(const Json& j,
+                                                                 const std::string& fingerprint,
+                                                                 const stdfs::path& path) {
+  if (j.value("fingerprint", "") != fingerprint) return {};   // another training: stale
+  if (j.value("version", 0) != kEvalCacheVersion) return {};  // another meaning: stale
+  std::vector<ResultRecord> records;
+  try {
+    records = records_from_json(j.at("records").dump(), path.string());
+  } catch (const std::exception& e) {  // txl::Error, or nlohmann's for a missing field
+    cache_warn("{}; its evaluations will be recomputed", e.what());
+    return {};
+  }
+  const auto& hashes = j.value("token_losses_sha256", Json::array());
+  if (!hashes.is_array() || hashes.size() != records.size()) {
+    cache_warn("{}: records and their checksums disagree; its evaluations will be recomputed",
+              path.string());
+    return {};
+  }
+  std::vector<std::pair<ResultRecord, std::string>> out;
+  for (size_t i = 0; i < records.size(); ++i)
+    out.emplace_back(records[i], hashes[i].is_string() ? hashes[i].get<std::string>() : "");
+  return out;
+}
+
+// The evaluations cached in `dir` for the training `fingerprint`: only what verifies (the
+// file's checksum, each record's figures, its per-token losses' checksum and mean); whatever
+// does not is recomputed, with a warning naming the file.
 EvalCache read_cache(const stdfs::path& dir, const std::string& fingerprint) {
   EvalCache cache;
   cache.fingerprint = fingerprint;
   const stdfs::path path = dir / kEvalFile;
-  std::error_code ec;
-  if (!stdfs::exists(path, ec)) return cache;
-  Json j = Json::parse(fs::read_file(path), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("keys") || !j.contains("records")) {
-    log::warn(kTag, "{} is unreadable; its evaluations will be recomputed", path.string());
+  const std::optional<Json> j =
+      read_checked_json(path, "its evaluations will be recomputed");
+  if (!j || !j->contains("keys") || !(*j)["keys"].is_array()) return cache;
+  const auto records = cached_records(*j, fingerprint, path);
+  const auto& keys = (*j)["keys"];
+  if (keys.size() != records.size()) {
+    if (!records.empty())
+      cache_warn("{}: keys and records disagree; its evaluations will be recomputed",
+                path.string());
     return cache;
   }
-  if (j.value("fingerprint", "") != fingerprint) return cache;   // another training: stale
-  if (j.value("version", 0) != kEvalCacheVersion) return cache;  // another meaning: stale
-  std::vector<ResultRecord> records;
-  try {
-    records = records_from_json(j["records"].dump(), path.string());
-  } catch (const Error& e) {
-    log::warn(kTag, "{}; its evaluations will be recomputed", e.what());
-    return cache;
-  }
-  const auto& keys = j["keys"];
-  if (!keys.is_array() || keys.size() != records.size()) {
-    log::warn(kTag, "{}: keys and records disagree; its evaluations will be recomputed",
-              path.string());
-    return cache;
-  }
+  std::map<std::string, std::string> hashes;
   for (size_t i = 0; i < records.size(); ++i) {
     if (!keys[i].is_string()) continue;
     const std::string key = keys[i].get<std::string>();
-    if (cache.records.emplace(key, records[i]).second) cache.keys.push_back(key);
+    if (const std::string why = record_disagrees(records[i].first); !why.empty()) {
+      cache_warn("{}: evaluation {}: {}; it is run again", path.string(), key, why);
+      continue;
+    }
+    if (cache.records.emplace(key, records[i].first).second) {
+      cache.keys.push_back(key);
+      hashes[key] = records[i].second;
+    }
   }
-  read_token_losses(dir, cache);
+  read_token_losses(dir, hashes, cache);
   return cache;
 }
 
 void write_cache(const stdfs::path& dir, const EvalCache& cache) {
   std::vector<ResultRecord> records;
-  for (const auto& key : cache.keys) records.push_back(cache.records.at(key));
+  Json hashes = Json::array();
+  for (const auto& key : cache.keys) {
+    const ResultRecord& r = cache.records.at(key);
+    records.push_back(r);
+    hashes.push_back(r.token_losses.defined() ? losses_sha256(r.token_losses) : std::string());
+  }
   Json j;
   j["version"] = kEvalCacheVersion;
   j["fingerprint"] = cache.fingerprint;
   j["keys"] = cache.keys;
   j["records"] = Json::parse(to_json(records));
+  j["token_losses_sha256"] = std::move(hashes);
   write_token_losses(dir, cache);  // first: a record is never cached without its losses
-  fs::write_atomic(dir / kEvalFile, j.dump(2) + "\n");
+  write_checked_json(dir / kEvalFile, std::move(j));
 }
 
 // ------------------------------------------------------------------------------- helpers
@@ -248,10 +387,8 @@ std::string describe_changes(const stdfs::path& dir, const config::ExperimentCon
   if (!stdfs::exists(path, ec)) return "its config.yaml is missing";
   try {
     auto before = config::parse_experiment_string(fs::read_file(path), path.string());
-    std::vector<std::string> lines;
-    for (const auto& line : config::diff_experiments(before, cfg)) {
-      if (line.rfind("eval.", 0) != 0) lines.push_back(line);
-    }
+    const std::vector<std::string> lines = config::diff_experiments(
+        config::without_result_neutral_keys(before), config::without_result_neutral_keys(cfg));
     if (lines.empty()) return "settings differ";
     std::string out;
     for (size_t i = 0; i < lines.size() && i < 8; ++i) out += (i ? "; " : "") + lines[i];
@@ -413,6 +550,7 @@ std::optional<DoneMarker> train_variant(const std::string& name, const config::E
   d.train_tokens_per_s = d.train_seconds > 0 ? d.tokens / d.train_seconds : 0.0;
   d.final_train_loss = summary.final_train_loss;
   d.best_valid_loss = summary.best_step >= 0 ? summary.best_valid_loss : std::nan("");
+  d.params = summary.params;  // also when every evaluation is cached, and nothing loads the model
   write_done(dir, d);
   return d;
 }
@@ -630,8 +768,53 @@ void prepare_data(const std::vector<Job>& jobs) {
   }
 }
 
+// Whether a job's training and evaluations are all current (nothing for it to do).
+bool job_finished(const Job& job, const AblationOptions& options,
+                  const std::vector<std::int64_t>& contexts) {
+  struct Probe {
+    Probe() { t_probing = true; }
+    ~Probe() { t_probing = false; }
+  } probe;
+  const std::string fingerprint = training_fingerprint(job.config);
+  const stdfs::path dir = train::run_dir(job.config);
+  auto done = read_done(dir);
+  if (!done || done->fingerprint != fingerprint || done->stage != "evaluated") return false;
+  const EvalCache cache = read_cache(dir, fingerprint);
+  const auto plan = planned_evals(job.config, options, contexts);
+  return std::all_of(plan.begin(), plan.end(),
+                     [&](const PlannedEval& p) { return cached(cache, p, cache_key(p)); });
+}
+
+// Whether a line a job wrote starts a warning ("[train] warning: ...") or continues one (an
+// indented line right after it).
+class WarningLines {
+ public:
+  bool operator()(const std::string& line) {
+    const bool starts = line.find("] warning: ") != std::string::npos ||
+                        line.rfind("warning: ", 0) == 0;
+    in_warning_ = starts || (in_warning_ && line.rfind("  ", 0) == 0);
+    return in_warning_;
+  }
+
+ private:
+  bool in_warning_ = false;
+};
+
+// Opens a job's entry in its job.log, which keeps every run's output: a line naming the job,
+// the time and the command, before the child's own lines.
+void start_job_log(const stdfs::path& log, const Job& job, const std::vector<std::string>& argv) {
+  const std::time_t now = std::time(nullptr);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  std::ofstream out(log, std::ios::app | std::ios::binary);
+  out << "==== txl-ablate job " << job.label() << ", " << when << ": "
+      << process::shell_command(argv) << "\n";
+  TXL_CHECK(out.good(), "cannot write ", log.string(), ": ", std::strerror(errno));
+}
+
 // Runs one job as a child process (options.job_command --job LABEL) with `threads` threads,
-// its output in <run dir>/job.log (*log_file); a Ctrl-C or SIGTERM of this process reaches it.
+// its output appended to <run dir>/job.log (*log_file) and its warnings shown on this
+// process's stderr as they come; a Ctrl-C or SIGTERM of this process reaches it.
 process::ProgramResult run_job_process(const Job& job, const AblationOptions& options,
                                        int threads, std::string* log_file) {
   const stdfs::path dir = train::run_dir(job.config);
@@ -644,15 +827,30 @@ process::ProgramResult run_job_process(const Job& job, const AblationOptions& op
   }
   process::RunOptions run;
   run.output_file = (dir / "job.log").string();
+  run.append_output = true;
   run.forward_signal = &util::stop_signal();
+  run.on_output_line = [label = job.label(), warning = WarningLines()](const std::string& line) mutable {
+    if (warning(line)) log::write(kTag, fmt::format("job {}: {}", label, line));
+  };
   *log_file = run.output_file;
+  start_job_log(run.output_file, job, argv);
   log::info(kTag, "job {}: started (log: {})", job.label(), run.output_file);
   return process::run_program(argv, run);
 }
 
 // Runs `jobs` options.jobs at a time, each as a child process (options.job_command) with its
 // share of the threads and its output in <run dir>/job.log.
-RunOutcome run_in_processes(const std::vector<Job>& jobs, const AblationOptions& options) {
+RunOutcome run_in_processes(const std::vector<Job>& all, const AblationOptions& options,
+                            const std::vector<std::int64_t>& contexts) {
+  std::vector<Job> jobs;  // those with work left: a finished one starts no process
+  for (const Job& job : all) {
+    if (job_finished(job, options, contexts)) {
+      log::info(kTag, "job {}: trained and evaluated earlier; nothing to do", job.label());
+    } else {
+      jobs.push_back(job);
+    }
+  }
+  if (jobs.empty()) return {};
   prepare_data(jobs);
   const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = options.threads > 0 ? options.threads : hardware;
@@ -736,7 +934,7 @@ AblationResult run_ablation(const config::AblationConfig& ablation,
   const bool in_processes = options.jobs > 1 && options.job.empty() && jobs.size() > 1;
   TXL_CHECK(!in_processes || !options.job_command.empty(),
             "--jobs needs the command that runs one job (AblationOptions::job_command)");
-  const RunOutcome ran = in_processes ? run_in_processes(jobs, options)
+  const RunOutcome ran = in_processes ? run_in_processes(jobs, options, contexts)
                                       : run_serially(jobs, options, contexts);
   result.failed = ran.failed;
   if (ran.signal != 0) {
@@ -766,19 +964,6 @@ AblationResult run_ablation(const config::AblationConfig& ablation,
 }
 
 namespace {
-
-// Whether a job's training and evaluations are all current (nothing for it to do).
-bool job_finished(const Job& job, const AblationOptions& options,
-                  const std::vector<std::int64_t>& contexts) {
-  const std::string fingerprint = training_fingerprint(job.config);
-  const stdfs::path dir = train::run_dir(job.config);
-  auto done = read_done(dir);
-  if (!done || done->fingerprint != fingerprint || done->stage != "evaluated") return false;
-  const EvalCache cache = read_cache(dir, fingerprint);
-  const auto plan = planned_evals(job.config, options, contexts);
-  return std::all_of(plan.begin(), plan.end(),
-                     [&](const PlannedEval& p) { return cached(cache, p, cache_key(p)); });
-}
 
 // A batch script: #SBATCH lines, then one command, every word quoted for the shell Slurm runs.
 std::string batch_script(const std::vector<std::string>& directives, const std::string& prelude,

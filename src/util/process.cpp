@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -108,8 +109,9 @@ int spawn(std::vector<std::string> argv, const RunOptions& options, const ChildS
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   if (!options.output_file.empty()) {
+    const int replace = options.append_output ? 0 : O_TRUNC;
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, options.output_file.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+                                     O_WRONLY | O_CREAT | O_APPEND | replace, 0644);
     posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
   } else if (streams.out.write.valid()) {
     posix_spawn_file_actions_adddup2(&actions, streams.out.write.get(), STDOUT_FILENO);
@@ -190,8 +192,49 @@ void wait_for(pid_t pid, ProgramResult* result) {
   if (WIFSIGNALED(status)) result->signal = WTERMSIG(status);
 }
 
-// wait_for, sending the child *forward once it becomes non-zero (checked every 50 ms).
-void wait_forwarding(pid_t pid, const std::atomic<int>& forward, ProgramResult* result) {
+// The lines a child appends to its output file, read from `offset` on (what it held before the
+// child started is not the child's), each complete one given to `on_line` as it arrives.
+class OutputFollower {
+ public:
+  OutputFollower(const std::string& path, std::uintmax_t offset,
+                 std::function<void(const std::string&)> on_line)
+      : path_(path), offset_(offset), on_line_(std::move(on_line)) {}
+
+  // Gives on_line every complete line written since the last call; at the end, the last one too.
+  void poll(bool at_end) {
+    if (!on_line_) return;
+    if (!file_.is_open()) {
+      file_.open(path_, std::ios::binary);  // the child may not have created it yet
+      if (!file_.is_open()) return;
+      file_.seekg(static_cast<std::streamoff>(offset_));
+    }
+    char buffer[1 << 14];
+    for (;;) {
+      file_.read(buffer, sizeof buffer);
+      const std::streamsize got = file_.gcount();
+      if (got <= 0) break;
+      pending_.append(buffer, static_cast<std::size_t>(got));
+    }
+    file_.clear();  // at the end of what is written so far: read on from here next time
+    std::size_t begin = 0;
+    for (std::size_t end; (end = pending_.find('\n', begin)) != std::string::npos; begin = end + 1)
+      on_line_(pending_.substr(begin, end - begin));
+    pending_.erase(0, begin);
+    if (at_end && !pending_.empty()) on_line_(pending_);
+  }
+
+ private:
+  std::string path_;
+  std::uintmax_t offset_;
+  std::function<void(const std::string&)> on_line_;
+  std::ifstream file_;
+  std::string pending_;  // a line not finished yet
+};
+
+// wait_for, checking every 50 ms: sends the child *forward (when given) once it becomes
+// non-zero, and gives `follower` the lines the child wrote meanwhile.
+void wait_polling(pid_t pid, const std::atomic<int>* forward, OutputFollower& follower,
+                  ProgramResult* result) {
   bool sent = false;
   for (;;) {
     int status = 0;
@@ -201,14 +244,23 @@ void wait_forwarding(pid_t pid, const std::atomic<int>& forward, ProgramResult* 
     if (done == pid) {
       if (WIFEXITED(status)) result->exit_code = WEXITSTATUS(status);
       if (WIFSIGNALED(status)) result->signal = WTERMSIG(status);
+      follower.poll(/*at_end=*/true);
       return;
     }
-    if (const int sig = forward.load(); sig != 0 && !sent) {
+    if (const int sig = forward != nullptr ? forward->load() : 0; sig != 0 && !sent) {
       ::kill(pid, sig);
       sent = true;
     }
+    follower.poll(/*at_end=*/false);
     ::usleep(50 * 1000);
   }
+}
+
+// The size of `path` (0 when it does not exist): where a child appending to it starts.
+std::uintmax_t size_of(const std::string& path) {
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  return ec ? 0 : size;
 }
 
 }  // namespace
@@ -228,6 +280,8 @@ ProgramResult run_program(const std::vector<std::string>& argv, const RunOptions
   if (options.stdout_mode == Stdout::kCapture && !to_file) streams.out = make_pipe();
   if (options.stderr_tail_lines > 0 && !to_file) streams.err = make_pipe();
   ProgramResult result;
+  // Where this child's output starts in the file: after what an earlier run left there.
+  const std::uintmax_t offset = to_file && options.append_output ? size_of(options.output_file) : 0;
   pid_t pid = 0;
   const int rc = spawn(argv, options, streams, &pid);
   streams.out.write.reset();  // the child holds its own copies; EOF comes when it exits
@@ -247,13 +301,15 @@ ProgramResult run_program(const std::vector<std::string>& argv, const RunOptions
     wait_for(pid, &ignored);  // pipes closed above: the child ends (SIGPIPE) and is reaped
     throw;
   }
-  if (to_file && options.forward_signal != nullptr) {
-    wait_forwarding(pid, *options.forward_signal, &result);
+  if (to_file && (options.forward_signal != nullptr || options.on_output_line)) {
+    OutputFollower follower(options.output_file, offset, options.on_output_line);
+    wait_polling(pid, options.forward_signal, follower, &result);
   } else {
     wait_for(pid, &result);
   }
   if (to_file && options.stderr_tail_lines > 0) {
     std::ifstream in(options.output_file, std::ios::binary);
+    in.seekg(static_cast<std::streamoff>(offset));
     std::ostringstream text;
     text << in.rdbuf();
     result.stderr_tail = last_lines(text.str(), options.stderr_tail_lines);

@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
+#include <tuple>
 #include <limits>
 #include <map>
 #include <set>
@@ -24,6 +26,8 @@
 #include "txl/config/load.h"
 #include "txl/train/trainer.h"
 #include "txl/util/fs.h"
+#include "txl/util/safetensors.h"
+#include "txl/util/sha256.h"
 
 namespace {
 
@@ -105,6 +109,23 @@ stdfs::path run_dir(const txl::config::AblationConfig& a, const std::string& nam
 }
 
 std::string read(const stdfs::path& p) { return txl::fs::read_file(p); }
+
+// Writes `j` back as the runner writes its files: with the SHA-256 of the rest under "sha256",
+// so that only the cross-checks can find an edit made this way.
+void write_signed(const stdfs::path& path, nlohmann::ordered_json j) {
+  j.erase("sha256");
+  txl::Sha256 sha;
+  sha.update(j.dump());
+  j["sha256"] = sha.hex_digest();
+  txl::fs::write_atomic(path, j.dump(2));
+}
+
+std::string losses_sha256(const torch::Tensor& t) {
+  const auto c = t.to(torch::kFloat).contiguous();
+  txl::Sha256 sha;
+  sha.update(std::string_view(static_cast<const char*>(c.data_ptr()), c.nbytes()));
+  return sha.hex_digest();
+}
 
 // Resets the stop flag whatever a test did with it.
 class Ablation : public ::testing::Test {
@@ -233,11 +254,11 @@ TEST_F(Ablation, DoneJsonReadsBackNonFiniteFigures) {
   options.only = {"rel_no_memory"};
   ASSERT_EQ(txl::experiment::run_ablation(a, options).status, AblationStatus::kCompleted);
   const auto done_path = run_dir(a, "rel_no_memory") / "done.json";
-  auto done = nlohmann::json::parse(read(done_path));
+  auto done = nlohmann::ordered_json::parse(read(done_path));
   ASSERT_TRUE(done["train_tokens_per_s"].is_number());
   done["train_tokens_per_s"] = nullptr;
   done["null_because"]["train_tokens_per_s"] = "+inf";
-  txl::fs::write_atomic(done_path, done.dump(2));
+  write_signed(done_path, done);  // as txl writes such a figure, its checksum included
   auto rerun = txl::experiment::run_ablation(a, options);
   ASSERT_EQ(rerun.status, AblationStatus::kCompleted);
   ASSERT_FALSE(rerun.records.empty());
@@ -412,6 +433,200 @@ TEST_F(Ablation, AFailedJobIsReportedAndTheOthersFinish) {
   EXPECT_NE(md.find("- rel_no_memory: "), std::string::npos) << md;
 }
 
+// ------------------------------------------------------------------ what a rerun trusts
+
+// The bytes of every checkpoint and metrics file of the ablation's variants.
+std::map<std::string, std::string> training_files(const txl::config::AblationConfig& a) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, cfg] : a.variants) {
+    for (const char* file : {"checkpoint_last.safetensors", "checkpoint_best.safetensors",
+                             "metrics.jsonl"}) {
+      const auto path = stdfs::path(cfg.run.output_dir) / file;
+      if (stdfs::exists(path)) out[name + "/" + file] = read(path);
+    }
+  }
+  return out;
+}
+
+// The figures of the records, with what training and evaluation measured (not their timings).
+void expect_same_figures(const std::vector<txl::experiment::ResultRecord>& a,
+                         const std::vector<txl::experiment::ResultRecord>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    SCOPED_TRACE(a[i].variant + " " + a[i].split + " " + txl::config::to_string(a[i].eval_mode));
+    EXPECT_EQ(a[i].variant, b[i].variant);
+    EXPECT_EQ(a[i].loss, b[i].loss);
+    EXPECT_EQ(a[i].ppl, b[i].ppl);
+    EXPECT_EQ(a[i].tokens, b[i].tokens);
+    EXPECT_EQ(a[i].train_steps, b[i].train_steps);
+    EXPECT_EQ(a[i].train_tokens, b[i].train_tokens);
+    EXPECT_EQ(a[i].params, b[i].params);
+    EXPECT_GT(b[i].params, 0);
+  }
+}
+
+// Issue 32: a rerun with --set run.log_interval=20 (a key the resume check lets change) retrained
+// every variant from scratch. Every key that cannot change what a run computes is left out of
+// the training fingerprint: changing any of them trains nothing and keeps every result.
+TEST_F(Ablation, ARerunWithAKeyThatCannotChangeTheRunTrainsNothing) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  const auto first = txl::experiment::run_ablation(a, quiet_options());
+  ASSERT_EQ(first.status, AblationStatus::kCompleted);
+  const auto files = training_files(a);
+  using Change = std::function<void(txl::config::ExperimentConfig&)>;
+  const std::vector<std::pair<std::string, Change>> changes = {
+      {"run.threads", [](auto& c) { c.run.threads = 2; }},
+      {"run.device", [](auto& c) { c.run.device = txl::config::Device::kAuto; }},
+      {"run.log_interval", [](auto& c) { c.run.log_interval = 20; }},
+      {"run.dist_timeout", [](auto& c) { c.run.dist_timeout = 30; }},
+      {"data.cache_dir", [&](auto& c) { c.data.cache_dir = (dir / "other_cache").string(); }},
+      {"train.checkpoint_interval", [](auto& c) { c.train.checkpoint_interval = 1; }},
+  };
+  // The list is every such key but run.output_dir (the moved folder below) and eval.* (which
+  // change only the evaluations they affect): a key added to the table must be tested here.
+  std::set<std::string> tested = {"run.output_dir"};
+  for (const auto& [key, change] : changes) tested.insert(key);
+  for (const auto& key : txl::config::result_neutral_keys())
+    if (key.rfind("eval.", 0) != 0) EXPECT_TRUE(tested.count(key)) << key << " is not tested";
+  for (const auto& [key, change] : changes) {
+    SCOPED_TRACE(key);
+    auto changed = a;
+    for (auto& [name, cfg] : changed.variants) change(cfg);
+    ::testing::internal::CaptureStderr();
+    const auto rerun = txl::experiment::run_ablation(changed, quiet_options());
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    ASSERT_EQ(rerun.status, AblationStatus::kCompleted);
+    EXPECT_EQ(err.find("training it again"), std::string::npos) << err;
+    EXPECT_EQ(training_files(a), files);
+    expect_same_figures(first.records, rerun.records);
+    for (size_t i = 0; i < first.records.size(); ++i)
+      EXPECT_EQ(rerun.records[i].seconds, first.records[i].seconds);  // cached, not measured
+  }
+  // The ablation's folder moved, and output_dir points at the new place.
+  auto moved = a;
+  moved.output_dir = (dir / "moved" / "tiny").string();
+  stdfs::create_directories(dir / "moved");
+  stdfs::rename(a.output_dir, moved.output_dir);
+  for (auto& [name, cfg] : moved.variants) cfg.run.output_dir = (dir / "moved" / "tiny" / name).string();
+  const auto there = txl::experiment::run_ablation(moved, quiet_options());
+  ASSERT_EQ(there.status, AblationStatus::kCompleted);
+  EXPECT_EQ(training_files(moved), files);
+  expect_same_figures(first.records, there.records);
+  // The control: a key that changes the run (the learning rate) trains that variant again.
+  variant(moved, "xl").train.lr = 2e-3;
+  ::testing::internal::CaptureStderr();
+  txl::experiment::run_ablation(moved, quiet_options());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("variant xl changed since it was trained (train.lr: 0.001 -> 0.002)"),
+            std::string::npos) << err;
+}
+
+// Issue 32: eval_results.json and token_losses.safetensors were trusted unchecked: an edited ppl
+// went into report.md, halved losses gave "ratio 0.0664, significant", one NaN failed every
+// rerun without naming the file. Each damage, plain or with the checksums made to fit, is
+// found, named in a warning, and the evaluation is run again: the same figures as before.
+TEST_F(Ablation, EditedOrDamagedCachedEvaluationsAreFoundAndRunAgain) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  auto options = quiet_options();
+  const auto first = txl::experiment::run_ablation(a, options);
+  ASSERT_EQ(first.status, AblationStatus::kCompleted);
+  const auto xl = run_dir(a, "xl");
+  const std::string json_file = (xl / "eval_results.json").string();
+  const std::string losses_file = (xl / "token_losses.safetensors").string();
+  const std::string json_bytes = read(json_file), losses_bytes = read(losses_file);
+  auto json = [&] { return nlohmann::ordered_json::parse(json_bytes); };
+  auto losses = [&] { return txl::safetensors::parse(losses_bytes, losses_file); };
+  auto write_losses = [&](txl::safetensors::File f) {
+    txl::fs::write_atomic(losses_file, txl::safetensors::serialize(f.tensors, f.metadata));
+  };
+  auto halve = [&] {
+    auto f = losses();
+    f.tensors[0].second = f.tensors[0].second / 2;
+    return f;
+  };
+  auto with_nan = [&] {
+    auto f = losses();
+    f.tensors[0].second = f.tensors[0].second.clone();
+    f.tensors[0].second[0] = std::nan("");
+    return f;
+  };
+  // The hashes of eval_results.json made to fit new losses.
+  auto signed_for = [&](const txl::safetensors::File& f) {
+    auto j = json();
+    for (size_t i = 0; i < j["keys"].size(); ++i)
+      if (j["keys"][i] == f.tensors[0].first) j["token_losses_sha256"][i] = losses_sha256(f.tensors[0].second);
+    write_signed(json_file, j);
+  };
+  const std::vector<std::tuple<std::string, std::function<void()>, std::string, std::string>> cases = {
+      {"an edited ppl", [&] {
+         auto j = json();
+         j["records"][0]["ppl"] = 1.5;
+         txl::fs::write_atomic(json_file, j.dump(2));
+       }, json_file, "fails its checksum"},
+      {"an edited ppl, signed", [&] {
+         auto j = json();
+         j["records"][0]["ppl"] = 1.5;
+         write_signed(json_file, j);
+       }, json_file, "is not exp(loss"},
+      {"halved losses", [&] { write_losses(halve()); }, losses_file, "fail their checksum"},
+      {"halved losses, signed", [&] {
+         const auto f = halve();
+         write_losses(f);
+         signed_for(f);
+       }, losses_file, "is not the record's loss"},
+      {"a NaN loss, signed", [&] {
+         const auto f = with_nan();
+         write_losses(f);
+         signed_for(f);
+       }, losses_file, "a loss that is not finite"},
+      {"a cut file", [&] { txl::fs::write_atomic(losses_file, losses_bytes.substr(0, 100)); },
+       losses_file, losses_file},
+  };
+  for (const auto& [what, damage, file, reason] : cases) {
+    SCOPED_TRACE(what);
+    damage();
+    ::testing::internal::CaptureStderr();
+    const auto rerun = txl::experiment::run_ablation(a, options);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    ASSERT_EQ(rerun.status, AblationStatus::kCompleted) << err;
+    EXPECT_NE(err.find(file), std::string::npos) << err;
+    EXPECT_NE(err.find(reason), std::string::npos) << err;
+    expect_same_figures(first.records, rerun.records);
+    // Repaired: the next rerun finds nothing to redo.
+    ::testing::internal::CaptureStderr();
+    txl::experiment::run_ablation(a, options);
+    EXPECT_EQ(::testing::internal::GetCapturedStderr().find("warning"), std::string::npos);
+  }
+}
+
+// Issue 32: a damaged done.json gave "params 0" once the variant was resumed from its cached
+// evaluations. Its figures now come back from the checkpoint's training state.
+TEST_F(Ablation, ADamagedDoneJsonIsRebuiltFromTheCheckpoint) {
+  TempDir dir;
+  auto a = tiny_ablation(dir);
+  const auto first = txl::experiment::run_ablation(a, quiet_options());
+  ASSERT_EQ(first.status, AblationStatus::kCompleted);
+  const auto done = run_dir(a, "xl") / "done.json";
+  for (const std::string damaged : {read(done).substr(0, 40), std::string("{}"),
+                                    [&] {
+                                      auto j = nlohmann::ordered_json::parse(read(done));
+                                      j["params"] = 0;  // checksum left as it was
+                                      return j.dump(2);
+                                    }()}) {
+    SCOPED_TRACE(damaged);
+    txl::fs::write_atomic(done, damaged);
+    ::testing::internal::CaptureStderr();
+    const auto rerun = txl::experiment::run_ablation(a, quiet_options());
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    ASSERT_EQ(rerun.status, AblationStatus::kCompleted) << err;
+    EXPECT_NE(err.find(done.string()), std::string::npos) << err;
+    EXPECT_EQ(err.find("training it again"), std::string::npos) << err;
+    expect_same_figures(first.records, rerun.records);
+  }
+}
+
 // ------------------------------------------------------------------------------ txl-ablate
 
 struct Child {
@@ -532,6 +747,88 @@ TEST(TxlAblate, JobsInParallelProcessesEqualOneProcess) {
   ASSERT_GT(a.size(), 0u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["loss"], b[i]["loss"]) << i;
   EXPECT_TRUE(stdfs::exists(parallel_dir / "runs" / "cli" / "xl" / "job.log"));
+}
+
+// The bytes of a finished ablation's results and every variant's checkpoints under `root`.
+std::map<std::string, std::string> finished_files(const stdfs::path& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : stdfs::recursive_directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find("checkpoint_") == 0 || name == "metrics.jsonl" || name == "eval_results.json" ||
+        name == "token_losses.safetensors")
+      out[stdfs::relative(entry.path(), root).string()] = read(entry.path());
+  }
+  return out;
+}
+
+// results.json without the figures that are timings.
+nlohmann::json results_without_timing(const stdfs::path& file) {
+  auto records = nlohmann::json::parse(read(file))["records"];
+  for (auto& r : records)
+    for (const char* key : {"seconds", "tokens_per_s", "train_seconds", "train_tokens_per_s"})
+      r.erase(key);
+  return records;
+}
+
+// Issue 32, as it was seen: after a finished `txl-ablate FILE`, `--set run.log_interval=20`, or
+// the ablation's folder moved and output_dir pointed there, warned "changed since it was
+// trained" and trained every variant again. Now neither trains anything; results.json is the
+// same but for timings.
+TEST(TxlAblate, ARerunWithASafeKeyOrFromAMovedFolderTrainsNothing) {
+  TempDir dir;
+  const auto yaml = write_yaml(dir, 4);
+  Child first = run_ablate(yaml + " --no-plots --quiet --no-sweep --jobs 1");
+  ASSERT_TRUE(WIFEXITED(first.status) && WEXITSTATUS(first.status) == 0) << first.err;
+  const auto files = finished_files(dir / "runs" / "cli");
+  const auto results = results_without_timing(dir / "runs" / "cli" / "results.json");
+  Child again = run_ablate(yaml + " --no-plots --quiet --no-sweep --jobs 1 --set run.log_interval=20");
+  ASSERT_TRUE(WIFEXITED(again.status) && WEXITSTATUS(again.status) == 0) << again.err;
+  EXPECT_EQ(again.err.find("training it again"), std::string::npos) << again.err;
+  EXPECT_EQ(finished_files(dir / "runs" / "cli"), files);
+  EXPECT_EQ(results_without_timing(dir / "runs" / "cli" / "results.json"), results);
+
+  stdfs::rename(dir / "runs", dir / "moved");
+  std::string text = read(yaml);
+  const std::string from = "output_dir: " + (dir / "runs").string();
+  text.replace(text.find(from), from.size(), "output_dir: " + (dir / "moved").string());
+  txl::test::write_text(yaml, text);
+  Child moved = run_ablate(yaml + " --no-plots --quiet --no-sweep --jobs 1");
+  ASSERT_TRUE(WIFEXITED(moved.status) && WEXITSTATUS(moved.status) == 0) << moved.err;
+  EXPECT_EQ(moved.err.find("training it again"), std::string::npos) << moved.err;
+  EXPECT_EQ(finished_files(dir / "moved" / "cli"), files);
+  EXPECT_EQ(results_without_timing(dir / "moved" / "cli" / "results.json"), results);
+}
+
+// Issue 32: every `--jobs N` rerun truncated each job's job.log, finished and failed jobs' too,
+// and a job's warnings reached only its job.log. A rerun now starts no process for a finished
+// job, a job's log keeps every run (one header line each), and its warnings reach the parent's
+// stderr as they happen, naming the job.
+TEST(TxlAblate, JobLogsKeepEveryRunAndWarningsReachTheParent) {
+  TempDir dir;
+  const auto yaml = write_yaml(dir, 4);
+  Child first = run_ablate(yaml + " --no-plots --quiet --no-sweep --jobs 2");
+  ASSERT_TRUE(WIFEXITED(first.status) && WEXITSTATUS(first.status) == 0) << first.err;
+  const auto xl = dir / "runs" / "cli" / "xl";
+  const std::string vanilla_log = read(dir / "runs" / "cli" / "vanilla" / "job.log");
+  const std::string xl_log = read(xl / "job.log");
+  ASSERT_NE(xl_log.find("==== txl-ablate job xl, "), std::string::npos) << xl_log;
+  // A damaged cache of xl: its job runs again and warns about it.
+  std::string cache = read(xl / "eval_results.json");
+  cache[cache.find("\"loss\": ") + 8] ^= 1;  // its first digit, another digit
+  txl::fs::write_atomic(xl / "eval_results.json", cache);
+  Child again = run_ablate(yaml + " --no-plots --quiet --no-sweep --jobs 2");
+  ASSERT_TRUE(WIFEXITED(again.status) && WEXITSTATUS(again.status) == 0) << again.err;
+  EXPECT_NE(again.err.find("[ablate] job xl: [ablate] warning: " + (xl / "eval_results.json").string() +
+                           " fails its checksum"),
+            std::string::npos)
+      << again.err;
+  EXPECT_NE(again.err.find("job vanilla: trained and evaluated earlier; nothing to do"),
+            std::string::npos) << again.err;
+  EXPECT_EQ(read(dir / "runs" / "cli" / "vanilla" / "job.log"), vanilla_log);
+  const std::string both = read(xl / "job.log");
+  EXPECT_EQ(both.rfind(xl_log, 0), 0u) << "the first run's log is gone:\n" << both;
+  EXPECT_NE(both.find("==== txl-ablate job xl, ", xl_log.size()), std::string::npos) << both;
+  EXPECT_NE(both.find("fails its checksum", xl_log.size()), std::string::npos) << both;
 }
 
 // --slurm submits the unfinished jobs as an array and the report after it, through sbatch's

@@ -88,6 +88,21 @@ std::vector<std::string> experiment_keys();
 // precision, batch size, ...). One table in src/config/load.cpp says why each is safe.
 std::vector<std::string> resumable_keys();
 
+// The resumable keys that cannot change what a finished run computes, in struct order (from
+// the same table): how often it saves (train.checkpoint_interval), where and how fast it runs
+// and what it prints (run.threads, device, log_interval, dist_timeout), its folders
+// (run.output_dir, data.cache_dir) and every eval.* key. The others (when to stop, how often to
+// validate, patience, the divergence guard) decide which weights a run ends with.
+std::vector<std::string> result_neutral_keys();
+
+// Whether a setting (a dotted key) can change what a finished run computes: false exactly for
+// result_neutral_keys().
+bool changes_result(const std::string& key);
+
+// `config` with every result_neutral_keys() setting at its default: two experiments that train
+// the same thing give the same one (the ablation's training fingerprint hashes it).
+ExperimentConfig without_result_neutral_keys(const ExperimentConfig& config);
+
 // Why the run trained with `stored` cannot be resumed as `requested`: one "key: stored ->
 // requested" line per differing setting outside resumable_keys(), in struct order, strings
 // quoted and long values shortened as in error messages, e.g. "model.d_inner: 1024 -> 2048".

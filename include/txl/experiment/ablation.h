@@ -4,11 +4,18 @@
 // and the results go into one report (report.h) under runs/<ablation>/.
 //
 // Interrupted work is never redone: a variant's run directory holds
-//   done.json          {"stage": "trained" | "evaluated", "fingerprint": ..., training figures}
-//   eval_results.json  the evaluations finished so far, each under the settings it was run with
+//   done.json                 {"stage": "trained" | "evaluated", "fingerprint": ..., training
+//                             figures, "sha256": of the rest}
+//   eval_results.json         the evaluations finished so far, each under the settings it was
+//                             run with, the SHA-256 of each one's per-token losses, "sha256"
+//   token_losses.safetensors  those per-token losses
+//   job.log                   (--jobs) the output of every run of the job, appended
 // (numbers that are not finite as null, with their reason under "null_because": util/json.h).
-// A variant whose training settings changed since (another fingerprint) is trained again from
-// scratch, with a warning listing what changed; evaluation settings (the `eval:` section) only
+// Nothing read back is trusted unverified: a file that fails its checksum, a record whose ppl is
+// not exp(loss), losses whose checksum, count or mean is not their record's are recomputed
+// (done.json's figures from the checkpoint), with a warning naming the file. A variant whose
+// training settings changed since (another training_fingerprint) is trained again from scratch,
+// with a warning listing what changed; evaluation settings (the `eval:` section) only
 // invalidate the evaluations they affect.
 
 #include <cstdint>
@@ -69,7 +76,9 @@ struct Job {
 std::vector<Job> ablation_jobs(const config::AblationConfig& ablation);
 
 // The fingerprint deciding whether a finished variant's training still stands: every setting
-// except the `eval:` section, which does not change the trained weights.
+// but those that cannot change what the run computes (config::result_neutral_keys: threads,
+// device, log and checkpoint intervals, the folders, the `eval:` section), so a rerun with one
+// of those changed, or from a moved folder, trains nothing.
 std::string training_fingerprint(const config::ExperimentConfig& variant);
 
 struct AblationOptions {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,15 @@ struct RunOptions {
   // e.g. {"MPLBACKEND=Agg"}.
   std::vector<std::string> extra_env;
   // When set: the child's stdout and stderr both go to this file (created or truncated), a log
-  // to keep, and stdout_mode is ignored; stderr_tail then holds the file's last lines.
+  // to keep, and stdout_mode is ignored; stderr_tail then holds the last lines this child wrote.
   std::string output_file;
+  // With output_file: the child's output goes after what the file already holds (a log kept
+  // across runs) instead of replacing it.
+  bool append_output = false;
+  // With output_file: called with each line the child writes there (without its newline), while
+  // it runs (the file is read every 50 ms) and once more for its last lines after it exits; from
+  // the thread that called run_program. E.g. to show a child's warnings on the parent's stderr.
+  std::function<void(const std::string& line)> on_output_line;
   // With output_file: while the child runs, a non-zero value appearing here (e.g. the parent's
   // stop flag, set by its SIGINT handler) is sent to the child as that signal, once, so that a
   // Ctrl-C the child did not receive itself still stops it cleanly.
