@@ -5,16 +5,22 @@ Hugging Face's (TransfoXLLMHeadModel), so that a model trained by txl runs in ei
 usage: tools/export.py CHECKPOINT --to paper|hf --out FOLDER
 
 --to paper  FOLDER/state_dict.pt (model.load_state_dict(torch.load(...)) in the paper's code),
-            FOLDER/hparams.json (MemTransformerLM's constructor arguments), FOLDER/vocab.txt
+            FOLDER/hparams.json (MemTransformerLM's constructor arguments), and the tokenizer
 --to hf     FOLDER/pytorch_model.bin and FOLDER/config.json
-            (TransfoXLLMHeadModel.from_pretrained(FOLDER)), FOLDER/vocab.txt
+            (TransfoXLLMHeadModel.from_pretrained(FOLDER)), and the tokenizer
 
 The weights are plain tensors (torch.save of a dict of tensors; torch.load(weights_only=True)
 reads them), tied copies included under every name the reference's own state_dict lists.
-vocab.txt (one symbol per line, in id order) only for a word tokenizer. Refused: a model the
-references cannot run (attn_type other than xl; pre-norm with txl's final LayerNorm). clamp_len
--1 (txl's no clamp) is written as 0 (theirs). Notes say where the references' numbers will
-differ from txl's (memory start, ext_len).
+The tokenizer, by the checkpoint's kind: a word tokenizer as FOLDER/vocab.txt ("symbol<TAB>count"
+lines in id order; the paper code's Vocab and tools/import_*.py --vocab read the first field); a
+sentencepiece tokenizer as FOLDER/tokenizer.model, the sentencepiece model's bytes as the
+checkpoint stores them (sentencepiece.SentencePieceProcessor(model_file=...) loads it; ids pad 0,
+unk 1, eos 2; neither reference has a word vocabulary that can hold it); a byte tokenizer as
+nothing (its ids are the bytes, then pad 256, eos 257). config.json's eos_token_id is the
+tokenizer's <eos> id. Refused: a model the references cannot run (attn_type other than xl;
+pre-norm with txl's final LayerNorm) and weights holding NaN or Inf (named). clamp_len -1 (txl's
+no clamp) is written as 0 (theirs). Notes say where the references' numbers will differ from
+txl's (memory start, ext_len).
 Exit status 0 on success, 1 on a user error (with a message), 2 on bad usage.
 """
 import argparse
@@ -76,6 +82,26 @@ def notes_for(m, to):
     return notes
 
 
+# txl's fixed <eos> id of the tokenizers without a vocabulary file to look it up in (data/tokenizer.cpp).
+EOS_ID = {"sentencepiece": 2, "byte": 257}
+
+
+def tokenizer_file(kind, blob):
+    """(file name or None, its bytes, <eos> id) for the checkpoint's tokenizer bytes. Only a word
+    tokenizer's are text ("word<TAB>count" lines, as txl stores them); a sentencepiece model is
+    binary (a serialized ModelProto) and is written as it is."""
+    if kind == "word":
+        lines = blob.decode("utf-8").splitlines()
+        words = [line.split("\t")[0] for line in lines]
+        # The paper code's Vocab(vocab_file=...) reads the first field of each line.
+        return "vocab.txt", ("\n".join(lines) + "\n").encode("utf-8"), words.index("<eos>")
+    if kind == "sentencepiece":
+        return "tokenizer.model", blob, EOS_ID[kind]
+    if kind == "byte":
+        return None, b"", EOS_ID[kind]
+    raise ti.InteropError(f"unknown tokenizer kind {kind!r} (expected word, sentencepiece or byte)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("checkpoint")
@@ -84,14 +110,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         record, tensors, tokenizer = ti.read_checkpoint(args.checkpoint)
+        ti.check_finite(tensors, args.checkpoint)
         m = ti.parse_model_section(record["config"])
         state = ti.from_txl(tensors, m, args.to)
+        kind = record["tokenizer"]["kind"]
+        vocab, vocab_bytes, eos = tokenizer_file(kind, tokenizer)
         os.makedirs(args.out, exist_ok=True)
-        words, lines = None, tokenizer.decode("utf-8").splitlines()
-        if record["tokenizer"]["kind"] == "word":  # "word<TAB>count" lines, as txl stores them
-            words = [line.split("\t")[0] for line in lines]
         n_token = record["vocab_size"]
-        eos = words.index("<eos>") if words else 0
         if args.to == "paper":
             weights, meta, body = "state_dict.pt", "hparams.json", paper_hparams(m, n_token)
         else:
@@ -100,17 +125,19 @@ def main(argv=None):
         torch.save({k: v.contiguous() for k, v in sorted(state.items())}, path + ".tmp")
         os.replace(path + ".tmp", path)
         ti.write_atomic(os.path.join(args.out, meta), (json.dumps(body, indent=2) + "\n").encode())
-        if words:
-            # The paper code's Vocab(vocab_file=...) reads the first field of each line.
-            ti.write_atomic(os.path.join(args.out, "vocab.txt"), ("\n".join(lines) + "\n").encode("utf-8"))
+        if vocab:
+            ti.write_atomic(os.path.join(args.out, vocab), vocab_bytes)
     except (ti.InteropError, OSError, ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for note in notes_for(m, args.to):
         print(f"note: {note}")
-    if not words:
-        print(f"note: a {record['tokenizer']['kind']} tokenizer has no word vocabulary to write; only the weights")
-    print(f"wrote {args.out}: {weights} ({len(state)} tensors), {meta}" + (", vocab.txt" if words else ""))
+    if kind == "sentencepiece":
+        print("note: a sentencepiece tokenizer has no word vocabulary: tokenizer.model is its sentencepiece "
+              "model (load it with sentencepiece; pad 0, unk 1, eos 2)")
+    elif kind != "word":
+        print(f"note: a {kind} tokenizer has no vocabulary to write; only the weights")
+    print(f"wrote {args.out}: {weights} ({len(state)} tensors), {meta}" + (f", {vocab}" if vocab else ""))
     return 0
 
 

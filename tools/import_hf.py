@@ -22,7 +22,8 @@ usage: tools/import_hf.py --weights pytorch_model.bin|model.safetensors --config
 Mapped: untied or shared u/v (r_w_bias, r_r_bias), the fused qkv_net, o_net, r_net,
 pos_ff.CoreNet, both LayerNorms, adaptive input and softmax of any div_val and cutoffs, the
 cluster logits (HF orders them the other way round from txl), tied tables and per-cluster tied
-projections (tie_projs). Refused, naming the setting or parameter: anything else.
+projections (tie_projs). Refused, naming the setting or parameter: weights holding NaN or Inf,
+and anything else.
 Exit status 0 on success, 1 on a user error (with a message), 2 on bad usage.
 """
 import argparse
@@ -98,7 +99,9 @@ def main(argv=None):
         words, counts = ti.vocab_from_file(args.vocab) if args.vocab else ti.vocab_from_corpus(args.vocab_from_corpus)
         if len(words) != hf["vocab_size"]:
             raise ti.InteropError(f"{args.vocab or args.vocab_from_corpus}: {len(words)} symbols, the model has vocab_size {hf['vocab_size']}")
-        state = ti.fill_tied(ti.read_weights(args.weights), model, "hf")
+        state = ti.read_weights(args.weights)
+        ti.check_finite(state, args.weights)
+        state = ti.fill_tied(state, model, "hf")
         tensors = ti.to_txl(state, model, "hf", args.weights)
         ti.write_checkpoint(args.out, sections_of(model, args.mem_init), words, tensors, counts)
     except (ti.InteropError, OSError, ValueError, KeyError) as e:

@@ -23,7 +23,8 @@ Conversions, each named in the output: clamp_len 0 or -1 (the paper's "no clamp"
 -1 (txl refuses 0, which would clamp every distance to 0); pre_lnorm becomes pre_norm with
 final_norm: false (the paper's pre-norm model has no LayerNorm after the last layer).
 Refused, naming the parameter or setting: anything txl cannot represent (attn_type other than 0,
-sampled softmax, d_embed != d_model, a state_dict entry without a txl counterpart).
+sampled softmax, d_embed != d_model, a state_dict entry without a txl counterpart) and weights
+holding NaN or Inf.
 Exit status 0 on success, 1 on a user error (with a message), 2 on bad usage.
 """
 import argparse
@@ -95,6 +96,7 @@ def main(argv=None):
         with open(args.hparams, encoding="utf-8") as f:
             hp = json.load(f)
         state = ti.read_weights(args.weights)
+        ti.check_finite(state, args.weights)
         # The paper's PyTorch code shares u and v; its TensorFlow code and forks have untie_r:
         # per-layer biases in the state_dict say which.
         hp.setdefault("untie_r", any(k.endswith("dec_attn.r_w_bias") for k in state))

@@ -119,6 +119,21 @@ def read_weights(path):
     return dict(state)
 
 
+def check_finite(tensors, origin):
+    """Refuses weights that hold a NaN or an infinity, naming each such tensor of {name: tensor}
+    (txl-eval refuses such a checkpoint too: it would only score NaN)."""
+    problems = []
+    for name, t in tensors.items():
+        if t.is_floating_point():
+            bad = int((~torch.isfinite(t)).sum())
+            if bad:
+                nan = int(torch.isnan(t).sum())
+                problems.append(f"{name}: {bad} of {t.numel()} values are not finite ({nan} NaN, {bad - nan} Inf)")
+    if problems:
+        raise InteropError(f"{origin}: {len(problems)} tensor(s) hold NaN or Inf (a diverged or damaged "
+                           "model, which txl refuses to score):\n  " + "\n  ".join(problems))
+
+
 # ------------------------------------------------------------------------------ txl checkpoints
 
 def word_fingerprint(words):
