@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "txl/util/autocast.h"
+#include "vector_math.h"
 
 // Shapes: N rows, n rows of one block, d input width, V classes.
 
@@ -129,6 +130,18 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
 
 }  // namespace
 
+torch::ScalarType linear_cross_entropy_dtype(const torch::Tensor& hidden, const torch::Tensor& weight) {
+  // What torch::linear would run in: the autocast dtype for fp32/bf16/fp16 inputs while autocast
+  // is on (fp64 is left alone, as autocast does), else the promoted input dtype.
+  auto type = torch::promote_types(hidden.scalar_type(), weight.scalar_type());
+  if (type != torch::kDouble && autocast_enabled(hidden.device())) type = autocast_dtype(hidden.device());
+  // LibTorch multiplies bf16 and fp16 on the CPU with oneDNN (fp32 sums) only where the CPU has
+  // AVX-512; elsewhere in fp32, with the gradients still in each input's dtype.
+  if ((type == torch::kBFloat16 || type == torch::kHalf) && hidden.is_cpu() && !cpu_has_avx512())
+    type = torch::kFloat;
+  return type;
+}
+
 torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                    const torch::Tensor& bias, const torch::Tensor& target,
                                    std::int64_t chunk_rows) {
@@ -142,10 +155,7 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Ten
               "linear_cross_entropy: target must be int64 [N] = [", hidden.size(0), "], got ", target.scalar_type(),
               " ", target.sizes());
   TORCH_CHECK(chunk_rows >= 0, "linear_cross_entropy: chunk_rows must be >= 0, got ", chunk_rows);
-  // What torch::linear would run in: the autocast dtype for fp32/bf16/fp16 inputs while autocast
-  // is on (fp64 is left alone, as autocast does), else the promoted input dtype.
-  auto type = torch::promote_types(hidden.scalar_type(), weight.scalar_type());
-  if (type != torch::kDouble && autocast_enabled(hidden.device())) type = autocast_dtype(hidden.device());
+  const auto type = linear_cross_entropy_dtype(hidden, weight);
   // No gradient to form (evaluation): the statistics alone, no softmax written, nothing saved.
   const bool needs_grad = torch::GradMode::is_enabled() &&
                           (hidden.requires_grad() || weight.requires_grad() || bias.requires_grad());
