@@ -95,12 +95,9 @@ void write_checked_json(const stdfs::path& path, Json j) {
 }
 
 // The object in `path` when it parses and its checksum holds; otherwise nullopt, after a
-// warning that names the file, what is wrong and `consequence`. A missing file is nullopt, said
-// by `missing` (false when the file exists).
-std::optional<Json> read_checked_json(const stdfs::path& path, const std::string& consequence,
-                                      bool* missing = nullptr) {
+// warning that names the file, what is wrong and `consequence` (none for a missing file).
+std::optional<Json> read_checked_json(const stdfs::path& path, const std::string& consequence) {
   std::error_code ec;
-  if (missing != nullptr) *missing = !stdfs::exists(path, ec);
   if (!stdfs::exists(path, ec)) return std::nullopt;
   const std::string text = fs::read_file(path);
   Json j = json::nested_deeper_than(text)
