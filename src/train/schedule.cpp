@@ -63,6 +63,8 @@ std::string Schedule::stop_reason(const TrainState& state, bool out_of_time, int
                                   std::int64_t pause_at_step) const {
   if (train_.max_steps > 0 && state.step >= train_.max_steps) return "max_steps";
   if (train_.max_tokens > 0 && state.tokens >= train_.max_tokens) return "max_tokens";
+  // A run that stopped early stays stopped when it is resumed with the same patience.
+  if (train_.patience > 0 && state.evals_without_gain >= train_.patience) return "early stop";
   if (out_of_time) return "max_minutes";
   if (signal != 0) return "signal " + std::to_string(signal);
   if (pause_at_step > 0 && state.step >= pause_at_step) return "pause_at_step";

@@ -625,6 +625,26 @@ TEST_F(Ablation, ADamagedDoneJsonIsRebuiltFromTheCheckpoint) {
     EXPECT_EQ(err.find("training it again"), std::string::npos) << err;
     expect_same_figures(first.records, rerun.records);
   }
+  // A variant that stopped early (train.patience): its figures come back without a step more.
+  TempDir dir2;
+  auto b = tiny_ablation(dir2);
+  for (auto& [name, cfg] : b.variants) {
+    cfg.train.optimizer = txl::config::Optimizer::kSgd;
+    cfg.train.schedule = txl::config::Schedule::kConstant;
+    cfg.train.lr = 1e-30;  // no update moves an fp32 weight: no validation improves on the first
+    cfg.train.eval_interval = 1;
+    cfg.train.patience = 1;
+  }
+  const auto early = txl::experiment::run_ablation(b, quiet_options());
+  ASSERT_EQ(early.status, AblationStatus::kCompleted);
+  ASSERT_EQ(early.records.front().train_steps, 2) << "the variants did not stop early";
+  const auto files = training_files(b);
+  txl::fs::write_atomic(run_dir(b, "xl") / "done.json", "{}");
+  const auto resumed = txl::experiment::run_ablation(b, quiet_options());
+  ASSERT_EQ(resumed.status, AblationStatus::kCompleted);
+  expect_same_figures(early.records, resumed.records);
+  EXPECT_EQ(training_files(b).at("xl/checkpoint_best.safetensors"),
+            files.at("xl/checkpoint_best.safetensors"));
 }
 
 // ------------------------------------------------------------------------------ txl-ablate

@@ -35,6 +35,7 @@ class Schedule {
   bool checkpoint_due(std::int64_t step) const;
 
   // Why training stops before the next step, or "" to go on: "max_steps", "max_tokens",
+  // "early stop" (train.patience validations without gain: a resumed early-stopped run),
   // "max_minutes" (out_of_time, which the ranks agreed on), "signal N", "pause_at_step".
   std::string stop_reason(const TrainState& state, bool out_of_time, int signal,
                           std::int64_t pause_at_step) const;
