@@ -34,12 +34,20 @@ namespace txl::experiment {
 namespace stdfs = std::filesystem;
 using Json = json::OrderedJson;
 
+namespace {
+std::string cache_key(const PlannedEval& p);
+}  // namespace
+
 std::string training_fingerprint(const config::ExperimentConfig& variant) {
   // The settings that cannot change what a run computes (the resume check's table says which:
   // threads, device, log_interval, checkpoint_interval, folders, eval.*) are left out, so a job
   // run by --jobs (run.threads split among them), by a Slurm task or from a moved folder counts
-  // as the same training.
-  return config::fingerprint(config::without_result_neutral_keys(variant));
+  // as the same training. The periodic validation is part of it, as the evaluation it is (the
+  // eval.* keys it reads: mode, lengths, batch size, max_tokens): it chooses checkpoint_best and
+  // when early stopping stops.
+  const PlannedEval validation{"valid", eval::validation_settings(variant, nullptr), false};
+  const std::string settings = config::fingerprint(config::without_result_neutral_keys(variant));
+  return fs::hex64(fs::fnv1a(settings + "|validation " + cache_key(validation)));
 }
 
 namespace {
@@ -372,6 +380,7 @@ std::string cache_key(const PlannedEval& p) {
                                 s.batch_size, s.max_tokens);
   if (s.ext_len > 0 && s.mode != eval::Mode::kSliding) key += fmt::format("|ext{}", s.ext_len);
   if (s.documents) key += "|documents";
+  if (s.zero_memory) key += "|zeros";  // streams start from mem_len zero vectors
   if (s.bf16) key += "|bf16";
   if (p.sweep) key += "|sweep";
   return key;
@@ -772,14 +781,18 @@ bool job_finished(const Job& job, const AblationOptions& options,
     Probe() { t_probing = true; }
     ~Probe() { t_probing = false; }
   } probe;
-  const std::string fingerprint = training_fingerprint(job.config);
-  const stdfs::path dir = train::run_dir(job.config);
-  auto done = read_done(dir);
-  if (!done || done->fingerprint != fingerprint || done->stage != "evaluated") return false;
-  const EvalCache cache = read_cache(dir, fingerprint);
-  const auto plan = planned_evals(job.config, options, contexts);
-  return std::all_of(plan.begin(), plan.end(),
-                     [&](const PlannedEval& p) { return cached(cache, p, cache_key(p)); });
+  try {  // a file it cannot read: the job's own process meets it and reports it
+    const std::string fingerprint = training_fingerprint(job.config);
+    const stdfs::path dir = train::run_dir(job.config);
+    auto done = read_done(dir);
+    if (!done || done->fingerprint != fingerprint || done->stage != "evaluated") return false;
+    const EvalCache cache = read_cache(dir, fingerprint);
+    const auto plan = planned_evals(job.config, options, contexts);
+    return std::all_of(plan.begin(), plan.end(),
+                       [&](const PlannedEval& p) { return cached(cache, p, cache_key(p)); });
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 // Whether a line a job wrote starts a warning ("[train] warning: ...") or continues one (an
@@ -801,11 +814,14 @@ class WarningLines {
 // the time and the command, before the child's own lines.
 void start_job_log(const stdfs::path& log, const Job& job, const std::vector<std::string>& argv) {
   const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);  // the workers start jobs at once: not gmtime's shared buffer
   char when[32];
-  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &utc);
   std::ofstream out(log, std::ios::app | std::ios::binary);
   out << "==== txl-ablate job " << job.label() << ", " << when << ": "
       << process::shell_command(argv) << "\n";
+  out.flush();
   TXL_CHECK(out.good(), "cannot write ", log.string(), ": ", std::strerror(errno));
 }
 

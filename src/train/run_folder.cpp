@@ -101,7 +101,9 @@ void truncate_metrics(const stdfs::path& path, std::int64_t step) {
   while (std::getline(in, line)) {
     ++line_no;
     if (line.empty()) continue;
-    const json::Json record = json::Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const json::Json record = json::nested_deeper_than(line)
+                                  ? json::Json(json::Json::value_t::discarded)
+                                  : json::Json::parse(line, nullptr, /*allow_exceptions=*/false);
     const bool valid = record.is_object() && record.contains("step") && record["step"].is_number_integer();
     if (!valid) {
       const bool last = in.peek() == std::char_traits<char>::eof();

@@ -231,11 +231,9 @@ class OutputFollower {
   std::string pending_;  // a line not finished yet
 };
 
-// wait_for, checking every 50 ms: sends the child *forward (when given) once it becomes
-// non-zero, and gives `follower` the lines the child wrote meanwhile.
-void wait_polling(pid_t pid, const std::atomic<int>* forward, OutputFollower& follower,
-                  ProgramResult* result) {
-  bool sent = false;
+// wait_polling's loop: until the child exits, every 50 ms.
+void poll_until_exit(pid_t pid, const std::atomic<int>* forward, OutputFollower& follower,
+                     ProgramResult* result, bool& sent) {
   for (;;) {
     int status = 0;
     const pid_t done = ::waitpid(pid, &status, WNOHANG);
@@ -253,6 +251,21 @@ void wait_polling(pid_t pid, const std::atomic<int>* forward, OutputFollower& fo
     }
     follower.poll(/*at_end=*/false);
     ::usleep(50 * 1000);
+  }
+}
+
+// wait_for, checking every 50 ms: sends the child *forward (when given) once it becomes
+// non-zero, and gives `follower` the lines the child wrote meanwhile.
+void wait_polling(pid_t pid, const std::atomic<int>* forward, OutputFollower& follower,
+                  ProgramResult* result) {
+  bool sent = false;
+  try {
+    poll_until_exit(pid, forward, follower, result, sent);
+  } catch (...) {  // on_output_line threw: reap the child (unless it was) before going on
+    const bool reaped = result->exit_code >= 0 || result->signal != 0;
+    ProgramResult ignored;
+    if (!reaped) wait_for(pid, &ignored);
+    throw;
   }
 }
 

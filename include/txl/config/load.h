@@ -92,7 +92,9 @@ std::vector<std::string> resumable_keys();
 // the same table): how often it saves (train.checkpoint_interval), where and how fast it runs
 // and what it prints (run.threads, device, log_interval, dist_timeout), its folders
 // (run.output_dir, data.cache_dir) and every eval.* key. The others (when to stop, how often to
-// validate, patience, the divergence guard) decide which weights a run ends with.
+// validate, patience, the divergence guard) decide which weights a run ends with. The eval.*
+// keys the trainer's periodic validation reads (eval::validation_settings) choose
+// checkpoint_best too: whoever fingerprints a training adds that validation (the ablation does).
 std::vector<std::string> result_neutral_keys();
 
 // Whether a setting (a dotted key) can change what a finished run computes: false exactly for

@@ -78,7 +78,8 @@ std::vector<Job> ablation_jobs(const config::AblationConfig& ablation);
 // The fingerprint deciding whether a finished variant's training still stands: every setting
 // but those that cannot change what the run computes (config::result_neutral_keys: threads,
 // device, log and checkpoint intervals, the folders, the `eval:` section), so a rerun with one
-// of those changed, or from a moved folder, trains nothing.
+// of those changed, or from a moved folder, trains nothing; with the periodic validation's
+// settings (eval::validation_settings), which choose checkpoint_best.
 std::string training_fingerprint(const config::ExperimentConfig& variant);
 
 struct AblationOptions {
