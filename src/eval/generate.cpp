@@ -91,6 +91,11 @@ struct TextOf {
   }
 };
 
+// The signal that asked generation to stop (GenerateOptions::interrupt), 0 while none did.
+int interrupt_signal(const GenerateOptions& o) {
+  return o.interrupt != nullptr ? o.interrupt->load() : 0;
+}
+
 // Whether `text` ends inside a UTF-8 sequence (a lead byte without all its continuation bytes)
 // or with U+FFFD (sentencepiece's byte pieces of a character not complete yet): text that the
 // next token may still change.
@@ -277,7 +282,7 @@ void generate_batch(const models::DecoderWeights& weights, const Started* primed
   const auto generating = Clock::now();
   result.read_seconds += std::chrono::duration<double>(generating - start).count();
   for (std::int64_t step = 0;; ++step) {
-    if (const int sig = o.interrupt != nullptr ? o.interrupt->load() : 0; sig != 0) {
+    if (const int sig = interrupt_signal(o); sig != 0) {
       result.stopped_by = sig;
       for (auto s : live) {
         if (state[s].done) continue;
@@ -346,7 +351,7 @@ void generate_in_batches(const models::DecoderWeights& weights, const Started* p
                          const data::Tokenizer* tokenizer, GenerateResult& result) {
   for (size_t begin = 0; begin < order.size(); begin += options.batch_size) {
     const size_t end = std::min(order.size(), begin + static_cast<size_t>(options.batch_size));
-    if (const int sig = options.interrupt != nullptr ? options.interrupt->load() : 0; sig != 0) {
+    if (const int sig = interrupt_signal(options); sig != 0) {
       result.stopped_by = sig;  // the prompts not started: interrupted, with nothing generated
       for (size_t i = begin; i < order.size(); ++i) {
         Generation& row = result.rows[order[i]];
@@ -385,12 +390,14 @@ GenerateResult generate(models::TransformerLM& model,
     }
     return result;
   }
-  // Prompts of similar lengths share a batch: less padding.
+  // Prompts of similar lengths share a batch (less padding), unless they go in order.
   std::vector<std::int64_t> order(prompts.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-    return prompts[a].size() < prompts[b].size();
-  });
+  if (!options.in_order) {
+    std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+      return prompts[a].size() < prompts[b].size();
+    });
+  }
   // The decoders of every batch share one preparation of the weights (packing, encodings).
   const auto start = Clock::now();
   const auto weights = models::prepare_decoder(model, options.lengths);
@@ -402,12 +409,15 @@ GenerateResult generate(models::TransformerLM& model,
     auto with_context = prompts;
     for (auto& p : with_context) p.insert(p.begin(), options.context.begin(), options.context.end());
     generate_in_batches(weights, nullptr, with_context, order, joined, tokenizer, result);
+    if (result.stopped_by == 0) result.stopped_by = interrupt_signal(options);
     return result;
   }
   std::optional<Started> primed;
   if (!options.context.empty()) primed = prime(weights, options.context, result);
   generate_in_batches(weights, primed ? &*primed : nullptr, prompts, order, options, tokenizer,
                       result);
+  // A signal during the last step: every row finished, but the program was asked to stop.
+  if (result.stopped_by == 0) result.stopped_by = interrupt_signal(options);
   return result;
 }
 

@@ -293,6 +293,9 @@ int run_generate(const GenerateRequest& request, const Evaluation& loaded, std::
   options.on_text = [&](std::int64_t i, const std::string& so_far) { printer.text(i, so_far); };
   options.on_finish = [&](std::int64_t i, const Generation& g) { printer.finish(i, g); };
   options.interrupt = stop;
+  options.in_order = !request.json;  // text streams in the prompts' order
+  log::info("generate", "{} prompt(s), up to {} new tokens each", prompts.size(),
+            options.max_new_tokens);
   const auto result = generate(model.model, prompts, options, &tokenizer);
   log_context(request.context_file, result);
   if (request.json) {

@@ -75,6 +75,15 @@ class Program {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
   void signal(int sig) const { ::kill(pid_, sig); }
+  // Whether its stderr comes to hold `text` (waiting at most 60 s).
+  bool err_shows(const std::string& text) const {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (err().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
   std::string err() const { return txl::fs::read_file(err_path_); }
 
  private:
@@ -177,7 +186,9 @@ TEST(Outputs, LongGenerationStreamsAndASignalEndsItWithWhatItHas) {
                                 "1", "--max-new-tokens", "1000000000", "--ignore-eos", "--json",
                                 "--threads", "1"},
                json_out.string());
-  std::this_thread::sleep_for(std::chrono::seconds(3));  // loaded, and generating
+  // Its handlers are installed before it says it generates: no guess at how long loading takes.
+  ASSERT_TRUE(json.err_shows("[generate] 2 prompt(s), up to 1000000000 new tokens each"))
+      << json.err();
   json.signal(SIGTERM);
   EXPECT_EQ(json.wait(), 143) << json.err();
   std::istringstream lines(txl::fs::read_file(json_out));
@@ -185,8 +196,9 @@ TEST(Outputs, LongGenerationStreamsAndASignalEndsItWithWhatItHas) {
   for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].at("finish"), "interrupted");
-  EXPECT_GT(rows[0].at("new_tokens").get<int>(), 0);
+  EXPECT_EQ(rows[0].at("index"), 0);
   EXPECT_EQ(rows[1].at("finish"), "interrupted");
+  EXPECT_EQ(rows[1].at("index"), 1);
   EXPECT_EQ(rows[1].at("new_tokens").get<int>(), 0);
   EXPECT_EQ(rows[2].at("summary").at("interrupted_by_signal"), SIGTERM);
 }

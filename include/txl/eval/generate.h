@@ -63,6 +63,10 @@ struct GenerateOptions {
   // Read before every step (e.g. &util::stop_signal()): once it holds a signal number, every row
   // ends with finish "interrupted", those in progress with what they have generated.
   const std::atomic<int>* interrupt = nullptr;
+  // Batches take the prompts in their order (more padding), so that the first prompts are
+  // generated first: for text streamed in the prompts' order. Otherwise prompts of similar
+  // lengths share a batch. Either way a prompt gives what it gives alone.
+  bool in_order = false;
 };
 
 struct GenerateResult {
