@@ -13,7 +13,8 @@
 // softmax near 1 minus 1 would lose the difference), writes it once in the product's dtype, and
 // finishes with d_h = d_z W, d_W = d_z^T h, d_b = sum of d_z over rows.
 //
-// Precision, as the unfused path under autocast: the matrix products run in the autocast dtype
+// Precision, as the unfused path under autocast where the CPU has AVX-512 (and on CUDA): the
+// matrix products run in the autocast dtype
 // when autocast is on for h's device (fp32 inputs are cast, like torch::linear would be), else in
 // the promoted dtype of h and W; but bf16 / fp16 products on a CPU without AVX-512 run in fp32
 // (linear_cross_entropy_dtype). The statistics (max, log-sum-exp, softmax) are fp32 when the
