@@ -118,18 +118,20 @@ struct StreamText {
   static constexpr std::size_t kContext = 16, kMaxPending = 8;
   const data::Tokenizer* tokenizer;
   std::vector<std::int64_t> context;  // ids before `pending` on the current line
+  std::string context_text;           // their text
   std::vector<std::int64_t> pending;  // ids whose text is not settled yet
   std::string text;                   // the settled text so far
 
   StreamText(const data::Tokenizer* t, const std::vector<std::int64_t>& line) : tokenizer(t) {
     const std::size_t from = line.size() > kContext ? line.size() - kContext : 0;
     context.assign(line.begin() + static_cast<std::ptrdiff_t>(from), line.end());
+    if (tokenizer != nullptr) context_text = tokenizer->decode(context);
   }
 
   void add(std::int64_t id) {
     if (tokenizer == nullptr) return;
     pending.push_back(id);
-    const std::string before = tokenizer->decode(context);
+    const std::string& before = context_text;
     auto ids = context;
     ids.insert(ids.end(), pending.begin(), pending.end());
     const std::string after = tokenizer->decode(ids);
@@ -144,6 +146,7 @@ struct StreamText {
       if (context.size() > kContext)
         context.erase(context.begin(), context.end() - static_cast<std::ptrdiff_t>(kContext));
     }
+    context_text = tokenizer->decode(context);
     pending.clear();
   }
 };

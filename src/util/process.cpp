@@ -183,13 +183,18 @@ void drain(UniqueFd out, UniqueFd err, std::size_t tail_lines, ProgramResult* re
   result->stderr_tail = std::move(tail);
 }
 
+// How the child ended, from waitpid's status.
+void record_status(int status, ProgramResult* result) {
+  if (WIFEXITED(status)) result->exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result->signal = WTERMSIG(status);
+}
+
 void wait_for(pid_t pid, ProgramResult* result) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     TXL_CHECK(errno == EINTR, "cannot wait for child process ", pid, ": ", std::strerror(errno));
   }
-  if (WIFEXITED(status)) result->exit_code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) result->signal = WTERMSIG(status);
+  record_status(status, result);
 }
 
 // The lines a child appends to its output file, read from `offset` on (what it held before the
@@ -240,8 +245,7 @@ void poll_until_exit(pid_t pid, const std::atomic<int>* forward, OutputFollower&
     TXL_CHECK(done >= 0 || errno == EINTR, "cannot wait for child process ", pid, ": ",
               std::strerror(errno));
     if (done == pid) {
-      if (WIFEXITED(status)) result->exit_code = WEXITSTATUS(status);
-      if (WIFSIGNALED(status)) result->signal = WTERMSIG(status);
+      record_status(status, result);
       follower.poll(/*at_end=*/true);
       return;
     }

@@ -1,6 +1,22 @@
 """Helpers shared by the interop tests: running txl's programs and reading their per-token losses."""
+import importlib
 import os
 import subprocess
+
+# The Debian package of each module the interop tests need.
+DEBIAN = {"torch": "python3-torch", "numpy": "python3-numpy"}
+
+
+def skip_without(*modules):
+    """True, after a SKIP line naming it, when this Python cannot import one of `modules` (the test
+    then exits 77, ctest's skip)."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            print(f"SKIP: this Python has no {name} (Debian: {DEBIAN.get(name, name)})")
+            return True
+    return False
 
 # A tiny txl run on the synthetic corpus with a word tokenizer: a few steps are enough to give
 # weights that are txl's own (trained, not drawn).

@@ -15,6 +15,9 @@ import os
 import sys
 import tempfile
 
+import common
+
+import refusals
 from refusals import small_hf_state
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,17 +37,7 @@ def tool(name, *args):
 
 
 def import_hf(folder, state, config, torch):
-    torch.save(state, os.path.join(folder, "w.bin"))
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(config, f)
-    with open(os.path.join(folder, "vocab.txt"), "w") as f:
-        f.write("\n".join(WORDS) + "\n")
-    out = os.path.join(folder, "out.safetensors")
-    if os.path.exists(out):
-        os.unlink(out)
-    rc, text = tool("import_hf", "--weights", os.path.join(folder, "w.bin"), "--config",
-                    os.path.join(folder, "config.json"), "--vocab", os.path.join(folder, "vocab.txt"), "--out", out)
-    return rc, text, os.path.exists(out)
+    return refusals.import_hf(folder, state, config, WORDS, torch, run=tool)
 
 
 def import_paper(folder, state, config, torch, weights="w.pt"):
@@ -60,13 +53,9 @@ def import_paper(folder, state, config, torch, weights="w.pt"):
                    d_head=config["d_head"], d_inner=config["d_inner"], tgt_len=4, mem_len=4)
     with open(os.path.join(folder, "hparams.json"), "w") as f:
         json.dump(hparams, f)
-    with open(os.path.join(folder, "vocab.txt"), "w") as f:
-        f.write("\n".join(WORDS) + "\n")
-    out = os.path.join(folder, "paper.safetensors")
-    if os.path.exists(out):
-        os.unlink(out)
+    vocab, out = refusals.inputs_for(folder, WORDS, "paper.safetensors")
     rc, text = tool("import_paper", "--weights", path, "--hparams", os.path.join(folder, "hparams.json"),
-                    "--vocab", os.path.join(folder, "vocab.txt"), "--out", out)
+                    "--vocab", vocab, "--out", out)
     return rc, text, os.path.exists(out)
 
 
@@ -162,11 +151,9 @@ def export_cases(folder, torch):
 
 
 def main():
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: this Python has no torch (Debian: python3-torch)")
+    if common.skip_without("torch"):
         return 77
+    import torch
     sys.path.insert(0, TOOLS)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as folder:

@@ -167,11 +167,7 @@ def main():
     parser.add_argument("--txl-eval", required=True)
     parser.add_argument("--txl-train", required=True)
     args = parser.parse_args()
-    try:
-        import numpy  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError:
-        print("SKIP: this Python has no torch or numpy (Debian: python3-torch, python3-numpy)")
+    if common.skip_without("numpy", "torch"):
         return 77
     sys.path.insert(0, TOOLS)
     sys.path.insert(0, HERE)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 
+import common
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOOLS = os.path.join(HERE, "..", "..", "tools")
 
@@ -35,27 +37,38 @@ def small_hf_state(torch, d=8, n_token=6, heads=2, d_head=4, d_inner=12):
     return state, config
 
 
-def import_hf(folder, state, config, words, torch):
+def run_tool(name, *args):
+    """(exit status, stdout + stderr) of tools/<name>.py run as a program."""
+    r = subprocess.run([sys.executable, os.path.join(TOOLS, name + ".py"), *args], capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def inputs_for(folder, words, out_name):
+    """Writes folder/vocab.txt of `words` and removes an earlier output; (vocab path, output path)."""
+    vocab = os.path.join(folder, "vocab.txt")
+    with open(vocab, "w") as f:
+        f.write("\n".join(words) + "\n")
+    out = os.path.join(folder, out_name)
+    if os.path.exists(out):
+        os.unlink(out)
+    return vocab, out
+
+
+def import_hf(folder, state, config, words, torch, run=run_tool):
+    """tools/import_hf.py of `state` and `config`: (exit status, output, whether it wrote a file)."""
     torch.save(state, os.path.join(folder, "w.bin"))
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(config, f)
-    with open(os.path.join(folder, "vocab.txt"), "w") as f:
-        f.write("\n".join(words) + "\n")
-    out = os.path.join(folder, "out.safetensors")
-    if os.path.exists(out):
-        os.unlink(out)
-    r = subprocess.run([sys.executable, os.path.join(TOOLS, "import_hf.py"), "--weights", os.path.join(folder, "w.bin"),
-                        "--config", os.path.join(folder, "config.json"), "--vocab", os.path.join(folder, "vocab.txt"),
-                        "--out", out], capture_output=True, text=True)
-    return r.returncode, r.stdout + r.stderr, os.path.exists(out)
+    vocab, out = inputs_for(folder, words, "out.safetensors")
+    rc, text = run("import_hf", "--weights", os.path.join(folder, "w.bin"), "--config",
+                   os.path.join(folder, "config.json"), "--vocab", vocab, "--out", out)
+    return rc, text, os.path.exists(out)
 
 
 def main():
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: this Python has no torch (Debian: python3-torch)")
+    if common.skip_without("torch"):
         return 77
+    import torch
     sys.path.insert(0, TOOLS)
     import txl_interop as ti
     words = ["<eos>", "a", "b", "<unk>", "c", "d"]

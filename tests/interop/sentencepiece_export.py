@@ -16,6 +16,8 @@ import shutil
 import sys
 import tempfile
 
+import common
+
 from common import run, train
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,10 +66,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--txl-train", required=True)
     args = parser.parse_args()
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print("SKIP: this Python has no torch (Debian: python3-torch)")
+    if common.skip_without("torch"):
         return 77
     if shutil.which("bible") is None:
         print("SKIP: no `bible` program (Debian: bible-kjv) for the KJV corpus")
