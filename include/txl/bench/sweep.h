@@ -1,6 +1,6 @@
 #pragma once
-// txl-bench --sweep: how training speed and memory scale (the README's "Scaling"). Two lines
-// of points around the configured model:
+// txl-bench --sweep: how training speed and memory scale (docs/performance.md, "Scaling").
+// Two lines of points around the configured model:
 //   length  tgt_len = mem_len = 128 .. 1024 at a fixed batch (default 4, so that the longest
 //           point fits a few steps in seconds);
 //   batch   batch 1 .. 32 at the configured tgt_len and mem_len;
@@ -51,7 +51,7 @@ struct SweepResult {
 };
 
 // Measures every point (training as measure_training, fp32) and writes into out_dir:
-// sweep.md (the tables, ready for the README), sweep.csv, sweep.json and, when matplotlib is
+// sweep.md (the tables, ready for docs/performance.md), sweep.csv, sweep.json and, when matplotlib is
 // available, sweep.png (redraw it with `plot_report.py bench-sweep sweep.json sweep.png`).
 // Throws txl::Error when out_dir cannot be written; a missing plotter is a warning.
 SweepResult run_sweep(const config::ExperimentConfig& config, const SweepOptions& options);

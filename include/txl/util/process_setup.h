@@ -29,13 +29,13 @@ struct ProcessSetup {
   // the next step. A training step allocates and frees the same large tensors every time (the
   // [N, V] logits and their gradient, the [H, B, Q, K] attention scores); by default glibc
   // serves blocks above its mmap threshold with mmap, gives them back with munmap and trims the
-  // heap, so every step page-faults that memory in again (README, Performance, gives the cost).
+  // heap, so every step page-faults that memory in again (docs/performance.md gives the cost).
   // The resident size then stays near the peak between steps. Nothing happens with another C
   // library.
   bool keep_freed_memory = true;
   // Idle OpenMP threads stop spinning after 30,000 rounds instead of libgomp's 300,000, so that
-  // OpenBLAS, which runs fp32 matrix products on its own threads, gets the cores (README,
-  // Performance). libgomp reads GOMP_SPINCOUNT once, when it is loaded, so apply()
+  // OpenBLAS, which runs fp32 matrix products on its own threads, gets the cores
+  // (docs/performance.md). libgomp reads GOMP_SPINCOUNT once, when it is loaded, so apply()
   // sets it and re-executes the program once, unless the user set GOMP_SPINCOUNT or
   // OMP_WAIT_POLICY (their choice is kept).
   bool limit_openmp_spinning = true;
