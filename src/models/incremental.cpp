@@ -244,7 +244,9 @@ void IncrementalDecoder::start_rows(const torch::Tensor& real, int64_t t_len) {
 int64_t IncrementalDecoder::first_visible(size_t b, int64_t t) const {
   const int64_t first = first_[b];
   if (w_.sliding) return std::max(first, base_);  // the window is all there is
-  if (t < first) return first;                    // padding: sees nothing
+  // Padding sees only itself: its output is never read, and one key keeps every query's
+  // first slot inside the keys it is read against (ops::attend_cached checks it).
+  if (t < first) return t;
   // With zero memory the mem_len slots before the row's first token are its memory.
   const int64_t earliest = w_.zero_memory ? first - w_.options.mem_len : first;
   if (w_.options.same_length) return std::max(earliest, t - w_.options.mem_len + 1);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
 #include <algorithm>
 #include <sstream>
@@ -245,6 +246,36 @@ TEST(GenerateTool, TextStreamsAndJsonLinesComeAsPromptsFinish) {
   EXPECT_GT(interrupted, 0);
   EXPECT_EQ(indices, (std::set<int>{0, 1, 2, 3}));
   EXPECT_EQ(rows[4].at("summary").at("interrupted_by_signal"), SIGINT);
+}
+
+// Prompts of different lengths with one-token segments (--tgt-len 1): the batch reads the
+// left-padded prompts one query per row, and each prompt gives what it gives alone (before,
+// "attend_cached: first slot 15 outside [0, 13)").
+TEST(GenerateTool, PromptsOfDifferentLengthsInOneTokenSegments) {
+  const auto loaded = txl::models::load_model(checkpoint());
+  const std::string short_prompt = words(*loaded.tokenizer, 5, 2);
+  const std::string long_prompt = words(*loaded.tokenizer, 3, 9);
+  const std::vector<std::string> common = {"--tgt-len", "1", "--mem-len", "6", "--temperature",
+                                           "0", "--max-new-tokens", "5", "--ignore-eos", "--json"};
+  auto run = [&](std::vector<std::string> prompts) {
+    std::vector<std::string> args = {checkpoint()};
+    for (const auto& p : prompts) args.insert(args.end(), {"--prompt", p});
+    args.insert(args.end(), common.begin(), common.end());
+    const auto r = txl_generate(args);
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::map<int, std::vector<std::int64_t>> tokens;  // by index
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) {
+      const auto row = nlohmann::json::parse(line);
+      if (row.contains("index")) tokens[row.at("index").get<int>()] = row.at("tokens").get<std::vector<std::int64_t>>();
+    }
+    return tokens;
+  };
+  const auto both = run({short_prompt, long_prompt});
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both.at(0), run({short_prompt}).at(0));
+  EXPECT_EQ(both.at(1), run({long_prompt}).at(0));
+  EXPECT_EQ(both.at(0).size(), 5u);
 }
 
 TEST(GenerateTool, EdgeCasesGiveDefinedResultsOrClearErrors) {

@@ -136,18 +136,21 @@ TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
 }
 
 // Rows of different prompt lengths, left-padded into one batch, each give what they give alone,
-// also after rows leave the batch.
+// also after rows leave the batch. Segments of one token (tgt_len 1) read even the padded prompt
+// one query per row, as a generated token is read.
 TEST(IncrementalDecoder, LeftPaddedRowsEqualRowsAlone) {
+  for (int tgt_len : {5, 1}) {
   for (auto [attn_type, zero_memory] : std::vector<std::pair<AttnType, bool>>{
            {AttnType::kXl, false}, {AttnType::kXl, true}, {AttnType::kShaw, false},
            {AttnType::kShaw, true}, {AttnType::kVanilla, false}}) {
-    SCOPED_TRACE(config::to_string(attn_type) + (zero_memory ? ", zero memory" : ""));
+    SCOPED_TRACE(config::to_string(attn_type) + (zero_memory ? ", zero memory" : "") +
+                 ", tgt_len " + std::to_string(tgt_len));
     const int mem_len = attn_type == AttnType::kVanilla ? 0 : 4;
-    auto config = tiny(attn_type, 5, mem_len);
+    auto config = tiny(attn_type, tgt_len, mem_len);
     config.pre_norm = zero_memory;  // zero memory's keys and values are then not zero
     auto model = make(config, 12);
     shift_layer_norms(model, 20);
-    DecodeOptions o{5, mem_len, -1, false, zero_memory};
+    DecodeOptions o{tgt_len, mem_len, -1, false, zero_memory};
     const auto text = random_tokens(3, 20, 4);
     const std::vector<int64_t> prompt_len = {9, 2, 6};
     const int64_t longest = 9, steps = 8;
@@ -179,6 +182,7 @@ TEST(IncrementalDecoder, LeftPaddedRowsEqualRowsAlone) {
       for (size_t i = 0; i < rows.size(); ++i) next[i][0] = text[rows[i]][prompt_len[rows[i]] + s];
       lp = decoder.read(next);
     }
+  }
   }
 }
 
