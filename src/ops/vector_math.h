@@ -43,17 +43,21 @@ inline __attribute__((always_inline)) void prefetch_ahead(const void* p, int64_t
   }
 }
 
-// exp(x) for x <= 0 in float, in a form a vector loop can take (Cephes' expf: x = n ln 2 + r,
-// a degree-6 polynomial in r, 2^n from the exponent bits): relative error about 1e-7 against
-// std::exp, which the vectorizer would leave as one call per element. Below -87 it returns
-// exp(-87) ~ 1.6e-38 (2^n stays a normal float); a softmax's largest term is 1.
+// exp(x) in float, in a form a vector loop can take (Cephes' expf: x = n ln 2 + r, a degree-6
+// polynomial in r, 2^n from the exponent bits): relative error about 1e-7 against std::exp for
+// x <= 0 (the vectorizer would leave std::exp as one call per element). Below -87 it returns
+// exp(-87) ~ 1.6e-38 (2^n stays a normal float; a softmax's largest term is 1). Defined for
+// every float: n is converted to an integer only once x is clamped into [-87, 88] (a NaN or an
+// infinity converted to int is undefined behaviour), then NaN gives NaN and x > 88 gives +inf.
 inline __attribute__((always_inline)) float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  // n = round(x / ln 2) by adding and taking away 1.5 2^23, not std::floor: GCC 12 has no
+  float c = x < -87.0f ? -87.0f : x;
+  c = c > 88.0f ? 88.0f : c;
+  c = c == c ? c : 0.0f;  // NaN compares false above: clamped here
+  // n = round(c / ln 2) by adding and taking away 1.5 2^23, not std::floor: GCC 12 has no
   // vector floor inside target_clones' clones, and leaves the loop scalar.
   constexpr float kRound = 12582912.0f;
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
-  const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+  const float n = (c * 1.44269504088896341f + kRound) - kRound;  // in [-126, 127]
+  const float r = c - n * 0.693359375f + n * 2.12194440e-4f;
   float y = 1.9875691500e-4f;
   y = y * r + 1.3981999507e-3f;
   y = y * r + 8.3334519073e-3f;
@@ -61,9 +65,11 @@ inline __attribute__((always_inline)) float exp_nonpositive(float x) {
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * (r * r) + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;  // a normal float's exponent
   // __builtin_bit_cast, not memcpy: GCC 12 vectorizes no loop that copies through memory.
-  return y * __builtin_bit_cast(float, bits);
+  y *= __builtin_bit_cast(float, bits);
+  y = x > 88.0f ? __builtin_inff() : y;
+  return x == x ? y : x;
 }
 
 inline __attribute__((always_inline)) double exp_nonpositive(double x) { return std::exp(x); }
