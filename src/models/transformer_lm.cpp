@@ -4,6 +4,7 @@
 
 #include "txl/modules/param_init.h"
 #include "txl/ops/masks.h"
+#include "txl/ops/projection.h"
 #include "txl/ops/sinusoid.h"
 #include "txl/util/error.h"
 #include "txl/util/log.h"
@@ -212,14 +213,13 @@ modules::AttentionInputs TransformerLMImpl::segment_inputs(int64_t q_len, int64_
                    .logical_not()
                    .unsqueeze(0);                      // [1, B, Q, K]
   in.score_bias = ops::score_bias(in.blocked, dtype);  // [1, B, Q, K]
+  // R [K, d] (dropped out as the paper code does) or Shaw's clipped distances [K].
+  in.rel_pos = modules::relative_positions(layer_list_.front()->attn->options(), k_len,
+                                           ctx.clamp_len, dtype, device);
   if (scheme_ == modules::PositionScheme::kRelative) {
-    auto dist = ops::relative_distances(k_len, ctx.clamp_len, device);           // [K]
-    in.rel_pos = drop(ops::sinusoid_encoding(dist.to(dtype), config_.d_model));  // [K, d]
+    in.rel_pos = drop(in.rel_pos);
     in.u = u_bias;
     in.v = v_bias;
-  } else if (scheme_ == modules::PositionScheme::kShaw) {
-    auto dist = ops::relative_distances(k_len, ctx.clamp_len, device);  // [K]
-    in.rel_pos = dist.clamp_max(config_.max_rel_dist);                  // [K]
   }
   return in;
 }
@@ -316,13 +316,9 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
   auto segment_keys = input_mask.defined() ? input_mask : torch::ones({batch, q_len}, bool_opts);
   auto key_mask = torch::cat({memory_keys, segment_keys}, 1);  // [B, K]
 
-  auto x = word_emb(tokens);  // [B, Q, d], scaled by sqrt(d)
-  if (config_.attn_type == config::AttnType::kVanilla) {
-    // Vaswani et al.: positions within the segment, added once to the embedding.
-    auto pos = torch::arange(q_len, torch::dtype(x.scalar_type()).device(device));  // [Q]
-    x = x + ops::sinusoid_encoding(pos, d);                                         // [B, Q, d]
-  }
-  x = drop(x);
+  // Vanilla: positions within the segment, added once to the embedding.
+  auto x = with_positions(word_emb(tokens), torch::arange(q_len, torch::dtype(torch::kLong).device(device)));
+  x = drop(x);  // [B, Q, d]
   auto inputs = segment_inputs(q_len, m_len, key_mask, ctx, x.scalar_type(), device);
 
   std::vector<torch::Tensor> hiddens;  // the input of every layer: the next memory
@@ -357,6 +353,56 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
   if (targets.defined()) out.nll = crit->nll(flat, targets.reshape({-1})).view({batch, q_len});
   if (want_logits) out.logits = crit->log_prob(flat).view({batch, q_len, n_token_});
   return out;
+}
+
+torch::Tensor TransformerLMImpl::with_positions(const torch::Tensor& x,
+                                               const torch::Tensor& positions) const {
+  if (config_.attn_type != config::AttnType::kVanilla) return x;
+  auto shape = positions.sizes().vec();
+  shape.push_back(config_.d_model);
+  return x + ops::sinusoid_encoding(positions.reshape({-1}).to(x.scalar_type()), config_.d_model)
+                 .view(shape);  // [S..., d]
+}
+
+LMStep TransformerLMImpl::prepare_step(int64_t capacity, int64_t clamp_len, bool zero_memory) {
+  torch::NoGradGuard no_grad;
+  LMStep w;
+  for (auto& layer : layer_list_) {
+    w.layers.push_back(layer->prepare_step(capacity, clamp_len, u_bias, v_bias, zero_memory));
+  }
+  w.softmax = crit->prepare_step();
+  // One block of 2 MB pages for every panel a generated token streams.
+  std::vector<ops::Projection*> streamed;
+  for (auto& l : w.layers) {
+    for (auto* p : {&l.attn.qkv, &l.attn.out, &l.ff.fc1, &l.ff.fc2}) streamed.push_back(p);
+  }
+  streamed.push_back(&w.softmax.words);
+  ops::share_pages(streamed);
+  return w;
+}
+
+torch::Tensor TransformerLMImpl::step(const LMStep& weights, const torch::Tensor& tokens,
+                                      const torch::Tensor& positions,
+                                      const std::vector<torch::Tensor>& kv, int64_t used,
+                                      const modules::StepMask& mask) {
+  auto x = with_positions(word_emb->step(tokens), positions);  // [B, q, d]
+  for (size_t l = 0; l < layer_list_.size(); ++l) {
+    x = layer_list_[l]->step(weights.layers[l], x, kv[l], used, mask, positions);  // [B, q, d]
+  }
+  auto last = x.select(1, x.size(1) - 1);         // [B, d]
+  return final_norm ? final_norm(last) : last;  // [B, d]
+}
+
+torch::Tensor TransformerLMImpl::step_log_prob(const modules::SoftmaxStep& softmax,
+                                               const torch::Tensor& hidden) {
+  return crit->step_log_prob(softmax, hidden);  // [B, V]
+}
+
+void TransformerLMImpl::write_zero_memory(const LMStep& weights,
+                                          const std::vector<torch::Tensor>& kv, int64_t n) const {
+  for (size_t l = 0; l < kv.size(); ++l) {
+    modules::MultiHeadAttentionImpl::write_zero_memory(weights.layers[l].attn, kv[l].narrow(3, 0, n));
+  }
 }
 
 }  // namespace txl::models

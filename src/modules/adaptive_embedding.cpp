@@ -131,6 +131,12 @@ const torch::Tensor& AdaptiveEmbeddingImpl::projection(std::int64_t k) const {
 
 torch::Tensor AdaptiveEmbeddingImpl::forward(const torch::Tensor& tokens) {
   check_token_ids(tokens, options_.n_token, "AdaptiveEmbedding");
+  return lookup(tokens);
+}
+
+torch::Tensor AdaptiveEmbeddingImpl::step(const torch::Tensor& tokens) { return lookup(tokens); }
+
+torch::Tensor AdaptiveEmbeddingImpl::lookup(const torch::Tensor& tokens) {
   torch::Tensor out;
   if (num_tables() == 1) {
     out = torch::embedding(tables_[0], tokens);                       // [B, T, d_0]

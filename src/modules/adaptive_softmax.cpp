@@ -202,4 +202,27 @@ torch::Tensor AdaptiveLogSoftmaxImpl::log_prob(const torch::Tensor& hidden) {
   return torch::cat(parts, 1).view(shape);  // [N, V]
 }
 
+SoftmaxStep AdaptiveLogSoftmaxImpl::prepare_step() const {
+  SoftmaxStep w;
+  if (layout_.n_clusters() == 1 && !projs_[0].defined()) {
+    torch::NoGradGuard no_grad;
+    w.words = ops::Projection::packed_for_decoding(cluster_words(0), cluster_words_bias(0));
+  }
+  return w;
+}
+
+SoftmaxStep AdaptiveLogSoftmaxImpl::for_rows(const SoftmaxStep& weights, int64_t rows) {
+  SoftmaxStep w = weights;
+  if (w.words.weight().defined() && ops::reads_transposed(w.words, rows)) {
+    w.words_t = w.words.weight().t().contiguous();  // [d, V]
+  }
+  return w;
+}
+
+torch::Tensor AdaptiveLogSoftmaxImpl::step_log_prob(const SoftmaxStep& weights,
+                                                     const torch::Tensor& hidden) {
+  if (!weights.words.weight().defined()) return log_prob(hidden);           // [N, V]
+  return ops::log_softmax_linear(weights.words, hidden, weights.words_t);  // [N, V]
+}
+
 }  // namespace txl::modules

@@ -2,11 +2,21 @@
 
 #include <cmath>
 
+#include "txl/ops/cached_attention.h"
 #include "txl/ops/masks.h"
 #include "txl/ops/rel_shift.h"
+#include "txl/ops/sinusoid.h"
 #include "txl/util/error.h"
 
 namespace txl::modules {
+
+torch::Tensor relative_positions(const AttentionOptions& options, int64_t k_len, int64_t clamp_len,
+                                 torch::ScalarType dtype, torch::Device device) {
+  if (options.scheme == PositionScheme::kAbsolute) return {};
+  auto dist = ops::relative_distances(k_len, clamp_len, device);  // [K], K-1 .. 0
+  if (options.scheme == PositionScheme::kShaw) return dist.clamp_max(options.max_rel_dist);  // [K]
+  return ops::sinusoid_encoding(dist.to(dtype), options.d_model);  // [K, d]
+}
 
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(const AttentionOptions& options)
     : options_(options) {
@@ -121,20 +131,38 @@ MultiHeadAttentionImpl::Heads MultiHeadAttentionImpl::project(const torch::Tenso
   return h;
 }
 
+torch::Tensor MultiHeadAttentionImpl::encodings(const torch::Tensor& rel_pos) {
+  const int64_t k_len = rel_pos.size(0), n_head = options_.n_head, d_head = options_.d_head;
+  if (options_.scheme == PositionScheme::kShaw) return rel_key(rel_pos).permute({1, 2, 0});  // [H, D, K]
+  return r_net(rel_pos).view({k_len, n_head, d_head}).permute({1, 2, 0});  // [H, D, K]
+}
+
+torch::Tensor MultiHeadAttentionImpl::relative_scores(const torch::Tensor& q_content,
+                                                      const torch::Tensor& q_position,
+                                                      const torch::Tensor& keys,
+                                                      const torch::Tensor& r) {
+  auto content = torch::matmul(q_content, keys.transpose(-1, -2));  // [H, B, Q, K]
+  if (!r.defined()) return content;
+  const int64_t n_head = q_position.size(0), batch = q_position.size(1);
+  const int64_t q_len = q_position.size(2), d_head = q_position.size(3), k_len = keys.size(2);
+  // All K distances in one product per head, then realigned (appendix B). A single query sits
+  // at the last key: its columns are already its distances.
+  auto by_distance = torch::matmul(q_position.reshape({n_head, batch * q_len, d_head}), r)
+                         .view({n_head, batch, q_len, k_len});  // [H, B, Q, K]
+  return content.add_(q_len == 1 ? by_distance : ops::rel_shift(by_distance));  // [H, B, Q, K]
+}
+
 torch::Tensor MultiHeadAttentionImpl::position_scores(const Heads& h,
                                                       const AttentionInputs& inputs) {
   const int64_t d = options_.d_model, n_head = options_.n_head, d_head = options_.d_head;
-  const int64_t batch = h.q.size(1), q_len = h.q.size(2), k_len = h.k.size(2);
+  const int64_t k_len = h.k.size(2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
-  if (options_.scheme == PositionScheme::kAbsolute)
-    return torch::matmul(h.q * scale, h.k.transpose(-1, -2));  // [H, B, Q, K]
-  torch::Tensor r;                      // [H, D, K], one row per distance column K-1 ... 0
+  if (options_.scheme == PositionScheme::kAbsolute) return relative_scores(h.q * scale, {}, h.k, {});
   torch::Tensor q_content, q_position;  // [H, B, Q, D], scaled
   if (options_.scheme == PositionScheme::kRelative) {
     TXL_CHECK(inputs.rel_pos.defined() && inputs.rel_pos.dim() == 2 &&
                   inputs.rel_pos.size(0) == k_len && inputs.rel_pos.size(1) == d,
               "attention: relative encodings must be [K = ", k_len, ", d = ", d, "]");
-    r = r_net(inputs.rel_pos).view({k_len, n_head, d_head}).permute({1, 2, 0});  // [H, D, K]
     // Paper 3.3: the query does not depend on its position, so the query-position part of
     // the absolute decomposition becomes a learned u (global content bias, term (c)) and v
     // (global position bias, term (d)).
@@ -149,15 +177,24 @@ torch::Tensor MultiHeadAttentionImpl::position_scores(const Heads& h,
     TXL_CHECK(
         inputs.rel_pos.defined() && inputs.rel_pos.dim() == 1 && inputs.rel_pos.size(0) == k_len,
         "attention: Shaw distances must be int64 [K = ", k_len, "]");
-    r = rel_key(inputs.rel_pos).permute({1, 2, 0});  // [H, D, K]
-    q_content = h.q * scale;                         // [H, B, Q, D]
-    q_position = q_content;                          // [H, B, Q, D]
+    q_content = h.q * scale;  // [H, B, Q, D]
+    q_position = q_content;   // [H, B, Q, D]
   }
-  auto content = torch::matmul(q_content, h.k.transpose(-1, -2));  // [H, B, Q, K]
-  // All K distances in one product per head, then realigned (appendix B).
-  auto by_distance = torch::matmul(q_position.reshape({n_head, batch * q_len, d_head}), r)
-                         .view({n_head, batch, q_len, k_len});  // [H, B, Q, K]
-  return content.add_(ops::rel_shift(by_distance));             // [H, B, Q, K]
+  return relative_scores(q_content, q_position, h.k, encodings(inputs.rel_pos));  // [H, B, Q, K]
+}
+
+torch::Tensor MultiHeadAttentionImpl::mix(torch::Tensor scores, const torch::Tensor& bias,
+                                          const torch::Tensor& values,
+                                          const ops::Projection& out_weight, torch::Tensor* probs) {
+  // Blocked keys get a large finite negative score (a query with no visible key averages
+  // instead of producing NaN); added rather than filled, so the backward pass has nothing to do.
+  scores.add_(bias);
+  auto weights = torch::softmax(scores, -1);                     // [H, B, Q, K]
+  if (probs != nullptr) *probs = weights.permute({1, 0, 2, 3});  // [B, H, Q, K]
+  auto context = torch::matmul(dropatt(weights), values);        // [H, B, Q, D]
+  const int64_t batch = context.size(1), q_len = context.size(2);
+  return out_weight(context.permute({1, 2, 0, 3})
+                        .reshape({batch, q_len, options_.n_head * options_.d_head}));  // [B, Q, d]
 }
 
 torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
@@ -167,16 +204,96 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
   // Paper 3.2: keys and values over concat(memory, segment), queries over the segment.
   const Heads heads = project(x, memory, cache);
   auto scores = position_scores(heads, inputs);  // [H, B, Q, K]
-  // Blocked keys get a large finite negative score (a query with no visible key averages
-  // instead of producing NaN); added rather than filled, so the backward pass has nothing to do.
-  scores.add_(inputs.score_bias.defined() ? inputs.score_bias
-                                          : ops::score_bias(inputs.blocked, scores.scalar_type()));
-  auto weights = torch::softmax(scores, -1);                     // [H, B, Q, K]
-  if (probs != nullptr) *probs = weights.permute({1, 0, 2, 3});  // [B, H, Q, K]
-  auto context = torch::matmul(dropatt(weights), heads.v);       // [H, B, Q, D]
-  const int64_t batch = x.size(0), q_len = x.size(1);
-  return out(context.permute({1, 2, 0, 3})
-                 .reshape({batch, q_len, options_.n_head * options_.d_head}));  // [B, Q, d]
+  const auto bias = inputs.score_bias.defined()
+                        ? inputs.score_bias
+                        : ops::score_bias(inputs.blocked, scores.scalar_type());  // [1, B, Q, K]
+  return mix(scores, bias, heads.v, ops::Projection(out->weight), probs);      // [B, Q, d]
+}
+
+AttentionStep MultiHeadAttentionImpl::prepare_step(int64_t capacity, int64_t clamp_len,
+                                                   const torch::Tensor& shared_u,
+                                                   const torch::Tensor& shared_v,
+                                                   const torch::Tensor& zero_row) {
+  torch::NoGradGuard no_grad;
+  const int64_t n_head = options_.n_head, d_head = options_.d_head;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
+  AttentionStep w;
+  auto qkv_weight = qkv->weight.detach().clone();          // [3 H D, d]
+  qkv_weight.narrow(0, 0, n_head * d_head).mul_(scale);    // queries come out scaled
+  w.qkv = ops::Projection::packed_for_decoding(qkv_weight);
+  w.out = ops::Projection::packed_for_decoding(out->weight);
+  const auto& like = qkv->weight;
+  const auto rel_pos = relative_positions(options_, capacity, clamp_len,
+                                          like.scalar_type(), like.device());
+  if (rel_pos.defined()) {
+    w.table = encodings(rel_pos).contiguous();                            // [H, D, C]
+    w.by_distance = w.table.flip(2).transpose(1, 2).contiguous();          // [H, C, D]
+  }
+  if (options_.scheme == PositionScheme::kRelative) {
+    const auto& u = u_bias.defined() ? u_bias : shared_u;  // [H, D]
+    const auto& v = v_bias.defined() ? v_bias : shared_v;  // [H, D]
+    w.u = (u * scale).view({n_head, 1, 1, d_head});         // [H, 1, 1, D]
+    w.v = (v * scale).view({n_head, 1, 1, d_head});         // [H, 1, 1, D]
+  }
+  if (zero_row.defined()) {
+    w.zero_kv = torch::linear(zero_row, qkv_weight)  // [1, 3 H D]
+                    .view({3, n_head, 1, 1, d_head})
+                    .narrow(0, 1, 2)
+                    .contiguous();  // [2, H, 1, 1, D]
+  }
+  return w;
+}
+
+bool MultiHeadAttentionImpl::steps_by_first_slot(const torch::Tensor& like) {
+  return ops::attend_cached_takes(like);
+}
+
+void MultiHeadAttentionImpl::write_zero_memory(const AttentionStep& weights,
+                                               const torch::Tensor& slots) {
+  slots.copy_(weights.zero_kv);  // [2, H, B', n, D] from [2, H, 1, 1, D]
+}
+
+void MultiHeadAttentionImpl::write_zero_slots(const AttentionStep& weights, const torch::Tensor& kv,
+                                              int64_t used, const StepMask& mask) {
+  if (!weights.zero_kv.defined()) return;
+  for (size_t b = 0; b < mask.zero_slots.size(); ++b) {
+    const int64_t n = mask.zero_slots[b];
+    if (n <= 0) continue;
+    auto slots = kv.narrow(2, static_cast<int64_t>(b), 1).narrow(3, used, n);  // [2, H, 1, n, D]
+    write_zero_memory(weights, slots);
+  }
+}
+
+torch::Tensor MultiHeadAttentionImpl::step(const AttentionStep& weights, const torch::Tensor& h,
+                                           const torch::Tensor& kv, int64_t used,
+                                           const StepMask& mask) {
+  const int64_t n_head = options_.n_head, d_head = options_.d_head;
+  const int64_t batch = h.size(0), q = h.size(1), k_len = used + q;
+  if (!mask.bias.defined()) {
+    // One query per row: the fused kernel writes its key and value and attends.
+    auto qkv_rows = weights.qkv(h).view({batch, 3, n_head, d_head});  // [B, 3, H, D]
+    ops::CachedKeys keys;
+    keys.buffer = kv;
+    keys.by_distance = weights.by_distance;
+    keys.u = weights.u;
+    keys.v = weights.v;
+    auto context = ops::attend_cached(qkv_rows, keys, k_len, mask.first);  // [B, H D]
+    write_zero_slots(weights, kv, used, mask);  // a padding query's own output is never read
+    return weights.out(context.unsqueeze(1));   // [B, 1, d]
+  }
+  auto heads = weights.qkv(h)  // [B, q, 3 H D]
+                   .view({batch, q, 3, n_head, d_head})
+                   .permute({2, 3, 0, 1, 4});  // [3, H, B, q, D], a view
+  kv.narrow(3, used, q).copy_(heads.narrow(0, 1, 2));  // [2, H, B, q, D] into the buffer
+  write_zero_slots(weights, kv, used, mask);
+  const auto query = heads.select(0, 0);                  // [H, B, q, D], scaled
+  const auto keys = kv.select(0, 0).narrow(2, 0, k_len);  // [H, B, K, D]
+  const auto values = kv.select(0, 1).narrow(2, 0, k_len);  // [H, B, K, D]
+  torch::Tensor r;  // [H, D, K], distances K-1 .. 0
+  if (weights.table.defined()) r = weights.table.narrow(2, weights.table.size(2) - k_len, k_len);
+  auto scores = relative_scores(weights.u.defined() ? query + weights.u : query,
+                                weights.v.defined() ? query + weights.v : query, keys, r);
+  return mix(scores, mask.bias, values, weights.out, nullptr);  // [B, q, d]
 }
 
 }  // namespace txl::modules

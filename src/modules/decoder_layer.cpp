@@ -1,5 +1,6 @@
 #include "txl/modules/decoder_layer.h"
 
+#include "txl/ops/layer_norm.h"
 #include "txl/util/error.h"
 
 namespace txl::modules {
@@ -33,6 +34,19 @@ void DecoderLayerImpl::reset_parameters(const InitOptions& init) {
   if (pos_emb) pos_emb->reset_parameters(init);
 }
 
+torch::Tensor DecoderLayerImpl::residual(const torch::Tensor& h, const Block& attend,
+                                         const Block& feed) {
+  if (options_.pre_norm) {
+    auto a = h + drop(attend(attn_norm(h)));  // [B, Q, d]
+    return a + drop(feed(ff_norm(a)));        // [B, Q, d]
+  }
+  auto add_norm = [](torch::nn::LayerNorm& norm, const torch::Tensor& x, const torch::Tensor& y) {
+    return ops::residual_layer_norm(x, y, norm->weight, norm->bias, norm->options.eps());
+  };
+  auto a = add_norm(attn_norm, h, drop(attend(h)));  // [B, Q, d]
+  return add_norm(ff_norm, a, drop(feed(a)));        // [B, Q, d]
+}
+
 torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& memory,
                                         const AttentionInputs& inputs, torch::Tensor* probs,
                                         KeyValueCache* cache) {
@@ -46,14 +60,40 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
     if (m_len > 0) mem = mem + table.narrow(0, 0, m_len);  // [B, M, d]
     h = h + table.narrow(0, m_len, x.size(1));             // [B, Q, d]
   }
-  if (options_.pre_norm) {
-    // With a cache the memory's keys and values come from it: no need to normalise the memory.
-    const bool cached = cache != nullptr && cache->memory.defined();
-    auto a = h + drop(attn(attn_norm(h), m_len > 0 && !cached ? attn_norm(mem) : mem, inputs, probs, cache));
-    return a + drop(ff(ff_norm(a)));  // [B, Q, d]
+  // Pre-norm normalises the memory too; with a cache its keys and values come from it instead.
+  const bool cached = cache != nullptr && cache->memory.defined();
+  const bool norm_memory = options_.pre_norm && m_len > 0 && !cached;
+  return residual(
+      h,
+      [&](const torch::Tensor& segment) {
+        return attn(segment, norm_memory ? attn_norm(mem) : mem, inputs, probs, cache);
+      },
+      [&](const torch::Tensor& a) { return ff(a); });  // [B, Q, d]
+}
+
+DecoderLayerStep DecoderLayerImpl::prepare_step(int64_t capacity, int64_t clamp_len,
+                                                const torch::Tensor& shared_u,
+                                                const torch::Tensor& shared_v, bool zero_memory) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor zero_row;  // [1, d]: a memory row of zeros as the attention reads it
+  if (zero_memory) {
+    zero_row = torch::zeros({1, options_.attention.d_model}, attn->qkv->weight.options());
+    if (options_.pre_norm) zero_row = attn_norm(zero_row);
   }
-  auto a = attn_norm(h + drop(attn(h, mem, inputs, probs, cache)));  // [B, Q, d]
-  return ff_norm(a + drop(ff(a)));                            // [B, Q, d]
+  return {attn->prepare_step(capacity, clamp_len, shared_u, shared_v, zero_row), ff->prepare_step()};
+}
+
+torch::Tensor DecoderLayerImpl::step(const DecoderLayerStep& weights, const torch::Tensor& x,
+                                     const torch::Tensor& kv, int64_t used, const StepMask& mask,
+                                     const torch::Tensor& positions) {
+  torch::Tensor h = x;  // [B, q, d]
+  if (pos_emb) {
+    // Learned absolute positions, counted within the window the decoder reads.
+    h = h + pos_emb->weight.index_select(0, positions.reshape({-1})).view(x.sizes());
+  }
+  return residual(
+      h, [&](const torch::Tensor& segment) { return attn->step(weights.attn, segment, kv, used, mask); },
+      [&](const torch::Tensor& a) { return ff->step(weights.ff, a); });  // [B, q, d]
 }
 
 }  // namespace txl::modules

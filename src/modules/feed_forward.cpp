@@ -19,9 +19,23 @@ void FeedForwardImpl::reset_parameters(const InitOptions& init) {
   init_linear(fc2, init);
 }
 
+torch::Tensor FeedForwardImpl::apply(const torch::Tensor& x, const ops::Projection& first,
+                                     const ops::Projection& second) {
+  // relu in place: its backward needs only the output, so no second [..., d_inner] tensor.
+  return second(drop(first(x, /*relu=*/true)));  // [..., d_inner] -> [..., d]
+}
+
 torch::Tensor FeedForwardImpl::forward(const torch::Tensor& x) {
-  // relu_ in place: its backward needs only the output, so no second [..., d_inner] tensor.
-  return fc2(drop(fc1(x).relu_()));  // [..., d_inner] -> [..., d]
+  return apply(x, ops::Projection(fc1->weight, fc1->bias), ops::Projection(fc2->weight, fc2->bias));
+}
+
+FeedForwardStep FeedForwardImpl::prepare_step() const {
+  return {ops::Projection::packed_for_decoding(fc1->weight, fc1->bias),
+          ops::Projection::packed_for_decoding(fc2->weight, fc2->bias)};
+}
+
+torch::Tensor FeedForwardImpl::step(const FeedForwardStep& weights, const torch::Tensor& x) {
+  return apply(x, weights.fc1, weights.fc2);  // [..., d]
 }
 
 }  // namespace txl::modules

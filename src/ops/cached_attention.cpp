@@ -302,6 +302,8 @@ void attend_all(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
 
 }  // namespace
 
+bool attend_cached_takes(const torch::Tensor& like) { return vector_loops_take(like); }
+
 bool cached_kernel_vectorised() { return avx512_head(16, CachedKernel::kBest) != nullptr; }
 
 torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,

@@ -72,6 +72,14 @@ struct LMOutput {
   Memory memory;         // the new memory, detached
 };
 
+// The model's weights prepared for decoding (models::IncrementalDecoder): every layer's and the
+// softmax's, copies shared by every decoder of the model; prepare again after the weights
+// change.
+struct LMStep {
+  std::vector<modules::DecoderLayerStep> layers;
+  modules::SoftmaxStep softmax;
+};
+
 class TransformerLMImpl : public torch::nn::Module {
  public:
   // Builds and initialises the model for a vocabulary of n_token words. Throws txl::Error
@@ -90,6 +98,25 @@ class TransformerLMImpl : public torch::nn::Module {
                                           const torch::Tensor& key_mask, const Context& ctx,
                                           torch::ScalarType dtype, torch::Device device);
 
+  // Decoding with key/value buffers of `capacity` slots per layer, distances clamped at
+  // clamp_len (-1 = none), and with zero_memory the key and value of the zero memory rows.
+  // The packed weights of a step share one block of 2 MB pages where the OS gives them.
+  LMStep prepare_step(int64_t capacity, int64_t clamp_len, bool zero_memory);
+  // One decoding step of q new tokens per row, int64 [B, q]: the forward's embedding, position
+  // and layers over kv (per layer [2, H, B, C, D], `used` slots filled; the step writes slots
+  // used .. used + q - 1) as `mask` allows. `positions` int64 [B, q]: the tokens' absolute
+  // positions (vanilla, vanilla_learned), else undefined. Returns the final hidden state of each
+  // row's last token, [B, d]. Without gradients, in evaluation mode.
+  torch::Tensor step(const LMStep& weights, const torch::Tensor& tokens,
+                     const torch::Tensor& positions, const std::vector<torch::Tensor>& kv,
+                     int64_t used, const modules::StepMask& mask);
+  // Log-probabilities [B, V] of the next token after final hidden states [B, d]; `softmax` is
+  // LMStep::softmax made for the decoder's rows (AdaptiveLogSoftmaxImpl::for_rows).
+  torch::Tensor step_log_prob(const modules::SoftmaxStep& softmax, const torch::Tensor& hidden);
+  // Writes the zero memory's keys and values into slots 0 .. n-1 of every layer's buffer.
+  void write_zero_memory(const LMStep& weights, const std::vector<torch::Tensor>& kv,
+                         int64_t n) const;
+
   const config::ModelConfig& config() const { return config_; }
   // Whether Context::cache_kv is allowed: every attn_type but vanilla_learned, whose layers add
   // learned positions to the memory anew each segment.
@@ -107,6 +134,9 @@ class TransformerLMImpl : public torch::nn::Module {
 
  private:
   void check_inputs(const Inputs& in, const Memory& memory, const Context& ctx) const;
+  // Embedded tokens x [S..., d] with the absolute positions of vanilla (Vaswani et al.'s
+  // sinusoids) added: positions int64 of shape S or a shape that broadcasts to it.
+  torch::Tensor with_positions(const torch::Tensor& x, const torch::Tensor& positions) const;
   // Context::zero_memory: `memory`, or mem_len zero vectors when it is empty, with every reset
   // row's memory zeroed and visible again (its cached keys and values are then dropped).
   Memory zero_started(const Memory& memory, const torch::Tensor& reset, int64_t batch,

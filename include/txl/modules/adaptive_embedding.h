@@ -65,6 +65,10 @@ class AdaptiveEmbeddingImpl : public torch::nn::Module {
   // sqrt(d_proj) (the paper code's emb_scale). The dtype is the tables' or, under autocast, the
   // projection's. Throws txl::Error on an id outside [0, n_token).
   torch::Tensor forward(const torch::Tensor& tokens);
+  // The decoding step: the forward's lookup of tokens whose ids the caller has checked (a
+  // decoder checks the prompt's; it generates only valid ones), without the host sync of the
+  // check.
+  torch::Tensor step(const torch::Tensor& tokens);
 
   const AdaptiveEmbeddingOptions& options() const { return options_; }
   const AdaptiveLayout& layout() const { return layout_; }
@@ -82,6 +86,8 @@ class AdaptiveEmbeddingImpl : public torch::nn::Module {
   double scale() const { return scale_; }
 
  private:
+  torch::Tensor lookup(const torch::Tensor& tokens);  // forward after the check
+
   AdaptiveEmbeddingOptions options_;
   AdaptiveLayout layout_;
   double scale_;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "txl/modules/adaptive_embedding.h"
+#include "txl/ops/projection.h"
 
 namespace txl::modules {
 
@@ -46,6 +47,14 @@ struct AdaptiveSoftmaxOptions {
   double init_std = 0.02;              // own tables and cluster_weight: std (normal) or range (uniform)
   double proj_init_std = 0.01;         // own projections: std of a normal
   std::string init = "normal";         // normal | uniform
+};
+
+// A plain softmax's weights prepared for decoding (ops::Projection); undefined `words` for an
+// adaptive one, which decodes through log_prob. `words_t` [d, V]: W^T for steps of more rows
+// than the packed panels take (for_rows).
+struct SoftmaxStep {
+  ops::Projection words;
+  torch::Tensor words_t;
 };
 
 class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
@@ -65,6 +74,13 @@ class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
   // hidden [N, d_proj] (or S + [d_proj]) -> [N, V] (S + [V]) log-probabilities over the whole
   // vocabulary; exp sums to 1 along the last dimension.
   torch::Tensor log_prob(const torch::Tensor& hidden);
+
+  // Decoding: prepared once per model (copies of the weights), then for a decoder of `rows`
+  // rows; step_log_prob(weights, hidden [N, d_proj]) -> [N, V] is log_prob's result, a plain
+  // softmax through ops::log_softmax_linear (bias added in the log-softmax's first pass).
+  SoftmaxStep prepare_step() const;
+  static SoftmaxStep for_rows(const SoftmaxStep& weights, int64_t rows);
+  torch::Tensor step_log_prob(const SoftmaxStep& weights, const torch::Tensor& hidden);
 
   const AdaptiveSoftmaxOptions& options() const { return options_; }
   const AdaptiveLayout& layout() const { return layout_; }

@@ -14,17 +14,26 @@
 // code's single product over concat also projects queries for the M memory positions and then
 // drops them (1/6 of the QKV work at M = Q, plus a zero-filled gradient buffer).
 //
+// Decoding (step): the same scores and mixing (one function each, relative_scores and mix) for a
+// few new tokens per row whose keys and values go into a buffer the decoder keeps for the layer,
+// [2, H, B, C, D]; the position encodings of every distance 0 .. C-1 are projected once
+// (prepare_step). One query per row on the CPU goes through ops::attend_cached, a fused kernel of
+// the same definition.
+//
 // Legend: B batch, Q query length, M memory length, K = M + Q keys, H heads, D head size,
-// d model width. Internally heads lead ([H, B, ...]) so that every product is one batched GEMM
-// without copies; no [B, H, Q, K, D] tensor is ever formed.
+// d model width, q tokens of a decoding step, C slots of a decoding buffer. Internally heads
+// lead ([H, B, ...]) so that every product is one batched GEMM without copies; no
+// [B, H, Q, K, D] tensor is ever formed.
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "txl/modules/dropout.h"
 #include "txl/modules/param_init.h"
 #include "txl/modules/positions.h"
+#include "txl/ops/projection.h"
 
 namespace txl::modules {
 
@@ -65,6 +74,34 @@ struct KeyValueCache {
   torch::Tensor all;     // out: [2, H, B, K, D], keys and values of concat(memory, segment)
 };
 
+// AttentionInputs::rel_pos for K keys: kRelative the sinusoids R [K, d] of the distances
+// K-1 .. 0 (clamped at clamp_len; -1 = no clamp), kShaw those distances clipped to max_rel_dist,
+// int64 [K]; kAbsolute undefined.
+torch::Tensor relative_positions(const AttentionOptions& options, int64_t k_len, int64_t clamp_len,
+                                 torch::ScalarType dtype, torch::Device device);
+
+// What the queries of one decoding step see in a layer's buffer; one for every layer (the
+// decoder's bookkeeping).
+struct StepMask {
+  torch::Tensor bias;          // [B, q, K] additive: 0 where visible, blocked elsewhere; or
+  std::vector<int64_t> first;  // bias undefined, one query per row: per row its first slot
+  // Zero memory: per row, how many of the step's new slots (from its first) stand for the
+  // row's zero memory (padding before the row's first token); empty = none.
+  std::vector<int64_t> zero_slots;
+};
+
+// A layer's weights prepared for decoding, shared by every decoder of the model: copies
+// (prepare again after the weights change).
+struct AttentionStep {
+  ops::Projection qkv;        // [3 H D, d], the query rows scaled by 1/sqrt(D)
+  ops::Projection out;        // W_o
+  torch::Tensor table;        // [H, D, C] encodings of distances C-1 .. 0 (relative, Shaw)
+  torch::Tensor by_distance;  // [H, C, D] the same, distances 0 .. C-1
+  torch::Tensor u, v;         // kRelative: [H, 1, 1, D], scaled by 1/sqrt(D)
+  torch::Tensor zero_kv;      // [2, H, 1, 1, D] the key and value of a zero memory row, or
+                              // undefined (no zero memory)
+};
+
 class MultiHeadAttentionImpl : public torch::nn::Module {
  public:
   explicit MultiHeadAttentionImpl(const AttentionOptions& options);
@@ -80,6 +117,23 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
 
   void reset_parameters(const InitOptions& init);
   const AttentionOptions& options() const { return options_; }
+
+  // Decoding with buffers of C = capacity slots: encodings for every distance below C (clamped
+  // at clamp_len, -1 = no clamp), u and v (`shared_u`, `shared_v` [H, D] unless the layer has
+  // its own), and when `zero_row` [1, d] is defined the key and value of that memory row.
+  AttentionStep prepare_step(int64_t capacity, int64_t clamp_len, const torch::Tensor& shared_u,
+                             const torch::Tensor& shared_v, const torch::Tensor& zero_row);
+  // The step of q new tokens h [B, q, d] (normalised when pre_norm): writes their keys and
+  // values into slots used .. used + q - 1 of kv [2, H, B, C, D] (and the zero memory's where
+  // mask.zero_slots says), and returns their attention over slots 0 .. used + q - 1 as the
+  // mask allows, [B, q, d]. Without gradients.
+  torch::Tensor step(const AttentionStep& weights, const torch::Tensor& h, const torch::Tensor& kv,
+                     int64_t used, const StepMask& mask);
+  // Whether a step of one query per row reads StepMask::first (the fused kernel takes buffers
+  // like `like`) rather than a score bias.
+  static bool steps_by_first_slot(const torch::Tensor& like);
+  // Writes the zero memory's key and value into `slots` [2, H, B', n, D] (a view of a buffer).
+  static void write_zero_memory(const AttentionStep& weights, const torch::Tensor& slots);
 
   torch::nn::Linear qkv{nullptr};     // fused W_q, W_k, W_v: d -> 3 H D, no bias (paper code)
   torch::nn::Linear out{nullptr};     // W_o: H D -> d, no bias
@@ -102,6 +156,22 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   // Scaled scores [H, B, Q, K] before masking: content only for absolute positions, content plus
   // realigned position terms (with u and v for kRelative) otherwise.
   torch::Tensor position_scores(const Heads& heads, const AttentionInputs& inputs);
+  // The position terms' encodings [H, D, K] of rel_pos (relative_positions): W_R R (kRelative)
+  // or Shaw's learned rows (kShaw).
+  torch::Tensor encodings(const torch::Tensor& rel_pos);
+  // q_content . k_j + q_position . r_j', queries [H, B, Q, D] (scaled), keys [H, B, K, D], r
+  // [H, D, K] the encodings of distances K-1 .. 0 (the last query's), realigned for the earlier
+  // queries (appendix B); r undefined: the content term alone (absolute positions).
+  static torch::Tensor relative_scores(const torch::Tensor& q_content,
+                                       const torch::Tensor& q_position, const torch::Tensor& keys,
+                                       const torch::Tensor& r);
+  // softmax(scores + bias) over the keys, attention dropout, the values' weighted sum, heads
+  // merged and W_o: scores [H, B, Q, K], bias broadcast to it, values [H, B, K, D] -> [B, Q, d].
+  torch::Tensor mix(torch::Tensor scores, const torch::Tensor& bias, const torch::Tensor& values,
+                    const ops::Projection& out_weight, torch::Tensor* probs);
+  // Zero memory: the step's slots that mask.zero_slots names get the zero memory's keys.
+  static void write_zero_slots(const AttentionStep& weights, const torch::Tensor& kv, int64_t used,
+                               const StepMask& mask);
 
   AttentionOptions options_;
 };

@@ -6,11 +6,16 @@
 // own table's rows 0..K-1 to the keys concat(memory, segment) before attending, so positions
 // are counted within the attention window.
 //
-// Legend: B batch, Q query length, M memory length, K = M + Q keys, d model width.
+// The decoding step runs the same residual formula (one function, `residual`) over the
+// attention's and the feed-forward's steps.
+//
+// Legend: B batch, Q query length, M memory length, K = M + Q keys, d model width, q tokens of
+// a decoding step, C slots of its buffer.
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 
 #include "txl/modules/attention.h"
 #include "txl/modules/dropout.h"
@@ -28,6 +33,12 @@ struct DecoderLayerOptions {
   InitOptions init;
 };
 
+// A layer's weights prepared for decoding (copies; prepare again after the weights change).
+struct DecoderLayerStep {
+  AttentionStep attn;
+  FeedForwardStep ff;
+};
+
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   explicit DecoderLayerImpl(const DecoderLayerOptions& options);
@@ -41,6 +52,18 @@ class DecoderLayerImpl : public torch::nn::Module {
 
   void reset_parameters(const InitOptions& init);
 
+  // Decoding with buffers of `capacity` slots (see MultiHeadAttentionImpl::prepare_step); with
+  // zero_memory, the key and value of the memory's zero rows as this layer sees them (after its
+  // norm when pre_norm, as the forward normalises its memory).
+  DecoderLayerStep prepare_step(int64_t capacity, int64_t clamp_len, const torch::Tensor& shared_u,
+                                const torch::Tensor& shared_v, bool zero_memory);
+  // The step of q new tokens x [B, q, d] -> [B, q, d] over the layer's buffer kv [2, H, B, C, D]
+  // with `used` slots filled (see MultiHeadAttentionImpl::step). `positions` int64 [B, q]: the
+  // tokens' absolute positions (learned absolute positions), else undefined.
+  torch::Tensor step(const DecoderLayerStep& weights, const torch::Tensor& x,
+                     const torch::Tensor& kv, int64_t used, const StepMask& mask,
+                     const torch::Tensor& positions);
+
   MultiHeadAttention attn{nullptr};
   FeedForward ff{nullptr};
   torch::nn::LayerNorm attn_norm{nullptr}, ff_norm{nullptr};
@@ -48,6 +71,12 @@ class DecoderLayerImpl : public torch::nn::Module {
   Dropout drop{nullptr};
 
  private:
+  using Block = std::function<torch::Tensor(const torch::Tensor&)>;
+  // The layer's formula around its attention and feed-forward blocks, [B, Q, d] -> [B, Q, d]:
+  // post-norm LN(h + drop(attend(h))) then LN(a + drop(feed(a))); pre-norm with the norms
+  // inside the residual branches. `attend` receives the (normalised) segment.
+  torch::Tensor residual(const torch::Tensor& h, const Block& attend, const Block& feed);
+
   DecoderLayerOptions options_;
 };
 TORCH_MODULE(DecoderLayer);

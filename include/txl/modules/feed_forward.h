@@ -1,6 +1,7 @@
 #pragma once
 // Position-wise feed-forward block: W_2 dropout(relu(W_1 x + b_1)) + b_2 (MODEL.md section 5).
-// The residual dropout and the LayerNorm belong to the decoder layer.
+// The residual dropout and the LayerNorm belong to the decoder layer. The decoding step is the
+// same formula (one function, `apply`) through weights prepared for a few rows at a time.
 
 #include <torch/torch.h>
 
@@ -8,6 +9,7 @@
 
 #include "txl/modules/dropout.h"
 #include "txl/modules/param_init.h"
+#include "txl/ops/projection.h"
 
 namespace txl::modules {
 
@@ -18,14 +20,30 @@ struct FeedForwardOptions {
   InitOptions init;
 };
 
+// W_1, W_2 prepared for decoding (ops::Projection::packed_for_decoding): copies, shared by
+// every decoder of the model; prepare again after the weights change.
+struct FeedForwardStep {
+  ops::Projection fc1, fc2;
+};
+
 class FeedForwardImpl : public torch::nn::Module {
  public:
   explicit FeedForwardImpl(const FeedForwardOptions& options);
   torch::Tensor forward(const torch::Tensor& x);  // [..., d] -> [..., d]
   void reset_parameters(const InitOptions& init);
 
+  FeedForwardStep prepare_step() const;
+  // The decoding step of the tokens x [..., d] -> [..., d]: the forward's formula (no dropout:
+  // decoding is in evaluation mode).
+  torch::Tensor step(const FeedForwardStep& weights, const torch::Tensor& x);
+
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   Dropout drop{nullptr};
+
+ private:
+  // W_2 dropout(relu(W_1 x + b_1)) + b_2, the products through `first` and `second`.
+  torch::Tensor apply(const torch::Tensor& x, const ops::Projection& first,
+                      const ops::Projection& second);
 };
 TORCH_MODULE(FeedForward);
 

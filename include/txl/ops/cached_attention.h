@@ -34,6 +34,9 @@ namespace txl::ops {
 // order and in where multiply-adds are fused (fp32: within 2e-5 of the definition in the tests).
 enum class CachedKernel { kBest, kPortable };
 
+// Whether attend_cached takes buffers like `like`: CPU float or double (vector_loops_take).
+bool attend_cached_takes(const torch::Tensor& like);
+
 // Whether kBest takes the AVX-512 kernel on this CPU (for float heads of 16 N, N <= 8).
 bool cached_kernel_vectorised();
 

@@ -18,4 +18,10 @@ namespace txl::ops {
 torch::Tensor add_layer_norm(const torch::Tensor& x, const torch::Tensor& y,
                              const torch::Tensor& weight, const torch::Tensor& bias, double eps);
 
+// LN(x + y) through the kernel that takes it: add_layer_norm without gradients on contiguous CPU
+// float or double, else LibTorch's add and layer_norm (as torch::nn::LayerNorm, autograd).
+torch::Tensor residual_layer_norm(const torch::Tensor& x, const torch::Tensor& y,
+                                  const torch::Tensor& weight, const torch::Tensor& bias,
+                                  double eps);
+
 }  // namespace txl::ops
