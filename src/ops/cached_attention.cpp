@@ -110,15 +110,14 @@ inline __attribute__((always_inline)) void attend_head(const HeadView<T>& w, int
   for (int64_t i = 0; i < d; ++i) out[i] *= scale;
 }
 
-TXL_VECTOR_CLONES void attend_head_of(const HeadView<float>& w, int64_t first, int64_t k_len,
-                                      int64_t d, float* qc, float* qp, float* scores) {
-  attend_head(w, first, k_len, d, qc, qp, scores);
-}
-
-TXL_VECTOR_CLONES void attend_head_of(const HeadView<double>& w, int64_t first, int64_t k_len,
-                                      int64_t d, double* qc, double* qp, double* scores) {
-  attend_head(w, first, k_len, d, qc, qp, scores);
-}
+TXL_VECTOR_LEVELS(void, attend_head_of, attend_head,
+                  (const HeadView<float>& w, int64_t first, int64_t k_len, int64_t d, float* qc,
+                   float* qp, float* scores),
+                  (w, first, k_len, d, qc, qp, scores))
+TXL_VECTOR_LEVELS(void, attend_head_of, attend_head,
+                  (const HeadView<double>& w, int64_t first, int64_t k_len, int64_t d, double* qc,
+                   double* qp, double* scores),
+                  (w, first, k_len, d, qc, qp, scores))
 
 // Float with D = 16 N where the CPU has AVX-512: one (row, head) as attend_head computes it, in
 // registers. The query's two terms (N registers each) and the output's sums stay in registers

@@ -49,15 +49,14 @@ inline __attribute__((always_inline)) void add_norm_row(const T* __restrict x,
   }
 }
 
-TXL_VECTOR_CLONES void add_norm_row_of(const float* x, const float* y, const float* w,
-                                       const float* b, float* out, int64_t d, double eps) {
-  add_norm_row(x, y, w, b, out, d, eps);
-}
-
-TXL_VECTOR_CLONES void add_norm_row_of(const double* x, const double* y, const double* w,
-                                       const double* b, double* out, int64_t d, double eps) {
-  add_norm_row(x, y, w, b, out, d, eps);
-}
+TXL_VECTOR_LEVELS(void, add_norm_row_of, add_norm_row,
+                  (const float* x, const float* y, const float* w, const float* b, float* out,
+                   int64_t d, double eps),
+                  (x, y, w, b, out, d, eps))
+TXL_VECTOR_LEVELS(void, add_norm_row_of, add_norm_row,
+                  (const double* x, const double* y, const double* w, const double* b,
+                   double* out, int64_t d, double eps),
+                  (x, y, w, b, out, d, eps))
 
 template <typename T>
 void add_norm_all(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& weight,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "txl/util/autocast.h"
+#include "txl/util/cpu.h"
 #include "vector_math.h"
 
 // Shapes: N rows, n rows of one block, d input width, V classes.
@@ -137,7 +138,7 @@ torch::ScalarType linear_cross_entropy_dtype(const torch::Tensor& hidden, const 
   if (type != torch::kDouble && autocast_enabled(hidden.device())) type = autocast_dtype(hidden.device());
   // LibTorch multiplies bf16 and fp16 on the CPU with oneDNN (fp32 sums) only where the CPU has
   // AVX-512; elsewhere in fp32, with the gradients still in each input's dtype.
-  if ((type == torch::kBFloat16 || type == torch::kHalf) && hidden.is_cpu() && !cpu_has_avx512())
+  if ((type == torch::kBFloat16 || type == torch::kHalf) && hidden.is_cpu() && !util::cpu_features().avx512)
     type = torch::kFloat;
   return type;
 }

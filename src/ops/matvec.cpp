@@ -51,15 +51,14 @@ inline __attribute__((always_inline)) void rows_times(const T* __restrict w,
   }
 }
 
-TXL_VECTOR_CLONES void rows_times_of(const float* w, const float* x, const float* b, float* y,
-                                     int64_t in, int64_t begin, int64_t end) {
-  rows_times(w, x, b, y, in, begin, end);
-}
-
-TXL_VECTOR_CLONES void rows_times_of(const double* w, const double* x, const double* b,
-                                     double* y, int64_t in, int64_t begin, int64_t end) {
-  rows_times(w, x, b, y, in, begin, end);
-}
+TXL_VECTOR_LEVELS(void, rows_times_of, rows_times,
+                  (const float* w, const float* x, const float* b, float* y, int64_t in,
+                   int64_t begin, int64_t end),
+                  (w, x, b, y, in, begin, end))
+TXL_VECTOR_LEVELS(void, rows_times_of, rows_times,
+                  (const double* w, const double* x, const double* b, double* y, int64_t in,
+                   int64_t begin, int64_t end),
+                  (w, x, b, y, in, begin, end))
 
 template <typename T>
 void matvec_as(const torch::Tensor& w, const torch::Tensor& x, const torch::Tensor& bias,

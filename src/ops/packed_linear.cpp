@@ -9,6 +9,7 @@
 
 #include "txl/util/error.h"
 #include "txl/util/side_thread.h"
+#include "vector_clones.h"
 #include "vector_math.h"
 
 namespace txl::ops {

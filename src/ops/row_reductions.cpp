@@ -51,13 +51,10 @@ inline __attribute__((always_inline)) void log_softmax_row(T* __restrict x, cons
   for (int64_t i = 0; i < n; ++i) x[i] -= total;
 }
 
-TXL_VECTOR_CLONES void log_softmax_row_of(float* x, const float* b, int64_t n) {
-  log_softmax_row(x, b, n);
-}
-
-TXL_VECTOR_CLONES void log_softmax_row_of(double* x, const double* b, int64_t n) {
-  log_softmax_row(x, b, n);
-}
+TXL_VECTOR_LEVELS(void, log_softmax_row_of, log_softmax_row, (float* x, const float* b, int64_t n),
+                  (x, b, n))
+TXL_VECTOR_LEVELS(void, log_softmax_row_of, log_softmax_row,
+                  (double* x, const double* b, int64_t n), (x, b, n))
 
 // The first index of the row's maximum, or of its first NaN.
 template <typename T>
@@ -75,9 +72,9 @@ inline __attribute__((always_inline)) int64_t argmax_row(const T* __restrict x, 
   return 0;  // a row of -inf: its first entry, as LibTorch
 }
 
-TXL_VECTOR_CLONES int64_t argmax_row_of(const float* x, int64_t n) { return argmax_row(x, n); }
+TXL_VECTOR_LEVELS(int64_t, argmax_row_of, argmax_row, (const float* x, int64_t n), (x, n))
 
-TXL_VECTOR_CLONES int64_t argmax_row_of(const double* x, int64_t n) { return argmax_row(x, n); }
+TXL_VECTOR_LEVELS(int64_t, argmax_row_of, argmax_row, (const double* x, int64_t n), (x, n))
 
 template <typename T>
 void log_softmax_all(torch::Tensor& x, const torch::Tensor& bias) {

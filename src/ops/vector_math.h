@@ -1,7 +1,8 @@
 #pragma once
 // Element functions for txl's vector loops (files built with -fopenmp-simd, vector_clones.h):
 // written so that the vectorizer can take them, instead of one libm call per element; the
-// prefetch helpers of the streaming loops, and the CPU check of txl's AVX-512 kernels.
+// prefetch helpers of the streaming loops, and the target attribute of txl's AVX-512 kernels
+// (whether they run: vector_clones.h's cpu_has_avx512). No dependency but the standard library.
 
 #include <cmath>
 #include <cstdint>
@@ -15,18 +16,6 @@ namespace txl::ops {
 #define TXL_HAS_AVX512 1
 #define TXL_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
 #endif
-
-// Whether the CPU runs the AVX-512 kernels that txl compiles with an explicit target attribute
-// (ops::linear_packed, ops::attend_cached): AVX-512 F, VL, BW and DQ. False off x86-64.
-inline bool cpu_has_avx512() {
-#ifdef TXL_HAS_AVX512
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
-  return has;
-#else
-  return false;
-#endif
-}
 
 // How far ahead of its reads a loop that streams memory asks for it: the hardware's prefetcher
 // alone keeps too few lines in flight for txl's generation loops (a 16-row packed product read

@@ -15,6 +15,7 @@
 #endif
 
 #include "txl/util/blas_threads.h"
+#include "txl/util/cpu.h"
 #include "txl/util/error.h"
 
 namespace txl {
@@ -48,16 +49,6 @@ void reexecute(char** argv) {
 #endif
 }
 
-bool cpu_has_avx512() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-#else
-  return false;
-#endif
-}
-
 void keep_freed_blocks_in_heap() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_MAX, 0);                // no block is given back with munmap
@@ -87,7 +78,7 @@ int ProcessSetup::resolved_threads() const {
 int ProcessSetup::apply(char** argv) const {
   const bool spin = limit_openmp_spinning && !spinning_chosen();
   const std::string core = choose_openblas_core && std::getenv("OPENBLAS_CORETYPE") == nullptr
-                               ? detail::openblas_core_override(util::openblas_core(), cpu_has_avx512())
+                               ? detail::openblas_core_override(util::openblas_core(), util::cpu_features().avx512)
                                : "";
   if (spin || !core.empty()) {
     check_argv(argv);  // before the environment changes

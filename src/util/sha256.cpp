@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "txl/util/cpu.h"
+
 namespace txl {
 namespace {
 
@@ -75,10 +77,7 @@ __attribute__((target("sha,sse4.1"))) void compress_sha_ni(std::uint32_t* state,
   _mm_storeu_si128(reinterpret_cast<__m128i*>(state + 4), _mm_alignr_epi8(dchg, feba, 8));
 }
 
-bool have_sha_ni() {
-  static const bool yes = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
-  return yes;
-}
+bool have_sha_ni() { return util::cpu_features().sha; }
 #endif
 
 }  // namespace

@@ -1,0 +1,64 @@
+#include "txl/util/cpu.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "txl/util/error.h"
+
+namespace txl::util {
+
+namespace {
+
+CpuFeatures probe() {
+  CpuFeatures f;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("bmi2");
+  f.sha = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+#endif
+  return f;
+}
+
+CpuLevel level_of(const CpuFeatures& f) {
+  return f.avx512 ? CpuLevel::kAvx512 : f.avx2 ? CpuLevel::kAvx2 : CpuLevel::kBaseline;
+}
+
+}  // namespace
+
+CpuLevel lowered_level(CpuLevel best, const char* asked) {
+  if (asked == nullptr || *asked == '\0') return best;
+  const std::string text(asked);
+  for (auto level : {CpuLevel::kBaseline, CpuLevel::kAvx2, CpuLevel::kAvx512}) {
+    if (text == to_string(level)) return std::min(level, best);
+  }
+  throw Error("TXL_CPU_CAPABILITY = '" + text + "': use avx512, avx2 or default");
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = probe();
+  return features;
+}
+
+CpuLevel kernel_level() {
+  static const CpuLevel level =
+      lowered_level(level_of(cpu_features()), std::getenv("TXL_CPU_CAPABILITY"));
+  return level;
+}
+
+const char* to_string(CpuLevel level) {
+  switch (level) {
+    case CpuLevel::kAvx512:
+      return "avx512";
+    case CpuLevel::kAvx2:
+      return "avx2";
+    case CpuLevel::kBaseline:
+      break;
+  }
+  return "default";
+}
+
+}  // namespace txl::util
