@@ -15,6 +15,10 @@
 #   TXL_GPU_CHECK_DEVICE=cpu   every step on the CPU: a dry run of this script on a machine
 #                              without a GPU (the GPU tests then skip and are reported so)
 #   TXL_GPU_CHECK_STEPS=200    training steps of the KJV comparison
+#   TXL_GPU_CHECK_KJV=file     the KJV text (`bible -f` output, data.path) where the bible
+#                              program is not installed
+#   TXL_TORCH_PYTHON=python    build against that interpreter's torch as installed, with no venv
+#                              and no pip (tools/setup.sh): a GPU machine without a registry
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -60,7 +64,7 @@ if ! run_step build build.log tools/setup.sh; then
   python3 tools/gpu_check_report.py "$out" "$device" 0 "$start_all"
   exit 1
 fi
-python="$build/venv/bin/python"
+python="${TXL_TORCH_PYTHON:-$build/venv/bin/python}"
 gpus=$("$python" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 say "LibTorch $("$python" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)'), $gpus GPU(s)"
 if [ "$device" = cuda ] && [ "$gpus" -lt 1 ]; then
@@ -108,7 +112,8 @@ kjv() {  # kjv NAME DEVICE
   "$build/bin/txl-train" -c experiments/kjv_base.yaml --overwrite --quiet \
     --set "run.name=gpu_check_$1" --set "run.output_dir=$out/runs/$1" --set "run.device=$2" \
     --set "train.max_steps=$steps" --set "train.eval_interval=$steps" \
-    --set train.checkpoint_interval=0 --set model.dropout=0 --set "data.cache_dir=$out/cache"
+    --set train.checkpoint_interval=0 --set model.dropout=0 --set "data.cache_dir=$out/cache" \
+    ${TXL_GPU_CHECK_KJV:+--set "data.path=$TXL_GPU_CHECK_KJV"}
 }
 t0=$(date +%s)
 if run_step kjv_gpu kjv_gpu.log kjv gpu "$device" && run_step kjv_cpu kjv_cpu.log kjv cpu cpu; then

@@ -14,6 +14,10 @@
 #   TXL_JOBS=n            parallel compile jobs (default: number of cores)
 #   TXL_SKIP_PIP=1        do not make the Python environment $build_dir/venv (cross-check tests
 #                         then skip; not with TXL_TORCH=pip, whose LibTorch comes from pip)
+#   TXL_TORCH_PYTHON=py   with TXL_TORCH=pip: build against the torch that Python interpreter
+#                         already has, as it is (no venv, no pip): a GPU machine whose torch is
+#                         installed and which reaches no package registry. Other libraries it
+#                         lacks can come from a folder on CMAKE_PREFIX_PATH (README, 'On a GPU').
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -108,6 +112,10 @@ setup_python_env() {
     fi
     say "warning: $*; Python cross-check tests will skip"
   }
+  if [ "$txl_torch" = pip ] && [ -n "${TXL_TORCH_PYTHON:-}" ]; then
+    say "TXL_TORCH_PYTHON=$TXL_TORCH_PYTHON: its torch, as installed (no venv, no pip)"
+    return
+  fi
   if [ "${TXL_SKIP_PIP:-0}" = "1" ]; then
     [ "$txl_torch" = pip ] && python_env_failed "TXL_SKIP_PIP=1"
     say "TXL_SKIP_PIP=1: not making the Python environment $venv"
@@ -146,12 +154,17 @@ setup_python_env() {
   fi
 }
 
-# TXL_TORCH=pip: CMake options for the LibTorch of $build_dir/venv's torch. PyPI's torch is a CUDA
-# build, whose CMake package needs the CUDA toolkit's nvcc even for a CPU-only use.
+# TXL_TORCH=pip: CMake options for the LibTorch of $build_dir/venv's torch (or TXL_TORCH_PYTHON's).
+# PyPI's torch is a CUDA build, whose CMake package needs the CUDA toolkit's nvcc even for a
+# CPU-only use.
 pip_torch_options() {
-  local prefix
-  prefix="$("$build_dir/venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" || {
-    echo "error: $build_dir/venv/bin/python cannot import torch; remove $build_dir/venv and rerun" >&2
+  local prefix python="${TXL_TORCH_PYTHON:-$build_dir/venv/bin/python}"
+  prefix="$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" || {
+    if [ -n "${TXL_TORCH_PYTHON:-}" ]; then
+      echo "error: TXL_TORCH_PYTHON=$TXL_TORCH_PYTHON cannot import torch" >&2
+    else
+      echo "error: $python cannot import torch; remove $build_dir/venv and rerun" >&2
+    fi
     exit 1
   }
   torch_options=(-DCMAKE_PREFIX_PATH="$prefix${CMAKE_PREFIX_PATH:+;$CMAKE_PREFIX_PATH}")
@@ -163,7 +176,7 @@ pip_torch_options() {
     exit 1
   fi
   torch_options+=(-DCMAKE_CUDA_COMPILER="$nvcc")
-  say "LibTorch $("$build_dir/venv/bin/python" -c 'import torch; print(torch.__version__)' 2>/dev/null) from $prefix; nvcc $nvcc"
+  say "LibTorch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null) from $prefix; nvcc $nvcc"
 }
 
 configure_and_build() {

@@ -145,8 +145,8 @@ TEST(EvalRun, AFileOrATextNeedsNoCorpus) {
   txl::test::TempDir dir;
   const TextRun run = train_on_text(dir);
   txl::test::write_text(dir / "some.txt", words(3, 2));
-  std::filesystem::remove_all(run.corpus);
-  std::filesystem::remove_all(dir / "cache");
+  txl::test::remove_tree(run.corpus);
+  txl::test::remove_tree(dir / "cache");
   txl::eval::EvalRequest request;
   request.checkpoint = run.checkpoint.string();
   request.file = (dir / "some.txt").string();

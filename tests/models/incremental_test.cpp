@@ -310,98 +310,23 @@ TEST(IncrementalDecoder, ManyRowsEqualTheModelsForward) {
 }
 
 // At the sizes users run, in fp32: d_model 256, heads of 64, a vocabulary of 10,000, every
-// attention type, memory shorter and longer than a segment. Decoding equals the fp64 forward of
-// the same weights to what fp32 allows, and a row of a left-padded batch of 16 equals the row
-// alone to the same bound: not bit for bit, because a product's summation order depends on its
-// number of rows (one row goes through a matrix-vector product, 16 through a matrix product).
-// The control: the decoder with another memory length misses the bound by far.
+// attention type, memory shorter and longer than a segment (txl::test::sized_decoding_cases).
+// Decoding equals the fp64 forward of the same weights to what fp32 allows, and a row of a
+// left-padded batch of 16 equals the row alone to the same bound: not bit for bit, because a
+// product's summation order depends on its number of rows (one row goes through a
+// matrix-vector product, 16 through a matrix product). The control: the decoder with another
+// memory length misses the bound by far. models/gpu_decoding_test runs the same on CUDA.
 TEST(IncrementalDecoder, Fp32AtUsersSizesEqualsTheFp64Forward) {
-  struct Sized {
-    std::string name;
-    AttnType attn_type;
-    int mem_len;
-    bool adaptive = false;
-  };
-  const std::vector<Sized> cases = {
-      {"xl, memory shorter than a segment", AttnType::kXl, 8},
-      {"xl, memory longer than a segment", AttnType::kXl, 40},
-      {"xl, adaptive softmax", AttnType::kXl, 24, true},
-      {"shaw", AttnType::kShaw, 24},
-      {"vanilla", AttnType::kVanilla, 0},
-      {"vanilla_learned", AttnType::kVanillaLearned, 0},
-  };
-  constexpr int64_t kBigVocab = 10000, kRows = 16, kLen = 56, kPrompt = 21, kTgt = 16;
-  // fp32 through 2 layers of width 256 and a 10k softmax: here 2 ulps of a log-probability
-  // near -16 (2e-6); rows of a packed product of 16 (AVX-512) were seen 7e-5 from alone.
-  constexpr double kTol = 2e-4;
-  for (const auto& c : cases) {
+  for (const auto& c : txl::test::sized_decoding_cases()) {
     SCOPED_TRACE(c.name);
-    config::ModelConfig config;
-    config.attn_type = c.attn_type;
-    config.n_layer = 2;
-    config.d_model = 256;
-    config.n_head = 4;
-    config.d_head = 64;
-    config.d_inner = 512;
-    config.tgt_len = kTgt;
-    config.mem_len = c.mem_len;
-    config.max_rel_dist = 32;
-    config.max_positions = 64;
-    config.init_std = 0.05;  // outputs far from uniform: log-probabilities spread over 6 nats
-    config.allow_abs_with_memory = true;
-    if (c.adaptive) {
-      config.cutoffs = {1000, 4000};
-      config.div_val = 2;
-    }
-    torch::manual_seed(21);
-    TransformerLM model(config, kBigVocab);
-    model->eval();
-    torch::manual_seed(22);
-    const auto text = torch::randint(kBigVocab, {kRows, kLen}, torch::kLong);  // [16, N]
-    DecodeOptions o{kTgt, c.mem_len, -1, false};
-    // The exact values: the fp64 forward of a copy with the same weights.
-    TransformerLM exact(config, kBigVocab);
-    exact->to(torch::kDouble);
-    exact->eval();
-    {
-      torch::NoGradGuard no_grad;
-      auto from = model->named_parameters();
-      for (auto& p : exact->named_parameters()) p.value().copy_(from[p.key()]);
-    }
-    const auto expected = txl::test::reference_log_probs(exact, text.narrow(0, 0, 1), o)
-                              .narrow(1, kPrompt - 1, kLen - kPrompt + 1)
-                              .to(torch::kFloat);  // [1, steps + 1, V]
-    ASSERT_GT(expected.std(2).min().item<double>(), 0.3);  // not near uniform
-    const auto alone = decoded(model, text.narrow(0, 0, 1), kPrompt, o);  // [1, steps + 1, V]
-    const double error = (alone - expected).abs().max().item<double>();
-    EXPECT_LT(error, kTol);
-    // Row 0 in a batch of 16 whose other rows have longer prompts (left padding before row 0).
-    IncrementalDecoder batch(model, o, kRows);
-    const int64_t longest = kPrompt + kRows - 1;
-    auto padded = torch::zeros({kRows, longest}, torch::kLong);
-    auto real = torch::zeros({kRows, longest}, torch::kBool);
-    for (int64_t b = 0; b < kRows; ++b) {
-      padded[b].narrow(0, longest - kPrompt - b, kPrompt + b).copy_(text[b].narrow(0, 0, kPrompt + b));
-      real[b].narrow(0, longest - kPrompt - b, kPrompt + b).fill_(true);
-    }
-    auto lp = batch.read(padded, real);  // [16, V]
-    double batch_error = (lp[0] - alone[0][0]).abs().max().item<double>();
-    for (int64_t t = kPrompt; t < kLen - kRows + 1; ++t) {
-      auto next = torch::empty({kRows, 1}, torch::kLong);
-      for (int64_t b = 0; b < kRows; ++b) next[b][0] = text[b][t + b];
-      lp = batch.read(next);
-      batch_error = std::max(batch_error, (lp[0] - alone[0][t - kPrompt + 1]).abs().max().item<double>());
-    }
-    EXPECT_LT(batch_error, kTol);
-    std::cout << "[ fp32     ] " << c.name << ": decoding against the fp64 forward " << error
-              << ", a row in a batch of 16 against alone " << batch_error << "\n";
-    // The control: one more memory row (or a window one longer) is another computation.
-    DecodeOptions other = o;
-    (c.mem_len > 0 ? other.mem_len : other.tgt_len) += 1;
-    const auto wrong = decoded(model, text.narrow(0, 0, 1), kPrompt, other);
-    const double control = (wrong - expected).abs().max().item<double>();
-    EXPECT_GT(control, 20 * kTol);
-    std::cout << "[ fp32     ] " << c.name << ": the control " << control << "\n";
+    const auto e = txl::test::sized_decoding_errors(c, torch::kCPU);
+    ASSERT_GT(e.spread, 0.3);  // not near uniform
+    EXPECT_LT(e.alone, txl::test::kSizedDecodingTolerance);
+    EXPECT_LT(e.batch, txl::test::kSizedDecodingTolerance);
+    EXPECT_GT(e.control, 20 * txl::test::kSizedDecodingTolerance);
+    std::cout << "[ fp32     ] " << c.name << ": decoding against the fp64 forward " << e.alone
+              << ", a row in a batch of 16 against alone " << e.batch << ", the control "
+              << e.control << "\n";
   }
 }
 

@@ -55,4 +55,102 @@ torch::Tensor reference_log_probs(models::TransformerLM& model, const torch::Ten
                  : segmented_log_probs(model, tokens, o);
 }
 
+const std::vector<SizedDecodingCase>& sized_decoding_cases() {
+  static const std::vector<SizedDecodingCase> cases = {
+      {"xl, memory shorter than a segment", config::AttnType::kXl, 8},
+      {"xl, memory longer than a segment", config::AttnType::kXl, 40},
+      {"xl, adaptive softmax", config::AttnType::kXl, 24, true},
+      {"shaw", config::AttnType::kShaw, 24},
+      {"vanilla", config::AttnType::kVanilla, 0},
+      {"vanilla_learned", config::AttnType::kVanillaLearned, 0},
+  };
+  return cases;
+}
+
+namespace {
+
+// The decoder's log-probabilities of one row after every position from prompt_len - 1 on,
+// reading the prompt at once and then one token at a time: [1, N - prompt_len + 1, V].
+torch::Tensor decoded_row(models::TransformerLM& model, const torch::Tensor& tokens,
+                          int64_t prompt_len, const models::DecodeOptions& o) {
+  models::IncrementalDecoder decoder(model, o, 1);
+  std::vector<torch::Tensor> out{decoder.read(tokens.narrow(1, 0, prompt_len)).unsqueeze(1)};
+  for (int64_t t = prompt_len; t < tokens.size(1); ++t)
+    out.push_back(decoder.read(tokens.narrow(1, t, 1)).unsqueeze(1));
+  return torch::cat(out, 1).to(torch::kCPU);  // [1, N - prompt_len + 1, V]
+}
+
+double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kCPU) - b.to(torch::kCPU)).abs().max().item<double>();
+}
+
+}  // namespace
+
+SizedDecodingErrors sized_decoding_errors(const SizedDecodingCase& c, const torch::Device& device) {
+  constexpr int64_t kBigVocab = 10000, kRows = 16, kLen = 56, kPrompt = 21, kTgt = 16;
+  config::ModelConfig config;
+  config.attn_type = c.attn_type;
+  config.n_layer = 2;
+  config.d_model = 256;
+  config.n_head = 4;
+  config.d_head = 64;
+  config.d_inner = 512;
+  config.tgt_len = kTgt;
+  config.mem_len = c.mem_len;
+  config.max_rel_dist = 32;
+  config.max_positions = 64;
+  config.init_std = 0.05;  // outputs far from uniform: log-probabilities spread over 6 nats
+  config.allow_abs_with_memory = true;
+  if (c.adaptive) {
+    config.cutoffs = {1000, 4000};
+    config.div_val = 2;
+  }
+  torch::manual_seed(21);
+  models::TransformerLM model(config, kBigVocab);
+  model->eval();
+  torch::manual_seed(22);
+  const auto text = torch::randint(kBigVocab, {kRows, kLen}, torch::kLong);  // [16, N]
+  const models::DecodeOptions o{kTgt, c.mem_len, -1, false};
+  // The exact values: the fp64 forward on the CPU of a copy with the same weights.
+  models::TransformerLM exact(config, kBigVocab);
+  exact->to(torch::kDouble);
+  exact->eval();
+  {
+    torch::NoGradGuard no_grad;
+    auto from = model->named_parameters();
+    for (auto& p : exact->named_parameters()) p.value().copy_(from[p.key()]);
+  }
+  model->to(device);
+  const auto expected = reference_log_probs(exact, text.narrow(0, 0, 1), o)
+                            .narrow(1, kPrompt - 1, kLen - kPrompt + 1)
+                            .to(torch::kFloat);  // [1, steps + 1, V]
+  SizedDecodingErrors e;
+  e.spread = expected.std(2).min().item<double>();
+  const auto alone = decoded_row(model, text.narrow(0, 0, 1), kPrompt, o);  // [1, steps + 1, V]
+  e.alone = max_difference(alone, expected);
+  // Row 0 in a batch of 16 whose other rows have longer prompts (left padding before row 0).
+  models::IncrementalDecoder batch(model, o, kRows);
+  e.device = batch.weights().slots.device();
+  const int64_t longest = kPrompt + kRows - 1;
+  auto padded = torch::zeros({kRows, longest}, torch::kLong);
+  auto real = torch::zeros({kRows, longest}, torch::kBool);
+  for (int64_t b = 0; b < kRows; ++b) {
+    padded[b].narrow(0, longest - kPrompt - b, kPrompt + b).copy_(text[b].narrow(0, 0, kPrompt + b));
+    real[b].narrow(0, longest - kPrompt - b, kPrompt + b).fill_(true);
+  }
+  auto lp = batch.read(padded.to(device), real.to(device));  // [16, V]
+  e.batch = max_difference(lp[0], alone[0][0]);
+  for (int64_t t = kPrompt; t < kLen - kRows + 1; ++t) {
+    auto next = torch::empty({kRows, 1}, torch::kLong);
+    for (int64_t b = 0; b < kRows; ++b) next[b][0] = text[b][t + b];
+    lp = batch.read(next.to(device));
+    e.batch = std::max(e.batch, max_difference(lp[0], alone[0][t - kPrompt + 1]));
+  }
+  // The control: one more memory row (or a window one longer) is another computation.
+  models::DecodeOptions other = o;
+  (c.mem_len > 0 ? other.mem_len : other.tgt_len) += 1;
+  e.control = max_difference(decoded_row(model, text.narrow(0, 0, 1), kPrompt, other), expected);
+  return e;
+}
+
 }  // namespace txl::test

@@ -4,6 +4,9 @@
 
 #include <torch/torch.h>
 
+#include <string>
+#include <vector>
+
 #include "txl/models/incremental.h"
 #include "txl/models/transformer_lm.h"
 
@@ -25,5 +28,34 @@ torch::Tensor one_pass_log_probs(models::TransformerLM& model, const torch::Tens
 // segmented.
 torch::Tensor reference_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,
                                   const models::DecodeOptions& o);
+
+// Decoding at the sizes users run, in fp32: d_model 256, heads of 64, a vocabulary of 10,000,
+// 2 layers, segments of 16, a prompt of 21 and 35 decoded tokens. One case per attention type
+// and memory length (models/incremental_test on the CPU, models/gpu_decoding_test on CUDA).
+struct SizedDecodingCase {
+  std::string name;
+  config::AttnType attn_type;
+  int mem_len;
+  bool adaptive = false;  // adaptive softmax (cutoffs 1000, 4000)
+};
+const std::vector<SizedDecodingCase>& sized_decoding_cases();
+
+// fp32 through 2 layers of width 256 and a 10k softmax: on the CPU 2 ulps of a log-probability
+// near -16 (2e-6); rows of a packed product of 16 (AVX-512) were seen 7e-5 from alone.
+constexpr double kSizedDecodingTolerance = 2e-4;
+
+// The largest differences of one case, the model's weights and the decoder on `device`:
+//   alone    decoding one row against the fp64 forward of the same weights on the CPU
+//   batch    that row, left-padded in a batch of 16 rows with longer prompts, against alone
+//   control  a decoder of another memory length (or window) against the fp64 forward: how far
+//            a wrong computation lands
+//   spread   the smallest standard deviation of a position's expected log-probabilities (a
+//            model near uniform would make the comparison weak)
+//   device   where the decoder's tensors were
+struct SizedDecodingErrors {
+  double alone = 0, batch = 0, control = 0, spread = 0;
+  torch::Device device = torch::kCPU;
+};
+SizedDecodingErrors sized_decoding_errors(const SizedDecodingCase& c, const torch::Device& device);
 
 }  // namespace txl::test

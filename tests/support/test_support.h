@@ -31,6 +31,13 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// Removes `path` and everything below it (a link is removed, not followed), ignoring what cannot
+// be removed. Tests call this, never std::filesystem::remove_all: PyPI's torch 2.11 (cu130)
+// exports its own copy of remove_all from libtorch.so, which a test's call binds to and which
+// jumps to address 0 (an H200 machine with Ubuntu 24.04 and GCC 13, 2026-12-04: every test that
+// removed a TempDir crashed). txl's library removes only single files (std::filesystem::remove).
+void remove_tree(const std::filesystem::path& path);
+
 // Writes `content` to `path` (creating parent directories).
 void write_text(const std::filesystem::path& path, const std::string& content);
 

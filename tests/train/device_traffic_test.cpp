@@ -27,6 +27,9 @@ TEST(DeviceTraffic, CountsMovesAndReadsButNotHostOnlyWork) {
   (void)t.sum().item<double>();             // a read
   (void)t.to(torch::kDouble);               // a dtype change: no device, not counted
   (void)t.to(torch::kCPU, torch::kDouble);  // a move
+  // LibTorch's own cast inside an operation (softmax's toType names the tensor's device, as
+  // under CUDA autocast with bf16 scores): no move.
+  (void)torch::softmax(t, -1, torch::kDouble);
   {
     TXL_HOST_ONLY_SCOPE();
     (void)t.max().item<float>();
@@ -35,6 +38,12 @@ TEST(DeviceTraffic, CountsMovesAndReadsButNotHostOnlyWork) {
   (void)t.min().item<float>();  // counting resumes after the scope
   EXPECT_EQ(traffic.counts().moves, 3);
   EXPECT_EQ(traffic.counts().reads, 2);
+  // Each counted call, in order, with its inputs.
+  const auto calls = traffic.calls();
+  ASSERT_EQ(calls.size(), 5u);
+  EXPECT_EQ(calls[0].rfind("aten::to(cpu Float [3, 4], cpu", 0), 0u) << calls[0];
+  EXPECT_EQ(calls[2], "aten::_local_scalar_dense(cpu Float [])");
+  EXPECT_EQ(calls[4], "aten::_local_scalar_dense(cpu Float [])");
 }
 
 TEST(DeviceTraffic, OnlyOneCounterAtATime) {

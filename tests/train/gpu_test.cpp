@@ -121,8 +121,10 @@ TEST(Gpu, ATrainingStepCopiesItsBatchUpAndTwoNumbersDown) {
       txl::DeviceTraffic traffic;
       const auto r = step.run(b, 1e-3);
       EXPECT_TRUE(std::isfinite(r.mean_loss()) && std::isfinite(r.grad_norm)) << "bf16 " << bf16;
-      EXPECT_EQ(traffic.counts().moves, 5 * 2 + 1) << "bf16 " << bf16;
-      EXPECT_EQ(traffic.counts().reads, 0) << "bf16 " << bf16;
+      std::string calls;
+      for (const auto& call : traffic.calls()) calls += "\n  " + call;
+      EXPECT_EQ(traffic.counts().moves, 5 * 2 + 1) << "bf16 " << bf16 << ", counted:" << calls;
+      EXPECT_EQ(traffic.counts().reads, 0) << "bf16 " << bf16 << ", counted:" << calls;
     }
     for (const auto& m : step.memory())
       for (const auto& layer : m.layers) EXPECT_TRUE(layer.is_cuda());
