@@ -13,7 +13,7 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/flops.h"
 #include "txl/models/transformer_lm.h"
-#include "txl/util/blas_threads.h"
+#include "txl/util/cpu.h"
 #include "txl/util/error.h"
 #include "txl/util/json.h"
 #include "txl/util/log.h"

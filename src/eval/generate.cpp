@@ -5,9 +5,8 @@
 #include <numeric>
 #include <optional>
 
-#include "txl/ops/row_reductions.h"
+#include "txl/ops/projection.h"
 #include "txl/ops/sampling.h"
-#include "txl/util/blas_threads.h"
 #include "txl/util/error.h"
 #include "txl/util/random.h"
 
@@ -382,7 +381,7 @@ GenerateResult generate(models::TransformerLM& model,
   check_request(model, prompts, options, tokenizer);
   model->eval();
   torch::NoGradGuard no_grad;
-  util::CoresToBlas cores_to_blas;  // one pool of threads, not two taking turns
+  ops::ProductThreads product_threads;  // one pool of threads, not two taking turns
   GenerateResult result;
   result.rows.resize(prompts.size());
   result.context_tokens = static_cast<std::int64_t>(options.context.size());

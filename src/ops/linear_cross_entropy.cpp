@@ -4,7 +4,6 @@
 
 #include "txl/util/autocast.h"
 #include "txl/util/cpu.h"
-#include "vector_math.h"
 
 // Shapes: N rows, n rows of one block, d input width, V classes.
 

@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "txl/kernels/row_reductions.h"
+#include "txl/kernels/vector_loops.h"
 #include "txl/util/error.h"
 
 namespace txl::ops {
@@ -53,6 +55,12 @@ torch::Tensor draw(const torch::Tensor& scores, const torch::Tensor& uniforms) {
   auto valid = probs.gather(1, index) > 0;                            // [B, 1]
   index = torch::where(valid, index, probs.argmax(1, /*keepdim=*/true));  // [B, 1]
   return index.squeeze(1);                                            // [B]
+}
+
+torch::Tensor argmax_rows(const torch::Tensor& x) {
+  TXL_CHECK(x.defined() && x.dim() == 2 && x.size(1) >= 1, "argmax_rows: x must be [B, V >= 1]");
+  if (!kernels::vector_loops_take(x) || !x.is_contiguous()) return x.argmax(1);  // [B]
+  return kernels::argmax_rows(x);                                                  // [B]
 }
 
 }  // namespace txl::ops

@@ -1,5 +1,7 @@
 #include "txl/util/cpu.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -59,6 +61,13 @@ const char* to_string(CpuLevel level) {
       break;
   }
   return "default";
+}
+
+std::string openblas_core() {
+  using CoreName = char* (*)();
+  static const auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  const char* core = name != nullptr ? name() : nullptr;
+  return core != nullptr ? core : "";
 }
 
 }  // namespace txl::util

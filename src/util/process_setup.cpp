@@ -14,7 +14,6 @@
 #include <malloc.h>
 #endif
 
-#include "txl/util/blas_threads.h"
 #include "txl/util/cpu.h"
 #include "txl/util/error.h"
 

@@ -6,6 +6,10 @@
 // ("models, dist and below" reads the same as "models, dist"), "everything below" is every
 // row above it, and words that name no level (std, torch, nlohmann-json) are not levels.
 // A row may only name rows above it: the table is the ladder, bottom first.
+//
+// A private level (its "what lives there" cell starts "Private to `owner`") is a floor under its
+// owner alone: only the owner may name it, and naming the owner brings what the owner may use
+// but not the private level, so nothing above the owner includes it.
 
 #include <gtest/gtest.h>
 
@@ -29,7 +33,8 @@ namespace stdfs = std::filesystem;
 struct Ladder {
   std::vector<std::string> levels;                      // table order, bottom first
   std::map<std::string, std::set<std::string>> may_use;  // level -> levels below it it may use
-  std::vector<std::string> errors;                       // a row naming itself or a row above it
+  std::map<std::string, std::string> owner;              // private level -> the one level above
+  std::vector<std::string> errors;  // a row naming itself, a row above it, or another's floor
 };
 
 std::string trim(const std::string& s) {
@@ -46,16 +51,20 @@ std::vector<std::string> cells(const std::string& row) {
   return out;
 }
 
-// (level, "may use" cell) of each row of the table, bottom first.
-std::vector<std::pair<std::string, std::string>> table_rows(const stdfs::path& contributing) {
-  std::vector<std::pair<std::string, std::string>> rows;
+struct Row {
+  std::string level, what, may_use;
+};
+
+// The rows of the table, bottom first.
+std::vector<Row> table_rows(const stdfs::path& contributing) {
+  std::vector<Row> rows;
   std::istringstream in(txl::fs::read_file(contributing));
   bool in_section = false;
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("## ", 0) == 0) in_section = line == "## Levels of abstraction";
     if (!in_section || line.rfind("| `", 0) != 0) continue;
     const auto row = cells(line);
-    if (row.size() >= 3) rows.emplace_back(row[0], row[2]);
+    if (row.size() >= 3) rows.push_back({row[0], row[1], row[2]});
   }
   return rows;
 }
@@ -65,9 +74,16 @@ std::vector<std::pair<std::string, std::string>> table_rows(const stdfs::path& c
 Ladder read_ladder(const stdfs::path& contributing) {
   const auto rows = table_rows(contributing);
   std::set<std::string> names;
-  for (const auto& row : rows) names.insert(row.first);
   Ladder ladder;
-  for (const auto& [level, cell] : rows) {
+  static const std::regex private_to(R"(^Private to `([a-z_]+)`)");
+  for (const auto& row : rows) {
+    names.insert(row.level);
+    std::smatch m;
+    if (std::regex_search(row.what, m, private_to)) ladder.owner[row.level] = m[1];
+  }
+  for (const auto& row : rows) {
+    const auto& level = row.level;
+    const auto& cell = row.may_use;
     auto& allowed = ladder.may_use[level];
     std::string text = std::regex_replace(cell, std::regex(R"(\band below\b)"), "");
     text = std::regex_replace(text, std::regex(R"(\band\b)"), ",");
@@ -75,10 +91,17 @@ Ladder read_ladder(const stdfs::path& contributing) {
     for (std::string word; std::getline(in, word, ',');) {
       word = trim(word);
       if (word == "everything below") {
-        allowed.insert(ladder.levels.begin(), ladder.levels.end());
+        for (const auto& below : ladder.levels) {
+          if (ladder.owner.count(below) == 0) allowed.insert(below);
+        }
+      } else if (ladder.owner.count(word) && ladder.owner.at(word) != level) {
+        ladder.errors.push_back("`" + level + "` may use `" + word + "`, the private floor of `" +
+                                ladder.owner.at(word) + "`");
       } else if (ladder.may_use.count(word) && word != level) {
         allowed.insert(word);
-        allowed.insert(ladder.may_use[word].begin(), ladder.may_use[word].end());
+        for (const auto& below : ladder.may_use[word]) {
+          if (ladder.owner.count(below) == 0) allowed.insert(below);  // not the owner's floor
+        }
       } else if (names.count(word)) {
         ladder.errors.push_back("`" + level + "` may use `" + word + "`, not a row above it");
       }  // else std, torch, a library: not a level
@@ -183,6 +206,41 @@ TEST(Ladder, ARowNamingALevelAboveItIsAnError) {
   ASSERT_EQ(ladder.errors.size(), 1u) << lines(ladder.errors);
   EXPECT_EQ(ladder.errors[0], "`util` may use `ops`, not a row above it");
   EXPECT_EQ(ladder.may_use.at("ops"), std::set<std::string>{"util"});
+}
+
+// A private floor: its owner includes it, a level above the owner does not (naming the owner
+// brings the owner's other levels, not its floor), and a row naming another's floor is an error.
+TEST(Ladder, APrivateFloorServesItsOwnerAlone) {
+  txl::test::TempDir dir;
+  txl::test::write_text(dir / kContributing.string(),
+                        "## Levels of abstraction\n\n| level | what | may use |\n| --- | --- | --- |\n"
+                        "| `util` | errors | std |\n"
+                        "| `kernels` | Private to `ops`: loops | util |\n"
+                        "| `ops` | masks | kernels, util |\n"
+                        "| `modules` | attention | ops |\n"
+                        "| `models` | the model | everything below |\n"
+                        "| `eval` | evaluation | models, kernels |\n");
+  const auto ladder = read_ladder(dir / kContributing.string());
+  EXPECT_EQ(ladder.may_use.at("ops"), (std::set<std::string>{"kernels", "util"}));
+  EXPECT_EQ(ladder.may_use.at("modules"), (std::set<std::string>{"ops", "util"}));
+  EXPECT_EQ(ladder.may_use.at("models"), (std::set<std::string>{"util", "ops", "modules"}));
+  ASSERT_EQ(ladder.errors.size(), 1u) << lines(ladder.errors);
+  EXPECT_EQ(ladder.errors[0], "`eval` may use `kernels`, the private floor of `ops`");
+  txl::test::write_text(dir / "src/ops/a.cpp", "#include \"txl/kernels/loops.h\"\n");
+  txl::test::write_text(dir / "src/modules/b.cpp", "#include \"txl/kernels/loops.h\"\n");
+  const auto wrong = wrong_way_includes(dir.path(), ladder);
+  ASSERT_EQ(wrong.size(), 1u) << lines(wrong);
+  EXPECT_EQ(wrong[0], "src/modules/b.cpp:1: `modules` includes txl/kernels/loops.h, but may not use `kernels`");
+}
+
+// The project's own table: ops alone uses the kernels' floor.
+TEST(Ladder, TheKernelsAreOpsPrivateFloor) {
+  const auto ladder = read_ladder(txl::test::source_dir() / kContributing);
+  ASSERT_TRUE(ladder.owner.count("kernels")) << "no private `kernels` row in " << kContributing;
+  EXPECT_EQ(ladder.owner.at("kernels"), "ops");
+  for (const auto& [level, allowed] : ladder.may_use) {
+    EXPECT_EQ(allowed.count("kernels") == 1, level == "ops") << level;
+  }
 }
 
 }  // namespace

@@ -59,7 +59,7 @@ std::filesystem::path bin_dir();
 // missing or lacks a package.
 std::string python();
 
-// OpenBLAS's own thread count, for tests of code that looks at it (util::blas_has_own_threads):
+// OpenBLAS's own thread count, for tests of code that looks at it (kernels::blas_has_own_threads):
 // set() changes it, and the count found at construction comes back when the object dies.
 // available() is false where the BLAS is not OpenBLAS (PyPI's LibTorch: MKL); set() then does
 // nothing.

@@ -4,13 +4,13 @@
 // a Projection, so a layer's formula is written once whatever runs it.
 //
 //   gradients needed, or a GPU, or half precision   LibTorch's linear (autograd as nn::Linear)
-//   packed panels and at most kPackedRows rows      ops::linear_packed (the weight streamed once,
-//                                                    16 rows' sums in registers; AVX-512)
+//   packed panels and at most kPackedRows rows      kernels::linear_packed (the weight streamed
+//                                                    once, 16 rows' sums in registers; AVX-512)
 //   one row                                          a matrix-vector product: for one row
 //                                                    OpenBLAS's sgemm is 2-3x slower than its
 //                                                    sgemv; where the BLAS has no threads of its
 //                                                    own (MKL; OpenBLAS on one thread), txl's
-//                                                    ops::matvec on LibTorch's threads
+//                                                    kernels::matvec on LibTorch's threads
 //   otherwise                                        LibTorch's linear over the rows as a matrix
 //
 // Legend: N rows of x, in input features, out output features, V vocabulary.
@@ -18,9 +18,14 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
-#include "txl/ops/packed_linear.h"
+#include "txl/kernels/packed_linear.h"
+
+namespace txl::kernels {
+class CoresToBlas;
+}  // namespace txl::kernels
 
 namespace txl::ops {
 
@@ -54,7 +59,7 @@ class Projection {
   friend torch::Tensor log_softmax_linear(const Projection& w, const torch::Tensor& hidden,
                                           const torch::Tensor& weight_t);
   torch::Tensor weight_, bias_;
-  PackedWeight packed_;
+  kernels::PackedWeight packed_;
 };
 
 // log_softmax(hidden W^T + b) over the last dimension, hidden [N, in] -> [N, out]: a plain
@@ -71,6 +76,21 @@ bool reads_transposed(const Projection& w, int64_t rows);
 // Moves the panels of the packed projections into one block of 2 MB pages, where the OS gives
 // them: a generated token streams every panel once per step.
 void share_pages(const std::vector<Projection*>& projections);
+
+// While it lives, a loop that alternates small products with LibTorch's parallel loops many
+// times a second (generation) runs with one pool of threads, not two taking turns on the
+// cores: LibTorch on one thread where the BLAS has threads of its own (kernels::CoresToBlas),
+// nothing changed elsewhere. Not copyable; nest them last-in first-out.
+class ProductThreads {
+ public:
+  ProductThreads();
+  ~ProductThreads();
+  ProductThreads(const ProductThreads&) = delete;
+  ProductThreads& operator=(const ProductThreads&) = delete;
+
+ private:
+  std::unique_ptr<kernels::CoresToBlas> guard_;
+};
 
 // An uninitialised tensor of `sizes` in one block of 2 MB pages where the OS gives them (a
 // decoder's keys and values, streamed at every step); ordinary memory elsewhere.

@@ -22,6 +22,11 @@ torch::Tensor top_k_filter(const torch::Tensor& scores, int64_t k);
 // txl::Error for p <= 0.
 torch::Tensor top_p_filter(const torch::Tensor& scores, double p);
 
+// The index of each row's largest entry, int64 [B], as torch::argmax(x, 1): the first of equal
+// maxima, and the first NaN in a row that has one. Any x [B, V] with V >= 1: txl's row loop
+// (kernels::argmax_rows) for a contiguous CPU float or double, LibTorch's argmax elsewhere.
+torch::Tensor argmax_rows(const torch::Tensor& x);
+
 // One index per row drawn from softmax(scores) [B, V]: the first index whose cumulative
 // probability exceeds uniforms[b] x the row's total (uniforms: double [B] in [0, 1)). Never an
 // entry of probability 0. Returns int64 [B].

@@ -5,6 +5,8 @@
 // x86-64 baseline); unset, the CPU's best. Tests run the kernels at each level the CPU has. The
 // libraries' own choices (OpenBLAS's core, oneDNN's bf16) follow the CPU, not the variable.
 
+#include <string>
+
 namespace txl::util {
 
 enum class CpuLevel { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
@@ -28,5 +30,9 @@ CpuLevel lowered_level(CpuLevel best, const char* asked);
 
 // "avx512", "avx2" or "default".
 const char* to_string(CpuLevel level);
+
+// The core OpenBLAS chose when it was loaded, e.g. "Haswell", "SkylakeX" (OPENBLAS_CORETYPE
+// when set); "" when the fp32 BLAS is not OpenBLAS (PyPI's LibTorch: MKL).
+std::string openblas_core();
 
 }  // namespace txl::util

@@ -1,8 +1,8 @@
-// ops::matvec equals torch::mv (+ bias): fp64 to 1e-12, fp32 to 1e-5 sqrt(in) (sums of `in`
+// kernels::matvec equals torch::mv (+ bias): fp64 to 1e-12, fp32 to 1e-5 sqrt(in) (sums of `in`
 // products of unit size round differently in another order), for row counts that are
 // and are not multiples of its blocks of four, and large enough to be split between threads.
-#include "txl/ops/matvec.h"
-#include "txl/ops/vector_loops.h"
+#include "txl/kernels/matvec.h"
+#include "txl/kernels/vector_loops.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 
 #include "support/test_support.h"
 
-namespace txl::ops {
+namespace txl::kernels {
 namespace {
 
 using txl::test::tensor_near;
@@ -42,4 +42,4 @@ TEST(Matvec, BadInputsAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace txl::ops
+}  // namespace txl::kernels

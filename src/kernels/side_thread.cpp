@@ -1,4 +1,4 @@
-#include "txl/util/side_thread.h"
+#include "txl/kernels/side_thread.h"
 
 #include <ATen/Parallel.h>
 #include <sched.h>
@@ -11,9 +11,9 @@
 #include <mutex>
 #include <thread>
 
-#include "txl/util/blas_threads.h"
+#include "txl/kernels/blas_threads.h"
 
-namespace txl::util {
+namespace txl::kernels {
 
 namespace {
 
@@ -123,4 +123,4 @@ void split_work(int64_t items, int64_t cost, const std::function<void(int64_t, i
   at::parallel_for(0, items, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, cost)), work);
 }
 
-}  // namespace txl::util
+}  // namespace txl::kernels

@@ -1,17 +1,17 @@
 #pragma once
 // A second thread for short loops between OpenBLAS's products. While OpenBLAS holds the cores
-// (util::CoresToBlas: LibTorch on one thread, as in generation on Debian's LibTorch) a loop of
+// (CoresToBlas: LibTorch on one thread, as in generation on Debian's LibTorch) a loop of
 // txl's own would run on the calling thread only; run_beside gives half of it to one persistent
 // side thread, which waits for work by yielding the core (sched_yield, as OpenBLAS's idle threads
 // do), so that the two take turns without spinning against each other, and sleeps after about
 // a millisecond without work. split_work picks it, or LibTorch's threads, for a loop of items:
-// ops::attend_cached (attention over cached keys), ops::log_softmax_rows_, ops::linear_packed
-// and ops::add_layer_norm in generation.
+// attend_cached (attention over cached keys), log_softmax_rows_, linear_packed
+// and add_layer_norm in generation.
 
 #include <cstdint>
 #include <functional>
 
-namespace txl::util {
+namespace txl::kernels {
 
 // Runs `there` on the side thread while the calling thread runs `here`, and returns when both
 // have finished; an exception of either is rethrown here (`here`'s first). When the side
@@ -27,4 +27,4 @@ void run_beside(const std::function<void()>& there, const std::function<void()>&
 // splits them between LibTorch's threads, about 16k multiply-adds a thread at least.
 void split_work(int64_t items, int64_t cost, const std::function<void(int64_t, int64_t)>& work);
 
-}  // namespace txl::util
+}  // namespace txl::kernels

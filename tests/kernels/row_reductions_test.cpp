@@ -1,8 +1,10 @@
-// ops::log_softmax_rows_ equals log_softmax(x + bias) computed in fp64 (fp64 to 1e-12, fp32 to
+// kernels::log_softmax_rows_ equals log_softmax(x + bias) computed in fp64 (fp64 to 1e-12, fp32 to
 // 2e-6 plus 1e-6 relative) for rows short and long, with and without the bias, and each row's
 // probabilities sum to 1; -inf stays -inf, NaN stays in its row; threads change no bit.
-// ops::argmax_rows equals torch::argmax, ties and NaNs included, on every path.
-#include "txl/ops/row_reductions.h"
+// ops::argmax_rows equals torch::argmax, ties and NaNs included, on every path (the kernel for
+// contiguous CPU float and double, LibTorch's argmax elsewhere).
+#include "txl/kernels/row_reductions.h"
+#include "txl/ops/sampling.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +12,7 @@
 
 #include "support/test_support.h"
 
-namespace txl::ops {
+namespace txl::kernels {
 namespace {
 
 using txl::test::tensor_equal;
@@ -45,7 +47,7 @@ TEST(LogSoftmaxRows, EqualsTorchLogSoftmax) {
   }
 }
 
-// Rows give the same bits whichever thread computes them (util::split_work's side thread where
+// Rows give the same bits whichever thread computes them (split_work's side thread where
 // OpenBLAS has two threads, the caller where it has one).
 TEST(LogSoftmaxRows, SideThreadChangesNoBit) {
   test::OpenBlasThreads blas;  // restores OpenBLAS's count
@@ -84,7 +86,7 @@ TEST(ArgmaxRows, EqualsTorchArgmaxWithTiesAndNans) {
     SCOPED_TRACE(dtype);
     torch::manual_seed(5);
     auto x = torch::randn({16, 12871}, torch::dtype(dtype));  // [B, V]
-    EXPECT_TRUE(tensor_equal(argmax_rows(x), x.argmax(1)));
+    EXPECT_TRUE(tensor_equal(ops::argmax_rows(x), x.argmax(1)));
     auto ties = torch::zeros({4, 9}, torch::dtype(dtype));  // [B, V]
     ties[0][3] = 2;
     ties[0][6] = 2;  // first of equal maxima: 3
@@ -93,13 +95,13 @@ TEST(ArgmaxRows, EqualsTorchArgmaxWithTiesAndNans) {
     ties[1][0] = 5;
     ties[2].fill_(-kInf);  // all -inf: 0
     ties[3][8] = 1;        // the last entry
-    EXPECT_TRUE(tensor_equal(argmax_rows(ties), torch::tensor({3, 2, 0, 8}, torch::kLong)));
-    EXPECT_TRUE(tensor_equal(argmax_rows(ties), ties.argmax(1)));
+    EXPECT_TRUE(tensor_equal(ops::argmax_rows(ties), torch::tensor({3, 2, 0, 8}, torch::kLong)));
+    EXPECT_TRUE(tensor_equal(ops::argmax_rows(ties), ties.argmax(1)));
     auto strided = x.t().contiguous().t();  // [B, V], not contiguous: LibTorch's argmax
-    EXPECT_TRUE(tensor_equal(argmax_rows(strided), x.argmax(1)));
+    EXPECT_TRUE(tensor_equal(ops::argmax_rows(strided), x.argmax(1)));
   }
   auto half = torch::randn({2, 5}).to(torch::kHalf);
-  EXPECT_TRUE(tensor_equal(argmax_rows(half), half.argmax(1)));
+  EXPECT_TRUE(tensor_equal(ops::argmax_rows(half), half.argmax(1)));
 }
 
 TEST(RowReductions, BadInputsAreClearErrors) {
@@ -112,9 +114,9 @@ TEST(RowReductions, BadInputsAreClearErrors) {
   TXL_EXPECT_THROW_WITH(log_softmax_rows_(flat), "x must be a contiguous CPU float");
   TXL_EXPECT_THROW_WITH(log_softmax_rows_(x, torch::randn({4})), "bias must be contiguous [V = 3]");
   TXL_EXPECT_THROW_WITH(log_softmax_rows_(x, torch::randn({3}, torch::kDouble)), "bias must be");
-  TXL_EXPECT_THROW_WITH(argmax_rows(flat), "argmax_rows: x must be [B, V >= 1]");
-  TXL_EXPECT_THROW_WITH(argmax_rows(torch::zeros({2, 0})), "argmax_rows: x must be");
+  TXL_EXPECT_THROW_WITH(ops::argmax_rows(flat), "argmax_rows: x must be [B, V >= 1]");
+  TXL_EXPECT_THROW_WITH(ops::argmax_rows(torch::zeros({2, 0})), "argmax_rows: x must be");
 }
 
 }  // namespace
-}  // namespace txl::ops
+}  // namespace txl::kernels

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-namespace txl::ops {
+namespace txl::kernels {
 
 // TXL_AVX512 before a function compiles it for AVX-512 (F, VL, BW, DQ) whatever the build's
 // flags; call it only where cpu_has_avx512(). Defined on x86-64 with GCC or clang only
@@ -63,4 +63,4 @@ inline __attribute__((always_inline)) float exp_nonpositive(float x) {
 
 inline __attribute__((always_inline)) double exp_nonpositive(double x) { return std::exp(x); }
 
-}  // namespace txl::ops
+}  // namespace txl::kernels

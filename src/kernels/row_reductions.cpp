@@ -1,5 +1,5 @@
-#include "txl/ops/row_reductions.h"
-#include "txl/ops/vector_loops.h"
+#include "txl/kernels/row_reductions.h"
+#include "txl/kernels/vector_loops.h"
 
 #include <ATen/record_function.h>
 
@@ -9,11 +9,11 @@
 #include <limits>
 
 #include "txl/util/error.h"
-#include "txl/util/side_thread.h"
+#include "txl/kernels/side_thread.h"
 #include "vector_clones.h"
-#include "vector_math.h"
+#include "txl/kernels/vector_math.h"
 
-namespace txl::ops {
+namespace txl::kernels {
 
 namespace {
 
@@ -82,7 +82,7 @@ void log_softmax_all(torch::Tensor& x, const torch::Tensor& bias) {
   T* xp = x.data_ptr<T>();
   const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
   // About three operations per entry (max, exp, subtract).
-  util::split_work(rows, 3 * n, [&](int64_t begin, int64_t end) {
+  split_work(rows, 3 * n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) log_softmax_row_of(xp + r * n, bp, n);
   });
 }
@@ -94,7 +94,7 @@ void argmax_all(const torch::Tensor& x, torch::Tensor& out) {
   auto* op = out.data_ptr<int64_t>();
   // About two operations per entry (max, compare); the rows as log_softmax_all splits them, so
   // that each thread reads the rows it has just written.
-  util::split_work(rows, 2 * n, [&](int64_t begin, int64_t end) {
+  split_work(rows, 2 * n, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) op[r] = argmax_row_of(xp + r * n, n);
   });
 }
@@ -114,12 +114,12 @@ torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias) {
 }
 
 torch::Tensor argmax_rows(const torch::Tensor& x) {
-  TXL_CHECK(x.defined() && x.dim() == 2 && x.size(1) >= 1, "argmax_rows: x must be [B, V >= 1]");
-  if (!vector_loops_take(x) || !x.is_contiguous()) return x.argmax(1);  // [B]
+  TXL_CHECK(vector_loops_take(x) && x.dim() == 2 && x.size(1) >= 1 && x.is_contiguous(),
+            "argmax_rows: x must be a contiguous CPU float or double [B, V >= 1]");
   RECORD_FUNCTION("txl::argmax_rows", std::vector<c10::IValue>({x}));   // in profiles
   auto out = torch::empty({x.size(0)}, torch::kLong);                   // [B]
   for_vector_dtype(x, [&](auto zero) { argmax_all<decltype(zero)>(x, out); });
   return out;
 }
 
-}  // namespace txl::ops
+}  // namespace txl::kernels

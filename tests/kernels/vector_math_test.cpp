@@ -1,9 +1,9 @@
-// The vector loops' exp (src/ops/vector_math.h) equals std::exp to 2e-7 relative over the
+// The vector loops' exp (txl/kernels/vector_math.h) equals std::exp to 2e-7 relative over the
 // floats a softmax gives it, and is defined for every float: NaN gives NaN, +inf gives +inf,
 // -inf the documented floor exp(-87). This file is built with UndefinedBehaviorSanitizer
 // (float-cast-overflow and shifts included, no recovery): an infinity or a NaN converted to an
 // integer, as the exp did before it clamped, stops the test.
-#include "../../src/ops/vector_math.h"
+#include "txl/kernels/vector_math.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <limits>
 #include <vector>
 
-namespace txl::ops {
+namespace txl::kernels {
 namespace {
 
 // Through a volatile, so the compiler cannot fold the calls at compile time.
@@ -66,4 +66,4 @@ TEST(VectorExp, ALoopOverNonFiniteScoresKeepsThemApart) {
 }
 
 }  // namespace
-}  // namespace txl::ops
+}  // namespace txl::kernels

@@ -1,14 +1,14 @@
-// ops::add_layer_norm equals torch::layer_norm(x + y) against fp64: to 1e-12 in fp64 and 1e-5
+// kernels::add_layer_norm equals torch::layer_norm(x + y) against fp64: to 1e-12 in fp64 and 1e-5
 // in fp32, with and without the affine weight and bias, for widths that are and are not
 // multiples of a vector, leading dimensions kept, rows far from zero mean (the centring is what
 // fp32 gets wrong when moments are summed naively), and bad inputs as clear errors.
-#include "txl/ops/layer_norm.h"
+#include "txl/kernels/layer_norm.h"
 
 #include <gtest/gtest.h>
 
 #include "support/test_support.h"
 
-namespace txl::ops {
+namespace txl::kernels {
 namespace {
 
 using txl::test::tensor_near;
@@ -70,4 +70,4 @@ TEST(AddLayerNorm, BadInputsAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace txl::ops
+}  // namespace txl::kernels

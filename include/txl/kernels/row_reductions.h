@@ -8,19 +8,19 @@
 
 #include <torch/torch.h>
 
-namespace txl::ops {
+namespace txl::kernels {
 
 // x [B, V] becomes log_softmax(x + bias) along V, in place, and is returned. bias [V] or
 // undefined. x contiguous, CPU float or double (vector_loops_take); bias of x's dtype. fp32:
 // within 2e-6 of the exact values (exp to 1e-7, sums in fp64; LibTorch's fp32 log_softmax sums
 // in fp32); fp64: to 1e-12. -inf stays -inf; a NaN or +inf makes its row NaN. Throws txl::Error
 // for a shape, dtype or device it does not take. Rows are split between threads by
-// util::split_work.
+// split_work.
 torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias = {});
 
 // The index of each row's largest entry, int64 [B], as torch::argmax(x, 1): the first of equal
-// maxima, and the first NaN in a row that has one. Any x [B, V] with V >= 1; txl's vector loops
-// for a contiguous CPU float or double, LibTorch's argmax elsewhere.
+// maxima, and the first NaN in a row that has one. x [B, V >= 1] contiguous, CPU float or double
+// (vector_loops_take; ops::argmax_rows takes any x). Throws txl::Error for what it does not take.
 torch::Tensor argmax_rows(const torch::Tensor& x);
 
-}  // namespace txl::ops
+}  // namespace txl::kernels

@@ -1,5 +1,5 @@
-#include "txl/ops/matvec.h"
-#include "txl/ops/vector_loops.h"
+#include "txl/kernels/matvec.h"
+#include "txl/kernels/vector_loops.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -10,7 +10,7 @@
 #include "txl/util/error.h"
 #include "vector_clones.h"
 
-namespace txl::ops {
+namespace txl::kernels {
 
 namespace {
 
@@ -94,4 +94,4 @@ torch::Tensor matvec(const torch::Tensor& w, const torch::Tensor& x, const torch
   return y;
 }
 
-}  // namespace txl::ops
+}  // namespace txl::kernels

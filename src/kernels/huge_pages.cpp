@@ -1,4 +1,4 @@
-#include "txl/util/huge_pages.h"
+#include "txl/kernels/huge_pages.h"
 
 #include <c10/util/accumulate.h>
 
@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #endif
 
-namespace txl::util {
+namespace txl::kernels {
 
 namespace {
 
@@ -86,4 +86,4 @@ void share_huge_block(const std::vector<torch::Tensor*>& tensors) {
   }
 }
 
-}  // namespace txl::util
+}  // namespace txl::kernels

@@ -11,7 +11,7 @@
 //
 // Kernels: AVX-512 (16 rows at a time) where the CPU has it, else a portable loop (4 rows at a
 // time) that compilers vectorise for the baseline. Panels are split between threads by
-// util::split_work.
+// split_work.
 //
 // Legend: N rows of x, in input features, out output features, L lanes (64 bytes of T),
 // P = ceil(out / L) panels.
@@ -20,7 +20,7 @@
 
 #include <cstdint>
 
-namespace txl::ops {
+namespace txl::kernels {
 
 struct PackedWeight {
   torch::Tensor panels;  // [P, in, L]: panels[p][k][j] = W[p L + j][k], 0 beyond out
@@ -60,4 +60,4 @@ struct LinearOptions {
 torch::Tensor linear_packed(const torch::Tensor& x, const PackedWeight& w,
                             const LinearOptions& options = {});
 
-}  // namespace txl::ops
+}  // namespace txl::kernels

@@ -1,7 +1,7 @@
-// util::run_beside: both halves run, `there` on another thread; exceptions of either half come
+// run_beside: both halves run, `there` on another thread; exceptions of either half come
 // back to the caller after both are done; concurrent callers each get all their work done;
-// a forked child gets a side thread of its own; util::split_work runs every item once.
-#include "txl/util/side_thread.h"
+// a forked child gets a side thread of its own; split_work runs every item once.
+#include "txl/kernels/side_thread.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -14,7 +14,7 @@
 
 #include "support/test_support.h"
 
-namespace txl::util {
+namespace txl::kernels {
 namespace {
 
 TEST(RunBeside, RunsBothHalvesAndTheFirstOnAnotherThread) {
@@ -100,4 +100,4 @@ TEST(SplitWork, RunsEveryItemOnce) {
 }
 
 }  // namespace
-}  // namespace txl::util
+}  // namespace txl::kernels

@@ -1,10 +1,10 @@
 #pragma once
-// What txl's own vector loops (ops::attend_cached, ops::matvec) take: CPU tensors of float or
-// double. Elsewhere (a GPU, half precision) callers keep LibTorch's ops.
+// What txl's own vector loops (attend_cached, matvec and the others here) take: CPU tensors of
+// float or double. Elsewhere (a GPU, half precision) ops keeps LibTorch's operations.
 
 #include <torch/torch.h>
 
-namespace txl::ops {
+namespace txl::kernels {
 
 inline bool vector_loops_take(const torch::Tensor& t) {
   return t.defined() && t.is_cpu() && !t.is_sparse() &&
@@ -22,4 +22,4 @@ void for_vector_dtype(const torch::Tensor& t, F&& f) {
   }
 }
 
-}  // namespace txl::ops
+}  // namespace txl::kernels

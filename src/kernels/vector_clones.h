@@ -28,9 +28,9 @@
   ret name params { return body args; }
 #endif
 
-namespace txl::ops {
+namespace txl::kernels {
 
-// Whether txl's AVX-512 kernels run (ops::linear_packed, ops::attend_cached, compiled with an
+// Whether txl's AVX-512 kernels run (linear_packed, attend_cached, compiled with an
 // explicit target attribute): the CPU has AVX-512 F, VL, BW and DQ and TXL_CPU_CAPABILITY does
 // not lower the level (util/cpu.h). False off x86-64.
 inline bool cpu_has_avx512() {
@@ -41,4 +41,4 @@ inline bool cpu_has_avx512() {
 #endif
 }
 
-}  // namespace txl::ops
+}  // namespace txl::kernels

@@ -8,13 +8,7 @@
 // was slower still (one row: 1,122 tokens/s against 3,046): OpenBLAS's matrix-vector product on
 // one thread reaches a quarter of what it reaches on two.
 
-#include <string>
-
-namespace txl::util {
-
-// The core OpenBLAS chose when it was loaded, e.g. "Haswell", "SkylakeX" (OPENBLAS_CORETYPE
-// when set); "" when the fp32 BLAS is not OpenBLAS (PyPI's LibTorch: MKL).
-std::string openblas_core();
+namespace txl::kernels {
 
 // Whether the fp32 BLAS is OpenBLAS running on more than one thread of its own.
 bool blas_has_own_threads();
@@ -36,4 +30,4 @@ class CoresToBlas {
   int saved_ = 0;  // LibTorch's thread count before; 0 = unchanged
 };
 
-}  // namespace txl::util
+}  // namespace txl::kernels

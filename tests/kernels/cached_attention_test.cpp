@@ -1,16 +1,16 @@
-// ops::attend_cached against the definition written with tensor ops: scores of the content and
+// kernels::attend_cached against the definition written with tensor ops: scores of the content and
 // the relative position, the visible keys only, softmax, weighted values. fp64 with a tolerance
 // of 1e-12, fp32 with 2e-5, through both kernels (kBest: AVX-512 for float heads of 16 N where the
 // CPU has it; kPortable); the new key and value land in their slot; bad inputs are errors.
-#include "txl/ops/cached_attention.h"
-#include "txl/ops/vector_loops.h"
-#include "txl/util/blas_threads.h"
+#include "txl/kernels/cached_attention.h"
+#include "txl/kernels/vector_loops.h"
+#include "txl/kernels/blas_threads.h"
 
 #include <gtest/gtest.h>
 
 #include "support/test_support.h"
 
-namespace txl::ops {
+namespace txl::kernels {
 namespace {
 
 using txl::test::tensor_near;
@@ -122,7 +122,7 @@ TEST(AttendCached, HiddenKeysDoNotCount) {
 }
 
 // The (row, head) pairs give the same bits whichever thread computes them: with OpenBLAS on
-// two threads (half of them on util::run_beside's side thread) and on one (all on the caller).
+// two threads (half of them on run_beside's side thread) and on one (all on the caller).
 TEST(AttendCached, SideThreadChangesNoBit) {
   test::OpenBlasThreads blas;  // restores OpenBLAS's count
   if (!blas.available()) GTEST_SKIP() << "the BLAS is not OpenBLAS";
@@ -131,7 +131,7 @@ TEST(AttendCached, SideThreadChangesNoBit) {
     auto alone = in;
     alone.keys.buffer = in.keys.buffer.clone();
     blas.set(2);
-    ASSERT_TRUE(util::blas_has_own_threads());
+    ASSERT_TRUE(blas_has_own_threads());
     auto split = attend_cached(in.qkv, in.keys, in.k_len, in.first);  // [B, H D]
     blas.set(1);
     auto serial = attend_cached(alone.qkv, alone.keys, alone.k_len, alone.first);  // [B, H D]
@@ -178,4 +178,4 @@ TEST(AttendCached, BadInputsAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace txl::ops
+}  // namespace txl::kernels

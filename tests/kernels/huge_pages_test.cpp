@@ -1,8 +1,8 @@
-// util::empty_huge: on Linux, blocks of at least 1 MB are 2 MB-aligned, hold what is written to
+// empty_huge: on Linux, blocks of at least 1 MB are 2 MB-aligned, hold what is written to
 // them, are in 2 MB pages where the kernel allows it, and are unmapped when the tensor dies;
-// smaller ones are torch::empty's. util::share_huge_block keeps every tensor's values and shape,
+// smaller ones are torch::empty's. share_huge_block keeps every tensor's values and shape,
 // each on its own 64-byte line of one storage, and refuses what it cannot move.
-#include "txl/util/huge_pages.h"
+#include "txl/kernels/huge_pages.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-namespace txl::util {
+namespace txl::kernels {
 namespace {
 
 uintptr_t address(const torch::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); }
@@ -175,4 +175,4 @@ TEST(ShareHugeBlock, MixedDtypesAndUndefinedTensorsAreErrors) {
 }
 
 }  // namespace
-}  // namespace txl::util
+}  // namespace txl::kernels

@@ -1,19 +1,19 @@
-// ops::linear_packed equals torch::linear (+ relu) against a reference in fp64: the fp64 product
+// kernels::linear_packed equals torch::linear (+ relu) against a reference in fp64: the fp64 product
 // to 1e-12, the fp32 one to 1e-5 sqrt(in) (sums of `in` unit-sized products in another order).
 // Row counts cover every block size of both kernels and their remainders (1 .. 17, 33), widths
 // that are and are not multiples of a panel (out 1, 15, 16, 17, 12871), and inputs with an odd
 // number of features (the split sums' remainder). The AVX-512 and portable kernels agree; the
 // threads' split of the panels changes no bit; packing pads with zeros; bad inputs are errors.
-#include "txl/ops/packed_linear.h"
+#include "txl/kernels/packed_linear.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "support/test_support.h"
-#include "txl/util/blas_threads.h"
+#include "txl/kernels/blas_threads.h"
 
-namespace txl::ops {
+namespace txl::kernels {
 namespace {
 
 using txl::test::tensor_near;
@@ -106,7 +106,7 @@ TEST(LinearPacked, ThreadsChangeNoBit) {
     auto x = torch::randn({16, 256}, torch::dtype(dtype));     // [16, d]
     const auto packed = pack_weight(w);
     blas.set(2);
-    ASSERT_TRUE(util::blas_has_own_threads());
+    ASSERT_TRUE(blas_has_own_threads());
     auto split = linear_packed(x, packed);  // [16, V]
     blas.set(1);
     auto serial = linear_packed(x, packed);  // [16, V]
@@ -163,4 +163,4 @@ TEST(LinearPacked, BadInputsAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace txl::ops
+}  // namespace txl::kernels

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace txl::util {
+namespace txl::kernels {
 
 // Blocks of at least this many bytes are 2 MB-aligned and marked for 2 MB pages; smaller ones
 // come from torch::empty (rounding them up would waste more than it gains).
@@ -38,4 +38,4 @@ torch::Tensor empty_huge(at::IntArrayRef sizes, const torch::TensorOptions& opti
 // dtypes.
 void share_huge_block(const std::vector<torch::Tensor*>& tensors);
 
-}  // namespace txl::util
+}  // namespace txl::kernels

@@ -1,5 +1,5 @@
-#include "txl/ops/packed_linear.h"
-#include "txl/ops/vector_loops.h"
+#include "txl/kernels/packed_linear.h"
+#include "txl/kernels/vector_loops.h"
 
 #include <ATen/record_function.h>
 
@@ -8,11 +8,11 @@
 #include <cstring>
 
 #include "txl/util/error.h"
-#include "txl/util/side_thread.h"
+#include "txl/kernels/side_thread.h"
 #include "vector_clones.h"
-#include "vector_math.h"
+#include "txl/kernels/vector_math.h"
 
-namespace txl::ops {
+namespace txl::kernels {
 
 namespace {
 
@@ -182,7 +182,7 @@ void run(const torch::Tensor& x, const PackedWeight& w, const LinearOptions& o, 
   }
   c.x = c.rows > 1 ? blocks.data_ptr<T>() : x.data_ptr<T>();
   // One panel costs rows x in x L multiply-adds; with few rows, reading it costs more.
-  util::split_work(w.panels.size(0), std::max<int64_t>(c.rows, 4) * c.in * Lanes<T>::kCount,
+  split_work(w.panels.size(0), std::max<int64_t>(c.rows, 4) * c.in * Lanes<T>::kCount,
                    [&](int64_t begin, int64_t end) {
                      if (vectorised) {
                        panels_avx512(c, begin, end);
@@ -256,4 +256,4 @@ torch::Tensor linear_packed(const torch::Tensor& x, const PackedWeight& w,
   return y;
 }
 
-}  // namespace txl::ops
+}  // namespace txl::kernels

@@ -1,17 +1,10 @@
-#include "txl/util/blas_threads.h"
+#include "txl/kernels/blas_threads.h"
 
 #include <dlfcn.h>
 
 #include <ATen/Parallel.h>
 
-namespace txl::util {
-
-std::string openblas_core() {
-  using CoreName = char* (*)();
-  static const auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
-  const char* core = name != nullptr ? name() : nullptr;
-  return core != nullptr ? core : "";
-}
+namespace txl::kernels {
 
 bool blas_has_own_threads() {
   using GetThreads = int (*)();
@@ -32,4 +25,4 @@ CoresToBlas::~CoresToBlas() {
   if (saved_ > 0) at::set_num_threads(saved_);
 }
 
-}  // namespace txl::util
+}  // namespace txl::kernels

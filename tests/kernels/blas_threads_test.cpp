@@ -1,13 +1,13 @@
-// util::CoresToBlas: LibTorch on one thread while it lives exactly when OpenBLAS has threads of
+// CoresToBlas: LibTorch on one thread while it lives exactly when OpenBLAS has threads of
 // its own, and the count it found afterwards; nested guards unwind in order.
-#include "txl/util/blas_threads.h"
+#include "txl/kernels/blas_threads.h"
 
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include "support/test_support.h"
 
-namespace txl::util {
+namespace txl::kernels {
 namespace {
 
 TEST(CoresToBlas, GivesTheCoresToOpenBlasAndRestoresLibTorchsThreads) {
@@ -50,4 +50,4 @@ TEST(CoresToBlas, ChangesNothingWhenOpenBlasRunsOnOneThread) {
 }
 
 }  // namespace
-}  // namespace txl::util
+}  // namespace txl::kernels
