@@ -3,6 +3,7 @@
 #include <ostream>
 
 #include "txl/bench/generation.h"
+#include "txl/bench/products.h"
 #include "txl/bench/profile.h"
 #include "txl/bench/sweep.h"
 #include "txl/util/fs.h"
@@ -57,7 +58,11 @@ void run(const config::ExperimentConfig& config, const BenchRequest& request, st
   const bool profiles = request.profile || request.profile_eval || request.profile_generate;
   if (profiles) print_profiles(config, request, out);
   if (request.sweep) print_sweep(config, request, out);
-  if (profiles || request.sweep) return;
+  if (request.products) {
+    const auto timings = time_products(config, request.vocab, request.quick ? 3 : 7);
+    out << (request.json ? products_json(timings) + "\n" : products_table(timings));
+  }
+  if (profiles || request.sweep || request.products) return;
   BenchOptions options;
   options.vocab = request.vocab;
   options.threads = request.threads;

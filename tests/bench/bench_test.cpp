@@ -17,6 +17,7 @@
 #include "support/test_support.h"
 #include "txl/bench/bench.h"
 #include "txl/bench/measure.h"
+#include "txl/bench/products.h"
 #include "txl/bench/profile.h"
 #include "txl/bench/sweep.h"
 #include "txl/models/flops.h"
@@ -383,6 +384,26 @@ TEST(Bench, SweepPlotIntoAFolderNameAShellWouldSplitRunsNothing) {
   ASSERT_EQ(s.files.size(), 4u);
   EXPECT_EQ(s.files.back(), o.out_dir / "sweep.png");
   EXPECT_EQ(fs::read_file(o.out_dir / "sweep.png").substr(0, 8), std::string("\x89PNG\r\n\x1a\n"));
+}
+
+// --products: each of the model's five products at 1 and 16 rows, the three ways agreeing (or
+// the measurement throws), with the shapes of the model and the table and JSON naming each.
+TEST(Bench, ProductsAreTheModelsShapesAndAgree) {
+  const auto timings = time_products(tiny(), kVocab, 1);
+  ASSERT_EQ(timings.size(), 10u);
+  EXPECT_EQ(timings[0].name, "qkv");
+  EXPECT_EQ(timings[0].out, 3 * 2 * 8);
+  EXPECT_EQ(timings[3].in, 32);  // ff2: d_inner -> d
+  EXPECT_EQ(timings[4].out, kVocab);
+  for (const auto& t : timings) {
+    EXPECT_TRUE(t.rows == 1 || t.rows == 16) << t.name;
+    EXPECT_GT(t.libtorch_us, 0) << t.name;
+    EXPECT_GT(t.packed_us, 0) << t.name;
+  }
+  EXPECT_EQ(timings[9].rows, 16);
+  const auto json = nlohmann::json::parse(products_json(timings));
+  EXPECT_EQ(json.at("products").size(), 10u);
+  EXPECT_NE(products_table(timings).find("| vocab | 16 -> 50 | 16 |"), std::string::npos);
 }
 
 }  // namespace

@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
   app.add_option("--generate-context", request.generate_context,
                  "--profile-generate: prompt tokens and memory (default 128, the model's memory)")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--products", request.products,
+               "the decoding step's products: LibTorch, oneDNN and txl's packed panels");
   app.add_flag("--sweep", request.sweep, "scaling sweep: tables, csv, json and plot into --out");
   app.add_option("--out", request.sweep_out, "--sweep: output folder (default runs/bench)");
   app.add_option("--save", request.save, "also write the JSON object to this file");

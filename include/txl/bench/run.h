@@ -33,6 +33,8 @@ struct BenchRequest {
   std::int64_t generate_context = 0;
   // Instead of every measurement: the generation figures alone (BenchReport's generate_*).
   bool generate_only = false;
+  // Instead of the measurements: the decoding step's products three ways (bench/products.h).
+  bool products = false;
   // Instead of the measurements: the scaling sweep, tables on the stream and files in sweep_out.
   bool sweep = false;
   std::filesystem::path sweep_out = "runs/bench";
