@@ -317,17 +317,7 @@ TEST(IncrementalDecoder, ManyRowsEqualTheModelsForward) {
 // matrix-vector product, 16 through a matrix product). The control: the decoder with another
 // memory length misses the bound by far. models/gpu_decoding_test runs the same on CUDA.
 TEST(IncrementalDecoder, Fp32AtUsersSizesEqualsTheFp64Forward) {
-  for (const auto& c : txl::test::sized_decoding_cases()) {
-    SCOPED_TRACE(c.name);
-    const auto e = txl::test::sized_decoding_errors(c, torch::kCPU);
-    ASSERT_GT(e.spread, 0.3);  // not near uniform
-    EXPECT_LT(e.alone, txl::test::kSizedDecodingTolerance);
-    EXPECT_LT(e.batch, txl::test::kSizedDecodingTolerance);
-    EXPECT_GT(e.control, 20 * txl::test::kSizedDecodingTolerance);
-    std::cout << "[ fp32     ] " << c.name << ": decoding against the fp64 forward " << e.alone
-              << ", a row in a batch of 16 against alone " << e.batch << ", the control "
-              << e.control << "\n";
-  }
+  txl::test::expect_sized_decoding(torch::kCPU, "[ fp32     ] ");
 }
 
 TEST(IncrementalDecoder, BadInputsAreClearErrors) {

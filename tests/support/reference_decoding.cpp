@@ -1,6 +1,9 @@
 #include "support/reference_decoding.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
+#include <iostream>
 #include <vector>
 
 namespace txl::test {
@@ -151,6 +154,21 @@ SizedDecodingErrors sized_decoding_errors(const SizedDecodingCase& c, const torc
   (c.mem_len > 0 ? other.mem_len : other.tgt_len) += 1;
   e.control = max_difference(decoded_row(model, text.narrow(0, 0, 1), kPrompt, other), expected);
   return e;
+}
+
+void expect_sized_decoding(const torch::Device& device, const std::string& tag) {
+  for (const auto& c : sized_decoding_cases()) {
+    SCOPED_TRACE(c.name);
+    const auto e = sized_decoding_errors(c, device);
+    ASSERT_EQ(e.device.type(), device.type()) << e.device;
+    ASSERT_GT(e.spread, 0.3);  // not near uniform
+    EXPECT_LT(e.alone, kSizedDecodingTolerance);
+    EXPECT_LT(e.batch, kSizedDecodingTolerance);
+    EXPECT_GT(e.control, 20 * kSizedDecodingTolerance);
+    std::cout << tag << c.name << ": decoding against the fp64 forward " << e.alone
+              << ", a row in a batch of 16 against alone " << e.batch << ", the control "
+              << e.control << "\n";
+  }
 }
 
 }  // namespace txl::test

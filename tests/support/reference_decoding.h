@@ -58,4 +58,9 @@ struct SizedDecodingErrors {
 };
 SizedDecodingErrors sized_decoding_errors(const SizedDecodingCase& c, const torch::Device& device);
 
+// Every case on `device`, asserted (gtest): decoded there, not near uniform, decoding and a row
+// of the batch within kSizedDecodingTolerance, the control 20 times beyond; each case's figures
+// printed after `tag`.
+void expect_sized_decoding(const torch::Device& device, const std::string& tag);
+
 }  // namespace txl::test
