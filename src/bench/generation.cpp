@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "txl/config/device.h"
-#include "txl/eval/generate.h"
-#include "txl/eval/generate_run.h"
+#include "txl/generation/generate.h"
+#include "txl/generation/generate_run.h"
 #include "txl/util/error.h"
 
 namespace txl::bench {
@@ -15,7 +15,7 @@ namespace {
 struct Setup {
   models::TransformerLM model{nullptr};
   std::vector<std::vector<std::int64_t>> prompts;
-  eval::GenerateOptions options;
+  generation::GenerateOptions options;
 };
 
 Setup make_setup(const config::ExperimentConfig& config, std::int64_t vocab,
@@ -34,7 +34,7 @@ Setup make_setup(const config::ExperimentConfig& config, std::int64_t vocab,
   }
   config::ExperimentConfig lengths = config;
   if (o.mem_len >= 0) lengths.eval.mem_len = static_cast<int>(o.mem_len);
-  s.options.lengths = eval::decode_options(lengths);
+  s.options.lengths = generation::decode_options(lengths);
   s.options.temperature = 0;
   s.options.max_new_tokens = o.new_tokens;
   s.options.batch_size = o.batch_size;
@@ -47,9 +47,9 @@ Setup make_setup(const config::ExperimentConfig& config, std::int64_t vocab,
 GenerationResult measure_generation(const config::ExperimentConfig& config, std::int64_t vocab,
                                     const GenerationOptions& o) {
   auto s = make_setup(config, vocab, o);
-  for (int i = 0; i < o.warmup; ++i) eval::generate(s.model, s.prompts, s.options);
-  std::vector<eval::GenerateResult> runs;
-  for (int i = 0; i < o.repetitions; ++i) runs.push_back(eval::generate(s.model, s.prompts, s.options));
+  for (int i = 0; i < o.warmup; ++i) generation::generate(s.model, s.prompts, s.options);
+  std::vector<generation::GenerateResult> runs;
+  for (int i = 0; i < o.repetitions; ++i) runs.push_back(generation::generate(s.model, s.prompts, s.options));
   std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
     return a.generate_seconds < b.generate_seconds;
   });
@@ -69,8 +69,8 @@ GenerationResult measure_generation(const config::ExperimentConfig& config, std:
 StepProfile profile_generation(const config::ExperimentConfig& config, std::int64_t vocab,
                                const GenerationOptions& options, bool by_shape) {
   auto s = make_setup(config, vocab, options);
-  for (int i = 0; i < options.warmup; ++i) eval::generate(s.model, s.prompts, s.options);
-  auto profile = profile_call([&] { eval::generate(s.model, s.prompts, s.options); }, by_shape);
+  for (int i = 0; i < options.warmup; ++i) generation::generate(s.model, s.prompts, s.options);
+  auto profile = profile_call([&] { generation::generate(s.model, s.prompts, s.options); }, by_shape);
   profile.what = "one generation of " + std::to_string(options.new_tokens) + " tokens x " +
                  std::to_string(options.batch_size) + " rows after " +
                  std::to_string(options.context) + " prompt tokens";

@@ -9,7 +9,7 @@
 namespace txl::test {
 
 torch::Tensor segmented_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,
-                                  const models::DecodeOptions& o) {
+                                  const generation::DecodeOptions& o) {
   torch::NoGradGuard no_grad;
   models::Context ctx;
   ctx.mem_len = o.mem_len;
@@ -51,7 +51,7 @@ torch::Tensor one_pass_log_probs(models::TransformerLM& model, const torch::Tens
 }
 
 torch::Tensor reference_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,
-                                  const models::DecodeOptions& o) {
+                                  const generation::DecodeOptions& o) {
   const bool sliding =
       o.mem_len == 0 || config::uses_absolute_positions(model->config().attn_type);
   return sliding ? windowed_log_probs(model, tokens, o.tgt_len, o.clamp_len)
@@ -75,8 +75,8 @@ namespace {
 // The decoder's log-probabilities of one row after every position from prompt_len - 1 on,
 // reading the prompt at once and then one token at a time: [1, N - prompt_len + 1, V].
 torch::Tensor decoded_row(models::TransformerLM& model, const torch::Tensor& tokens,
-                          int64_t prompt_len, const models::DecodeOptions& o) {
-  models::IncrementalDecoder decoder(model, o, 1);
+                          int64_t prompt_len, const generation::DecodeOptions& o) {
+  generation::IncrementalDecoder decoder(model, o, 1);
   std::vector<torch::Tensor> out{decoder.read(tokens.narrow(1, 0, prompt_len)).unsqueeze(1)};
   for (int64_t t = prompt_len; t < tokens.size(1); ++t)
     out.push_back(decoder.read(tokens.narrow(1, t, 1)).unsqueeze(1));
@@ -113,7 +113,7 @@ SizedDecodingErrors sized_decoding_errors(const SizedDecodingCase& c, const torc
   model->eval();
   torch::manual_seed(22);
   const auto text = torch::randint(kBigVocab, {kRows, kLen}, torch::kLong);  // [16, N]
-  const models::DecodeOptions o{kTgt, c.mem_len, -1, false};
+  const generation::DecodeOptions o{kTgt, c.mem_len, -1, false};
   // The exact values: the fp64 forward on the CPU of a copy with the same weights.
   models::TransformerLM exact(config, kBigVocab);
   exact->to(torch::kDouble);
@@ -132,7 +132,7 @@ SizedDecodingErrors sized_decoding_errors(const SizedDecodingCase& c, const torc
   const auto alone = decoded_row(model, text.narrow(0, 0, 1), kPrompt, o);  // [1, steps + 1, V]
   e.alone = max_difference(alone, expected);
   // Row 0 in a batch of 16 whose other rows have longer prompts (left padding before row 0).
-  models::IncrementalDecoder batch(model, o, kRows);
+  generation::IncrementalDecoder batch(model, o, kRows);
   e.device = batch.weights().slots.device();
   const int64_t longest = kPrompt + kRows - 1;
   auto padded = torch::zeros({kRows, longest}, torch::kLong);
@@ -150,7 +150,7 @@ SizedDecodingErrors sized_decoding_errors(const SizedDecodingCase& c, const torc
     e.batch = std::max(e.batch, max_difference(lp[0], alone[0][t - kPrompt + 1]));
   }
   // The control: one more memory row (or a window one longer) is another computation.
-  models::DecodeOptions other = o;
+  generation::DecodeOptions other = o;
   (c.mem_len > 0 ? other.mem_len : other.tgt_len) += 1;
   e.control = max_difference(decoded_row(model, text.narrow(0, 0, 1), kPrompt, other), expected);
   return e;

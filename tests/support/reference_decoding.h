@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "txl/models/incremental.h"
+#include "txl/generation/incremental.h"
 #include "txl/models/transformer_lm.h"
 
 namespace txl::test {
@@ -15,7 +15,7 @@ namespace txl::test {
 // Evaluation in memory mode: segments of o.tgt_len, memory o.mem_len (clamp_len, same_length),
 // the model's plain path (no key/value cache).
 torch::Tensor segmented_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,
-                                  const models::DecodeOptions& o);
+                                  const generation::DecodeOptions& o);
 
 // Position t read by one forward over the last `window` tokens up to t, without memory.
 torch::Tensor windowed_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,
@@ -27,7 +27,7 @@ torch::Tensor one_pass_log_probs(models::TransformerLM& model, const torch::Tens
 // What the decoder must give for `o`: windowed for absolute positions or mem_len 0, else
 // segmented.
 torch::Tensor reference_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,
-                                  const models::DecodeOptions& o);
+                                  const generation::DecodeOptions& o);
 
 // Decoding at the sizes users run, in fp32: d_model 256, heads of 64, a vocabulary of 10,000,
 // 2 layers, segments of 16, a prompt of 21 and 35 decoded tokens. One case per attention type

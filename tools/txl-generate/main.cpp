@@ -13,7 +13,7 @@
 
 #include "txl/config/command_line.h"
 #include "txl/config/load.h"
-#include "txl/eval/generate_run.h"
+#include "txl/generation/generate_run.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/process_setup.h"
@@ -26,12 +26,12 @@ int main(int argc, char** argv) {
   experiment.config = txl::config::CommandLineOptions::Config::kAbsent;  // the checkpoint's own
   experiment.set_help = "override eval.*, run.threads or run.device of the checkpoint's experiment";
   txl::config::add_experiment_options(app, line, experiment);
-  txl::eval::GenerateRequest request;
-  txl::eval::add_generate_flags(app, line, request);
+  txl::generation::GenerateRequest request;
+  txl::generation::add_generate_flags(app, line, request);
   CLI11_PARSE(app, argc, argv);
   request.overrides = line.overrides;
   try {
-    const auto loaded = txl::eval::load_generation(request);
+    const auto loaded = txl::generation::load_generation(request);
     if (line.dump) {
       std::cout << txl::config::dump_experiment(loaded.config);
       txl::fs::flush_output(std::cout, "standard output");
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     setup.threads = loaded.config.run.threads;
     setup.apply(argv);  // may re-execute this program: before reading stdin
     txl::util::install_stop_handlers();  // Ctrl-C, SIGTERM: the text so far, then exit 130, 143
-    const int signal = txl::eval::run_generate(request, loaded, std::cin, std::cout,
+    const int signal = txl::generation::run_generate(request, loaded, std::cin, std::cout,
                                                &txl::util::stop_signal());
     txl::fs::flush_output(std::cout, "standard output");
     if (signal != 0) std::fprintf(stderr, "interrupted by signal %d; the output ends there\n", signal);

@@ -1,5 +1,5 @@
 #pragma once
-// The speed of generation (eval::generate): new tokens per second at a batch size, and the time
+// The speed of generation (generation::generate): new tokens per second at a batch size, and the time
 // per new token at a memory length, on a model of random weights (speed does not depend on
 // them) reading random prompts, greedy (no draw), no <eos>: every row generates every token.
 //
@@ -22,7 +22,7 @@ struct GenerationOptions {
   int warmup = 1;                 // untimed generations
   int repetitions = 3;            // timed ones (median)
   std::uint64_t seed = 1234;      // weights and prompts
-  bool drop_finished = true;      // eval::GenerateOptions::drop_finished
+  bool drop_finished = true;      // generation::GenerateOptions::drop_finished
 };
 
 struct GenerationResult {

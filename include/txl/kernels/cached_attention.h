@@ -1,6 +1,6 @@
 #pragma once
 // Attention of one new position per row over a buffer of cached keys and values: the step of
-// incremental decoding (models::IncrementalDecoder) with relative positions (Transformer-XL's
+// incremental decoding (generation::IncrementalDecoder) with relative positions (Transformer-XL's
 // u, v and projected encodings, Shaw's relative keys) or none. One pass per (row, head) on raw
 // memory: it replaces about ten tensor ops per layer and, on LibTorch 1.13 with OpenBLAS, a loop
 // of one small matrix product per row and head. The (row, head) pairs are split between

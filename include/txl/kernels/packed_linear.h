@@ -1,6 +1,6 @@
 #pragma once
 // A linear layer's weight packed once for products with a few rows: the products of a generated
-// token (models::IncrementalDecoder), where every step multiplies B <= 64 rows by every weight.
+// token (generation::IncrementalDecoder), where every step multiplies B <= 64 rows by every weight.
 // A BLAS packs its right-hand matrix again in every call (sgemm), or reads it row by row
 // (sgemv); here W^T is stored as panels of one vector register's width of output columns
 // (16 floats or 8 doubles, 64 bytes), [P, in, L], so that a call streams each panel once and

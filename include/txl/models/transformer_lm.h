@@ -72,7 +72,7 @@ struct LMOutput {
   Memory memory;         // the new memory, detached
 };
 
-// The model's weights prepared for decoding (models::IncrementalDecoder): every layer's and the
+// The model's weights prepared for decoding (generation::IncrementalDecoder): every layer's and the
 // softmax's, copies shared by every decoder of the model; prepare again after the weights
 // change.
 struct LMStep {

@@ -1,6 +1,6 @@
 #pragma once
 // Text from a trained model: prompts (token ids) in, continuations out, decoded together in
-// batches through models::IncrementalDecoder (memory or sliding window, see incremental.h).
+// batches through generation::IncrementalDecoder (memory or sliding window, see incremental.h).
 //
 // Prompts of different lengths are left-padded into one batch; padding is never attended to and
 // never scored, and every row's segments start at its own first token, so a prompt gives in a
@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "txl/data/tokenizer.h"
-#include "txl/models/incremental.h"
+#include "txl/generation/incremental.h"
 #include "txl/models/transformer_lm.h"
 
-namespace txl::eval {
+namespace txl::generation {
 
 struct Generation {
   std::vector<std::int64_t> tokens;  // the generated ids, a stopping <eos> included
@@ -48,7 +48,7 @@ struct GenerateOptions {
   std::int64_t batch_size = 16;       // prompts decoded together
   bool drop_finished = true;          // a stopped row leaves the batch (false: it is still
                                       // computed, and its outputs ignored; for measurement)
-  models::DecodeOptions lengths;      // segments, memory, clamp_len, same_length
+  generation::DecodeOptions lengths;      // segments, memory, clamp_len, same_length
   // Token ids every row reads before its prompt (a book, say), read once for all prompts with
   // memory: each prompt then reads on from a copy of that memory, and may be empty. A sliding
   // window reads only its last tgt_len tokens: there it goes before each prompt.
@@ -97,4 +97,4 @@ GenerateResult generate(models::TransformerLM& model,
 // The uniform in [0, 1) of draw `step` of prompt `index` under `seed` (53 bits of SplitMix64).
 double draw_uniform(std::uint64_t seed, std::int64_t index, std::int64_t step);
 
-}  // namespace txl::eval
+}  // namespace txl::generation

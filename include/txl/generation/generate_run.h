@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "txl/eval/generate.h"
+#include "txl/generation/generate.h"
 #include "txl/eval/run.h"
 
 namespace CLI {
@@ -23,7 +23,7 @@ namespace txl::config {
 struct CommandLine;
 }
 
-namespace txl::eval {
+namespace txl::generation {
 
 struct GenerateRequest {
   std::string checkpoint;             // checkpoint file (.safetensors)
@@ -51,11 +51,11 @@ const std::vector<std::string>& generate_settable_keys();
 // The checkpoint and the experiment to generate with (the stored one with the overrides). Throws
 // txl::Error for a missing or bad checkpoint (one of another format included) and for an
 // override that is invalid or not settable.
-Evaluation load_generation(const GenerateRequest& request);
+eval::Evaluation load_generation(const GenerateRequest& request);
 
 // The decoding lengths of an experiment: eval.tgt_len, eval.mem_len (memory mode), clamp_len and
 // same_length as evaluation resolves them.
-models::DecodeOptions decode_options(const config::ExperimentConfig& config);
+generation::DecodeOptions decode_options(const config::ExperimentConfig& config);
 
 // Generates for every prompt and prints to `out` as it goes: in text, each prompt and its
 // continuation in the prompts' order, the continuation streamed as its tokens come (a blank
@@ -68,7 +68,7 @@ models::DecodeOptions decode_options(const config::ExperimentConfig& config);
 // with what they have ("finish": "interrupted"), the rest are not printed in text (in JSON they
 // are, without tokens), and the signal is returned; 0 otherwise. Throws txl::Error on bad input
 // and on a model whose weights are not finite.
-int run_generate(const GenerateRequest& request, const Evaluation& loaded, std::istream& in,
+int run_generate(const GenerateRequest& request, const eval::Evaluation& loaded, std::istream& in,
                  std::ostream& out, const std::atomic<int>* stop = nullptr);
 
-}  // namespace txl::eval
+}  // namespace txl::generation

@@ -1,4 +1,4 @@
-#include "txl/eval/generate.h"
+#include "txl/generation/generate.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 #include "txl/util/error.h"
 #include "txl/util/random.h"
 
-namespace txl::eval {
+namespace txl::generation {
 
 namespace {
 
@@ -226,16 +226,16 @@ BatchInput left_padded(const std::vector<std::vector<std::int64_t>>& prompts,
 // A decoder after what it has read (a batch's prompts, or the context alone in one row), and
 // the log-probabilities of each row's next token.
 struct Started {
-  models::IncrementalDecoder decoder;
+  generation::IncrementalDecoder decoder;
   torch::Tensor log_probs;  // [B, V]
 };
 
 // Rows `rows` after their prompts: one read of the left-padded batch.
-Started read_prompts(const models::DecoderWeights& weights,
+Started read_prompts(const generation::DecoderWeights& weights,
                      const std::vector<std::vector<std::int64_t>>& prompts,
                      const std::vector<std::int64_t>& rows, GenerateResult& result) {
   const auto in = left_padded(prompts, rows);
-  models::IncrementalDecoder decoder(weights, static_cast<std::int64_t>(rows.size()));
+  generation::IncrementalDecoder decoder(weights, static_cast<std::int64_t>(rows.size()));
   auto log_probs = decoder.read(in.tokens, in.real);  // [B, V]
   result.read_tokens += in.read;
   return {std::move(decoder), log_probs};
@@ -246,7 +246,7 @@ Started read_prompts(const models::DecoderWeights& weights,
 Started read_after_context(const Started& primed,
                            const std::vector<std::vector<std::int64_t>>& prompts,
                            const std::vector<std::int64_t>& rows, GenerateResult& result) {
-  std::vector<models::IncrementalDecoder> parts;
+  std::vector<generation::IncrementalDecoder> parts;
   std::vector<torch::Tensor> log_probs;  // per row [1, V]
   for (auto r : rows) {
     parts.push_back(primed.decoder.clone());
@@ -259,12 +259,12 @@ Started read_after_context(const Started& primed,
     log_probs.push_back(parts.back().read(ids));                   // [1, V]
     result.read_tokens += static_cast<std::int64_t>(prompt.size());
   }
-  return {models::IncrementalDecoder::stack(parts), torch::cat(log_probs, 0)};  // [B, V]
+  return {generation::IncrementalDecoder::stack(parts), torch::cat(log_probs, 0)};  // [B, V]
 }
 
 // The rows of one batch (prompt indices `rows`), generated to the end; after the context read
 // by `primed` when there is one.
-void generate_batch(const models::DecoderWeights& weights, const Started* primed,
+void generate_batch(const generation::DecoderWeights& weights, const Started* primed,
                     const std::vector<std::vector<std::int64_t>>& prompts,
                     const std::vector<std::int64_t>& rows, const GenerateOptions& o,
                     const data::Tokenizer* tokenizer, GenerateResult& result) {
@@ -335,10 +335,10 @@ void generate_batch(const models::DecoderWeights& weights, const Started* primed
 }
 
 // The context read once, by a decoder of one row (memory decoders only).
-Started prime(const models::DecoderWeights& weights, const std::vector<std::int64_t>& context,
+Started prime(const generation::DecoderWeights& weights, const std::vector<std::int64_t>& context,
              GenerateResult& result) {
   const auto start = Clock::now();
-  models::IncrementalDecoder decoder(weights, 1);
+  generation::IncrementalDecoder decoder(weights, 1);
   auto ids = torch::tensor(context, torch::kLong).view({1, -1});  // [1, N]
   auto log_probs = decoder.read(ids);                             // [1, V]
   result.context_once = true;
@@ -347,7 +347,7 @@ Started prime(const models::DecoderWeights& weights, const std::vector<std::int6
 }
 
 // Batches of options.batch_size prompts, in `order`.
-void generate_in_batches(const models::DecoderWeights& weights, const Started* primed,
+void generate_in_batches(const generation::DecoderWeights& weights, const Started* primed,
                          const std::vector<std::vector<std::int64_t>>& prompts,
                          const std::vector<std::int64_t>& order, const GenerateOptions& options,
                          const data::Tokenizer* tokenizer, GenerateResult& result) {
@@ -402,7 +402,7 @@ GenerateResult generate(models::TransformerLM& model,
   }
   // The decoders of every batch share one preparation of the weights (packing, encodings).
   const auto start = Clock::now();
-  const auto weights = models::prepare_decoder(model, options.lengths);
+  const auto weights = generation::prepare_decoder(model, options.lengths);
   result.read_seconds += seconds_since(start);
   if (!options.context.empty() && weights.sliding) {
     // A sliding window reads only its last tgt_len tokens: the context goes before each prompt.
@@ -423,4 +423,4 @@ GenerateResult generate(models::TransformerLM& model,
   return result;
 }
 
-}  // namespace txl::eval
+}  // namespace txl::generation

@@ -1,4 +1,4 @@
-#include "txl/models/incremental.h"
+#include "txl/generation/incremental.h"
 
 #include <algorithm>
 
@@ -6,9 +6,9 @@
 #include "txl/ops/projection.h"
 #include "txl/util/error.h"
 
-namespace txl::models {
+namespace txl::generation {
 
-DecoderWeights prepare_decoder(TransformerLM model, const DecodeOptions& options) {
+DecoderWeights prepare_decoder(models::TransformerLM model, const DecodeOptions& options) {
   TXL_CHECK(options.tgt_len >= 1, "decoding: tgt_len = ", options.tgt_len, " must be >= 1");
   TXL_CHECK(options.mem_len >= 0, "decoding: mem_len = ", options.mem_len, " must be >= 0");
   TXL_CHECK(options.clamp_len >= -1, "decoding: clamp_len = ", options.clamp_len,
@@ -28,7 +28,7 @@ DecoderWeights prepare_decoder(TransformerLM model, const DecodeOptions& options
   return w;
 }
 
-IncrementalDecoder::IncrementalDecoder(TransformerLM model, const DecodeOptions& options,
+IncrementalDecoder::IncrementalDecoder(models::TransformerLM model, const DecodeOptions& options,
                                        int64_t rows)
     : IncrementalDecoder(prepare_decoder(std::move(model), options), rows) {}
 
@@ -285,4 +285,4 @@ IncrementalDecoder IncrementalDecoder::stack(const std::vector<IncrementalDecode
   return merged;
 }
 
-}  // namespace txl::models
+}  // namespace txl::generation

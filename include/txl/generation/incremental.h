@@ -42,7 +42,7 @@
 
 #include "txl/models/transformer_lm.h"
 
-namespace txl::models {
+namespace txl::generation {
 
 struct DecodeOptions {
   int64_t tgt_len = 128;     // segment length Q (memory) or window (sliding), e.g. model.tgt_len
@@ -56,29 +56,29 @@ struct DecodeOptions {
 
 // What a decoder derives from its model and lengths whatever its rows: the model's prepared
 // step weights (query weights scaled by 1/sqrt(D), the relative encodings of every distance,
-// packed panels). Decoders made from one share its tensors (eval::generate prepares it once for
+// packed panels). Decoders made from one share its tensors (generation::generate prepares it once for
 // all its batches). The prepared weights are copies, while the decoder reads the other
 // parameters from the model: prepare again after the parameters change.
 struct DecoderWeights {
-  TransformerLM model{nullptr};
+  models::TransformerLM model{nullptr};
   DecodeOptions options;
   bool sliding = false;      // sliding window (absolute positions, or mem_len 0)
   int64_t capacity = 0;      // C: key rows each layer's buffer holds
   bool first_slots = false;  // one query per row reads its first visible slot, not a bias
   bool zero_memory = false;  // rows start from zero vectors (memory mode only)
   torch::Tensor slots;       // int64 [C]: 0 .. C-1
-  LMStep step;               // the modules' prepared weights
+  models::LMStep step;               // the modules' prepared weights
 };
 
 // Throws txl::Error for lengths out of range (tgt_len < 1, mem_len < 0, clamp_len < -1) or a
 // model in training mode.
-DecoderWeights prepare_decoder(TransformerLM model, const DecodeOptions& options);
+DecoderWeights prepare_decoder(models::TransformerLM model, const DecodeOptions& options);
 
 class IncrementalDecoder {
  public:
   // A decoder of `rows` rows for `model` (its dtype and device). Throws txl::Error for lengths
   // out of range (tgt_len < 1, mem_len < 0, clamp_len < -1) or rows < 1.
-  IncrementalDecoder(TransformerLM model, const DecodeOptions& options, int64_t rows);
+  IncrementalDecoder(models::TransformerLM model, const DecodeOptions& options, int64_t rows);
   // The same from weights prepared once (prepare_decoder), shared with other decoders.
   IncrementalDecoder(const DecoderWeights& weights, int64_t rows);
 
@@ -141,4 +141,4 @@ class IncrementalDecoder {
   int64_t used_ = 0;                  // buffer slots holding keys
 };
 
-}  // namespace txl::models
+}  // namespace txl::generation

@@ -2,7 +2,7 @@
 // pass: memory mode those of evaluation in memory mode (segments of tgt_len, memory mem_len,
 // which for a memory longer than the text is one long pass), sliding mode those of one forward
 // over the last tgt_len tokens. fp64, so that any difference is a bug, not rounding.
-#include "txl/models/incremental.h"
+#include "txl/generation/incremental.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "support/reference_decoding.h"
 #include "support/test_support.h"
 
-namespace txl::models {
+namespace txl::generation {
 namespace {
 
 using config::AttnType;
@@ -38,9 +38,9 @@ config::ModelConfig tiny(AttnType attn_type, int tgt_len, int mem_len) {
   return c;
 }
 
-TransformerLM make(const config::ModelConfig& c, uint64_t seed) {
+models::TransformerLM make(const config::ModelConfig& c, uint64_t seed) {
   torch::manual_seed(seed);
-  TransformerLM model(c, kVocab);
+  models::TransformerLM model(c, kVocab);
   model->to(torch::kDouble);
   model->eval();
   return model;
@@ -53,7 +53,7 @@ torch::Tensor random_tokens(int64_t batch, int64_t len, uint64_t seed) {
 
 // The decoder's log-probabilities after every position from prompt_len - 1 on, reading the
 // prompt at once and then one token at a time: [1, N - prompt_len + 1, V].
-torch::Tensor decoded(TransformerLM& model, const torch::Tensor& tokens, int64_t prompt_len,
+torch::Tensor decoded(models::TransformerLM& model, const torch::Tensor& tokens, int64_t prompt_len,
                       const DecodeOptions& o) {
   IncrementalDecoder decoder(model, o, tokens.size(0));
   std::vector<torch::Tensor> out{decoder.read(tokens.narrow(1, 0, prompt_len)).unsqueeze(1)};
@@ -75,7 +75,7 @@ struct Case {
 
 // Layer norms with non-zero biases: a pre-norm layer's zero memory then has keys and values
 // that are not zero (LN(0) = its bias), so a decoder that skipped them would differ.
-void shift_layer_norms(TransformerLM& model, uint64_t seed) {
+void shift_layer_norms(models::TransformerLM& model, uint64_t seed) {
   torch::NoGradGuard no_grad;
   torch::manual_seed(seed);
   for (auto layer : model->layer_list()) {
@@ -339,4 +339,4 @@ TEST(IncrementalDecoder, BadInputsAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace txl::models
+}  // namespace txl::generation

@@ -1,4 +1,4 @@
-#include "txl/eval/generate_run.h"
+#include "txl/generation/generate_run.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -19,7 +19,7 @@
 #include "txl/util/json.h"
 #include "txl/util/log.h"
 
-namespace txl::eval {
+namespace txl::generation {
 
 namespace {
 
@@ -176,7 +176,7 @@ class StreamPrinter {
 }  // namespace
 
 void add_generate_flags(CLI::App& app, config::CommandLine& line, GenerateRequest& request) {
-  for (const auto& flag : eval_flags()) {  // the decoding lengths, as txl-eval has them
+  for (const auto& flag : eval::eval_flags()) {  // the decoding lengths, as txl-eval has them
     const std::string key = flag.key;
     if (key == "eval.tgt_len" || key == "eval.mem_len" || key == "eval.clamp_len" ||
         key == "eval.same_length" || key == "eval.mem_init")
@@ -232,7 +232,7 @@ std::string suggested_checkpoint(const std::filesystem::path& path) {
 
 }  // namespace
 
-Evaluation load_generation(const GenerateRequest& request) {
+eval::Evaluation load_generation(const GenerateRequest& request) {
   std::string checkpoint = request.checkpoint;
   if (!std::filesystem::exists(checkpoint)) {
     // The name the issue and older notes use (<variant>/checkpoint_best.pt) reads the file that
@@ -242,7 +242,7 @@ Evaluation load_generation(const GenerateRequest& request) {
     log::warn("generate", "{} does not exist: reading {}", checkpoint, suggestion);
     checkpoint = suggestion;
   }
-  Evaluation loaded;
+  eval::Evaluation loaded;
   loaded.checkpoint = models::read_checkpoint(checkpoint);
   loaded.config = config::experiment_over(loaded.checkpoint.config,
                                           checkpoint + " (stored experiment)",
@@ -250,11 +250,11 @@ Evaluation load_generation(const GenerateRequest& request) {
   return loaded;
 }
 
-models::DecodeOptions decode_options(const config::ExperimentConfig& config) {
+generation::DecodeOptions decode_options(const config::ExperimentConfig& config) {
   config::ExperimentConfig memory = config;
-  memory.eval.mode = Mode::kMemory;  // generation reads with memory whatever eval.mode says
-  const Settings s = resolve_settings(memory);
-  models::DecodeOptions o;
+  memory.eval.mode = eval::Mode::kMemory;  // generation reads with memory whatever eval.mode says
+  const eval::Settings s = eval::resolve_settings(memory);
+  generation::DecodeOptions o;
   o.tgt_len = s.tgt_len;
   o.mem_len = s.mem_len;
   o.clamp_len = s.clamp_len;
@@ -263,9 +263,9 @@ models::DecodeOptions decode_options(const config::ExperimentConfig& config) {
   return o;
 }
 
-int run_generate(const GenerateRequest& request, const Evaluation& loaded, std::istream& in,
+int run_generate(const GenerateRequest& request, const eval::Evaluation& loaded, std::istream& in,
                  std::ostream& out, const std::atomic<int>* stop) {
-  const auto settings = resolve_settings(loaded.config);
+  const auto settings = eval::resolve_settings(loaded.config);
   auto model = models::rebuild_model(loaded.checkpoint, request.checkpoint, settings.device);
   const data::Tokenizer& tokenizer = *model.tokenizer;
   const auto texts = prompt_texts(request, in);
@@ -309,4 +309,4 @@ int run_generate(const GenerateRequest& request, const Evaluation& loaded, std::
   return result.stopped_by;
 }
 
-}  // namespace txl::eval
+}  // namespace txl::generation

@@ -1,7 +1,7 @@
 // generate(): greedy decoding is the argmax of the model's forward pass over the growing text,
 // a batch gives what each prompt gives alone, seeded sampling repeats, and rows stop where they
 // should. Tiny fp64 models, so that a difference is a bug, not rounding.
-#include "txl/eval/generate.h"
+#include "txl/generation/generate.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
 
-namespace txl::eval {
+namespace txl::generation {
 namespace {
 
 using config::AttnType;
@@ -265,4 +265,4 @@ TEST(Generate, DrawsAreUniformAndIndependentOfTheBatch) {
 }
 
 }  // namespace
-}  // namespace txl::eval
+}  // namespace txl::generation

@@ -18,7 +18,7 @@
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
 #include "txl/config/load.h"
-#include "txl/eval/generate_run.h"
+#include "txl/generation/generate_run.h"
 #include "txl/models/checkpoint.h"
 #include "txl/util/log.h"
 #include "txl/util/process.h"
@@ -80,12 +80,12 @@ TEST(GenerateTool, GreedyTextIsTheLibrarysContinuation) {
   // The library on the same model: <eos>, then the prompt's ids.
   std::vector<std::int64_t> ids = {tokenizer.eos_id()};
   for (auto id : tokenizer.encode(prompt)) ids.push_back(id);
-  txl::eval::GenerateOptions o;
+  txl::generation::GenerateOptions o;
   o.temperature = 0;
   o.max_new_tokens = 7;
-  o.lengths = txl::eval::decode_options(loaded.config);
+  o.lengths = txl::generation::decode_options(loaded.config);
   auto model = loaded.model;
-  const auto expected = txl::eval::generate(model, {ids}, o, &tokenizer).rows[0];
+  const auto expected = txl::generation::generate(model, {ids}, o, &tokenizer).rows[0];
   EXPECT_EQ(row.at("tokens").get<std::vector<std::int64_t>>(), expected.tokens);
   EXPECT_EQ(row.at("text").get<std::string>(), expected.text);
   EXPECT_NEAR(row.at("log_prob").get<double>(), expected.log_prob, 1e-4);
@@ -131,13 +131,13 @@ TEST(GenerateTool, PromptsFromAFileAStreamAndAContext) {
   EXPECT_NE(r.output.find("context: 72 tokens"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("read once into the memory"), std::string::npos) << r.output;
   // The library reads prompts from a stream when the request names none.
-  txl::eval::GenerateRequest request;
+  txl::generation::GenerateRequest request;
   request.checkpoint = checkpoint();
   request.options.max_new_tokens = 3;
   request.json = true;
   std::istringstream in("a\nb\n");
   std::ostringstream out;
-  txl::eval::run_generate(request, txl::eval::load_generation(request), in, out);
+  txl::generation::run_generate(request, txl::generation::load_generation(request), in, out);
   const std::string printed = out.str();
   EXPECT_EQ(std::count(printed.begin(), printed.end(), '\n'), 3) << printed;
 }
@@ -166,14 +166,14 @@ TEST(GenerateTool, FlagsAndSetAreOneGrammar) {
 TEST(GenerateTool, DecodingStartsFromTheMemoryEvaluationStartsFrom) {
   auto config = txl::models::load_model(checkpoint()).config;
   config.model.mem_init = "empty";
-  EXPECT_FALSE(txl::eval::decode_options(config).zero_memory);
+  EXPECT_FALSE(txl::generation::decode_options(config).zero_memory);
   config.model.mem_init = "zeros";
-  EXPECT_TRUE(txl::eval::decode_options(config).zero_memory);
+  EXPECT_TRUE(txl::generation::decode_options(config).zero_memory);
   config.eval.mem_init = "empty";
-  EXPECT_FALSE(txl::eval::decode_options(config).zero_memory);
+  EXPECT_FALSE(txl::generation::decode_options(config).zero_memory);
   config.model.mem_init = "empty";
   config.eval.mem_init = "zeros";
-  EXPECT_TRUE(txl::eval::decode_options(config).zero_memory);
+  EXPECT_TRUE(txl::generation::decode_options(config).zero_memory);
   // The program's flag is the --set of the same key, and it changes the text's log-probability.
   const auto read = [](const std::string& mem_init) {
     const auto r = txl_generate({checkpoint(), "--prompt", "x", "--mem-init", mem_init,
@@ -205,17 +205,17 @@ class TriggerBuf : public std::stringbuf {
 // a signal lost it all. Text now streams: a stop requested once the continuation has begun to
 // reach the stream ends it there, with the text so far and a newline.
 TEST(GenerateTool, TextStreamsAndJsonLinesComeAsPromptsFinish) {
-  txl::eval::GenerateRequest request;
+  txl::generation::GenerateRequest request;
   request.checkpoint = checkpoint();
   request.prompts = {"w"};
   request.ignore_eos = true;
   request.options.max_new_tokens = 2000;
-  const auto loaded = txl::eval::load_generation(request);
+  const auto loaded = txl::generation::load_generation(request);
   std::atomic<int> interrupt{0};
   TriggerBuf text_buf([](const std::string& s) { return s.size() > 20; }, interrupt);
   std::ostream text(&text_buf);
   std::istringstream none;
-  EXPECT_EQ(txl::eval::run_generate(request, loaded, none, text, &interrupt), SIGINT)
+  EXPECT_EQ(txl::generation::run_generate(request, loaded, none, text, &interrupt), SIGINT)
       << "generation ran to its end before any text reached the stream";
   const std::string printed = text_buf.str();
   EXPECT_EQ(printed.rfind("w", 0), 0u) << printed;
@@ -231,7 +231,7 @@ TEST(GenerateTool, TextStreamsAndJsonLinesComeAsPromptsFinish) {
   TriggerBuf json_buf([](const std::string& s) { return s.find('\n') != std::string::npos; },
                       interrupt);
   std::ostream json(&json_buf);
-  EXPECT_EQ(txl::eval::run_generate(request, loaded, none, json, &interrupt), SIGINT);
+  EXPECT_EQ(txl::generation::run_generate(request, loaded, none, json, &interrupt), SIGINT);
   std::istringstream lines(json_buf.str());
   std::vector<nlohmann::json> rows;
   for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
