@@ -15,6 +15,7 @@ namespace txl::generation {
 namespace {
 
 using config::AttnType;
+using txl::test::decoded;
 using txl::test::tensor_near;
 
 constexpr int64_t kVocab = 13;
@@ -49,17 +50,6 @@ models::TransformerLM make(const config::ModelConfig& c, uint64_t seed) {
 torch::Tensor random_tokens(int64_t batch, int64_t len, uint64_t seed) {
   torch::manual_seed(seed);
   return torch::randint(kVocab, {batch, len}, torch::kLong);
-}
-
-// The decoder's log-probabilities after every position from prompt_len - 1 on, reading the
-// prompt at once and then one token at a time: [1, N - prompt_len + 1, V].
-torch::Tensor decoded(models::TransformerLM& model, const torch::Tensor& tokens, int64_t prompt_len,
-                      const DecodeOptions& o) {
-  IncrementalDecoder decoder(model, o, tokens.size(0));
-  std::vector<torch::Tensor> out{decoder.read(tokens.narrow(1, 0, prompt_len)).unsqueeze(1)};
-  for (int64_t t = prompt_len; t < tokens.size(1); ++t)
-    out.push_back(decoder.read(tokens.narrow(1, t, 1)).unsqueeze(1));
-  return torch::cat(out, 1);
 }
 
 struct Case {

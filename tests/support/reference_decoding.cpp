@@ -58,6 +58,15 @@ torch::Tensor reference_log_probs(models::TransformerLM& model, const torch::Ten
                  : segmented_log_probs(model, tokens, o);
 }
 
+torch::Tensor decoded(models::TransformerLM& model, const torch::Tensor& tokens,
+                      int64_t prompt_len, const generation::DecodeOptions& o) {
+  generation::IncrementalDecoder decoder(model, o, tokens.size(0));
+  std::vector<torch::Tensor> out{decoder.read(tokens.narrow(1, 0, prompt_len)).unsqueeze(1)};
+  for (int64_t t = prompt_len; t < tokens.size(1); ++t)
+    out.push_back(decoder.read(tokens.narrow(1, t, 1)).unsqueeze(1));
+  return torch::cat(out, 1).to(torch::kCPU);  // [B, N - prompt_len + 1, V]
+}
+
 const std::vector<SizedDecodingCase>& sized_decoding_cases() {
   static const std::vector<SizedDecodingCase> cases = {
       {"xl, memory shorter than a segment", config::AttnType::kXl, 8},
@@ -71,17 +80,6 @@ const std::vector<SizedDecodingCase>& sized_decoding_cases() {
 }
 
 namespace {
-
-// The decoder's log-probabilities of one row after every position from prompt_len - 1 on,
-// reading the prompt at once and then one token at a time: [1, N - prompt_len + 1, V].
-torch::Tensor decoded_row(models::TransformerLM& model, const torch::Tensor& tokens,
-                          int64_t prompt_len, const generation::DecodeOptions& o) {
-  generation::IncrementalDecoder decoder(model, o, 1);
-  std::vector<torch::Tensor> out{decoder.read(tokens.narrow(1, 0, prompt_len)).unsqueeze(1)};
-  for (int64_t t = prompt_len; t < tokens.size(1); ++t)
-    out.push_back(decoder.read(tokens.narrow(1, t, 1)).unsqueeze(1));
-  return torch::cat(out, 1).to(torch::kCPU);  // [1, N - prompt_len + 1, V]
-}
 
 double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kCPU) - b.to(torch::kCPU)).abs().max().item<double>();
@@ -129,7 +127,7 @@ SizedDecodingErrors sized_decoding_errors(const SizedDecodingCase& c, const torc
                             .to(torch::kFloat);  // [1, steps + 1, V]
   SizedDecodingErrors e;
   e.spread = expected.std(2).min().item<double>();
-  const auto alone = decoded_row(model, text.narrow(0, 0, 1), kPrompt, o);  // [1, steps + 1, V]
+  const auto alone = decoded(model, text.narrow(0, 0, 1), kPrompt, o);  // [1, steps + 1, V]
   e.alone = max_difference(alone, expected);
   // Row 0 in a batch of 16 whose other rows have longer prompts (left padding before row 0).
   generation::IncrementalDecoder batch(model, o, kRows);
@@ -152,7 +150,7 @@ SizedDecodingErrors sized_decoding_errors(const SizedDecodingCase& c, const torc
   // The control: one more memory row (or a window one longer) is another computation.
   generation::DecodeOptions other = o;
   (c.mem_len > 0 ? other.mem_len : other.tgt_len) += 1;
-  e.control = max_difference(decoded_row(model, text.narrow(0, 0, 1), kPrompt, other), expected);
+  e.control = max_difference(decoded(model, text.narrow(0, 0, 1), kPrompt, other), expected);
   return e;
 }
 
