@@ -17,7 +17,7 @@
 #   TXL_TORCH_PYTHON=py   with TXL_TORCH=pip: build against the torch that Python interpreter
 #                         already has, as it is (no venv, no pip): a GPU machine whose torch is
 #                         installed and which reaches no package registry. Other libraries it
-#                         lacks can come from a folder on CMAKE_PREFIX_PATH (README, 'On a GPU').
+#                         lacks can come from a folder on CMAKE_PREFIX_PATH (docs/gpu.md).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
