@@ -94,10 +94,6 @@ void share_pages(const std::vector<Projection*>& projections) {
   if (!panels.empty()) kernels::share_huge_block(panels);
 }
 
-ProductThreads::ProductThreads() : guard_(std::make_unique<kernels::CoresToBlas>()) {}
-
-ProductThreads::~ProductThreads() = default;
-
 torch::Tensor empty_streamed(at::IntArrayRef sizes, const torch::TensorOptions& options) {
   return kernels::empty_huge(sizes, options);
 }

@@ -17,13 +17,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "txl/kernels/cached_attention.h"
+
 namespace txl::ops {
 
-struct CachedKeys {
-  torch::Tensor buffer;       // [2, H, B, C, D]: keys, values; slots 0 .. K-2 already filled
-  torch::Tensor by_distance;  // [H, C, D] encodings of distance 0 .. C-1, or undefined
-  torch::Tensor u, v;         // [H, D] query biases (content, position), or both undefined
-};
+// The buffer [2, H, B, C, D], the encodings by distance [H, C, D] and the biases u, v [H, D]
+// (kernels/cached_attention.h).
+using CachedKeys = kernels::CachedKeys;
 
 // Whether attend_cached takes buffers like `like`: CPU float or double.
 bool attend_cached_takes(const torch::Tensor& like);

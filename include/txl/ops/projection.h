@@ -18,14 +18,10 @@
 #include <torch/torch.h>
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
+#include "txl/kernels/blas_threads.h"
 #include "txl/kernels/packed_linear.h"
-
-namespace txl::kernels {
-class CoresToBlas;
-}  // namespace txl::kernels
 
 namespace txl::ops {
 
@@ -81,16 +77,7 @@ void share_pages(const std::vector<Projection*>& projections);
 // times a second (generation) runs with one pool of threads, not two taking turns on the
 // cores: LibTorch on one thread where the BLAS has threads of its own (kernels::CoresToBlas),
 // nothing changed elsewhere. Not copyable; nest them last-in first-out.
-class ProductThreads {
- public:
-  ProductThreads();
-  ~ProductThreads();
-  ProductThreads(const ProductThreads&) = delete;
-  ProductThreads& operator=(const ProductThreads&) = delete;
-
- private:
-  std::unique_ptr<kernels::CoresToBlas> guard_;
-};
+using ProductThreads = kernels::CoresToBlas;
 
 // An uninitialised tensor of `sizes` in one block of 2 MB pages where the OS gives them (a
 // decoder's keys and values, streamed at every step); ordinary memory elsewhere.
