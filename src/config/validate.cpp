@@ -206,6 +206,17 @@ void check_model_positions(Checker& k, const ExperimentConfig& c) {
                " uses absolute positions and needs eval.mem_len 0 or -1, got " +
                text(c.eval.mem_len) + " (or set model.allow_abs_with_memory: true)");
   }
+  if (m.attn_type == AttnType::kRope) {
+    // Rotary positions turn pairs of dimensions and have no distance table that a clamp could cap.
+    k.rule(
+        m.d_head % 2 == 0, "model.d_head",
+        "attn_type rope turns pairs of dimensions and needs an even d_head, got " + text(m.d_head));
+    k.rule(m.clamp_len == -1, "model.clamp_len",
+           "attn_type rope has no distances to clamp; needs -1, got " + text(m.clamp_len));
+    k.rule(c.eval.clamp_len <= -1, "eval.clamp_len",
+           "attn_type rope has no distances to clamp; needs -1 (none) or -2 (the model's), got " +
+               text(c.eval.clamp_len));
+  }
   if (m.attn_type == AttnType::kVanillaLearned) {
     // A learned table has no row for a position beyond it: training and evaluation windows must
     // both fit.

@@ -23,7 +23,7 @@ DecoderWeights prepare_decoder(models::TransformerLM model, const DecodeOptions&
   w.zero_memory = options.zero_memory && !w.sliding;
   const auto& like = model->crit->table(0);
   w.slots = torch::arange(w.capacity, torch::dtype(torch::kLong).device(like.device()));  // [C]
-  w.first_slots = !w.sliding && modules::MultiHeadAttentionImpl::steps_by_first_slot(like);
+  w.first_slots = !w.sliding && model->layer_list().front()->attn->steps_by_first_slot(like);
   w.step = model->prepare_step(w.capacity, options.clamp_len, w.zero_memory);
   return w;
 }

@@ -10,7 +10,10 @@ FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab,
             "tgt_len > 0, mem_len >= 0, got ", vocab, ", ", tgt_len, ", ", mem_len);
   const double d = c.d_model, hd = static_cast<double>(c.n_head) * c.d_head, f = c.d_inner;
   const double q = static_cast<double>(tgt_len), k = q + mem_len;
-  const bool relative = config::uses_relative_positions(c.attn_type);
+  // Products of queries with position encodings: Transformer-XL's and Shaw's (RoPE turns queries
+  // and keys, ALiBi adds a bias: no products).
+  const bool relative =
+      c.attn_type == config::AttnType::kXl || c.attn_type == config::AttnType::kShaw;
   // Keys and values projected: every key row, or only the segment's when the memory's are cached.
   const double projected =
       memory_kv_cached && c.attn_type != config::AttnType::kVanillaLearned ? q : k;

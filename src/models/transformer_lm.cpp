@@ -22,6 +22,10 @@ modules::PositionScheme scheme_of(config::AttnType attn_type) {
     case config::AttnType::kVanilla:
     case config::AttnType::kVanillaLearned:
       return modules::PositionScheme::kAbsolute;
+    case config::AttnType::kRope:
+      return modules::PositionScheme::kRotary;
+    case config::AttnType::kAlibi:
+      return modules::PositionScheme::kAlibi;
   }
   // Only a value cast from a number reaches here: the loader takes names from the table alone.
   TXL_FAIL("model.attn_type: unknown value \"", config::to_string(attn_type), "\" (allowed: ",
@@ -32,20 +36,15 @@ void check_positive(int64_t value, const char* key) {
   TXL_CHECK(value > 0, "model.", key, " = ", value, " must be > 0");
 }
 
-}  // namespace
-
-Context Context::from_config(const config::ModelConfig& config) {
-  Context ctx;
-  ctx.mem_len = config.mem_len;
-  ctx.clamp_len = config.clamp_len;
-  ctx.same_length = config.same_length;
-  ctx.ext_len = config.ext_len;
-  ctx.zero_memory = config.mem_init == "zeros";
-  return ctx;
+// Rotary positions have no distance table to clamp: a clamp would be ignored, so it is refused.
+void check_clamp(config::AttnType attn_type, int64_t clamp_len, const char* what) {
+  TXL_CHECK(attn_type != config::AttnType::kRope || clamp_len == -1, what, " = ", clamp_len,
+            " with attn_type rope: rotary positions have no distances to clamp; use -1");
 }
 
-TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t n_token)
-    : config_(config), n_token_(n_token), scheme_(scheme_of(config.attn_type)) {
+// Throws txl::Error naming the `model.` key of an invalid setting; warns of absolute positions
+// with memory where the config allows them.
+void check_config(const config::ModelConfig& config, int64_t n_token) {
   TXL_CHECK(n_token > 0, "model: vocabulary size n_token = ", n_token, " must be > 0");
   check_positive(config.n_layer, "n_layer");
   check_positive(config.d_model, "d_model");
@@ -65,6 +64,7 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
   if (config.attn_type == config::AttnType::kVanillaLearned) {
     check_positive(config.max_positions, "max_positions");
   }
+  check_clamp(config.attn_type, config.clamp_len, "model.clamp_len");
   if (config::uses_absolute_positions(config.attn_type) && config.mem_len > 0) {
     TXL_CHECK(config.allow_abs_with_memory, "model.attn_type = ", config.attn_type,
               " with model.mem_len = ", config.mem_len,
@@ -75,6 +75,23 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
               "so memory positions collide with the segment's (paper 3.3)",
               config::to_string(config.attn_type), config.mem_len);
   }
+}
+
+}  // namespace
+
+Context Context::from_config(const config::ModelConfig& config) {
+  Context ctx;
+  ctx.mem_len = config.mem_len;
+  ctx.clamp_len = config.clamp_len;
+  ctx.same_length = config.same_length;
+  ctx.ext_len = config.ext_len;
+  ctx.zero_memory = config.mem_init == "zeros";
+  return ctx;
+}
+
+TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t n_token)
+    : config_(config), n_token_(n_token), scheme_(scheme_of(config.attn_type)) {
+  check_config(config, n_token);
 
   modules::InitOptions init{config.init, config.init_std, config.norm_init};
   const int64_t d = config.d_model;
@@ -158,6 +175,7 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
   TXL_CHECK(ctx.ext_len >= 0, "model context: ext_len = ", ctx.ext_len, " must be >= 0");
   TXL_CHECK(ctx.clamp_len >= -1, "model context: clamp_len = ", ctx.clamp_len,
             " must be -1 (no clamp) or >= 0");
+  check_clamp(config_.attn_type, ctx.clamp_len, "model context: clamp_len");
   if (config::uses_absolute_positions(config_.attn_type)) {
     TXL_CHECK((ctx.mem_len == 0 && memory.empty()) || config_.allow_abs_with_memory,
               "model context: attn_type ", config_.attn_type, " with mem_len = ", ctx.mem_len,
@@ -214,7 +232,7 @@ modules::AttentionInputs TransformerLMImpl::segment_inputs(int64_t q_len, int64_
                    .unsqueeze(0);                      // [1, B, Q, K]
   in.score_bias = ops::score_bias(in.blocked, dtype);  // [1, B, Q, K]
   // R [K, d] (dropped out as the paper code does) or Shaw's clipped distances [K].
-  in.rel_pos = modules::relative_positions(layer_list_.front()->attn->options(), k_len,
+  in.rel_pos = modules::relative_positions(layer_list_.front()->attn->options(), q_len, k_len,
                                            ctx.clamp_len, dtype, device);
   if (scheme_ == modules::PositionScheme::kRelative) {
     in.rel_pos = drop(in.rel_pos);

@@ -2,17 +2,29 @@
 
 #include <cmath>
 
+#include "txl/ops/alibi.h"
 #include "txl/ops/cached_attention.h"
 #include "txl/ops/masks.h"
 #include "txl/ops/rel_shift.h"
+#include "txl/ops/rotary.h"
 #include "txl/ops/sinusoid.h"
 #include "txl/util/error.h"
 
 namespace txl::modules {
 
-torch::Tensor relative_positions(const AttentionOptions& options, int64_t k_len, int64_t clamp_len,
-                                 torch::ScalarType dtype, torch::Device device) {
-  if (options.scheme == PositionScheme::kAbsolute) return {};
+torch::Tensor relative_positions(const AttentionOptions& options, int64_t q_len, int64_t k_len,
+                                 int64_t clamp_len, torch::ScalarType dtype, torch::Device device) {
+  switch (options.scheme) {
+    case PositionScheme::kAbsolute:
+      return {};
+    case PositionScheme::kRotary:
+      return ops::rotary_table(k_len, options.d_head, dtype, device);  // [2, K, D]
+    case PositionScheme::kAlibi:
+      return ops::query_key_distances(q_len, k_len, clamp_len, dtype, device);  // [Q, K]
+    case PositionScheme::kRelative:
+    case PositionScheme::kShaw:
+      break;
+  }
   auto dist = ops::relative_distances(k_len, clamp_len, device);  // [K], K-1 .. 0
   if (options.scheme == PositionScheme::kShaw) return dist.clamp_max(options.max_rel_dist);  // [K]
   return ops::sinusoid_encoding(dist.to(dtype), options.d_model);  // [K, d]
@@ -42,6 +54,8 @@ MultiHeadAttentionImpl::MultiHeadAttentionImpl(const AttentionOptions& options)
         "rel_key",
         LearnedPositions(options.max_rel_dist + 1, std::vector<int64_t>{h, dh}, options.init));
   }
+  TXL_CHECK(options.scheme != PositionScheme::kRotary || dh % 2 == 0, "model.d_head = ", dh,
+            " must be even for rotary positions (pairs of dimensions turn)");
   dropatt = register_module("dropatt", Dropout(options.dropatt));
   reset_parameters(options.init);
 }
@@ -156,8 +170,25 @@ torch::Tensor MultiHeadAttentionImpl::position_scores(const Heads& h,
                                                       const AttentionInputs& inputs) {
   const int64_t d = options_.d_model, n_head = options_.n_head, d_head = options_.d_head;
   const int64_t k_len = h.k.size(2);
+  const int64_t q_len = h.q.size(2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
   if (options_.scheme == PositionScheme::kAbsolute) return relative_scores(h.q * scale, {}, h.k, {});
+  if (options_.scheme == PositionScheme::kRotary) {
+    TXL_CHECK(inputs.rel_pos.defined() && inputs.rel_pos.dim() == 3 &&
+                  inputs.rel_pos.size(1) == k_len && inputs.rel_pos.size(2) == d_head,
+              "attention: rotary turns must be [2, K = ", k_len, ", D = ", d_head, "]");
+    // Query i at position M + i, key j at j (concat(memory, segment)).
+    return relative_scores(ops::rotate(h.q, inputs.rel_pos, k_len - q_len).mul_(scale), {},
+                           ops::rotate(h.k, inputs.rel_pos, 0), {});  // [H, B, Q, K]
+  }
+  if (options_.scheme == PositionScheme::kAlibi) {
+    TXL_CHECK(inputs.rel_pos.defined() && inputs.rel_pos.dim() == 2 &&
+                  inputs.rel_pos.size(0) == q_len && inputs.rel_pos.size(1) == k_len,
+              "attention: ALiBi distances must be [Q = ", q_len, ", K = ", k_len, "]");
+    auto scores = relative_scores(h.q * scale, {}, h.k, {});  // [H, B, Q, K]
+    const auto slopes = ops::alibi_slopes(n_head, scores.scalar_type(), scores.device());
+    return add_alibi(scores, slopes.view({n_head, 1, 1, 1}), inputs.rel_pos);  // [H, B, Q, K]
+  }
   torch::Tensor q_content, q_position;  // [H, B, Q, D], scaled
   if (options_.scheme == PositionScheme::kRelative) {
     TXL_CHECK(inputs.rel_pos.defined() && inputs.rel_pos.dim() == 2 &&
@@ -181,6 +212,11 @@ torch::Tensor MultiHeadAttentionImpl::position_scores(const Heads& h,
     q_position = q_content;   // [H, B, Q, D]
   }
   return relative_scores(q_content, q_position, h.k, encodings(inputs.rel_pos));  // [H, B, Q, K]
+}
+
+torch::Tensor MultiHeadAttentionImpl::add_alibi(torch::Tensor scores, const torch::Tensor& slopes,
+                                                const torch::Tensor& distances) {
+  return scores.sub_(slopes * distances.to(scores.scalar_type()));  // [H, B, Q, K]
 }
 
 torch::Tensor MultiHeadAttentionImpl::mix(torch::Tensor scores, const torch::Tensor& bias,
@@ -223,9 +259,15 @@ AttentionStep MultiHeadAttentionImpl::prepare_step(int64_t capacity, int64_t cla
   w.qkv = ops::Projection::packed_for_decoding(qkv_weight);
   w.out = ops::Projection::packed_for_decoding(out->weight);
   const auto& like = qkv->weight;
-  const auto rel_pos = relative_positions(options_, capacity, clamp_len,
-                                          like.scalar_type(), like.device());
-  if (rel_pos.defined()) {
+  if (options_.scheme == PositionScheme::kRotary) {
+    w.table = ops::rotary_table(capacity, d_head, like.scalar_type(), like.device());  // [2, C, D]
+  } else if (options_.scheme == PositionScheme::kAlibi) {
+    w.slopes = ops::alibi_slopes(n_head, like.scalar_type(), like.device())
+                   .view({n_head, 1, 1, 1});  // [H, 1, 1, 1]
+    w.clamp_len = clamp_len;
+  } else if (options_.scheme != PositionScheme::kAbsolute) {
+    const auto rel_pos = relative_positions(options_, 1, capacity, clamp_len, like.scalar_type(),
+                                            like.device());
     w.table = encodings(rel_pos).contiguous();                            // [H, D, C]
     w.by_distance = w.table.flip(2).transpose(1, 2).contiguous();          // [H, C, D]
   }
@@ -244,8 +286,12 @@ AttentionStep MultiHeadAttentionImpl::prepare_step(int64_t capacity, int64_t cla
   return w;
 }
 
-bool MultiHeadAttentionImpl::steps_by_first_slot(const torch::Tensor& like) {
-  return ops::attend_cached_takes(like);
+bool MultiHeadAttentionImpl::steps_by_first_slot(const torch::Tensor& like) const {
+  // The fused kernel knows the relative and Shaw encodings; turns and slopes take the bias path.
+  const bool kernel_knows = options_.scheme == PositionScheme::kRelative ||
+                            options_.scheme == PositionScheme::kShaw ||
+                            options_.scheme == PositionScheme::kAbsolute;
+  return kernel_knows && ops::attend_cached_takes(like);
 }
 
 void MultiHeadAttentionImpl::write_zero_memory(const AttentionStep& weights,
@@ -286,13 +332,24 @@ torch::Tensor MultiHeadAttentionImpl::step(const AttentionStep& weights, const t
                    .permute({2, 3, 0, 1, 4});  // [3, H, B, q, D], a view
   kv.narrow(3, used, q).copy_(heads.narrow(0, 1, 2));  // [2, H, B, q, D] into the buffer
   write_zero_slots(weights, kv, used, mask);
-  const auto query = heads.select(0, 0);                  // [H, B, q, D], scaled
-  const auto keys = kv.select(0, 0).narrow(2, 0, k_len);  // [H, B, K, D]
+  auto query = heads.select(0, 0);                          // [H, B, q, D], scaled
+  auto keys = kv.select(0, 0).narrow(2, 0, k_len);          // [H, B, K, D]
   const auto values = kv.select(0, 1).narrow(2, 0, k_len);  // [H, B, K, D]
   torch::Tensor r;  // [H, D, K], distances K-1 .. 0
-  if (weights.table.defined()) r = weights.table.narrow(2, weights.table.size(2) - k_len, k_len);
+  if (options_.scheme == PositionScheme::kRotary) {
+    // The buffer keeps keys unturned (compaction moves them to other slots): slot j is position j.
+    query = ops::rotate(query, weights.table, used);
+    keys = ops::rotate(keys, weights.table, 0);
+  } else if (weights.table.defined()) {
+    r = weights.table.narrow(2, weights.table.size(2) - k_len, k_len);
+  }
   auto scores = relative_scores(weights.u.defined() ? query + weights.u : query,
                                 weights.v.defined() ? query + weights.v : query, keys, r);
+  if (weights.slopes.defined()) {
+    scores = add_alibi(scores, weights.slopes,
+                       ops::query_key_distances(q, k_len, weights.clamp_len, scores.scalar_type(),
+                                                scores.device()));
+  }
   return mix(scores, mask.bias, values, weights.out, nullptr);  // [B, q, d]
 }
 

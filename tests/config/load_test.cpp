@@ -364,7 +364,7 @@ TEST(LoadExperiment, EnumErrorsListTheAllowedValues) {
             "x.yaml:1:16: eval.splits: item 2: 'dev' is not one of train | valid | test");
   EXPECT_EQ(load_error("", {"model.attn_type=transformer"}),
             "--set model.attn_type=transformer: model.attn_type: 'transformer' is not one of xl | "
-            "shaw | vanilla | vanilla_learned");
+            "shaw | vanilla | vanilla_learned | rope | alibi");
 }
 
 TEST(LoadExperiment, OutOfRangeValuesAreRejectedWhereTheyWereSet) {
@@ -400,6 +400,13 @@ TEST(LoadExperiment, OutOfRangeValuesAreRejectedWhereTheyWereSet) {
        "eval: {mode: sliding, window: 300, stride: 1}\n",
        "x.yaml:2:31: eval.window: vanilla_learned has 256 positions (model.max_positions) but "
        "evaluation needs 300"},
+      {"model: {attn_type: rope, clamp_len: 64}\n",
+       "model.clamp_len: attn_type rope has no distances to clamp; needs -1, got 64"},
+      {"model: {attn_type: rope, d_head: 33}\n",
+       "model.d_head: attn_type rope turns pairs of dimensions and needs an even d_head, got 33"},
+      {"model: {attn_type: rope}\neval: {clamp_len: 8}\n",
+       "eval.clamp_len: attn_type rope has no distances to clamp; needs -1 (none) or -2 (the "
+       "model's), got 8"},
       {"data: {corpus: text}\n", "data.path: corpus 'text' needs the path"},
       {"train: {divergence_factor: -1}\n",
        "x.yaml:1:28: train.divergence_factor: must be >= 0.0, got -1.0"},

@@ -92,6 +92,14 @@ TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
       {"xl, zero memory, same_length", AttnType::kXl, 6, true, -1, false, false, true},
       {"xl, zero memory, pre_norm", AttnType::kXl, 4, false, -1, true, false, true},
       {"shaw, zero memory", AttnType::kShaw, 7, false, -1, false, false, true},
+      {"rope", AttnType::kRope, 4},
+      {"rope, memory of 2 segments, pre_norm", AttnType::kRope, 10, false, -1, true},
+      {"rope, same_length, zero memory", AttnType::kRope, 6, true, -1, true, false, true},
+      {"rope without memory: sliding", AttnType::kRope, 0},
+      {"alibi", AttnType::kAlibi, 4},
+      {"alibi, clamp_len, adaptive softmax", AttnType::kAlibi, 7, false, 3, false, true},
+      {"alibi, memory longer than the text", AttnType::kAlibi, 64},
+      {"alibi, zero memory, pre_norm", AttnType::kAlibi, 4, false, -1, true, false, true},
   };
   const auto tokens = random_tokens(1, 31, 3);
   for (const auto& c : cases) {
@@ -134,7 +142,8 @@ TEST(IncrementalDecoder, LeftPaddedRowsEqualRowsAlone) {
   for (int tgt_len : {5, 1}) {
   for (auto [attn_type, zero_memory] : std::vector<std::pair<AttnType, bool>>{
            {AttnType::kXl, false}, {AttnType::kXl, true}, {AttnType::kShaw, false},
-           {AttnType::kShaw, true}, {AttnType::kVanilla, false}}) {
+           {AttnType::kShaw, true}, {AttnType::kVanilla, false}, {AttnType::kRope, false},
+           {AttnType::kRope, true}, {AttnType::kAlibi, false}, {AttnType::kAlibi, true}}) {
     SCOPED_TRACE(config::to_string(attn_type) + (zero_memory ? ", zero memory" : "") +
                  ", tgt_len " + std::to_string(tgt_len));
     const int mem_len = attn_type == AttnType::kVanilla ? 0 : 4;
@@ -224,7 +233,7 @@ TEST(IncrementalDecoder, DecodersFromOnePreparationAreIndependent) {
 // stacked: each row gives, step by step, what the context and its prompt give read alone, and
 // the original copy reads on unchanged.
 TEST(IncrementalDecoder, ClonedAndStackedRowsEqualRowsAlone) {
-  for (auto attn_type : {AttnType::kXl, AttnType::kShaw}) {
+  for (auto attn_type : {AttnType::kXl, AttnType::kShaw, AttnType::kRope, AttnType::kAlibi}) {
     for (auto [same_length, zero_memory] : {std::pair{false, false}, std::pair{true, false},
                                             std::pair{false, true}, std::pair{true, true}}) {
       SCOPED_TRACE(config::to_string(attn_type) + (same_length ? ", same_length" : "") +

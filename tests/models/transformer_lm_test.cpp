@@ -78,7 +78,9 @@ const std::vector<Variant> kVariants = {{"xl", AttnType::kXl, 4},
                                         {"rel_no_memory", AttnType::kXl, 0},
                                         {"shaw", AttnType::kShaw, 4},
                                         {"vanilla", AttnType::kVanilla, 0},
-                                        {"vanilla_learned", AttnType::kVanillaLearned, 0}};
+                                        {"vanilla_learned", AttnType::kVanillaLearned, 0},
+                                        {"rope", AttnType::kRope, 4},
+                                        {"alibi", AttnType::kAlibi, 4}};
 
 // Test 1: changing token t never changes an output before t, and does change the output at t.
 TEST(TransformerLM, CausalForEveryVariant) {
@@ -111,8 +113,9 @@ TEST(TransformerLM, CausalForEveryVariant) {
 // Test 2: two segments of Q with mem_len = Q equal one pass over 2Q tokens (eval, double).
 TEST(TransformerLM, RecurrenceEqualsOneLongPass) {
   torch::NoGradGuard no_grad;
-  for (AttnType attn : {AttnType::kXl, AttnType::kShaw}) {
+  for (AttnType attn : {AttnType::kXl, AttnType::kShaw, AttnType::kRope, AttnType::kAlibi}) {
     for (int64_t clamp : {-1, 3}) {
+      if (attn == AttnType::kRope && clamp >= 0) continue;  // rope has no distances to clamp
       auto model = make(tiny(attn, 5), 2, torch::kDouble);
       auto tokens = random_tokens(2, 10, 11);
       auto first = run(model, tokens.narrow(1, 0, 5), {}, ctx_with(5, clamp));
@@ -234,41 +237,45 @@ TEST(TransformerLM, PaperCrossCheck) {
 
 // Test 3: the loss of segment 2 puts no gradient on segment 1, parameters still get gradients.
 TEST(TransformerLM, StopGradientThroughMemory) {
-  auto c = tiny(AttnType::kXl, 5);
-  c.tie_weight = false;  // so embedding rows are reached only through the input
-  torch::manual_seed(7);
-  TransformerLM model(c, kVocab);
-  model->train();
-  auto seg1 = torch::randint(0, 5, {2, 5}, torch::kLong);   // ids 0..4 only
-  auto seg2 = torch::randint(5, 11, {2, 5}, torch::kLong);  // ids 5..10 only
-  auto first = run(model, seg1, {}, ctx_with(5));
-  ASSERT_TRUE(first.hidden.requires_grad());
-  for (const auto& m : first.memory.layers) {
-    EXPECT_FALSE(m.requires_grad());
-    EXPECT_FALSE(m.grad_fn());
+  for (AttnType attn : {AttnType::kXl, AttnType::kShaw, AttnType::kRope, AttnType::kAlibi}) {
+    SCOPED_TRACE(config::to_string(attn));
+    auto c = tiny(attn, 5);
+    c.tie_weight = false;  // so embedding rows are reached only through the input
+    torch::manual_seed(7);
+    TransformerLM model(c, kVocab);
+    model->train();
+    auto seg1 = torch::randint(0, 5, {2, 5}, torch::kLong);   // ids 0..4 only
+    auto seg2 = torch::randint(5, 11, {2, 5}, torch::kLong);  // ids 5..10 only
+    auto first = run(model, seg1, {}, ctx_with(5));
+    ASSERT_TRUE(first.hidden.requires_grad());
+    for (const auto& m : first.memory.layers) {
+      EXPECT_FALSE(m.requires_grad());
+      EXPECT_FALSE(m.grad_fn());
+    }
+    auto second = run(model, seg2, first.memory, ctx_with(5));
+    auto loss = second.nll.mean();
+    auto grads = torch::autograd::grad({loss}, {first.hidden}, {}, /*retain_graph=*/true,
+                                       /*create_graph=*/false, /*allow_unused=*/true);
+    EXPECT_FALSE(grads[0].defined()) << "segment 1 received a gradient from segment 2's loss";
+    model->zero_grad();
+    loss.backward();
+    int with_grad = 0;
+    for (const auto& p : model->named_parameters()) {
+      if (p.value().grad().defined() && p.value().grad().abs().sum().item<double>() > 0)
+        ++with_grad;
+    }
+    EXPECT_EQ(with_grad, static_cast<int>(model->parameters().size()));
+    // Embedding rows of ids seen only in segment 1 get nothing, though memory was used.
+    auto emb_grad = model->word_emb->table(0).grad();  // [V, d]
+    EXPECT_EQ(emb_grad.narrow(0, 0, 5).abs().sum().item<double>(), 0.0);
+    EXPECT_GT(emb_grad.narrow(0, 5, 6).abs().sum().item<double>(), 0.0);
   }
-  auto second = run(model, seg2, first.memory, ctx_with(5));
-  auto loss = second.nll.mean();
-  auto grads = torch::autograd::grad({loss}, {first.hidden}, {}, /*retain_graph=*/true,
-                                     /*create_graph=*/false, /*allow_unused=*/true);
-  EXPECT_FALSE(grads[0].defined()) << "segment 1 received a gradient from segment 2's loss";
-  model->zero_grad();
-  loss.backward();
-  int with_grad = 0;
-  for (const auto& p : model->named_parameters()) {
-    if (p.value().grad().defined() && p.value().grad().abs().sum().item<double>() > 0) ++with_grad;
-  }
-  EXPECT_EQ(with_grad, static_cast<int>(model->parameters().size()));
-  // Embedding rows of ids seen only in segment 1 get nothing, though memory was used.
-  auto emb_grad = model->word_emb->table(0).grad();  // [V, d]
-  EXPECT_EQ(emb_grad.narrow(0, 0, 5).abs().sum().item<double>(), 0.0);
-  EXPECT_GT(emb_grad.narrow(0, 5, 6).abs().sum().item<double>(), 0.0);
 }
 
 // Test 4: left padding changes nothing for the real tokens of a row (relative positions).
 TEST(TransformerLM, PaddedRowEqualsRowAlone) {
   torch::NoGradGuard no_grad;
-  for (AttnType attn : {AttnType::kXl, AttnType::kShaw}) {
+  for (AttnType attn : {AttnType::kXl, AttnType::kShaw, AttnType::kRope, AttnType::kAlibi}) {
     auto model = make(tiny(attn, 4), 8, torch::kDouble);
     auto real = random_tokens(1, 4, 15);
     auto other = random_tokens(1, 6, 16);
@@ -526,7 +533,16 @@ TEST(TransformerLM, BadInputsAreClearErrors) {
   c.attn_type = static_cast<AttnType>(9);  // no enumerator: only a cast makes one
   TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab),
                         "model.attn_type: unknown value \"9\" (allowed: xl | shaw | vanilla | "
-                        "vanilla_learned)");
+                        "vanilla_learned | rope | alibi)");
+  c = tiny(AttnType::kRope, 4);
+  c.clamp_len = 3;
+  TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab), "rotary positions have no distances to clamp");
+  c.clamp_len = -1;
+  c.d_head = 3;
+  TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab), "must be even for rotary positions");
+  auto rope = make(tiny(AttnType::kRope, 4), 1);
+  TXL_EXPECT_THROW_WITH(run(rope, tokens, {}, ctx_with(4, 3)),
+                        "model context: clamp_len = 3 with attn_type rope");
   c = tiny(AttnType::kXl, 4);
   c.n_head = 0;
   TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab), "model.n_head = 0 must be > 0");
@@ -548,9 +564,10 @@ TEST(TransformerLM, CachedKeysAndValuesGiveTheSameNumbers) {
     bool pre_norm;
     int64_t ext_len;
   };
-  for (const Case& k :
-       {Case{AttnType::kXl, false, 0}, Case{AttnType::kXl, true, 0}, Case{AttnType::kXl, false, 2},
-        Case{AttnType::kShaw, false, 0}, Case{AttnType::kVanilla, false, 0}}) {
+  for (const Case& k : {Case{AttnType::kXl, false, 0}, Case{AttnType::kXl, true, 0},
+                        Case{AttnType::kXl, false, 2}, Case{AttnType::kShaw, false, 0},
+                        Case{AttnType::kVanilla, false, 0}, Case{AttnType::kRope, false, 0},
+                        Case{AttnType::kRope, true, 2}, Case{AttnType::kAlibi, false, 0}}) {
     SCOPED_TRACE(config::to_string(k.attn) + (k.pre_norm ? " pre_norm" : "") + " ext_len " +
                  std::to_string(k.ext_len));
     auto c = tiny(k.attn, 7);

@@ -3,9 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 
 #include "support/test_support.h"
 #include "txl/ops/masks.h"
+#include "txl/ops/rotary.h"
+#include "txl/util/fs.h"
+#include "txl/util/process.h"
+#include "txl/util/safetensors.h"
 #include "txl/ops/sinusoid.h"
 
 namespace txl::modules {
@@ -46,8 +51,34 @@ AttentionInputs inputs_for(const Setup& s, int64_t q_len, int64_t m_len, int64_t
     in.v = s.v;
   } else if (s.options.scheme == PositionScheme::kShaw) {
     in.rel_pos = dist.clamp_max(s.options.max_rel_dist);
+  } else {
+    in.rel_pos =
+        relative_positions(s.options, q_len, k_len, clamp_len, torch::kDouble, torch::kCPU);
   }
   return in;
+}
+
+// Rotary positions (Su et al. 2021, eq. 34) written out: each pair (2k, 2k+1) of a head's
+// dimensions turned by the angle p 10000^(-2k/D).
+torch::Tensor turned(const torch::Tensor& x, int64_t position) {
+  const int64_t D = x.size(0);
+  auto out = torch::empty_like(x);
+  for (int64_t k = 0; k < D / 2; ++k) {
+    const double angle = position * std::pow(10000.0, -2.0 * k / D);
+    const double a = x[2 * k].item<double>(), b = x[2 * k + 1].item<double>();
+    out[2 * k] = a * std::cos(angle) - b * std::sin(angle);
+    out[2 * k + 1] = b * std::cos(angle) + a * std::sin(angle);
+  }
+  return out;
+}
+
+// ALiBi's slopes as the paper lists them: 2^-8/H, 2^-16/H, ... for 2 heads; for 3 heads those
+// of 2 followed by the first of 4's (2^-2).
+double alibi_slope(int64_t head, int64_t heads) {
+  if (heads == 2) return std::pow(2.0, head == 0 ? -4.0 : -8.0);
+  EXPECT_EQ(heads, 3);
+  const double slopes[] = {std::pow(2.0, -4.0), std::pow(2.0, -8.0), std::pow(2.0, -2.0)};
+  return slopes[head];
 }
 
 // The attention of paper 3.3 written pair by pair, with no shift trick and no batching.
@@ -75,6 +106,10 @@ torch::Tensor naive_attention(Setup& s, const torch::Tensor& x, const torch::Ten
           }
           if (clamp_len >= 0) dist = std::min(dist, clamp_len);
           auto kj = k_all[b][j][head];
+          if (s.options.scheme == PositionScheme::kRotary) {  // query at M + i, key at j
+            scores.push_back(turned(qi, M + i).dot(turned(kj, j)) / std::sqrt(double(D)));
+            continue;
+          }
           torch::Tensor score;
           if (s.options.scheme == PositionScheme::kRelative) {
             auto r = ops::sinusoid_encoding(torch::tensor({double(dist)}, torch::kDouble), d)[0];
@@ -86,7 +121,10 @@ torch::Tensor naive_attention(Setup& s, const torch::Tensor& x, const torch::Ten
           } else {
             score = qi.dot(kj);
           }
-          scores.push_back(score / std::sqrt(double(D)));
+          score = score / std::sqrt(double(D));
+          if (s.options.scheme == PositionScheme::kAlibi)
+            score = score - alibi_slope(head, H) * dist;
+          scores.push_back(score);
         }
         auto p = torch::softmax(torch::stack(scores), 0);  // [K]
         out[b][i][head] = (p.unsqueeze(1) * v_all[b].select(1, head)).sum(0);
@@ -97,9 +135,9 @@ torch::Tensor naive_attention(Setup& s, const torch::Tensor& x, const torch::Ten
 }
 
 void check_against_naive(PositionScheme scheme, int64_t q_len, int64_t m_len, int64_t clamp_len,
-                         bool padded) {
+                         bool padded, int64_t heads = 2, int64_t d_head = 3) {
   torch::manual_seed(17 + q_len + 3 * m_len);
-  auto s = make(scheme);
+  auto s = make(scheme, 6, heads, d_head);
   auto x = torch::randn({2, q_len, 6}, torch::kDouble);
   torch::Tensor mem;
   if (m_len > 0) mem = torch::randn({2, m_len, 6}, torch::kDouble);
@@ -134,10 +172,91 @@ TEST(Attention, AbsoluteEqualsPairByPairFormula) {
   check_against_naive(PositionScheme::kAbsolute, 3, 2, -1, true);
 }
 
+TEST(Attention, RotaryEqualsPairByPairFormula) {
+  check_against_naive(PositionScheme::kRotary, 4, 0, -1, false, 2, 4);
+  check_against_naive(PositionScheme::kRotary, 3, 5, -1, true, 3, 2);
+  check_against_naive(PositionScheme::kRotary, 4, 2, -1, false, 1, 6);
+}
+
+TEST(Attention, AlibiEqualsPairByPairFormula) {
+  check_against_naive(PositionScheme::kAlibi, 4, 0, -1, false);
+  check_against_naive(PositionScheme::kAlibi, 3, 5, -1, true, 3, 2);
+  check_against_naive(PositionScheme::kAlibi, 4, 3, 2, true);  // distances clamped at 2
+}
+
+// A control that the pair-by-pair checks can fail: queries turned to their position in the
+// segment (i) instead of their place after the memory (M + i) give other outputs.
+TEST(Attention, RotaryQueriesSitAfterTheMemory) {
+  torch::manual_seed(3);
+  auto s = make(PositionScheme::kRotary, 6, 2, 4);
+  const int64_t q_len = 3, m_len = 4;
+  auto x = torch::randn({1, q_len, 6}, torch::kDouble);
+  auto mem = torch::randn({1, m_len, 6}, torch::kDouble);
+  torch::NoGradGuard no_grad;
+  auto in = inputs_for(s, q_len, m_len, -1);
+  const auto right = s.attn(x, mem, in);
+  // Shifting every position by the same amount changes nothing (only distances count) ...
+  in.rel_pos = ops::rotary_table(q_len + m_len + 5, 4, torch::kDouble, torch::kCPU)
+                   .narrow(1, 5, q_len + m_len);
+  EXPECT_TRUE(tensor_near(s.attn(x, mem, in), right, 1e-10, 1e-10));
+  // ... while the distances of a segment read without its memory's offset do.
+  auto wrong = torch::cat({in.rel_pos.narrow(1, 0, m_len), in.rel_pos.narrow(1, 0, q_len)}, 1);
+  in.rel_pos = wrong;
+  EXPECT_FALSE(tensor_near(s.attn(x, mem, in), right, 1e-4, 1e-4));
+}
+
+// Rotary and ALiBi attention against the PyPI packages that define them (rotary-embedding-torch,
+// x-transformers), on the same weights and inputs with memory and padding
+// (tests/modules/position_reference.py, in the LibTorch 2.x environment where
+// tools/requirements-torch2.txt installs them; skipped where they are missing).
+TEST(Attention, RotaryAndAlibiEqualPyPIsReferences) {
+  const std::string python = txl::test::python();
+  const std::vector<std::string> probe = {
+      python, "-c", "import rotary_embedding_torch, x_transformers"};
+  if (!txl::process::run_program(probe).ok())
+    GTEST_SKIP() << "no rotary-embedding-torch and x-transformers in " << python
+                 << " (TXL_TORCH=pip tools/setup.sh installs them)";
+  torch::NoGradGuard no_grad;
+  txl::safetensors::NamedTensors dump;
+  struct Case {
+    std::string name;
+    PositionScheme scheme;
+    int64_t heads, d_head, q_len, m_len;
+  };
+  for (const Case& c : {Case{"rotary_a", PositionScheme::kRotary, 2, 4, 5, 3},
+                        Case{"rotary_b", PositionScheme::kRotary, 3, 6, 4, 9},
+                        Case{"alibi_a", PositionScheme::kAlibi, 4, 3, 5, 3},
+                        Case{"alibi_b", PositionScheme::kAlibi, 3, 4, 4, 9}}) {
+    torch::manual_seed(41 + c.m_len);
+    auto s = make(c.scheme, 6, c.heads, c.d_head);
+    auto x = torch::randn({2, c.q_len, 6}, torch::kDouble);
+    auto mem = torch::randn({2, c.m_len, 6}, torch::kDouble);
+    auto keep = torch::ones({2, c.m_len + c.q_len}, torch::kBool);
+    keep[1][0] = false;  // padding in the second row's memory
+    const std::string p = c.name + ".";
+    dump.emplace_back(p + "qkv", s.attn->qkv->weight);
+    dump.emplace_back(p + "out", s.attn->out->weight);
+    dump.emplace_back(p + "x", x);
+    dump.emplace_back(p + "mem", mem);
+    dump.emplace_back(p + "keep", keep);
+    dump.emplace_back(p + "n_head", torch::tensor(c.heads));
+    dump.emplace_back(p + "d_head", torch::tensor(c.d_head));
+    dump.emplace_back(p + "y", s.attn(x, mem, inputs_for(s, c.q_len, c.m_len, -1, keep)));
+  }
+  txl::test::TempDir dir;
+  txl::fs::write_atomic(dir / "dump.safetensors", txl::safetensors::serialize(dump));
+  const auto script = txl::test::source_dir() / "tests" / "modules" / "position_reference.py";
+  const auto r =
+      txl::process::run_program({python, script.string(), (dir / "dump.safetensors").string()});
+  EXPECT_TRUE(r.ok()) << r.status() << "\n" << r.out << r.stderr_tail;
+  std::cout << r.out;
+}
+
 // Test 8: finite differences in double precision through the fused projection, the u / v
 // biases, the relative shift and the masks.
 TEST(Attention, GradientMatchesFiniteDifferences) {
-  for (auto scheme : {PositionScheme::kRelative, PositionScheme::kShaw}) {
+  for (auto scheme : {PositionScheme::kRelative, PositionScheme::kShaw, PositionScheme::kRotary,
+                      PositionScheme::kAlibi}) {
     torch::manual_seed(5);
     auto s = make(scheme, 4, 2, 2);
     auto x = torch::randn({2, 3, 4}, torch::dtype(torch::kDouble).requires_grad(true));

@@ -75,6 +75,8 @@ const std::vector<SizedDecodingCase>& sized_decoding_cases() {
       {"shaw", config::AttnType::kShaw, 24},
       {"vanilla", config::AttnType::kVanilla, 0},
       {"vanilla_learned", config::AttnType::kVanillaLearned, 0},
+      {"rope, memory longer than a segment", config::AttnType::kRope, 24},
+      {"alibi, memory shorter than a segment", config::AttnType::kAlibi, 8},
   };
   return cases;
 }

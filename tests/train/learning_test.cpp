@@ -51,7 +51,9 @@ TEST(Learning, EveryVariantLearnsARepeatedSequence) {
                                                                 {AttnType::kXl, 0},
                                                                 {AttnType::kShaw, 16},
                                                                 {AttnType::kVanilla, 0},
-                                                                {AttnType::kVanillaLearned, 0}}) {
+                                                                {AttnType::kVanillaLearned, 0},
+                                                                {AttnType::kRope, 16},
+                                                                {AttnType::kAlibi, 16}}) {
     const double loss = train_on_repeated_sequence(attn, mem);
     EXPECT_LT(loss, 0.05) << attn << " mem_len " << mem;
   }

@@ -65,7 +65,7 @@ struct DataConfig {
 
 // ---------------------------------------------------------------------------------- model
 struct ModelConfig {
-  AttnType attn_type = AttnType::kXl;  // xl | shaw | vanilla | vanilla_learned
+  AttnType attn_type = AttnType::kXl;  // xl | shaw | vanilla | vanilla_learned | rope | alibi
   int n_layer = 4;               // decoder layers
   int d_model = 256;             // model width d
   int n_head = 4;                // heads H

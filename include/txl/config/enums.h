@@ -21,6 +21,8 @@ enum class AttnType {
   kShaw,            // relative: learned distance embeddings, clipped (Shaw et al.)
   kVanilla,         // absolute: sinusoid positions added to the input (Vaswani et al.)
   kVanillaLearned,  // absolute: a learned table of model.max_positions positions (Al-Rfou et al.)
+  kRope,            // relative: queries and keys turned by their positions (Su et al., RoPE)
+  kAlibi,           // relative: a slope per head times the distance (Press et al., ALiBi)
 };
 
 // run.device: where the model runs. The GPU index is the process's LOCAL_RANK, not a setting.
@@ -60,11 +62,13 @@ struct EnumNames;
 
 template <>
 struct EnumNames<AttnType> {
-  static constexpr std::array<std::pair<AttnType, const char*>, 4> kNames = {{
+  static constexpr std::array<std::pair<AttnType, const char*>, 6> kNames = {{
       {AttnType::kXl, "xl"},
       {AttnType::kShaw, "shaw"},
       {AttnType::kVanilla, "vanilla"},
       {AttnType::kVanillaLearned, "vanilla_learned"},
+      {AttnType::kRope, "rope"},
+      {AttnType::kAlibi, "alibi"},
   }};
 };
 
@@ -165,8 +169,8 @@ constexpr bool uses_absolute_positions(AttnType type) {
   return type == AttnType::kVanilla || type == AttnType::kVanillaLearned;
 }
 
-// Relative positions (xl, shaw): attention sees distances, so a memory of earlier segments keeps
-// its meaning; the attention types that carry memory.
+// Relative positions (xl, shaw, rope, alibi): attention sees distances, so a memory of earlier
+// segments keeps its meaning; the attention types that carry memory.
 constexpr bool uses_relative_positions(AttnType type) { return !uses_absolute_positions(type); }
 
 }  // namespace txl::config

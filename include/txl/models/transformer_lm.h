@@ -5,6 +5,8 @@
 //   shaw             learned relative embeddings per clipped distance (Shaw et al. 2018)
 //   vanilla          sinusoid of the position within the segment added to the embedding
 //   vanilla_learned  learned absolute positions added at every layer (Al-Rfou et al. 2018)
+//   rope             queries and keys turned by their positions (Su et al. 2021) + memory
+//   alibi            a linear distance penalty per head (Press et al. 2022) + memory
 //
 // Memory is data, not module state: forward takes the caller's memory and returns the new one.
 //

@@ -5,6 +5,13 @@
 //   kShaw      Shaw et al. (2018): score = q_i^T k_j + q_i^T A[min(M+i-j, max_rel_dist)],
 //              A a learned table per layer
 //   kAbsolute  Vaswani et al.: score = q_i^T k_j (positions were added to the inputs)
+//   kRotary    Su et al. (2021), RoPE: score = (R_{M+i} q_i)^T (R_j k_j), R_p turning each pair of
+//              dimensions by p times its frequency (ops/rotary.h), so the score sees i - j only
+//   kAlibi     Press et al. (2022): score = q_i^T k_j - m_h (M+i-j), a slope m_h per head
+//              (ops/alibi.h) times the distance, which clamp_len clamps
+// Positions over memory: key j of concat(memory, segment) sits at position j and query i at
+// M + i, so every scheme but kAbsolute sees the distance M + i - j whatever the segment; the
+// decoder's buffer slots stand for positions the same way.
 // Scores are divided by sqrt(D), blocked (future, padding, window) keys get a large finite
 // negative score, softmax, attention dropout, weighted sum of values, heads concatenated, W_o.
 //
@@ -37,7 +44,7 @@
 
 namespace txl::modules {
 
-enum class PositionScheme { kRelative, kShaw, kAbsolute };
+enum class PositionScheme { kRelative, kShaw, kAbsolute, kRotary, kAlibi };
 
 struct AttentionOptions {
   int64_t d_model = 256;  // d
@@ -56,7 +63,9 @@ struct AttentionInputs {
   torch::Tensor score_bias;  // optional: ops::score_bias(blocked), computed once per segment;
                              // derived from `blocked` by each layer when absent
   torch::Tensor rel_pos;     // kRelative: R [K, d] encodings of relative_distances(K, clamp_len);
-                             // kShaw: int64 [K] the same distances clipped to max_rel_dist
+                             // kShaw: int64 [K] the same distances clipped to max_rel_dist;
+                             // kRotary: cos, sin [2, K, D] of positions 0 .. K-1;
+                             // kAlibi: distances [Q, K] (ops::query_key_distances)
   torch::Tensor u, v;        // kRelative without own_biases: the shared biases [H, D]
 };
 
@@ -74,11 +83,12 @@ struct KeyValueCache {
   torch::Tensor all;     // out: [2, H, B, K, D], keys and values of concat(memory, segment)
 };
 
-// AttentionInputs::rel_pos for K keys: kRelative the sinusoids R [K, d] of the distances
-// K-1 .. 0 (clamped at clamp_len; -1 = no clamp), kShaw those distances clipped to max_rel_dist,
-// int64 [K]; kAbsolute undefined.
-torch::Tensor relative_positions(const AttentionOptions& options, int64_t k_len, int64_t clamp_len,
-                                 torch::ScalarType dtype, torch::Device device);
+// AttentionInputs::rel_pos for Q queries over K keys: kRelative the sinusoids R [K, d] of the
+// distances K-1 .. 0 (clamped at clamp_len; -1 = no clamp), kShaw those distances clipped to
+// max_rel_dist, int64 [K]; kRotary the turns of positions 0 .. K-1 [2, K, D]; kAlibi each
+// query's distance to each key [Q, K], clamped at clamp_len; kAbsolute undefined.
+torch::Tensor relative_positions(const AttentionOptions& options, int64_t q_len, int64_t k_len,
+                                 int64_t clamp_len, torch::ScalarType dtype, torch::Device device);
 
 // What the queries of one decoding step see in a layer's buffer; one for every layer (the
 // decoder's bookkeeping).
@@ -95,8 +105,11 @@ struct StepMask {
 struct AttentionStep {
   ops::Projection qkv;        // [3 H D, d], the query rows scaled by 1/sqrt(D)
   ops::Projection out;        // W_o
-  torch::Tensor table;        // [H, D, C] encodings of distances C-1 .. 0 (relative, Shaw)
-  torch::Tensor by_distance;  // [H, C, D] the same, distances 0 .. C-1
+  torch::Tensor table;        // [H, D, C] encodings of distances C-1 .. 0 (relative, Shaw), or
+                              // kRotary: cos, sin [2, C, D] of slots 0 .. C-1
+  torch::Tensor by_distance;  // [H, C, D] the encodings of distances 0 .. C-1 (relative, Shaw)
+  torch::Tensor slopes;       // kAlibi: [H, 1, 1, 1] the heads' slopes
+  int64_t clamp_len = -1;     // kAlibi: distances above it count as it (-1 = no clamp)
   torch::Tensor u, v;         // kRelative: [H, 1, 1, D], scaled by 1/sqrt(D)
   torch::Tensor zero_kv;      // [2, H, 1, 1, D] the key and value of a zero memory row, or
                               // undefined (no zero memory)
@@ -130,8 +143,8 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   torch::Tensor step(const AttentionStep& weights, const torch::Tensor& h, const torch::Tensor& kv,
                      int64_t used, const StepMask& mask);
   // Whether a step of one query per row reads StepMask::first (the fused kernel takes buffers
-  // like `like`) rather than a score bias.
-  static bool steps_by_first_slot(const torch::Tensor& like);
+  // like `like` and this position scheme) rather than a score bias.
+  bool steps_by_first_slot(const torch::Tensor& like) const;
   // Writes the zero memory's key and value into `slots` [2, H, B', n, D] (a view of a buffer).
   static void write_zero_memory(const AttentionStep& weights, const torch::Tensor& slots);
 
@@ -153,7 +166,8 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   // Queries over the segment; keys and values over concat(memory, segment), from the cache's
   // memory rows when it has them, leaving every key row's keys and values in the cache.
   Heads project(const torch::Tensor& x, const torch::Tensor& memory, KeyValueCache* cache);
-  // Scaled scores [H, B, Q, K] before masking: content only for absolute positions, content plus
+  // Scaled scores [H, B, Q, K] before masking: content only for absolute positions, of the turned
+  // queries and keys for kRotary, content plus ALiBi's distance terms for kAlibi, content plus
   // realigned position terms (with u and v for kRelative) otherwise.
   torch::Tensor position_scores(const Heads& heads, const AttentionInputs& inputs);
   // The position terms' encodings [H, D, K] of rel_pos (relative_positions): W_R R (kRelative)
@@ -169,6 +183,9 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   // merged and W_o: scores [H, B, Q, K], bias broadcast to it, values [H, B, K, D] -> [B, Q, d].
   torch::Tensor mix(torch::Tensor scores, const torch::Tensor& bias, const torch::Tensor& values,
                     const ops::Projection& out_weight, torch::Tensor* probs);
+  // kAlibi: scores [H, B, Q, K] less each head's slope times the distances [Q, K].
+  static torch::Tensor add_alibi(torch::Tensor scores, const torch::Tensor& slopes,
+                                 const torch::Tensor& distances);
   // Zero memory: the step's slots that mask.zero_slots names get the zero memory's keys.
   static void write_zero_slots(const AttentionStep& weights, const torch::Tensor& kv, int64_t used,
                                const StepMask& mask);

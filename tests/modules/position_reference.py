@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""txl's rotary and ALiBi attention against the PyPI packages that define them, on the same
+weights: rotary-embedding-torch's RotaryEmbedding (queries turned to the positions after the
+memory with its `offset`) and x-transformers' AlibiPositionalBias (its slopes, also for a head
+count that is not a power of two, and its query-key distances). Everything else of the
+attention (projections, scale, masking, softmax, heads) is written out here in a few lines.
+
+usage: position_reference.py dump.safetensors   (written by the test
+Attention.RotaryAndAlibiEqualPyPIsReferences: per scheme its weights, inputs and txl's output, in
+double). Exit 0 when every case agrees (ALiBi
+to 1e-10; rotary to 1e-6, because rotary-embedding-torch computes its frequencies in float32
+before they are made double) and the controls differ by more than 1e-3; 1 otherwise; 77 when a
+package is missing.
+"""
+import math
+import sys
+
+try:
+    import torch
+    from rotary_embedding_torch import RotaryEmbedding
+    from safetensors.torch import load_file
+    from x_transformers.x_transformers import AlibiPositionalBias
+except ImportError as e:
+    print(f"skip: {e}")
+    sys.exit(77)
+
+ALIBI_TOLERANCE = 1e-10
+ROTARY_TOLERANCE = 1e-6
+CONTROL = 1e-3
+
+
+def attention(d, prefix, position_scores):
+    """y [B, Q, d] of the attention whose weights and inputs `d` holds under `prefix`."""
+    x, mem, keep = d[prefix + "x"], d[prefix + "mem"], d[prefix + "keep"]
+    w, w_out = d[prefix + "qkv"], d[prefix + "out"]
+    n_head, d_head = int(d[prefix + "n_head"]), int(d[prefix + "d_head"])
+    b, q_len, m_len = x.size(0), x.size(1), mem.size(1)
+    k_len = m_len + q_len
+    hd = n_head * d_head
+    h = torch.cat([mem, x], 1)                                                   # [B, K, d]
+    q = (x @ w[:hd].t()).view(b, q_len, n_head, d_head).transpose(1, 2)         # [B, H, Q, D]
+    k = (h @ w[hd:2 * hd].t()).view(b, k_len, n_head, d_head).transpose(1, 2)   # [B, H, K, D]
+    v = (h @ w[2 * hd:].t()).view(b, k_len, n_head, d_head).transpose(1, 2)     # [B, H, K, D]
+    scores = position_scores(q, k, m_len)                                       # [B, H, Q, K]
+    causal = torch.arange(k_len)[None, :] <= torch.arange(m_len, k_len)[:, None]  # [Q, K]
+    visible = causal[None, None] & keep[:, None, None, :]
+    scores = scores.masked_fill(~visible, -1e30)
+    out = torch.softmax(scores, -1) @ v                                          # [B, H, Q, D]
+    return out.transpose(1, 2).reshape(b, q_len, hd) @ w_out.t()                # [B, Q, d]
+
+
+def rotary_scores(d_head, query_offset):
+    rope = RotaryEmbedding(dim=d_head).double()
+
+    def scores(q, k, m_len):
+        turned_q = rope.rotate_queries_or_keys(q, seq_dim=-2, offset=query_offset(m_len))
+        turned_k = rope.rotate_queries_or_keys(k, seq_dim=-2)
+        return turned_q @ turned_k.transpose(-1, -2) / math.sqrt(d_head)
+    return scores
+
+
+def alibi_scores(n_head, d_head, reverse_heads=False):
+    alibi = AlibiPositionalBias(heads=n_head, total_heads=n_head).double()
+
+    def scores(q, k, m_len):
+        bias = alibi(q.size(-2), k.size(-2))  # [H, Q, K], queries the last Q of the keys
+        return q @ k.transpose(-1, -2) / math.sqrt(d_head) + (bias.flip(0) if reverse_heads else bias)
+    return scores
+
+
+def worst(d, prefix, scores):
+    got = d[prefix + "y"]
+    return float((attention(d, prefix, scores) - got).abs().max())
+
+
+def main():
+    d = load_file(sys.argv[1])  # data only: nothing in the file runs
+    ok = True
+    for prefix in sorted({k.split(".")[0] + "." for k in d if k.startswith("rotary")}):
+        d_head = int(d[prefix + "d_head"])
+        err = worst(d, prefix, rotary_scores(d_head, lambda m: m))
+        # Control: queries turned to their place in the segment (offset 0) instead of after the
+        # memory disagree.
+        control = worst(d, prefix, rotary_scores(d_head, lambda m: 0))
+        print(f"{prefix} rotary-embedding-torch: max |txl - reference| = {err:.3e}; "
+              f"queries without the memory's offset: {control:.3e}")
+        ok = ok and err <= ROTARY_TOLERANCE and control > CONTROL
+    for prefix in sorted({k.split(".")[0] + "." for k in d if k.startswith("alibi")}):
+        n_head, d_head = int(d[prefix + "n_head"]), int(d[prefix + "d_head"])
+        err = worst(d, prefix, alibi_scores(n_head, d_head))
+        # Control: the heads' slopes in reverse order disagree.
+        control = worst(d, prefix, alibi_scores(n_head, d_head, reverse_heads=True))
+        print(f"{prefix} x-transformers AlibiPositionalBias ({n_head} heads): max |txl - reference| = "
+              f"{err:.3e}; slopes in reverse head order: {control:.3e}")
+        ok = ok and err <= ALIBI_TOLERANCE and control > CONTROL
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
