@@ -20,7 +20,10 @@ torch::Tensor random_ids(std::int64_t n, std::int64_t vocab, std::uint64_t seed)
 
 TrainingLoop::TrainingLoop(const config::ExperimentConfig& config, std::int64_t vocab,
                            const PhaseOptions& options, std::int64_t steps)
-    : config_(config), batch_size_(options.batch_size), tgt_len_(config.model.tgt_len) {
+    : config_(config),
+      batch_size_(options.batch_size),
+      tgt_len_(config.model.tgt_len),
+      unroll_(1 + config.train.bptt_segments) {
   TXL_CHECK(options.batch_size >= 1 && steps >= 1, "bench: needs batch >= 1 and steps >= 1, got ",
             options.batch_size, " and ", steps);
   torch::manual_seed(options.seed);
@@ -40,15 +43,17 @@ TrainingLoop::TrainingLoop(const config::ExperimentConfig& config, std::int64_t 
   so.tgt_len = tgt_len_;
   so.ext_len = config.model.ext_len;
   so.seed = options.seed;
-  // Every stream holds `steps` segments plus the one token of look-ahead.
-  const std::int64_t per_stream = steps * tgt_len_ + 1;
+  // Every stream holds the segments of `steps` steps plus the one token of look-ahead.
+  const std::int64_t per_stream = steps * unroll_ * tgt_len_ + 1;
   stream_ = std::make_unique<data::TrainStream>(
       random_ids(batch_size_ * per_stream, vocab, options.seed), so);
 }
 
 double TrainingLoop::step() {
   const double lr = train::learning_rate(config_.train, ++steps_done_);
-  const double loss = step_->run(stream_->next(), lr).mean_loss();
+  std::vector<data::Batch> unroll;
+  for (std::int64_t s = 0; s < unroll_; ++s) unroll.push_back(stream_->next());
+  const double loss = step_->run(unroll, lr).mean_loss();
   TXL_CHECK(std::isfinite(loss), "bench: training loss is ", loss);
   return loss;
 }

@@ -32,11 +32,13 @@ class TrainingLoop {
   // One step as the trainer takes it; returns the batch's mean nll (nats per token).
   double step();
 
-  std::int64_t tokens_per_step() const { return batch_size_ * tgt_len_; }
+  // B Q per segment, times the 1 + train.bptt_segments segments a step reads.
+  std::int64_t tokens_per_step() const { return batch_size_ * tgt_len_ * unroll_; }
 
  private:
   config::ExperimentConfig config_;
   std::int64_t batch_size_, tgt_len_;
+  std::int64_t unroll_ = 1;  // segments per step: 1 + train.bptt_segments
   models::TransformerLM model_{nullptr};
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<train::Step> step_;

@@ -126,6 +126,7 @@ void add_train_fields(TableBuilder& t, TrainConfig& tr) {
   t.add("train.clip", tr.clip);
   t.add("train.batch_size", tr.batch_size);
   t.add("train.batch_chunk", tr.batch_chunk);
+  t.add_later("train.bptt_segments", tr.bptt_segments);
   t.add("train.max_steps", tr.max_steps);
   t.add("train.max_tokens", tr.max_tokens);
   t.add("train.max_minutes", tr.max_minutes);

@@ -261,6 +261,10 @@ void check_train(Checker& k, const ExperimentConfig& c) {
   k.fits_float("train.clip", t.clip);
   k.at_least("train.batch_size", t.batch_size, 1);
   k.at_least("train.batch_chunk", t.batch_chunk, 1);
+  k.at_least("train.bptt_segments", t.bptt_segments, 0);
+  k.rule(t.bptt_segments == 0 || c.model.mem_len > 0, "train.bptt_segments",
+         "back-propagation through segments needs a memory (model.mem_len > 0), got " +
+             text(t.bptt_segments) + " with mem_len 0");
   if (t.batch_size >= 1 && t.batch_chunk >= 1) {
     k.rule(t.batch_size % t.batch_chunk == 0, "train.batch_chunk",
            "must divide train.batch_size (" + text(t.batch_size) + "), got " + text(t.batch_chunk));

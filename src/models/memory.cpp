@@ -13,6 +13,13 @@ torch::Tensor Memory::mask_or_ones() const {
                      torch::dtype(torch::kBool).device(layers.front().device()));  // [B, M]
 }
 
+Memory Memory::detached() const {
+  Memory out;
+  for (const auto& layer : layers) out.layers.push_back(layer.detach());
+  out.key_mask = key_mask;
+  return out;
+}
+
 Memory Memory::narrow_rows(int64_t begin, int64_t count) const {
   Memory out;
   if (empty()) return out;

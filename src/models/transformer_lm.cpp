@@ -1,6 +1,7 @@
 #include "txl/models/transformer_lm.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "txl/modules/param_init.h"
 #include "txl/ops/masks.h"
@@ -206,8 +207,9 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
         " (batch size or model width changed since the memory was made?)");
     TXL_CHECK(m.device() == tokens.device(), "model memory: layer ", l, " is on ", m.device(),
               ", the tokens on ", tokens.device(), " (memory made before the model was moved?)");
-    TXL_CHECK(!m.requires_grad(), "model memory: layer ", l,
-              " requires grad; memory must be detached (stop-gradient, paper 3.2)");
+    TXL_CHECK(ctx.memory_grad || !m.requires_grad(), "model memory: layer ", l,
+              " requires grad; memory must be detached (stop-gradient, paper 3.2) unless "
+              "the context says memory_grad");
   }
   if (memory.key_mask.defined()) {
     TXL_CHECK(memory.key_mask.dim() == 2 && memory.key_mask.size(0) == batch &&
@@ -255,7 +257,10 @@ Memory TransformerLMImpl::update_memory(const Memory& memory,
   const int64_t end = m_len + std::max<int64_t>(0, q_len - ctx.ext_len);
   const int64_t begin = std::max<int64_t>(0, end - ctx.mem_len);
   const int64_t length = end - begin;
-  torch::NoGradGuard no_grad;  // memory never takes part in the backward pass (paper 3.2)
+  // Paper 3.2: the memory takes no part in the backward pass (stop-gradient), unless the caller
+  // back-propagates through segments (Context::memory_grad).
+  std::optional<torch::NoGradGuard> no_grad;
+  if (!ctx.memory_grad) no_grad.emplace();
   for (size_t l = 0; l < hiddens.size(); ++l) {
     torch::Tensor kept;  // [B, length, d]
     if (begin >= m_len) {
@@ -265,7 +270,7 @@ Memory TransformerLMImpl::update_memory(const Memory& memory,
           {memory.layers[l].narrow(1, begin, m_len - begin), hiddens[l].narrow(1, 0, end - m_len)},
           1);
     }
-    next.layers.push_back(kept.detach());
+    next.layers.push_back(ctx.memory_grad ? kept : kept.detach());
     // Keys and values cover every position of concat(memory, segment): the same window.
     if (!kv.empty()) next.kv.push_back(kv[l].narrow(3, begin, length));  // [2, H, B, length, D]
   }

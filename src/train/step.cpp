@@ -54,26 +54,45 @@ Step::Step(models::TransformerLM model, torch::optim::Optimizer& optimizer,
 }
 
 StepResult Step::backward(const data::Batch& global) {
+  return backward(std::vector<data::Batch>{global});
+}
+
+torch::Tensor Step::chunk_backward(const std::vector<data::Batch>& rank_batches, std::int64_t c,
+                                   double scored) {
+  auto& memory = memory_[static_cast<size_t>(c)];
+  models::Context context = context_;
+  context.memory_grad = rank_batches.size() > 1;
+  torch::Tensor nll_sum;  // [] over the chunk's scored tokens of every batch of the unroll
+  for (const auto& batch : rank_batches) {
+    const data::Batch chunk = batch.narrow_rows(c * chunk_rows_, chunk_rows_).to(settings_.device);
+    AutocastGuard autocast(settings_.bf16, settings_.device);
+    auto out = model_->forward(models::Inputs::of(chunk), memory, context);
+    auto sum = out.nll.to(torch::kFloat).masked_fill(chunk.target_mask.logical_not(), 0.0).sum();
+    nll_sum = nll_sum.defined() ? nll_sum + sum : sum;
+    memory = std::move(out.memory);
+  }
+  if (context.memory_grad) memory = memory.detached();  // the next step's gradient stops here
+  (nll_sum / scored).backward();
+  return nll_sum.detach().to(torch::kDouble).reshape({1});  // [1]
+}
+
+StepResult Step::backward(const std::vector<data::Batch>& unroll) {
+  TXL_CHECK(!unroll.empty(), "training step: no batch to read");
   // This rank's rows, and each chunk's, are cut on the host (counting their scored tokens
   // there) and moved to the device chunk by chunk.
-  const data::Batch batch = global.narrow_rows(rows_.begin, rows_.size());
+  std::vector<data::Batch> rank_batches;
+  std::int64_t n_scored = 0;
+  for (const auto& global : unroll) {
+    rank_batches.push_back(global.narrow_rows(rows_.begin, rows_.size()));
+    n_scored += global.n_scored;
+  }
   // Gradients are reset rather than zero-filled (LibTorch 1.13's zero_grad fills): the first
   // backward then writes them without a read-modify-write.
   for (auto& p : model_->parameters()) p.mutable_grad().reset();
-  const double scored = static_cast<double>(std::max<std::int64_t>(global.n_scored, 1));
+  const double scored = static_cast<double>(std::max<std::int64_t>(n_scored, 1));
   torch::Tensor loss_sum = torch::zeros({1}, torch::TensorOptions(torch::kDouble).device(settings_.device));  // [1]
   for (std::int64_t c = 0; c < settings_.batch_chunk; ++c) {
-    const data::Batch chunk = batch.narrow_rows(c * chunk_rows_, chunk_rows_).to(settings_.device);
-    auto& memory = memory_[static_cast<size_t>(c)];
-    torch::Tensor nll_sum;  // [] over the chunk's scored tokens
-    {
-      AutocastGuard autocast(settings_.bf16, settings_.device);
-      auto out = model_->forward(models::Inputs::of(chunk), memory, context_);
-      nll_sum = out.nll.to(torch::kFloat).masked_fill(chunk.target_mask.logical_not(), 0.0).sum();
-      memory = std::move(out.memory);
-    }
-    (nll_sum / scored).backward();
-    loss_sum += nll_sum.detach().to(torch::kDouble);
+    loss_sum += chunk_backward(rank_batches, c, scored);
   }
   if (group_->distributed()) {
     group_->all_reduce(loss_sum);
@@ -85,7 +104,7 @@ StepResult Step::backward(const data::Batch& global) {
   // before the update.
   const torch::Tensor both = torch::cat({loss_sum, norm.to(torch::kDouble).reshape({1})}).to(torch::kCPU);  // [2]
   const double* values = both.data_ptr<double>();
-  return {values[0], global.n_scored, values[1]};
+  return {values[0], n_scored, values[1]};
 }
 
 void Step::update(double lr) {
@@ -94,7 +113,11 @@ void Step::update(double lr) {
 }
 
 StepResult Step::run(const data::Batch& global, double lr) {
-  const StepResult result = backward(global);
+  return run(std::vector<data::Batch>{global}, lr);
+}
+
+StepResult Step::run(const std::vector<data::Batch>& unroll, double lr) {
+  const StepResult result = backward(unroll);
   update(lr);
   return result;
 }

@@ -305,8 +305,11 @@ Trainer::Snapshot Trainer::snapshot() const {
 void Trainer::step() {
   std::optional<Snapshot> before;
   if (checkpoint_due_) before = snapshot();
-  const data::Batch global = stream_->next();
-  const StepResult result = step_->backward(global);
+  // An unroll of 1 + train.bptt_segments consecutive batches (one without back-propagation
+  // through segments).
+  std::vector<data::Batch> unroll;
+  for (int s = 0; s <= t_.bptt_segments; ++s) unroll.push_back(stream_->next());
+  const StepResult result = step_->backward(unroll);
   check_finite(result);
   const bool above = above_bound(result.mean_loss());
   if (before) {

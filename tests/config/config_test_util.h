@@ -82,6 +82,7 @@ train:
   clip: 1.0
   batch_size: 8
   batch_chunk: 2
+  bptt_segments: 1
   max_steps: 5000
   max_tokens: 1000000
   max_minutes: 30.5

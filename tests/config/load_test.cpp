@@ -161,6 +161,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_DOUBLE_EQ(c.train.clip, 1.0);
   EXPECT_EQ(c.train.batch_size, 8);
   EXPECT_EQ(c.train.batch_chunk, 2);
+  EXPECT_EQ(c.train.bptt_segments, 1);
   EXPECT_EQ(c.train.max_steps, 5000);
   EXPECT_EQ(c.train.max_tokens, 1000000);
   EXPECT_DOUBLE_EQ(c.train.max_minutes, 30.5);
@@ -400,6 +401,10 @@ TEST(LoadExperiment, OutOfRangeValuesAreRejectedWhereTheyWereSet) {
        "eval: {mode: sliding, window: 300, stride: 1}\n",
        "x.yaml:2:31: eval.window: vanilla_learned has 256 positions (model.max_positions) but "
        "evaluation needs 300"},
+      {"train: {bptt_segments: -1}\n", "train.bptt_segments: must be >= 0, got -1"},
+      {"model: {mem_len: 0}\ntrain: {bptt_segments: 2}\n",
+       "train.bptt_segments: back-propagation through segments needs a memory (model.mem_len > "
+       "0), got 2 with mem_len 0"},
       {"model: {attn_type: rope, clamp_len: 64}\n",
        "model.clamp_len: attn_type rope has no distances to clamp; needs -1, got 64"},
       {"model: {attn_type: rope, d_head: 33}\n",

@@ -40,7 +40,8 @@ const std::vector<std::string> kFixed = {
     "model.init_std", "model.proj_init_std", "model.mem_init",
     "train.optimizer", "train.lr", "train.weight_decay", "train.momentum", "train.schedule",
     "train.warmup_steps", "train.lr_min", "train.decay_rate", "train.plateau_patience",
-    "train.clip", "train.batch_size", "train.batch_chunk", "train.var_len", "train.roll"};
+    "train.clip", "train.batch_size", "train.batch_chunk", "train.bptt_segments", "train.var_len",
+    "train.roll"};
 
 bool is_eval(const std::string& key) { return key.rfind("eval.", 0) == 0; }
 

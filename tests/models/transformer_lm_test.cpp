@@ -272,6 +272,33 @@ TEST(TransformerLM, StopGradientThroughMemory) {
   }
 }
 
+// Context::memory_grad (back-propagation through segments): the memory keeps its graph, and the
+// second segment's loss reaches the embedding rows of ids seen only in the first segment, which
+// the stop-gradient leaves at zero (above).
+TEST(TransformerLM, MemoryGradLetsTheLossReachTheEarlierSegment) {
+  for (AttnType attn : {AttnType::kXl, AttnType::kRope}) {
+    SCOPED_TRACE(config::to_string(attn));
+    auto c = tiny(attn, 5);
+    c.tie_weight = false;
+    torch::manual_seed(7);
+    TransformerLM model(c, kVocab);
+    model->train();
+    auto ctx = ctx_with(5);
+    ctx.memory_grad = true;
+    auto first = run(model, torch::randint(0, 5, {2, 5}, torch::kLong), {}, ctx);
+    for (const auto& m : first.memory.layers) EXPECT_TRUE(m.requires_grad());
+    auto second = run(model, torch::randint(5, 11, {2, 5}, torch::kLong), first.memory, ctx);
+    model->zero_grad();
+    second.nll.mean().backward();
+    auto emb_grad = model->word_emb->table(0).grad();  // [V, d]
+    EXPECT_GT(emb_grad.narrow(0, 0, 5).abs().sum().item<double>(), 0.0);
+    // Without the flag, a memory in the graph is refused.
+    TXL_EXPECT_THROW_WITH(run(model, torch::randint(5, 11, {2, 5}, torch::kLong), first.memory,
+                              ctx_with(5)),
+                          "memory must be detached");
+  }
+}
+
 // Test 4: left padding changes nothing for the real tokens of a row (relative positions).
 TEST(TransformerLM, PaddedRowEqualsRowAlone) {
   torch::NoGradGuard no_grad;

@@ -82,6 +82,72 @@ TEST(Step, ChunksGiveTheWholeBatchsStep) {
     EXPECT_TRUE(txl::test::tensor_near(after[1][i], after[0][i], 1e-6, 1e-5)) << i;
 }
 
+// Back-propagation through one segment: a step over two consecutive segments of 12 tokens with a
+// memory of 12 gives the loss and the gradient of one pass over the 24 tokens (the second
+// segment sees the first whole, through its memory, and its loss reaches the first segment's
+// computation through that memory); with the stop-gradient the gradient differs. The memory
+// handed on is detached. The model is double, but the step sums its losses in float (as it
+// does in training), so the two agree to float's precision.
+TEST(Step, BackPropagationThroughSegmentsIsTheGradientOfOneLongPass) {
+  auto c = no_dropout();
+  c.model.tgt_len = 12;
+  c.model.mem_len = 12;
+  const auto first = batch_of_four();
+  txl::data::Batch second = first;
+  torch::manual_seed(12);
+  second.tokens = torch::randint(30, {4, 12}, torch::kInt64);   // [4, 12]
+  second.targets = torch::randint(30, {4, 12}, torch::kInt64);  // [4, 12]
+  auto gradients = [&](bool through_memory, double* loss) {
+    torch::manual_seed(3);
+    txl::models::TransformerLM model(c.model, 30);
+    model->to(torch::kDouble);
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
+    txl::train::Step step(model, sgd, txl::train::StepSettings{}, {0, 4});
+    if (through_memory) {
+      *loss = step.backward(std::vector<txl::data::Batch>{first, second}).mean_loss();
+      EXPECT_FALSE(step.memory()[0].layers[0].requires_grad());
+      EXPECT_EQ(step.memory()[0].length(), 12);
+    } else {  // the same loss, the paper's stop-gradient between the segments
+      const auto ctx = model->default_context();
+      const auto one = model->forward(txl::models::Inputs::of(first), {}, ctx);
+      const auto two = model->forward(txl::models::Inputs::of(second), one.memory, ctx);
+      const auto sum = one.nll.masked_select(first.target_mask).sum() +
+                       two.nll.masked_select(second.target_mask).sum();
+      const auto mean = sum / static_cast<double>(first.n_scored + second.n_scored);
+      mean.backward();
+      *loss = mean.item<double>();
+    }
+    std::vector<torch::Tensor> out;
+    for (const auto& p : model->parameters()) out.push_back(p.grad().clone());
+    return out;
+  };
+  double unrolled_loss = 0, stopped_loss = 0;
+  const auto unrolled = gradients(true, &unrolled_loss);
+  const auto stopped = gradients(false, &stopped_loss);
+
+  torch::manual_seed(3);
+  txl::models::TransformerLM whole(c.model, 30);
+  whole->to(torch::kDouble);
+  txl::models::Inputs in;
+  in.tokens = torch::cat({first.tokens, second.tokens}, 1);     // [4, 24]
+  in.targets = torch::cat({first.targets, second.targets}, 1);  // [4, 24]
+  auto ctx = whole->default_context();
+  ctx.mem_len = 0;
+  const auto nll = whole->forward(in, {}, ctx).nll;                        // [4, 24]
+  const auto mask = torch::cat({first.target_mask, second.target_mask}, 1);  // [4, 24]
+  const auto loss = nll.masked_select(mask).mean();
+  loss.backward();
+  EXPECT_NEAR(unrolled_loss, loss.item<double>(), 1e-6);
+  EXPECT_NEAR(stopped_loss, loss.item<double>(), 1e-12);  // the forward is the same
+  double gap = 0;
+  const auto params = whole->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(txl::test::tensor_near(unrolled[i], params[i].grad(), 1e-9, 1e-6)) << i;
+    gap = std::max(gap, (stopped[i] - params[i].grad()).abs().max().item<double>());
+  }
+  EXPECT_GT(gap, 1e-4) << "the stop-gradient gave the long pass's gradient: nothing was tested";
+}
+
 TEST(Schedule, StopReasonsInOrder) {
   txl::config::TrainConfig t;
   t.max_steps = 10;

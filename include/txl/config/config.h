@@ -113,6 +113,10 @@ struct TrainConfig {
   double clip = 0.25;              // gradient-norm clip (0 = off)
   int batch_size = 16;             // streams B
   int batch_chunk = 1;             // split each batch into chunks for gradient accumulation
+  // Back-propagation through k earlier segments: each optimizer step reads k + 1 consecutive
+  // batches (segments of every stream) and the loss of each reaches back through the memory to
+  // the earlier segments of its step (truncated BPTT); 0 = the paper's stop-gradient.
+  int bptt_segments = 0;
   std::int64_t max_steps = 1000;   // stop after this many optimizer steps (0 = no limit)
   std::int64_t max_tokens = 0;     // stop after this many training tokens (0 = no limit)
   double max_minutes = 0.0;        // stop after this wall time (0 = no limit)

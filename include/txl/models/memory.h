@@ -34,6 +34,10 @@ struct Memory {
   // bool [B, M]: key_mask, or all true when undefined. Requires a non-empty memory.
   torch::Tensor mask_or_ones() const;
 
+  // The same memory cut from the graph (layers detached, kv dropped): where the gradient of
+  // back-propagation through segments stops.
+  Memory detached() const;
+
   // Rows [begin, begin + count) (views; kv dropped). An empty memory stays empty.
   Memory narrow_rows(int64_t begin, int64_t count) const;
 

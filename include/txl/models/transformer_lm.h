@@ -49,6 +49,11 @@ struct Context {
   // zero vectors in every layer that the first segment attends to (Hugging Face's TransfoXL).
   // With it, an empty memory and every reset row start from those zeros.
   bool zero_memory = false;
+  // Back-propagation through segments (train.bptt_segments): the returned memory keeps its
+  // graph, and a given memory may carry one, so that a later segment's loss reaches the
+  // segments before it. The caller detaches the memory where the gradient is to stop. False =
+  // the paper's stop-gradient (section 3.2).
+  bool memory_grad = false;
 
   static Context from_config(const config::ModelConfig& config);
 };

@@ -10,6 +10,12 @@
 // Dividing by the global batch's scored tokens makes the ranks' and chunks' gradients add up to
 // exactly the gradient of the global batch's mean loss, however padding falls between them. The
 // memory of this rank's rows (per chunk) is carried from step to step by the Step itself.
+//
+// Back-propagation through segments (train.bptt_segments = k): a step takes k + 1 consecutive
+// global batches (an unroll). Each chunk reads its rows of them in order with the memory kept in
+// the graph between them, and one backward of their summed loss (divided by the unroll's scored
+// tokens) sends the gradient of each segment's loss back through the memory to the earlier
+// segments of the unroll; the memory handed to the next step is detached.
 
 #include <torch/torch.h>
 
@@ -49,12 +55,16 @@ class Step {
   // over the ranks, the norm measured and clipped. The weights are not changed yet: the caller
   // may look at the loss and norm first (the trainer checks them before anything is applied).
   StepResult backward(const data::Batch& global);
+  // The same over an unroll of consecutive global batches, the gradient flowing back through
+  // the memory between them (back-propagation through unroll.size() - 1 segments).
+  StepResult backward(const std::vector<data::Batch>& unroll);
 
   // The optimizer update of the gradients backward() left, at learning rate `lr`.
   void update(double lr);
 
   // backward() then update(): the whole step.
   StepResult run(const data::Batch& global, double lr);
+  StepResult run(const std::vector<data::Batch>& unroll, double lr);
 
   // This rank's memory, one entry per chunk (rows in order), as the next step will use it.
   std::vector<models::Memory>& memory() { return memory_; }
@@ -67,6 +77,11 @@ class Step {
   std::size_t gradient_buckets() const { return reducer_.buckets(); }
 
  private:
+  // Chunk c's rows of every batch of the unroll, forward in order, one backward of their loss
+  // summed and divided by `scored`; returns the summed nll [1] (detached).
+  torch::Tensor chunk_backward(const std::vector<data::Batch>& rank_batches, std::int64_t c,
+                               double scored);
+
   models::TransformerLM model_;
   torch::optim::Optimizer& optimizer_;
   StepSettings settings_;
