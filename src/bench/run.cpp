@@ -3,6 +3,7 @@
 #include <ostream>
 
 #include "txl/bench/generation.h"
+#include "txl/bench/members.h"
 #include "txl/bench/products.h"
 #include "txl/bench/profile.h"
 #include "txl/bench/sweep.h"
@@ -62,7 +63,16 @@ void run(const config::ExperimentConfig& config, const BenchRequest& request, st
     const auto timings = time_products(config, request.vocab, request.quick ? 3 : 7);
     out << (request.json ? products_json(timings) + "\n" : products_table(timings));
   }
-  if (profiles || request.sweep || request.products) return;
+  if (request.members) {
+    PhaseOptions phase;
+    phase.batch_size = config.train.batch_size;
+    phase.bf16 = config.run.precision == config::Precision::kBf16;
+    phase.seed = config.run.seed;
+    phase.repetitions = request.quick ? 3 : 7;
+    const auto costs = time_members(config, request.vocab, phase);
+    out << (request.json ? members_json(costs) + "\n" : members_table(costs));
+  }
+  if (profiles || request.sweep || request.products || request.members) return;
   BenchOptions options;
   options.vocab = request.vocab;
   options.threads = request.threads;

@@ -17,6 +17,7 @@
 #include "support/test_support.h"
 #include "txl/bench/bench.h"
 #include "txl/bench/measure.h"
+#include "txl/bench/members.h"
 #include "txl/bench/products.h"
 #include "txl/bench/profile.h"
 #include "txl/bench/sweep.h"
@@ -404,6 +405,27 @@ TEST(Bench, ProductsAreTheModelsShapesAndAgree) {
   const auto json = nlohmann::json::parse(products_json(timings));
   EXPECT_EQ(json.at("products").size(), 10u);
   EXPECT_NE(products_table(timings).find("| vocab | 16 -> 50 | 16 |"), std::string::npos);
+}
+
+// --members: every member trains at the experiment's sizes; xl_bptt1 reads two segments a step;
+// the state a stream carries is L M d floats (none without memory); table and JSON name each.
+TEST(Bench, MembersEachTrainAtTheExperimentsSizes) {
+  PhaseOptions phase;
+  phase.batch_size = 2;
+  phase.warmup = 1;
+  phase.repetitions = 1;
+  const auto costs = time_members(tiny(), kVocab, phase);
+  ASSERT_EQ(costs.size(), 6u);
+  EXPECT_EQ(costs[0].name, "xl");
+  for (const auto& m : costs) {
+    EXPECT_GT(m.tokens_per_s, 0) << m.name;
+    const bool memory = m.name != "rel_no_memory";
+    EXPECT_EQ(m.state_bytes, memory ? 2 * 8 * 16 * 4 : 0) << m.name;
+    EXPECT_EQ(m.tokens_per_step, (m.name == "xl_bptt1" ? 2 : 1) * 2 * 8) << m.name;
+  }
+  const auto json = nlohmann::json::parse(members_json(costs));
+  EXPECT_EQ(json.at("members").size(), 6u);
+  EXPECT_NE(members_table(costs).find("| rope | attn_type rope |"), std::string::npos);
 }
 
 }  // namespace

@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--products", request.products,
                "the decoding step's products: LibTorch, oneDNN and txl's packed panels");
+  app.add_flag("--members", request.members,
+               "the training step of each member of the family (xl, bptt, rope, alibi, ...)");
   app.add_flag("--sweep", request.sweep, "scaling sweep: tables, csv, json and plot into --out");
   app.add_option("--out", request.sweep_out, "--sweep: output folder (default runs/bench)");
   app.add_option("--save", request.save, "also write the JSON object to this file");

@@ -35,6 +35,8 @@ struct BenchRequest {
   bool generate_only = false;
   // Instead of the measurements: the decoding step's products three ways (bench/products.h).
   bool products = false;
+  // Instead of the measurements: the training step of each member of the family (bench/members.h).
+  bool members = false;
   // Instead of the measurements: the scaling sweep, tables on the stream and files in sweep_out.
   bool sweep = false;
   std::filesystem::path sweep_out = "runs/bench";

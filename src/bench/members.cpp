@@ -1,0 +1,98 @@
+#include "txl/bench/members.h"
+
+#include <fmt/format.h>
+
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "txl/util/error.h"
+
+namespace txl::bench {
+
+namespace {
+
+struct Member {
+  const char* name;
+  const char* change;
+  std::function<void(config::ExperimentConfig&)> apply;
+};
+
+const std::vector<Member>& members() {
+  using config::AttnType;
+  static const std::vector<Member> kMembers = {
+      {"xl", "attn_type xl", [](auto& c) { c.model.attn_type = AttnType::kXl; }},
+      {"rel_no_memory", "attn_type xl, mem_len 0",
+       [](auto& c) {
+         c.model.attn_type = AttnType::kXl;
+         c.model.mem_len = 0;
+       }},
+      {"xl_bptt1", "attn_type xl, bptt_segments 1",
+       [](auto& c) {
+         c.model.attn_type = AttnType::kXl;
+         c.train.bptt_segments = 1;
+       }},
+      {"rope", "attn_type rope", [](auto& c) { c.model.attn_type = AttnType::kRope; }},
+      {"alibi", "attn_type alibi", [](auto& c) { c.model.attn_type = AttnType::kAlibi; }},
+      {"shaw", "attn_type shaw", [](auto& c) { c.model.attn_type = AttnType::kShaw; }},
+  };
+  return kMembers;
+}
+
+}  // namespace
+
+std::vector<MemberCost> time_members(const config::ExperimentConfig& config, std::int64_t vocab,
+                                     const PhaseOptions& options) {
+  config::ExperimentConfig base = config;
+  base.model.clamp_len = -1;  // rope has no distances to clamp: every member without a clamp
+  base.train.bptt_segments = 0;
+  if (base.model.mem_len == 0) base.model.mem_len = 128;
+  std::vector<MemberCost> out;
+  for (const Member& m : members()) {
+    config::ExperimentConfig c = base;
+    m.apply(c);
+    const PhaseResult r = measure_training(c, vocab, options);
+    MemberCost cost;
+    cost.name = m.name;
+    cost.change = m.change;
+    cost.tokens_per_s = r.tokens_per_s;
+    cost.us_per_token = 1e6 / r.tokens_per_s;
+    cost.memory_mb = r.peak_rss_mb - r.rss_start_mb;
+    cost.state_bytes = static_cast<std::int64_t>(c.model.n_layer) * c.model.mem_len *
+                       c.model.d_model * static_cast<std::int64_t>(sizeof(float));
+    cost.tokens_per_step = r.tokens_per_step;
+    out.push_back(cost);
+  }
+  return out;
+}
+
+std::string members_table(const std::vector<MemberCost>& members) {
+  TXL_CHECK(!members.empty() && members.front().name == "xl", "members_table: xl must come first");
+  const MemberCost& xl = members.front();
+  std::string out =
+      "| member | change | tokens/s | us per token | / xl | training memory MB | / xl | state "
+      "bytes per stream |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+  for (const auto& m : members) {
+    out += fmt::format("| {} | {} | {:.0f} | {:.1f} | {:.2f} | {:.0f} | {:.2f} | {} |\n", m.name,
+                       m.change, m.tokens_per_s, m.us_per_token, m.us_per_token / xl.us_per_token,
+                       m.memory_mb, m.memory_mb / std::max(xl.memory_mb, 1e-9), m.state_bytes);
+  }
+  return out;
+}
+
+std::string members_json(const std::vector<MemberCost>& members) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& m : members) {
+    rows.push_back({{"member", m.name},
+                    {"change", m.change},
+                    {"tokens_per_s", m.tokens_per_s},
+                    {"us_per_token", m.us_per_token},
+                    {"memory_mb", m.memory_mb},
+                    {"state_bytes", m.state_bytes},
+                    {"tokens_per_step", m.tokens_per_step}});
+  }
+  return nlohmann::json{{"members", rows}}.dump();
+}
+
+}  // namespace txl::bench
