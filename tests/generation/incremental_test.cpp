@@ -8,6 +8,7 @@
 
 #include <iostream>
 
+#include "support/family.h"
 #include "support/reference_decoding.h"
 #include "support/test_support.h"
 
@@ -233,7 +234,7 @@ TEST(IncrementalDecoder, DecodersFromOnePreparationAreIndependent) {
 // stacked: each row gives, step by step, what the context and its prompt give read alone, and
 // the original copy reads on unchanged.
 TEST(IncrementalDecoder, ClonedAndStackedRowsEqualRowsAlone) {
-  for (auto attn_type : {AttnType::kXl, AttnType::kShaw, AttnType::kRope, AttnType::kAlibi}) {
+  for (auto attn_type : txl::test::memory_attn_types()) {
     for (auto [same_length, zero_memory] : {std::pair{false, false}, std::pair{true, false},
                                             std::pair{false, true}, std::pair{true, true}}) {
       SCOPED_TRACE(config::to_string(attn_type) + (same_length ? ", same_length" : "") +

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "support/family.h"
 #include "support/test_support.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -110,10 +112,20 @@ TEST(TransformerLM, CausalForEveryVariant) {
   }
 }
 
+// Every attention type with relative positions carries memory and is on the contract tests' list
+// (support/family.h), so none escapes them.
+TEST(TransformerLM, EveryMemorySchemeIsOnTheContractList) {
+  const auto& listed = txl::test::memory_attn_types();
+  for (const auto& [type, name] : config::EnumNames<AttnType>::kNames) {
+    const bool on_list = std::find(listed.begin(), listed.end(), type) != listed.end();
+    EXPECT_EQ(on_list, config::uses_relative_positions(type)) << name;
+  }
+}
+
 // Test 2: two segments of Q with mem_len = Q equal one pass over 2Q tokens (eval, double).
 TEST(TransformerLM, RecurrenceEqualsOneLongPass) {
   torch::NoGradGuard no_grad;
-  for (AttnType attn : {AttnType::kXl, AttnType::kShaw, AttnType::kRope, AttnType::kAlibi}) {
+  for (AttnType attn : txl::test::memory_attn_types()) {
     for (int64_t clamp : {-1, 3}) {
       if (attn == AttnType::kRope && clamp >= 0) continue;  // rope has no distances to clamp
       auto model = make(tiny(attn, 5), 2, torch::kDouble);
@@ -237,7 +249,7 @@ TEST(TransformerLM, PaperCrossCheck) {
 
 // Test 3: the loss of segment 2 puts no gradient on segment 1, parameters still get gradients.
 TEST(TransformerLM, StopGradientThroughMemory) {
-  for (AttnType attn : {AttnType::kXl, AttnType::kShaw, AttnType::kRope, AttnType::kAlibi}) {
+  for (AttnType attn : txl::test::memory_attn_types()) {
     SCOPED_TRACE(config::to_string(attn));
     auto c = tiny(attn, 5);
     c.tie_weight = false;  // so embedding rows are reached only through the input
@@ -302,7 +314,7 @@ TEST(TransformerLM, MemoryGradLetsTheLossReachTheEarlierSegment) {
 // Test 4: left padding changes nothing for the real tokens of a row (relative positions).
 TEST(TransformerLM, PaddedRowEqualsRowAlone) {
   torch::NoGradGuard no_grad;
-  for (AttnType attn : {AttnType::kXl, AttnType::kShaw, AttnType::kRope, AttnType::kAlibi}) {
+  for (AttnType attn : txl::test::memory_attn_types()) {
     auto model = make(tiny(attn, 4), 8, torch::kDouble);
     auto real = random_tokens(1, 4, 15);
     auto other = random_tokens(1, 6, 16);
