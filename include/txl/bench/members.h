@@ -29,8 +29,8 @@ struct MemberCost {
 };
 
 // Every member at the sizes of `config` (its model with mem_len, or 128 where it has none, and
-// train.batch_size): xl, rel_no_memory, xl_bptt1, rope, alibi, shaw. Throws txl::Error for a
-// configuration the model rejects.
+// train.batch_size): xl, rel_no_memory, xl_bptt1, rope, alibi, shaw, after one untimed phase of
+// the experiment's own model. Throws txl::Error for a configuration the model rejects.
 std::vector<MemberCost> time_members(const config::ExperimentConfig& config, std::int64_t vocab,
                                      const PhaseOptions& options);
 
