@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "support/family.h"
 #include "support/test_support.h"
 #include "support/tiny_experiment.h"
 #include "txl/config/load.h"
@@ -26,7 +27,7 @@ Fixture make(txl::config::AttnType attn_type, int64_t n_tokens) {
   txl::test::TempDir dir;
   auto config = txl::test::tiny_experiment(dir.path());
   config.model.attn_type = attn_type;
-  if (attn_type != txl::config::AttnType::kXl) config.model.mem_len = 0;
+  if (txl::config::uses_absolute_positions(attn_type)) config.model.mem_len = 0;
   Fixture f;
   f.model = txl::models::TransformerLM(config.model, kVocab);
   f.ids = torch::randint(kVocab, {n_tokens}, torch::kInt64);
@@ -62,32 +63,39 @@ torch::Tensor losses_of(txl::models::TransformerLM& model, const torch::Tensor& 
   return r.token_losses;
 }
 
+// For every attention type that carries memory (support/family.h).
 TEST(Evaluator, EveryTargetIsScoredOnceInEveryMode) {
-  auto f = make(AttnType::kXl, 203);
-  for (auto o : {options(Mode::kMemory, 16, 16, 3), options(Mode::kSegments, 16, 0, 3),
-                 options(Mode::kSliding, 16, 0, 3)}) {
-    o.stride = 5;
-    Extras extras;
-    extras.token_losses = true;
-    auto r = evaluate(f.model, text(f.ids, /*n_bytes=*/1000), o, extras);
-    const torch::Tensor losses = r.token_losses;
-    EXPECT_EQ(r.tokens, 202) << o.mode;
-    ASSERT_EQ(losses.numel(), 202) << o.mode;
-    EXPECT_NEAR(losses.to(torch::kDouble).mean().item<double>(), r.loss, 1e-6) << o.mode;
-    EXPECT_NEAR(r.ppl, std::exp(r.loss), 1e-9);
-    EXPECT_NEAR(r.bits_per_byte, r.loss * 202 / std::log(2.0) / 1000, 1e-9);
+  for (AttnType attn : txl::test::memory_attn_types()) {
+    SCOPED_TRACE(txl::config::to_string(attn));
+    auto f = make(attn, 203);
+    for (auto o : {options(Mode::kMemory, 16, 16, 3), options(Mode::kSegments, 16, 0, 3),
+                   options(Mode::kSliding, 16, 0, 3)}) {
+      o.stride = 5;
+      Extras extras;
+      extras.token_losses = true;
+      auto r = evaluate(f.model, text(f.ids, /*n_bytes=*/1000), o, extras);
+      const torch::Tensor losses = r.token_losses;
+      EXPECT_EQ(r.tokens, 202) << o.mode;
+      ASSERT_EQ(losses.numel(), 202) << o.mode;
+      EXPECT_NEAR(losses.to(torch::kDouble).mean().item<double>(), r.loss, 1e-6) << o.mode;
+      EXPECT_NEAR(r.ppl, std::exp(r.loss), 1e-9);
+      EXPECT_NEAR(r.bits_per_byte, r.loss * 202 / std::log(2.0) / 1000, 1e-9);
+    }
   }
 }
 
 TEST(Evaluator, MemoryModeWithoutMemoryEqualsSegments) {
-  auto f = make(AttnType::kXl, 150);
-  auto a = evaluate(f.model, text(f.ids), options(Mode::kMemory, 16, 0, 4));
-  auto b = evaluate(f.model, text(f.ids), options(Mode::kSegments, 16, 0, 4));
-  EXPECT_EQ(a.tokens, b.tokens);
-  EXPECT_DOUBLE_EQ(a.loss, b.loss);
-  // Memory does change the result (otherwise the comparison above proves nothing).
-  auto c = evaluate(f.model, text(f.ids), options(Mode::kMemory, 16, 16, 4));
-  EXPECT_NE(a.loss, c.loss);
+  for (AttnType attn : txl::test::memory_attn_types()) {
+    SCOPED_TRACE(txl::config::to_string(attn));
+    auto f = make(attn, 150);
+    auto a = evaluate(f.model, text(f.ids), options(Mode::kMemory, 16, 0, 4));
+    auto b = evaluate(f.model, text(f.ids), options(Mode::kSegments, 16, 0, 4));
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_DOUBLE_EQ(a.loss, b.loss);
+    // Memory does change the result (otherwise the comparison above proves nothing).
+    auto c = evaluate(f.model, text(f.ids), options(Mode::kMemory, 16, 16, 4));
+    EXPECT_NE(a.loss, c.loss);
+  }
 }
 
 TEST(Evaluator, SlidingWithWindowAndStrideQEqualsSegments) {
@@ -128,17 +136,20 @@ TEST(Evaluator, MemoryModeTokenLossesFollowTheText) {
 // them anew gives the same per-token losses (fp32: the same products over fewer rows), with
 // warm-up and with a memory longer than the segment.
 TEST(Evaluator, CachedKeysAndValuesGiveTheLossesOfRecomputingThem) {
-  auto f = make(AttnType::kXl, 241);
-  for (int m : {10, 25}) {
-    auto o = options(Mode::kMemory, 10, m, 3);
-    o.warmup = 7;
-    txl::eval::EvalResult a, b;
-    const torch::Tensor cached = losses_of(f.model, f.ids, o, &a);
-    o.cache_kv = false;
-    const torch::Tensor fresh = losses_of(f.model, f.ids, o, &b);
-    EXPECT_EQ(a.tokens, b.tokens);
-    EXPECT_NEAR(a.loss, b.loss, 1e-6 * b.loss) << "mem_len " << m;
-    EXPECT_TRUE(txl::test::tensor_near(cached, fresh, 1e-5, 1e-5)) << "mem_len " << m;
+  for (AttnType attn : txl::test::memory_attn_types()) {
+    SCOPED_TRACE(txl::config::to_string(attn));
+    auto f = make(attn, 241);
+    for (int m : {10, 25}) {
+      auto o = options(Mode::kMemory, 10, m, 3);
+      o.warmup = 7;
+      txl::eval::EvalResult a, b;
+      const torch::Tensor cached = losses_of(f.model, f.ids, o, &a);
+      o.cache_kv = false;
+      const torch::Tensor fresh = losses_of(f.model, f.ids, o, &b);
+      EXPECT_EQ(a.tokens, b.tokens);
+      EXPECT_NEAR(a.loss, b.loss, 1e-6 * b.loss) << "mem_len " << m;
+      EXPECT_TRUE(txl::test::tensor_near(cached, fresh, 1e-5, 1e-5)) << "mem_len " << m;
+    }
   }
 }
 
@@ -265,31 +276,34 @@ TEST(Evaluator, SegmentsWithExtLenQEqualSlidingWindowsOfTwoQ) {
 // Document mode: each document on its own (memory reset at its start, its first token never a
 // target) is the sum of evaluating every document as a text of its own.
 TEST(Evaluator, DocumentsEvaluateAsIfEachWereItsOwnText) {
-  auto f = make(AttnType::kXl, 241);
-  const std::vector<int64_t> starts = {0, 37, 50, 121, 130, 200};
-  txl::data::EncodedSplit split = text(f.ids);
-  split.doc_starts = torch::tensor(starts, torch::kInt64);
-  for (auto o : {options(Mode::kMemory, 10, 10, 3), options(Mode::kSegments, 10, 0, 3)}) {
-    SCOPED_TRACE(txl::config::to_string(o.mode));
-    auto alone = o;
-    alone.batch_size = 1;
-    double sum = 0.0;
-    int64_t tokens = 0;
-    for (size_t d = 0; d < starts.size(); ++d) {
-      const int64_t end = d + 1 < starts.size() ? starts[d + 1] : f.ids.size(0);
-      auto r = evaluate(f.model, text(f.ids.narrow(0, starts[d], end - starts[d])), alone);
-      sum += r.loss * static_cast<double>(r.tokens);
-      tokens += r.tokens;
+  for (AttnType attn : txl::test::memory_attn_types()) {
+    SCOPED_TRACE(txl::config::to_string(attn));
+    auto f = make(attn, 241);
+    const std::vector<int64_t> starts = {0, 37, 50, 121, 130, 200};
+    txl::data::EncodedSplit split = text(f.ids);
+    split.doc_starts = torch::tensor(starts, torch::kInt64);
+    for (auto o : {options(Mode::kMemory, 10, 10, 3), options(Mode::kSegments, 10, 0, 3)}) {
+      SCOPED_TRACE(txl::config::to_string(o.mode));
+      auto alone = o;
+      alone.batch_size = 1;
+      double sum = 0.0;
+      int64_t tokens = 0;
+      for (size_t d = 0; d < starts.size(); ++d) {
+        const int64_t end = d + 1 < starts.size() ? starts[d + 1] : f.ids.size(0);
+        auto r = evaluate(f.model, text(f.ids.narrow(0, starts[d], end - starts[d])), alone);
+        sum += r.loss * static_cast<double>(r.tokens);
+        tokens += r.tokens;
+      }
+      o.documents = true;
+      const auto together = evaluate(f.model, split, o);
+      EXPECT_EQ(together.tokens, f.ids.size(0) - static_cast<int64_t>(starts.size()));
+      EXPECT_EQ(together.tokens, tokens);
+      EXPECT_NEAR(together.loss, sum / static_cast<double>(tokens), 1e-6 * together.loss);
+      // The documents change the result (otherwise the comparison above proves little).
+      auto plain = o;
+      plain.documents = false;
+      EXPECT_GT(std::abs(together.loss - evaluate(f.model, split, plain).loss), 1e-4);
     }
-    o.documents = true;
-    const auto together = evaluate(f.model, split, o);
-    EXPECT_EQ(together.tokens, f.ids.size(0) - static_cast<int64_t>(starts.size()));
-    EXPECT_EQ(together.tokens, tokens);
-    EXPECT_NEAR(together.loss, sum / static_cast<double>(tokens), 1e-6 * together.loss);
-    // The documents change the result (otherwise the comparison above proves little).
-    auto plain = o;
-    plain.documents = false;
-    EXPECT_GT(std::abs(together.loss - evaluate(f.model, split, plain).loss), 1e-4);
   }
 }
 
