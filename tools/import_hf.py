@@ -10,7 +10,7 @@ usage: tools/import_hf.py --weights pytorch_model.bin|model.safetensors --config
             torch.load(weights_only=True) (nothing in it is executed)
 --config    its config.json (TransfoXLConfig)
 --vocab     the word vocabulary, one symbol per line in id order (HF's vocab.pkl is a pickle,
-            which this tool never opens; README.md, "Pretrained Transformer-XL", gives the one
+            which this tool never opens; docs/interop.md, "Pretrained `transfo-xl-wt103` in txl", gives the one
             command that writes this file from it), or
 --vocab-from-corpus  rebuild it from the training text as the paper code's Vocab does (the
             specials, then words by count, ties in order of first appearance); it must have the
