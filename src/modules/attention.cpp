@@ -260,7 +260,8 @@ AttentionStep MultiHeadAttentionImpl::prepare_step(int64_t capacity, int64_t cla
   w.out = ops::Projection::packed_for_decoding(out->weight);
   const auto& like = qkv->weight;
   if (options_.scheme == PositionScheme::kRotary) {
-    w.table = ops::rotary_table(capacity, d_head, like.scalar_type(), like.device());  // [2, C, D]
+    w.table = relative_positions(options_, 1, capacity, clamp_len, like.scalar_type(),
+                                 like.device());  // [2, C, D], turns of slots 0 .. C-1
   } else if (options_.scheme == PositionScheme::kAlibi) {
     w.slopes = ops::alibi_slopes(n_head, like.scalar_type(), like.device())
                    .view({n_head, 1, 1, 1});  // [H, 1, 1, 1]
