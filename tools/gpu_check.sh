@@ -74,17 +74,14 @@ if [ "$device" = cuda ] && [ "$gpus" -lt 1 ]; then
 fi
 
 # --- GPU tests -------------------------------------------------------------------------------
+# -V keeps each test's own figures (decoding against the fp64 forward) in the log and report.
 t0=$(date +%s)
-(cd "$build" && ctest -L gpu --no-tests=error --output-on-failure) >"$out/gpu_tests.log" 2>&1
+(cd "$build" && ctest -L gpu -V --no-tests=error) >"$out/gpu_tests.log" 2>&1
 rc=$?
-skipped=$(grep -c '(Skipped)' "$out/gpu_tests.log" || true)
-ran=$(grep -Eo '[0-9]+ tests? failed out of [0-9]+' "$out/gpu_tests.log" | awk '{print $NF}')
-status=passed
-[ $rc -eq 0 ] || status=failed
-[ "$device" = cuda ] && [ "${skipped:-0}" -gt 0 ] && status=failed
-[ "${ran:-0}" -gt 0 ] || status=failed
-record gpu_tests "$status" $(( $(date +%s) - t0 )) \
-  "{\"tests\": ${ran:-0}, \"skipped\": ${skipped:-0}, \"log\": \"$out/gpu_tests.log\"}"
+details=$(python3 tools/gpu_check_report.py --ctest "$out/gpu_tests.log" $rc "$device") ||
+  details='{"status": "failed"}'
+status=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["status"])' "$details")
+record gpu_tests "$status" $(( $(date +%s) - t0 )) "$details"
 
 # --- distributed with NCCL -------------------------------------------------------------------
 if [ "$device" = cuda ] && [ "$gpus" -ge 2 ]; then

@@ -7,10 +7,18 @@
   gpu_check_report.py --compare GPU_RUN CPU_RUN TOLERANCE
       prints, as JSON, the last validation loss of both runs (their metrics.jsonl) and whether
       they agree within TOLERANCE, relative to the CPU's
+  gpu_check_report.py --ctest LOG RC DEVICE
+      prints, as JSON, what a ctest run's log says (its exit status RC): tests run, passed,
+      failed and skipped, each test's own figures (its lines that start with "[ cuda" or
+      "[ cpu"), and the step's status: "passed" when RC is 0, a test ran, and on DEVICE cuda
+      none skipped. It reads each test's result line ("1/4 Test #474: Name ...   Passed"), not
+      the summary line, whose words change between CMake versions ("100% tests passed, 0 tests
+      failed out of 4" in 3.25, "100% tests passed out of 4" in later ones)
 """
 import json
 import pathlib
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -34,6 +42,27 @@ def compare(gpu_run, cpu_run, tolerance):
     print(json.dumps({"step": gpu_step, "cpu_step": cpu_step, "gpu_valid_loss": gpu,
                       "cpu_valid_loss": cpu, "relative_difference": relative,
                       "tolerance": tolerance, "within": relative <= tolerance and gpu_step == cpu_step}))
+
+
+RESULT = re.compile(r"^\s*\d+/\d+ Test +#\d+: (\S+) \.*\s*(?:\*{3})?(.+?)\s+[\d.]+ sec")
+FIGURE = re.compile(r"^(?:\d+: )?(\[ (?:cuda|cpu)[^\]]*\] .*)$")
+
+
+def ctest(log, rc, device):
+    results, figures = {}, []
+    with open(log, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if m := RESULT.match(line):
+                results[m.group(1)] = m.group(2).strip()
+            elif m := FIGURE.match(line):
+                figures.append(m.group(1))
+    count = lambda word: sum(1 for r in results.values() if r == word)
+    passed, skipped = count("Passed"), count("Skipped")
+    failed = len(results) - passed - skipped
+    ok = int(rc) == 0 and results and failed == 0 and not (device == "cuda" and skipped)
+    print(json.dumps({"status": "passed" if ok else "failed", "tests": len(results), "passed": passed,
+                      "failed": failed, "skipped": skipped, "results": results, "figures": figures}))
 
 
 def gpu_names():
@@ -73,6 +102,9 @@ def report(out, device, gpus, start):
 def main(argv):
     if len(argv) == 4 and argv[0] == "--compare":
         compare(argv[1], argv[2], float(argv[3]))
+        return 0
+    if len(argv) == 4 and argv[0] == "--ctest":
+        ctest(argv[1], argv[2], argv[3])
         return 0
     if len(argv) == 4:
         return report(*argv)

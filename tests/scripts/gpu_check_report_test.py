@@ -30,9 +30,54 @@ def compare(tmp, gpu_loss, cpu_loss):
     return json.loads(r.stdout)
 
 
+# What ctest printed on the H200 (CMake 3.31: no "0 tests failed" in the summary) and here
+# (CMake 3.25), with -V's test output between the result lines.
+LOG_NEW = """Test project /b
+    Start 474: GpuDecoding.Fp32AtUsersSizesEqualsTheFp64Forward
+474: [ cuda fp32] rope, memory longer than a segment: decoding against the fp64 forward 1.9e-06
+1/2 Test #474: GpuDecoding.Fp32AtUsersSizesEqualsTheFp64Forward .......   Passed    4.19 sec
+    Start 511: Gpu.TrainsOnTheGpuLikeOnTheCpu
+2/2 Test #511: Gpu.TrainsOnTheGpuLikeOnTheCpu .........................   Passed    2.69 sec
+
+100% tests passed out of 2
+"""
+LOG_OLD = """Test project /b
+    Start 505: GpuDecoding.Fp32AtUsersSizesEqualsTheFp64Forward
+1/3 Test #505: GpuDecoding.Fp32AtUsersSizesEqualsTheFp64Forward ...***Skipped   0.46 sec
+    Start 511: Gpu.TrainsOnTheGpuLikeOnTheCpu
+2/3 Test #511: Gpu.TrainsOnTheGpuLikeOnTheCpu ...   Passed    0.46 sec
+    Start 512: Gpu.ACheckpointLoads
+3/3 Test #512: Gpu.ACheckpointLoads ...***Exception: SegFault  0.30 sec
+
+67% tests passed, 1 tests failed out of 3
+"""
+
+
+def ctest(tmp, log, rc, device):
+    (tmp / "ctest.log").write_text(log)
+    r = run("--ctest", tmp / "ctest.log", rc, device)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def check_ctest(tmp):
+    new = ctest(tmp, LOG_NEW, 0, "cuda")
+    assert new["status"] == "passed" and (new["tests"], new["passed"]) == (2, 2), new
+    assert new["figures"] == [LOG_NEW.splitlines()[2][len("474: "):]], new
+    assert ctest(tmp, LOG_NEW, 8, "cuda")["status"] == "failed"  # ctest's own exit status counts
+    assert ctest(tmp, "Test project /b\nNo tests were found!!!\n", 0, "cpu")["status"] == "failed"
+    old = ctest(tmp, LOG_OLD, 8, "cuda")
+    assert (old["tests"], old["passed"], old["skipped"], old["failed"]) == (3, 1, 1, 1), old
+    assert old["results"]["Gpu.ACheckpointLoads"] == "Exception: SegFault", old
+    skipped = LOG_OLD.replace("SegFault", "").replace("***Exception: ", "   Passed")
+    assert ctest(tmp, skipped, 0, "cuda")["status"] == "failed"  # a skip on the GPU fails
+    assert ctest(tmp, skipped, 0, "cpu")["status"] == "passed"  # and is expected on the CPU
+
+
 def main():
     with tempfile.TemporaryDirectory() as d:
         tmp = pathlib.Path(d)
+        check_ctest(tmp)
         near = compare(tmp, 5.04, 5.0)  # 0.8%: the last validation loss, not the test split's
         assert near["within"] and abs(near["relative_difference"] - 0.008) < 1e-9, near
         assert near["gpu_valid_loss"] == 5.04 and near["cpu_valid_loss"] == 5.0, near
