@@ -35,6 +35,15 @@ const std::vector<Member>& members() {
       {"rope", "attn_type rope", [](auto& c) { c.model.attn_type = AttnType::kRope; }},
       {"alibi", "attn_type alibi", [](auto& c) { c.model.attn_type = AttnType::kAlibi; }},
       {"shaw", "attn_type shaw", [](auto& c) { c.model.attn_type = AttnType::kShaw; }},
+      // The same keys per query as xl: 3/4 of the memory kept, the rest compressed 4:1.
+      {"compressive", "attn_type xl, mem_len 3/4, cmem_len 1/4 of it, cmem_rate 4 (conv)",
+       [](auto& c) {
+         c.model.attn_type = AttnType::kXl;
+         c.model.cmem_len = c.model.mem_len / 4;
+         c.model.mem_len -= c.model.cmem_len;
+         c.model.cmem_rate = 4;
+         c.model.cmem_compress = "conv";
+       }},
   };
   return kMembers;
 }
@@ -61,8 +70,9 @@ std::vector<MemberCost> time_members(const config::ExperimentConfig& config, std
     cost.tokens_per_s = r.tokens_per_s;
     cost.us_per_token = 1e6 / r.tokens_per_s;
     cost.memory_mb = r.peak_rss_mb - r.rss_start_mb;
-    cost.state_bytes = static_cast<std::int64_t>(c.model.n_layer) * c.model.mem_len *
-                       c.model.d_model * static_cast<std::int64_t>(sizeof(float));
+    cost.state_bytes = static_cast<std::int64_t>(c.model.n_layer) *
+                       (c.model.mem_len + c.model.cmem_len) * c.model.d_model *
+                       static_cast<std::int64_t>(sizeof(float));
     cost.tokens_per_step = r.tokens_per_step;
     out.push_back(cost);
   }

@@ -111,6 +111,10 @@ void add_model_fields(TableBuilder& t, ModelConfig& m) {
   t.add("model.init_std", m.init_std);
   t.add("model.proj_init_std", m.proj_init_std);
   t.add_later("model.mem_init", m.mem_init, {"empty", "zeros"});
+  t.add_later("model.cmem_len", m.cmem_len);
+  t.add_later("model.cmem_rate", m.cmem_rate);
+  t.add_later("model.cmem_compress", m.cmem_compress, {"conv", "mean", "max"});
+  t.add_later("model.cmem_loss_weight", m.cmem_loss_weight);
 }
 
 void add_train_fields(TableBuilder& t, TrainConfig& tr) {

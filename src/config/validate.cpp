@@ -158,6 +158,23 @@ void check_data(Checker& k, const ExperimentConfig& c) {
   k.at_least("data.synthetic.alphabet", syn.alphabet, 1);
 }
 
+// model.cmem_*: the compressed memory sits before a memory, which relative positions place.
+void check_compressive(Checker& k, const ExperimentConfig& c) {
+  const ModelConfig& m = c.model;
+  k.at_least("model.cmem_len", m.cmem_len, 0);
+  k.at_least("model.cmem_rate", m.cmem_rate, 1);
+  k.at_least("model.cmem_loss_weight", m.cmem_loss_weight, 0.0);
+  k.fits_float("model.cmem_loss_weight", m.cmem_loss_weight);
+  if (m.cmem_len == 0) return;
+  k.rule(m.mem_len > 0, "model.cmem_len",
+         "compressive memory compresses what leaves the memory and needs model.mem_len > 0, got "
+         "cmem_len " +
+             text(m.cmem_len) + " with mem_len 0");
+  k.rule(!uses_absolute_positions(m.attn_type), "model.cmem_len",
+         "compressive memory needs relative positions (xl, shaw, rope, alibi), got attn_type " +
+             to_string(m.attn_type));
+}
+
 // model.*: sizes, rates, the output layer and initialisation.
 void check_model_shape(Checker& k, const ExperimentConfig& c) {
   const ModelConfig& m = c.model;
@@ -189,6 +206,7 @@ void check_model_shape(Checker& k, const ExperimentConfig& c) {
   k.fits_float("model.init_std", m.init_std);
   k.positive("model.proj_init_std", m.proj_init_std);
   k.fits_float("model.proj_init_std", m.proj_init_std);
+  check_compressive(k, c);
 }
 
 // model.*: the lengths absolute and learned positions allow.

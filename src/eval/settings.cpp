@@ -53,6 +53,7 @@ models::Context segment_context(const Settings& settings, const models::Transfor
   context.ext_len = with_memory ? settings.ext_len : 0;
   context.zero_memory = with_memory && settings.zero_memory;
   context.cache_kv = with_memory && settings.cache_kv && model->can_cache_kv();
+  context.cmem_len = with_memory ? model->config().cmem_len : 0;
   return context;
 }
 

@@ -14,6 +14,9 @@ DecoderWeights prepare_decoder(models::TransformerLM model, const DecodeOptions&
   TXL_CHECK(options.clamp_len >= -1, "decoding: clamp_len = ", options.clamp_len,
             " must be -1 (no clamp) or >= 0");
   TXL_CHECK(!model->is_training(), "decoding: the model must be in evaluation mode (eval())");
+  TXL_CHECK(model->config().cmem_len == 0 || options.mem_len == 0,
+            "decoding with compressive memory (model.cmem_len = ", model->config().cmem_len,
+            ") is not implemented yet; evaluate it with txl-eval, or decode with mem_len 0");
   torch::NoGradGuard no_grad;
   DecoderWeights w;
   w.model = model;

@@ -17,6 +17,8 @@ Memory Memory::detached() const {
   Memory out;
   for (const auto& layer : layers) out.layers.push_back(layer.detach());
   out.key_mask = key_mask;
+  out.compressed = compressed;  // always detached (the compressor trains by its own loss)
+  out.compressed_mask = compressed_mask;
   return out;
 }
 
@@ -27,6 +29,8 @@ Memory Memory::narrow_rows(int64_t begin, int64_t count) const {
             begin, ", ", begin + count, ") outside the memory's ", rows(), " rows");
   for (const auto& t : layers) out.layers.push_back(t.narrow(0, begin, count));  // [count, M, d]
   if (key_mask.defined()) out.key_mask = key_mask.narrow(0, begin, count);     // [count, M]
+  for (const auto& t : compressed) out.compressed.push_back(t.narrow(0, begin, count));
+  if (compressed_mask.defined()) out.compressed_mask = compressed_mask.narrow(0, begin, count);
   return out;
 }
 
@@ -40,9 +44,12 @@ Memory Memory::join_rows(const std::vector<Memory>& pieces) {
   const auto& first = pieces.front();
   bool any_mask = false;
   for (const auto& p : pieces) {
-    TXL_CHECK(p.layers.size() == first.layers.size() && p.length() == first.length(),
-              "Memory::join_rows: pieces of ", p.layers.size(), " layers x ", p.length(),
-              " positions and ", first.layers.size(), " x ", first.length(), " cannot be joined");
+    TXL_CHECK(p.layers.size() == first.layers.size() && p.length() == first.length() &&
+                  p.compressed.size() == first.compressed.size() &&
+                  p.compressed_length() == first.compressed_length(),
+              "Memory::join_rows: pieces of ", p.layers.size(), " layers x ", p.length(), " + ",
+              p.compressed_length(), " compressed positions and ", first.layers.size(), " x ",
+              first.length(), " + ", first.compressed_length(), " cannot be joined");
     any_mask = any_mask || p.key_mask.defined();
   }
   for (size_t l = 0; l < first.layers.size(); ++l) {
@@ -55,6 +62,16 @@ Memory Memory::join_rows(const std::vector<Memory>& pieces) {
     for (const auto& p : pieces) masks.push_back(p.mask_or_ones());
     out.key_mask = torch::cat(masks, 0);  // [sum of rows, M]
   }
+  for (size_t l = 0; l < first.compressed.size(); ++l) {
+    std::vector<torch::Tensor> rows;
+    for (const auto& p : pieces) rows.push_back(p.compressed[l]);
+    out.compressed.push_back(torch::cat(rows, 0));  // [sum of rows, N, d]
+  }
+  if (!first.compressed.empty()) {
+    std::vector<torch::Tensor> masks;
+    for (const auto& p : pieces) masks.push_back(p.compressed_mask);
+    out.compressed_mask = torch::cat(masks, 0);  // [sum of rows, N]
+  }
   return out;
 }
 
@@ -64,14 +81,16 @@ std::vector<std::pair<std::string, torch::Tensor>> Memory::to_tensors(
   for (size_t l = 0; l < layers.size(); ++l)
     out.emplace_back(prefix + "layer." + std::to_string(l), layers[l]);  // [B, M, d]
   if (!empty() && key_mask.defined()) out.emplace_back(prefix + "key_mask", key_mask);  // [B, M]
+  for (size_t l = 0; l < compressed.size(); ++l)
+    out.emplace_back(prefix + "compressed." + std::to_string(l), compressed[l]);  // [B, N, d]
+  if (!compressed.empty()) out.emplace_back(prefix + "compressed_mask", compressed_mask);
   return out;
 }
 
 namespace {
 
-// The layer index of "<prefix>layer.<l>", or -1 for any other name.
-int64_t layer_index(const std::string& name, const std::string& prefix) {
-  const std::string head = prefix + "layer.";
+// The layer index of "<head><l>", or -1 for any other name.
+int64_t layer_index(const std::string& name, const std::string& head) {
   if (name.rfind(head, 0) != 0) return -1;
   const std::string digits = name.substr(head.size());
   if (digits.empty() || digits.size() > 6 ||
@@ -80,46 +99,73 @@ int64_t layer_index(const std::string& name, const std::string& prefix) {
   return std::stoll(digits);
 }
 
+// The tensors of one family ("layer." or "compressed."), numbered 0..L-1 and of one floating
+// shape [B, length, d] (`length` names it in messages), each on `device`; `mask` (may be
+// undefined) bool [B, length].
+std::vector<torch::Tensor> checked_layers(const std::map<int64_t, torch::Tensor>& by_layer,
+                                          const torch::Tensor& mask, int64_t n_layer,
+                                          int64_t d_model, const torch::Device& device,
+                                          const std::string& origin, const std::string& what,
+                                          const char* length) {
+  TXL_CHECK(
+      static_cast<int64_t>(by_layer.size()) == n_layer && by_layer.rbegin()->first == n_layer - 1,
+      origin, ": the ", what, " has ", by_layer.size(), " layers (numbered up to ",
+      by_layer.rbegin()->first, ") but the model has ", n_layer);
+  const torch::Tensor& first = by_layer.begin()->second;
+  std::vector<torch::Tensor> out;
+  for (const auto& [l, t] : by_layer) {
+    TXL_CHECK(t.dim() == 3 && t.size(2) == d_model && t.sizes() == first.sizes() &&
+                  t.scalar_type() == first.scalar_type() && t.is_floating_point(),
+              origin, ": ", what, " layer ", l, " is ", t.scalar_type(), " ", t.sizes(),
+              "; expected one floating shape [B, ", length, ", ", d_model, "] for every layer");
+    out.push_back(t.to(device));  // [B, length, d]
+  }
+  if (mask.defined()) {
+    TXL_CHECK(mask.scalar_type() == torch::kBool && mask.dim() == 2 &&
+                  mask.size(0) == first.size(0) && mask.size(1) == first.size(1),
+              origin, ": the ", what, " key mask is ", mask.scalar_type(), " ", mask.sizes(),
+              "; expected bool [", first.size(0), ", ", first.size(1), "]");
+  }
+  return out;
+}
+
 }  // namespace
 
 Memory Memory::from_tensors(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                             const std::string& prefix, int64_t n_layer, int64_t d_model,
                             const torch::Device& device, const std::string& origin) {
-  std::map<int64_t, torch::Tensor> by_layer;
-  torch::Tensor mask;
+  std::map<int64_t, torch::Tensor> by_layer, by_compressed;
+  torch::Tensor mask, compressed_mask;
   for (const auto& [name, t] : tensors) {
     if (name.rfind(prefix, 0) != 0) continue;
     if (name == prefix + "key_mask") {
       mask = t;
-      continue;
+    } else if (name == prefix + "compressed_mask") {
+      compressed_mask = t;
+    } else if (const int64_t l = layer_index(name, prefix + "layer."); l >= 0) {
+      by_layer[l] = t;
+    } else if (const int64_t c = layer_index(name, prefix + "compressed."); c >= 0) {
+      by_compressed[c] = t;
+    } else {
+      TXL_FAIL(origin, ": unexpected memory tensor '", name, "'");
     }
-    const int64_t l = layer_index(name, prefix);
-    TXL_CHECK(l >= 0, origin, ": unexpected memory tensor '", name, "'");
-    by_layer[l] = t;
   }
   Memory out;
   if (by_layer.empty()) {
-    TXL_CHECK(!mask.defined(), origin, ": a memory key mask without memory layers");
+    TXL_CHECK(!mask.defined() && by_compressed.empty() && !compressed_mask.defined(), origin,
+              ": a memory key mask or compressed memory without memory layers");
     return out;
   }
-  TXL_CHECK(static_cast<int64_t>(by_layer.size()) == n_layer && by_layer.rbegin()->first == n_layer - 1,
-            origin, ": the memory has ", by_layer.size(), " layers (numbered up to ",
-            by_layer.rbegin()->first, ") but the model has ", n_layer);
-  const torch::Tensor& first = by_layer.begin()->second;
-  for (const auto& [l, t] : by_layer) {
-    TXL_CHECK(t.dim() == 3 && t.size(2) == d_model && t.sizes() == first.sizes() &&
-                  t.scalar_type() == first.scalar_type() && t.is_floating_point(),
-              origin, ": memory layer ", l, " is ", t.scalar_type(), " ", t.sizes(),
-              "; expected one floating shape [B, M, ", d_model, "] for every layer");
-    out.layers.push_back(t.to(device));  // [B, M, d]
-  }
-  if (mask.defined()) {
-    TXL_CHECK(mask.scalar_type() == torch::kBool && mask.dim() == 2 &&
-                  mask.size(0) == first.size(0) && mask.size(1) == first.size(1),
-              origin, ": the memory key mask is ", mask.scalar_type(), " ", mask.sizes(),
-              "; expected bool [", first.size(0), ", ", first.size(1), "]");
-    out.key_mask = mask.to(device);  // [B, M]
-  }
+  out.layers = checked_layers(by_layer, mask, n_layer, d_model, device, origin, "memory", "M");
+  if (mask.defined()) out.key_mask = mask.to(device);  // [B, M]
+  TXL_CHECK(by_compressed.empty() == !compressed_mask.defined(), origin,
+            ": a compressed memory needs both its layers and its mask");
+  if (by_compressed.empty()) return out;
+  out.compressed = checked_layers(by_compressed, compressed_mask, n_layer, d_model, device, origin,
+                                  "compressed memory", "N");
+  TXL_CHECK(out.compressed.front().size(0) == out.rows(), origin, ": the compressed memory has ",
+            out.compressed.front().size(0), " rows, the memory ", out.rows());
+  out.compressed_mask = compressed_mask.to(device);  // [B, N]
   return out;
 }
 

@@ -66,6 +66,12 @@ void check_config(const config::ModelConfig& config, int64_t n_token) {
     check_positive(config.max_positions, "max_positions");
   }
   check_clamp(config.attn_type, config.clamp_len, "model.clamp_len");
+  TXL_CHECK(config.cmem_len >= 0, "model.cmem_len = ", config.cmem_len, " must be >= 0");
+  TXL_CHECK(config.cmem_len == 0 ||
+                (config.mem_len > 0 && !config::uses_absolute_positions(config.attn_type)),
+            "model.cmem_len = ", config.cmem_len,
+            ": compressive memory compresses what leaves "
+            "the memory and needs mem_len > 0 and relative positions (xl, shaw, rope, alibi)");
   if (config::uses_absolute_positions(config.attn_type) && config.mem_len > 0) {
     TXL_CHECK(config.allow_abs_with_memory, "model.attn_type = ", config.attn_type,
               " with model.mem_len = ", config.mem_len,
@@ -87,6 +93,7 @@ Context Context::from_config(const config::ModelConfig& config) {
   ctx.same_length = config.same_length;
   ctx.ext_len = config.ext_len;
   ctx.zero_memory = config.mem_init == "zeros";
+  ctx.cmem_len = config.cmem_len;
   return ctx;
 }
 
@@ -127,6 +134,14 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
     layer_list_.emplace_back(o);
     layers->push_back(layer_list_.back());
   }
+  if (config.cmem_len > 0) {
+    compressors = register_module("compressors", torch::nn::ModuleList());
+    for (int i = 0; i < config.n_layer; ++i) {
+      compressor_list_.emplace_back(
+          modules::CompressorOptions{d, config.cmem_rate, config.cmem_compress});
+      compressors->push_back(compressor_list_.back());
+    }
+  }
   TXL_CHECK(config.mem_init == "empty" || config.mem_init == "zeros", "model.mem_init = \"",
             config.mem_init, "\" is not one of: empty, zeros");
   if (config.pre_norm && config.final_norm) {
@@ -146,6 +161,31 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
 Inputs Inputs::of(const data::Batch& batch) {
   return {batch.tokens, batch.targets, batch.input_mask, batch.reset};
 }
+
+namespace {
+
+// The compressed memory's rows: [B, N, d] per layer, detached, on the tokens' device, with a
+// bool [B, N] mask.
+void check_compressed(const Memory& memory, int64_t batch, int64_t d, const torch::Device& device) {
+  if (memory.compressed.empty()) return;
+  TXL_CHECK(memory.compressed.size() == memory.layers.size(), "model memory: compressed memory of ",
+            memory.compressed.size(), " layers, the memory has ", memory.layers.size());
+  const int64_t n = memory.compressed_length();
+  for (size_t l = 0; l < memory.compressed.size(); ++l) {
+    const auto& c = memory.compressed[l];
+    TXL_CHECK(c.defined() && c.dim() == 3 && c.size(0) == batch && c.size(1) == n &&
+                  c.size(2) == d && c.device() == device && !c.requires_grad(),
+              "model memory: compressed layer ", l, " must be [B = ", batch, ", N = ", n,
+              ", d = ", d, "] on ", device, " without gradient, got ",
+              c.defined() ? c.sizes() : torch::IntArrayRef{});
+  }
+  const auto& mask = memory.compressed_mask;
+  TXL_CHECK(mask.defined() && mask.dim() == 2 && mask.size(0) == batch && mask.size(1) == n &&
+                mask.scalar_type() == torch::kBool,
+            "model memory: compressed_mask must be bool [B = ", batch, ", N = ", n, "]");
+}
+
+}  // namespace
 
 void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
                                      const Context& ctx) const {
@@ -177,6 +217,10 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
   TXL_CHECK(ctx.clamp_len >= -1, "model context: clamp_len = ", ctx.clamp_len,
             " must be -1 (no clamp) or >= 0");
   check_clamp(config_.attn_type, ctx.clamp_len, "model context: clamp_len");
+  TXL_CHECK(ctx.cmem_len >= 0, "model context: cmem_len = ", ctx.cmem_len, " must be >= 0");
+  TXL_CHECK(ctx.cmem_len == 0 || !compressor_list_.empty(),
+            "model context: cmem_len = ", ctx.cmem_len,
+            " but the model has no compressors (model.cmem_len 0)");
   if (config::uses_absolute_positions(config_.attn_type)) {
     TXL_CHECK((ctx.mem_len == 0 && memory.empty()) || config_.allow_abs_with_memory,
               "model context: attn_type ", config_.attn_type, " with mem_len = ", ctx.mem_len,
@@ -211,6 +255,7 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
               " requires grad; memory must be detached (stop-gradient, paper 3.2) unless "
               "the context says memory_grad");
   }
+  check_compressed(memory, batch, d, tokens.device());
   if (memory.key_mask.defined()) {
     TXL_CHECK(memory.key_mask.dim() == 2 && memory.key_mask.size(0) == batch &&
                   memory.key_mask.size(1) == m_len && memory.key_mask.scalar_type() == torch::kBool,
@@ -219,19 +264,23 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
   }
 }
 
-modules::AttentionInputs TransformerLMImpl::segment_inputs(int64_t q_len, int64_t m_len,
-                                                           const torch::Tensor& key_mask,
-                                                           const Context& ctx,
-                                                           torch::ScalarType dtype,
-                                                           torch::Device device) {
-  const int64_t k_len = m_len + q_len;
+modules::AttentionInputs TransformerLMImpl::segment_inputs(
+    int64_t q_len, int64_t m_len, const torch::Tensor& key_mask, const Context& ctx,
+    torch::ScalarType dtype, torch::Device device, const torch::Tensor& compressed_keys) {
+  const int64_t n_len = compressed_keys.defined() ? compressed_keys.size(1) : 0;
+  const int64_t k_len = n_len + m_len + q_len;
   // same_length (paper code): each query sees the mem_len most recent keys. With mem_len 0
   // there is no history to equalise and the flag has no effect.
   const int64_t window = ctx.same_length && ctx.mem_len > 0 ? ctx.mem_len : 0;
   modules::AttentionInputs in;
-  in.blocked = ops::attention_mask(q_len, m_len, window, key_mask, ctx.extra_mask, device)
-                   .logical_not()
-                   .unsqueeze(0);                      // [1, B, Q, K]
+  auto allowed = ops::attention_mask(q_len, m_len, window, key_mask, ctx.extra_mask, device);
+  if (n_len > 0) {  // the compressed rows come first, visible to every query where real
+    const int64_t batch = compressed_keys.size(0);
+    allowed = torch::cat({compressed_keys.unsqueeze(1).expand({batch, q_len, n_len}),
+                          allowed.expand({batch, q_len, m_len + q_len})},
+                         2);  // [B, Q, K]
+  }
+  in.blocked = allowed.logical_not().unsqueeze(0);     // [1, B, Q, K]
   in.score_bias = ops::score_bias(in.blocked, dtype);  // [1, B, Q, K]
   // R [K, d] (dropped out as the paper code does) or Shaw's clipped distances [K].
   in.rel_pos = modules::relative_positions(layer_list_.front()->attn->options(), q_len, k_len,
@@ -247,35 +296,91 @@ modules::AttentionInputs TransformerLMImpl::segment_inputs(int64_t q_len, int64_
 Memory TransformerLMImpl::update_memory(const Memory& memory,
                                         const std::vector<torch::Tensor>& hiddens,
                                         const std::vector<torch::Tensor>& kv,
-                                        const torch::Tensor& key_mask, int64_t q_len,
-                                        const Context& ctx) const {
+                                        const torch::Tensor& key_mask,
+                                        const torch::Tensor& compressed_keys, int64_t q_len,
+                                        const Context& ctx, torch::Tensor* aux_loss) {
   Memory next;
   if (ctx.mem_len == 0) return next;
   const int64_t m_len = memory.length();
   // Paper code: the memory ends ext_len positions before the segment's end and keeps at most
-  // mem_len positions of concat(old memory, segment).
+  // mem_len positions of concat(old memory, segment). Compressive memory: positions leave in
+  // whole groups of cmem_rate, so that up to cmem_rate - 1 more stay until their group is full.
   const int64_t end = m_len + std::max<int64_t>(0, q_len - ctx.ext_len);
-  const int64_t begin = std::max<int64_t>(0, end - ctx.mem_len);
+  int64_t begin = std::max<int64_t>(0, end - ctx.mem_len);
+  if (ctx.cmem_len > 0) begin -= begin % config_.cmem_rate;
   const int64_t length = end - begin;
-  // Paper 3.2: the memory takes no part in the backward pass (stop-gradient), unless the caller
-  // back-propagates through segments (Context::memory_grad).
-  std::optional<torch::NoGradGuard> no_grad;
-  if (!ctx.memory_grad) no_grad.emplace();
-  for (size_t l = 0; l < hiddens.size(); ++l) {
-    torch::Tensor kept;  // [B, length, d]
-    if (begin >= m_len) {
-      kept = hiddens[l].narrow(1, begin - m_len, length);  // a view: no copy
-    } else {
-      kept = torch::cat(
-          {memory.layers[l].narrow(1, begin, m_len - begin), hiddens[l].narrow(1, 0, end - m_len)},
-          1);
+  {
+    // Paper 3.2: the memory takes no part in the backward pass (stop-gradient), unless the
+    // caller back-propagates through segments (Context::memory_grad).
+    std::optional<torch::NoGradGuard> no_grad;
+    if (!ctx.memory_grad) no_grad.emplace();
+    for (size_t l = 0; l < hiddens.size(); ++l) {
+      torch::Tensor kept;  // [B, length, d]
+      if (begin >= m_len) {
+        kept = hiddens[l].narrow(1, begin - m_len, length);  // a view: no copy
+      } else {
+        kept = torch::cat({memory.layers[l].narrow(1, begin, m_len - begin),
+                           hiddens[l].narrow(1, 0, end - m_len)},
+                          1);
+      }
+      next.layers.push_back(ctx.memory_grad ? kept : kept.detach());
+      // Keys and values cover every position of concat(memory, segment): the same window.
+      if (!kv.empty()) next.kv.push_back(kv[l].narrow(3, begin, length));  // [2, H, B, length, D]
     }
-    next.layers.push_back(ctx.memory_grad ? kept : kept.detach());
-    // Keys and values cover every position of concat(memory, segment): the same window.
-    if (!kv.empty()) next.kv.push_back(kv[l].narrow(3, begin, length));  // [2, H, B, length, D]
   }
   next.key_mask = key_mask.narrow(1, begin, length);  // [B, length]
+  if (ctx.cmem_len > 0) {
+    compress_evicted(memory, hiddens, key_mask, compressed_keys, begin, q_len, ctx, next, aux_loss);
+  }
   return next;
+}
+
+void TransformerLMImpl::compress_evicted(const Memory& memory,
+                                         const std::vector<torch::Tensor>& hiddens,
+                                         const torch::Tensor& key_mask,
+                                         const torch::Tensor& compressed_keys, int64_t evicted,
+                                         int64_t q_len, const Context& ctx, Memory& next,
+                                         torch::Tensor* aux_loss) {
+  const int64_t m_len = memory.length(), n_len = memory.compressed_length();
+  const bool with_loss = aux_loss != nullptr && is_training() && torch::GradMode::is_enabled() &&
+                         compressor_list_.front()->trains() && config_.cmem_loss_weight > 0;
+  if (evicted == 0 && n_len == 0) return;                    // nothing compressed yet
+  const auto old_mask = key_mask.narrow(1, 0, evicted);      // [B, E]
+  const auto query_mask = key_mask.narrow(1, m_len, q_len);  // [B, Q]
+  torch::Tensor loss_sum, new_mask;
+  for (size_t l = 0; l < hiddens.size(); ++l) {
+    // The rows that left: positions [0, E) of concat(memory, segment), as constants.
+    const auto old =
+        (evicted <= m_len ? memory.layers[l].narrow(1, 0, evicted)
+                          : torch::cat({memory.layers[l], hiddens[l].narrow(1, 0, evicted - m_len)},
+                                       1))
+            .detach();                                                        // [B, E, d]
+    torch::Tensor rows = n_len > 0 ? memory.compressed[l] : torch::Tensor();  // [B, N, d]
+    if (evicted > 0) {
+      std::optional<torch::NoGradGuard> no_grad;
+      if (!with_loss) no_grad.emplace();
+      auto [made, made_mask] = compressor_list_[l](old, old_mask);  // [B, E / c, d], [B, E / c]
+      if (with_loss) {
+        auto loss = layer_list_[l]->reconstruction_loss(hiddens[l], old, old_mask, made, made_mask,
+                                                        query_mask);
+        loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
+      }
+      made = made.detach().to(hiddens[l].scalar_type());
+      rows = rows.defined() ? torch::cat({rows.to(made.scalar_type()), made}, 1) : made;
+      if (l == 0) {
+        new_mask = n_len > 0 ? torch::cat({compressed_keys, made_mask}, 1) : made_mask;
+      }
+    } else if (l == 0) {
+      new_mask = compressed_keys;
+    }
+    const int64_t keep = std::min<int64_t>(ctx.cmem_len, rows.size(1));
+    next.compressed.push_back(rows.narrow(1, rows.size(1) - keep, keep));  // [B, N', d]
+  }
+  const int64_t keep = next.compressed.front().size(1);
+  next.compressed_mask = new_mask.narrow(1, new_mask.size(1) - keep, keep);  // [B, N']
+  if (loss_sum.defined()) {
+    *aux_loss = loss_sum * (config_.cmem_loss_weight / static_cast<double>(hiddens.size()));
+  }
 }
 
 namespace {
@@ -310,6 +415,12 @@ Memory TransformerLMImpl::zero_started(const Memory& memory, const torch::Tensor
                         ? on(memory.key_mask, options.device())
                         : torch::ones({batch, memory.length()}, options.dtype(torch::kBool));  // [B, M]
   restarted.key_mask = keys.logical_or(rows.unsqueeze(1));  // [B, M]
+  // A reset row's compressed memory is forgotten: its rows are hidden, not zeroed into view.
+  restarted.compressed = memory.compressed;
+  if (!memory.compressed.empty()) {
+    restarted.compressed_mask =
+        on(memory.compressed_mask, options.device()).logical_and(rows.logical_not().unsqueeze(1));
+  }
   return restarted;  // without cached keys and values: the zeroed rows' are projected anew
 }
 
@@ -337,12 +448,22 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
     memory_keys = memory_keys.logical_and(on(reset, device).logical_not().unsqueeze(1));
   }
   auto segment_keys = input_mask.defined() ? input_mask : torch::ones({batch, q_len}, bool_opts);
-  auto key_mask = torch::cat({memory_keys, segment_keys}, 1);  // [B, K]
+  auto key_mask = torch::cat({memory_keys, segment_keys}, 1);  // [B, M + Q]
+  // Compressive memory: attention reads concat(compressed, memory, segment).
+  const int64_t n_len = memory.compressed_length();
+  torch::Tensor compressed_keys;  // [B, N]
+  if (n_len > 0) {
+    compressed_keys = on(memory.compressed_mask, device);
+    if (reset.defined()) {
+      compressed_keys = compressed_keys.logical_and(on(reset, device).logical_not().unsqueeze(1));
+    }
+  }
 
   // Vanilla: positions within the segment, added once to the embedding.
   auto x = with_positions(word_emb(tokens), torch::arange(q_len, torch::dtype(torch::kLong).device(device)));
   x = drop(x);  // [B, Q, d]
-  auto inputs = segment_inputs(q_len, m_len, key_mask, ctx, x.scalar_type(), device);
+  auto inputs =
+      segment_inputs(q_len, m_len, key_mask, ctx, x.scalar_type(), device, compressed_keys);
 
   std::vector<torch::Tensor> hiddens;  // the input of every layer: the next memory
   hiddens.reserve(layer_list_.size());
@@ -352,14 +473,18 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
     // The dtype of each layer's input is fixed by the model (and autocast): memory made by the
     // same model matches it; anything else was made under other settings.
     // Zero memory is made in the weights' dtype: under autocast a layer's input may differ.
-    const auto mem_l = m_len == 0 ? torch::Tensor()
-                       : zero_start ? memory.layers[l].to(x.scalar_type())
-                                    : memory.layers[l];  // [B, M, d]
+    auto mem_l = m_len == 0   ? torch::Tensor()
+                 : zero_start ? memory.layers[l].to(x.scalar_type())
+                              : memory.layers[l];  // [B, M, d]
     TXL_CHECK(m_len == 0 || mem_l.scalar_type() == x.scalar_type(),
               "model memory: layer ", l, " is ", memory.layers[l].scalar_type(),
               " but the layer input is ", x.scalar_type(),
               " (memory made before the model was converted, or under other "
               "autocast settings?)");
+    if (n_len > 0) {
+      mem_l =
+          torch::cat({memory.compressed[l].to(mem_l.scalar_type()), mem_l}, 1);  // [B, N + M, d]
+    }
     modules::KeyValueCache cache;
     if (ctx.cache_kv && m_len > 0 && !memory.kv.empty()) cache.memory = memory.kv[l];
     x = layer_list_[l](x, mem_l, inputs, nullptr,
@@ -370,7 +495,8 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
   x = drop(x);
 
   LMOutput out;
-  out.memory = update_memory(memory, hiddens, kv, key_mask, q_len, ctx);
+  out.memory =
+      update_memory(memory, hiddens, kv, key_mask, compressed_keys, q_len, ctx, &out.aux_loss);
   out.hidden = x;
   auto flat = x.reshape({batch * q_len, d});  // [B Q, d]
   if (targets.defined()) out.nll = crit->nll(flat, targets.reshape({-1})).view({batch, q_len});

@@ -98,6 +98,25 @@ int64_t MultiHeadAttentionImpl::check_inputs(const torch::Tensor& x, const torch
   return m_len;
 }
 
+torch::Tensor MultiHeadAttentionImpl::content_attention(const torch::Tensor& x,
+                                                        const torch::Tensor& rows,
+                                                        const torch::Tensor& visible) const {
+  const int64_t n_head = options_.n_head, d_head = options_.d_head, hd = n_head * d_head;
+  const int64_t batch = x.size(0), q_len = x.size(1), n = rows.size(1);
+  const auto w = qkv->weight.detach();           // [3 H D, d]: constants to this loss
+  auto q = torch::linear(x, w.narrow(0, 0, hd))  // [B, Q, H D]
+               .view({batch, q_len, n_head, d_head})
+               .permute({2, 0, 1, 3});                    // [H, B, Q, D]
+  auto kv = torch::linear(rows, w.narrow(0, hd, 2 * hd))  // [B, N, 2 H D]
+                .view({batch, n, 2, n_head, d_head})
+                .permute({2, 3, 0, 1, 4});  // [2, H, B, N, D]
+  auto scores = torch::matmul(q, kv[0].transpose(-1, -2)) /
+                std::sqrt(static_cast<double>(d_head));               // [H, B, Q, N]
+  const auto blocked = visible.logical_not().view({1, batch, 1, n});  // [1, B, 1, N]
+  scores = scores + ops::score_bias(blocked, scores.scalar_type());
+  return torch::matmul(torch::softmax(scores, -1), kv[1]);  // [H, B, Q, D]
+}
+
 MultiHeadAttentionImpl::Heads MultiHeadAttentionImpl::project(const torch::Tensor& x,
                                                               const torch::Tensor& memory,
                                                               KeyValueCache* cache) {

@@ -71,6 +71,32 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
       [&](const torch::Tensor& a) { return ff(a); });  // [B, Q, d]
 }
 
+torch::Tensor DecoderLayerImpl::reconstruction_loss(const torch::Tensor& x,
+                                                    const torch::Tensor& old,
+                                                    const torch::Tensor& old_mask,
+                                                    const torch::Tensor& compressed,
+                                                    const torch::Tensor& compressed_mask,
+                                                    const torch::Tensor& query_mask) {
+  // What the attention reads: pre-norm normalises its inputs, with the norm's weights constant.
+  auto seen = [&](const torch::Tensor& t) {
+    if (!options_.pre_norm) return t;
+    return torch::layer_norm(t, {t.size(-1)}, attn_norm->weight.detach(), attn_norm->bias.detach(),
+                             attn_norm->options.eps());
+  };
+  const auto queries = seen(x.detach());  // [B, Q, d]
+  const auto target =
+      attn->content_attention(queries, seen(old.detach()), old_mask);  // [H, B, Q, D]
+  const auto got = attn->content_attention(queries, seen(compressed), compressed_mask);
+  const auto counted = query_mask
+                           .logical_and(old_mask.any(1, /*keepdim=*/true))  // [B, Q]
+                           .unsqueeze(0)
+                           .unsqueeze(3)
+                           .to(got.scalar_type());  // [1, B, Q, 1]
+  const auto squares = (got - target).pow(2).mul(counted).sum();
+  const double per_query = static_cast<double>(target.size(0) * target.size(3));  // H D
+  return squares / counted.sum().mul(per_query).clamp_min(1.0);
+}
+
 DecoderLayerStep DecoderLayerImpl::prepare_step(int64_t capacity, int64_t clamp_len,
                                                 const torch::Tensor& shared_u,
                                                 const torch::Tensor& shared_v, bool zero_memory) {

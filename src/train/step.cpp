@@ -63,16 +63,26 @@ torch::Tensor Step::chunk_backward(const std::vector<data::Batch>& rank_batches,
   models::Context context = context_;
   context.memory_grad = rank_batches.size() > 1;
   torch::Tensor nll_sum;  // [] over the chunk's scored tokens of every batch of the unroll
+  torch::Tensor aux;      // [] the model's auxiliary losses (compressive memory), summed
   for (const auto& batch : rank_batches) {
     const data::Batch chunk = batch.narrow_rows(c * chunk_rows_, chunk_rows_).to(settings_.device);
     AutocastGuard autocast(settings_.bf16, settings_.device);
     auto out = model_->forward(models::Inputs::of(chunk), memory, context);
     auto sum = out.nll.to(torch::kFloat).masked_fill(chunk.target_mask.logical_not(), 0.0).sum();
     nll_sum = nll_sum.defined() ? nll_sum + sum : sum;
+    if (out.aux_loss.defined()) aux = aux.defined() ? aux + out.aux_loss : out.aux_loss;
     memory = std::move(out.memory);
   }
   if (context.memory_grad) memory = memory.detached();  // the next step's gradient stops here
-  (nll_sum / scored).backward();
+  auto objective = nll_sum / scored;
+  // Compressive memory's reconstruction loss, which reaches only the compressors: its mean over
+  // the step's segments and rows (this chunk's share of the rows).
+  if (aux.defined()) {
+    objective = objective +
+                aux.to(torch::kFloat) * (static_cast<double>(chunk_rows_) /
+                                         (static_cast<double>(global_rows_) * rank_batches.size()));
+  }
+  objective.backward();
   return nll_sum.detach().to(torch::kDouble).reshape({1});  // [1]
 }
 
@@ -82,6 +92,7 @@ StepResult Step::backward(const std::vector<data::Batch>& unroll) {
   // there) and moved to the device chunk by chunk.
   std::vector<data::Batch> rank_batches;
   std::int64_t n_scored = 0;
+  global_rows_ = unroll.front().tokens.size(0);
   for (const auto& global : unroll) {
     rank_batches.push_back(global.narrow_rows(rows_.begin, rows_.size()));
     n_scored += global.n_scored;

@@ -408,14 +408,15 @@ TEST(Bench, ProductsAreTheModelsShapesAndAgree) {
 }
 
 // --members: every member trains at the experiment's sizes; xl_bptt1 reads two segments a step;
-// the state a stream carries is L M d floats (none without memory); table and JSON name each.
+// the state a stream carries is L (M + N) d floats (none without memory; compressive splits xl's
+// M into M' + N); table and JSON name each.
 TEST(Bench, MembersEachTrainAtTheExperimentsSizes) {
   PhaseOptions phase;
   phase.batch_size = 2;
   phase.warmup = 1;
   phase.repetitions = 1;
   const auto costs = time_members(tiny(), kVocab, phase);
-  ASSERT_EQ(costs.size(), 6u);
+  ASSERT_EQ(costs.size(), 7u);
   EXPECT_EQ(costs[0].name, "xl");
   for (const auto& m : costs) {
     EXPECT_GT(m.tokens_per_s, 0) << m.name;
@@ -424,7 +425,7 @@ TEST(Bench, MembersEachTrainAtTheExperimentsSizes) {
     EXPECT_EQ(m.tokens_per_step, (m.name == "xl_bptt1" ? 2 : 1) * 2 * 8) << m.name;
   }
   const auto json = nlohmann::json::parse(members_json(costs));
-  EXPECT_EQ(json.at("members").size(), 6u);
+  EXPECT_EQ(json.at("members").size(), 7u);
   EXPECT_NE(members_table(costs).find("| rope | attn_type rope |"), std::string::npos);
 }
 

@@ -69,6 +69,10 @@ model:
   init_std: 0.05
   proj_init_std: 0.02
   mem_init: zeros
+  cmem_len: 8
+  cmem_rate: 2
+  cmem_compress: max
+  cmem_loss_weight: 0.5
 train:
   optimizer: adamw
   lr: 1.0e-3

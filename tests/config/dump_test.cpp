@@ -67,8 +67,9 @@ std::string dump_line(const std::string& key) {
 
 // The keys added after experiments were stored: left out of the dump at their default, so that
 // older dumps and fingerprints stay as they were.
-const std::vector<std::string> kAddedLater = {"model.final_norm", "model.mem_init",
-                                               "train.bptt_segments", "eval.mem_init"};
+const std::vector<std::string> kAddedLater = {
+    "model.final_norm",    "model.mem_init",         "model.cmem_len",      "model.cmem_rate",
+    "model.cmem_compress", "model.cmem_loss_weight", "train.bptt_segments", "eval.mem_init"};
 
 bool added_later(const std::string& key) {
   return std::find(kAddedLater.begin(), kAddedLater.end(), key) != kAddedLater.end();

@@ -148,6 +148,10 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_DOUBLE_EQ(c.model.init_std, 0.05);
   EXPECT_DOUBLE_EQ(c.model.proj_init_std, 0.02);
   EXPECT_EQ(c.model.mem_init, "zeros");
+  EXPECT_EQ(c.model.cmem_len, 8);
+  EXPECT_EQ(c.model.cmem_rate, 2);
+  EXPECT_EQ(c.model.cmem_compress, "max");
+  EXPECT_DOUBLE_EQ(c.model.cmem_loss_weight, 0.5);
 
   EXPECT_EQ(c.train.optimizer, Optimizer::kAdamW);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
@@ -402,6 +406,13 @@ TEST(LoadExperiment, OutOfRangeValuesAreRejectedWhereTheyWereSet) {
        "x.yaml:2:31: eval.window: vanilla_learned has 256 positions (model.max_positions) but "
        "evaluation needs 300"},
       {"train: {bptt_segments: -1}\n", "train.bptt_segments: must be >= 0, got -1"},
+      {"model: {mem_len: 0, cmem_len: 4}\n",
+       "model.cmem_len: compressive memory compresses what leaves the memory and needs "
+       "model.mem_len > 0"},
+      {"model: {attn_type: vanilla, allow_abs_with_memory: true, cmem_len: 4}\n",
+       "model.cmem_len: compressive memory needs relative positions"},
+      {"model: {cmem_rate: 0}\n", "model.cmem_rate: must be >= 1, got 0"},
+      {"model: {cmem_compress: zip}\n", "model.cmem_compress"},
       {"model: {mem_len: 0}\ntrain: {bptt_segments: 2}\n",
        "train.bptt_segments: back-propagation through segments needs a memory (model.mem_len > "
        "0), got 2 with mem_len 0"},

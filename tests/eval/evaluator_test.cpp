@@ -22,16 +22,20 @@ struct Fixture {
   torch::Tensor ids;
 };
 
-Fixture make(txl::config::AttnType attn_type, int64_t n_tokens) {
+Fixture make(const txl::test::MemoryMember& member, int64_t n_tokens) {
   torch::manual_seed(3);
   txl::test::TempDir dir;
   auto config = txl::test::tiny_experiment(dir.path());
-  config.model.attn_type = attn_type;
-  if (txl::config::uses_absolute_positions(attn_type)) config.model.mem_len = 0;
+  member.apply(config.model);
+  if (txl::config::uses_absolute_positions(member.attn_type)) config.model.mem_len = 0;
   Fixture f;
   f.model = txl::models::TransformerLM(config.model, kVocab);
   f.ids = torch::randint(kVocab, {n_tokens}, torch::kInt64);
   return f;
+}
+
+Fixture make(txl::config::AttnType attn_type, int64_t n_tokens) {
+  return make(txl::test::MemoryMember{txl::config::to_string(attn_type), attn_type}, n_tokens);
 }
 
 Settings options(Mode mode, int q, int m, int batch) {
@@ -63,11 +67,11 @@ torch::Tensor losses_of(txl::models::TransformerLM& model, const torch::Tensor& 
   return r.token_losses;
 }
 
-// For every attention type that carries memory (support/family.h).
+// For every member of the family that carries memory (support/family.h).
 TEST(Evaluator, EveryTargetIsScoredOnceInEveryMode) {
-  for (AttnType attn : txl::test::memory_attn_types()) {
-    SCOPED_TRACE(txl::config::to_string(attn));
-    auto f = make(attn, 203);
+  for (const auto& member : txl::test::memory_members()) {
+    SCOPED_TRACE(member.name);
+    auto f = make(member, 203);
     for (auto o : {options(Mode::kMemory, 16, 16, 3), options(Mode::kSegments, 16, 0, 3),
                    options(Mode::kSliding, 16, 0, 3)}) {
       o.stride = 5;
@@ -85,9 +89,9 @@ TEST(Evaluator, EveryTargetIsScoredOnceInEveryMode) {
 }
 
 TEST(Evaluator, MemoryModeWithoutMemoryEqualsSegments) {
-  for (AttnType attn : txl::test::memory_attn_types()) {
-    SCOPED_TRACE(txl::config::to_string(attn));
-    auto f = make(attn, 150);
+  for (const auto& member : txl::test::memory_members()) {
+    SCOPED_TRACE(member.name);
+    auto f = make(member, 150);
     auto a = evaluate(f.model, text(f.ids), options(Mode::kMemory, 16, 0, 4));
     auto b = evaluate(f.model, text(f.ids), options(Mode::kSegments, 16, 0, 4));
     EXPECT_EQ(a.tokens, b.tokens);
@@ -136,9 +140,9 @@ TEST(Evaluator, MemoryModeTokenLossesFollowTheText) {
 // them anew gives the same per-token losses (fp32: the same products over fewer rows), with
 // warm-up and with a memory longer than the segment.
 TEST(Evaluator, CachedKeysAndValuesGiveTheLossesOfRecomputingThem) {
-  for (AttnType attn : txl::test::memory_attn_types()) {
-    SCOPED_TRACE(txl::config::to_string(attn));
-    auto f = make(attn, 241);
+  for (const auto& member : txl::test::memory_members()) {
+    SCOPED_TRACE(member.name);
+    auto f = make(member, 241);
     for (int m : {10, 25}) {
       auto o = options(Mode::kMemory, 10, m, 3);
       o.warmup = 7;
@@ -276,9 +280,9 @@ TEST(Evaluator, SegmentsWithExtLenQEqualSlidingWindowsOfTwoQ) {
 // Document mode: each document on its own (memory reset at its start, its first token never a
 // target) is the sum of evaluating every document as a text of its own.
 TEST(Evaluator, DocumentsEvaluateAsIfEachWereItsOwnText) {
-  for (AttnType attn : txl::test::memory_attn_types()) {
-    SCOPED_TRACE(txl::config::to_string(attn));
-    auto f = make(attn, 241);
+  for (const auto& member : txl::test::memory_members()) {
+    SCOPED_TRACE(member.name);
+    auto f = make(member, 241);
     const std::vector<int64_t> starts = {0, 37, 50, 121, 130, 200};
     txl::data::EncodedSplit split = text(f.ids);
     split.doc_starts = torch::tensor(starts, torch::kInt64);

@@ -1,8 +1,10 @@
 #pragma once
 // The members of Transformer-XL's family that the contract tests run over.
 
+#include <string>
 #include <vector>
 
+#include "txl/config/config.h"
 #include "txl/config/enums.h"
 
 namespace txl::test {
@@ -16,6 +18,35 @@ inline const std::vector<config::AttnType>& memory_attn_types() {
       config::AttnType::kXl, config::AttnType::kShaw, config::AttnType::kRope,
       config::AttnType::kAlibi};
   return kTypes;
+}
+
+// A member of the family: a position scheme that carries memory, and what the memory holds
+// (Transformer-XL's cache, or with cmem_len > 0 a compressive memory, Rae et al. 2020).
+struct MemoryMember {
+  std::string name;
+  config::AttnType attn_type;
+  int cmem_len = 0;           // compressed rows (0 = Transformer-XL's memory alone)
+  std::string compress = "";  // conv | mean | max
+  // Sets the member on a model configuration (groups of 2 positions compressed).
+  void apply(config::ModelConfig& c) const {
+    c.attn_type = attn_type;
+    c.cmem_len = cmem_len;
+    c.cmem_rate = 2;
+    if (!compress.empty()) c.cmem_compress = compress;
+  }
+};
+
+// Every scheme of memory_attn_types() with Transformer-XL's memory, and compressive memory with
+// a trained (conv) and a pooling (mean) compressor: the evaluator's contract tests loop over it.
+inline const std::vector<MemoryMember>& memory_members() {
+  static const std::vector<MemoryMember> kMembers = [] {
+    std::vector<MemoryMember> out;
+    for (auto type : memory_attn_types()) out.push_back({config::to_string(type), type});
+    out.push_back({"xl+compressive(conv)", config::AttnType::kXl, 4, "conv"});
+    out.push_back({"rope+compressive(mean)", config::AttnType::kRope, 4, "mean"});
+    return out;
+  }();
+  return kMembers;
 }
 
 }  // namespace txl::test

@@ -102,6 +102,50 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(a[i], b[i])) << i;
 }
 
+// Compressive memory (a convolution per layer, trained by the attention-reconstruction loss):
+// the run paused in the middle and resumed (its checkpoint carries the compressed memory) ends
+// where the uninterrupted one does, and the compressors trained away from their start.
+TEST(Trainer, CompressiveMemoryTrainsItsCompressorsAndResumesExactly) {
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
+  TempDir dir;
+  std::vector<std::vector<torch::Tensor>> weights;
+  for (const std::string name : {"whole", "split"}) {
+    auto c = txl::test::tiny_experiment(dir.path(), name);
+    c.model.cmem_len = 4;
+    c.model.cmem_rate = 4;
+    c.train.max_steps = 10;
+    c.train.checkpoint_interval = 3;
+    if (name == "split") {
+      const auto pause = txl::test::quiet_run(txl::train::StartMode::kNew, 5);
+      EXPECT_EQ(txl::train::train(c, pause).status, txl::train::TrainStatus::kInterrupted);
+      const auto saved =
+          txl::models::read_checkpoint(dir / "runs/split/checkpoint_last.safetensors");
+      int compressed = 0;
+      for (const auto& [name, t] : saved.tensors)
+        compressed += name.find("compressed") != std::string::npos;
+      EXPECT_GT(compressed, 0) << "the checkpoint lost the compressed memory";
+    }
+    const auto mode =
+        name == "split" ? txl::train::StartMode::kResume : txl::train::StartMode::kNew;
+    EXPECT_EQ(txl::train::train(c, txl::test::quiet_run(mode)).step, 10);
+    weights.push_back(parameters_of(dir / "runs" / name / "checkpoint_last.safetensors"));
+  }
+  EXPECT_EQ(metrics_without_timing(dir / "runs/whole"), metrics_without_timing(dir / "runs/split"));
+  ASSERT_EQ(weights[0].size(), weights[1].size());
+  for (size_t i = 0; i < weights[0].size(); ++i)
+    EXPECT_TRUE(txl::test::tensor_equal(weights[0][i], weights[1][i])) << i;
+  auto loaded = txl::models::load_model(dir / "runs/whole/checkpoint_last.safetensors");
+  int compressors = 0;
+  for (const auto& p : loaded.model->named_parameters()) {
+    if (p.key().find(".conv.weight") == std::string::npos) continue;
+    ++compressors;
+    const int64_t d = p.value().size(0), rate = p.value().size(2);
+    const auto start = torch::eye(d).unsqueeze(2).expand({d, d, rate}) / static_cast<double>(rate);
+    EXPECT_GT((p.value() - start).abs().max().item<double>(), 1e-6) << p.key() << " never trained";
+  }
+  EXPECT_EQ(compressors, loaded.model->config().n_layer);
+}
+
 // Back-propagation through segments (a step reads 2 segments per stream) with rotary positions:
 // the run paused in the middle and resumed ends where the uninterrupted one does, every logged
 // number and every weight the same.

@@ -97,6 +97,13 @@ struct ModelConfig {
   std::string mem_init = "empty";     // memory at a stream's start: empty (paper code) | zeros
                                       // (mem_len zero vectors every layer attends to, as Hugging
                                       // Face's TransfoXL; a reset row starts from zeros again)
+  // Compressive memory (Rae et al. 2020): positions leaving the memory are compressed, cmem_rate
+  // at a time, into a compressed memory of cmem_len slots that attention reads before the memory.
+  int cmem_len = 0;                    // compressed slots N (0 = none: Transformer-XL's memory)
+  int cmem_rate = 4;                   // c: memory positions per compressed slot
+  std::string cmem_compress = "conv";  // conv: a strided 1-D convolution per layer, trained by
+                                       // the attention-reconstruction loss | mean | max pooling
+  double cmem_loss_weight = 1.0;       // weight of the attention-reconstruction loss
 };
 
 // ---------------------------------------------------------------------------------- train

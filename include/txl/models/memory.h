@@ -4,7 +4,8 @@
 // data-parallel ranks hold consecutive rows of one batch) and its named-tensor form, in which
 // checkpoints carry it.
 //
-// Legend: B batch rows, M memory length, d model width, L layers, H heads, D head size.
+// Legend: B batch rows, M memory length, N compressed slots, d model width, L layers, H heads,
+// D head size.
 
 #include <torch/torch.h>
 
@@ -26,10 +27,16 @@ struct Memory {
   // M positions, so that the next segment does not project them again. Empty = not cached.
   // Never saved: evaluation rebuilds it.
   std::vector<torch::Tensor> kv;
+  // Compressive memory (model.cmem_len): L tensors [B, N, d], the compressions of positions that
+  // left `layers`, oldest first, detached; attention reads them before the memory. Empty = none.
+  std::vector<torch::Tensor> compressed;
+  // bool [B, N], true = a slot made from at least one real token; defined with `compressed`.
+  torch::Tensor compressed_mask;
 
   bool empty() const { return layers.empty(); }
   int64_t length() const { return layers.empty() ? 0 : layers.front().size(1); }
   int64_t rows() const { return layers.empty() ? 0 : layers.front().size(0); }
+  int64_t compressed_length() const { return compressed.empty() ? 0 : compressed.front().size(1); }
 
   // bool [B, M]: key_mask, or all true when undefined. Requires a non-empty memory.
   torch::Tensor mask_or_ones() const;
@@ -46,13 +53,14 @@ struct Memory {
   static Memory join_rows(const std::vector<Memory>& pieces);
 
   // Named tensors for a checkpoint: "<prefix>layer.<l>" [B, M, d] and, when defined,
-  // "<prefix>key_mask" bool [B, M]. Nothing for an empty memory.
+  // "<prefix>key_mask" bool [B, M]; with a compressed memory "<prefix>compressed.<l>" [B, N, d]
+  // and "<prefix>compressed_mask" bool [B, N]. Nothing for an empty memory.
   std::vector<std::pair<std::string, torch::Tensor>> to_tensors(const std::string& prefix) const;
 
   // The memory stored under `prefix` among `tensors` (empty when there is none), on `device`.
   // Checks that layers are numbered 0..L-1 without gaps, share one shape [B, M, d] and dtype,
-  // and that the key mask is bool [B, M]; `n_layer` and `d_model` must match the model. Throws
-  // txl::Error naming `origin` otherwise.
+  // and that the key mask is bool [B, M] (the compressed memory likewise, [B, N, d]); `n_layer` and
+  // `d_model` must match the model. Throws txl::Error naming `origin` otherwise.
   static Memory from_tensors(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                              const std::string& prefix, int64_t n_layer, int64_t d_model,
                              const torch::Device& device, const std::string& origin);

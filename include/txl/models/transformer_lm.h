@@ -7,6 +7,11 @@
 //   vanilla_learned  learned absolute positions added at every layer (Al-Rfou et al. 2018)
 //   rope             queries and keys turned by their positions (Su et al. 2021) + memory
 //   alibi            a linear distance penalty per head (Press et al. 2022) + memory
+// With model.cmem_len > 0 any of the memory-carrying schemes keeps a compressive memory (Rae et
+// al. 2020): positions leave the memory cmem_rate at a time, each layer's compressor
+// (modules/compressor.h) turns every group into one row of a compressed memory of cmem_len
+// rows, and attention reads concat(compressed memory, memory, segment), positions counted over
+// that whole sequence as over one longer memory.
 //
 // Memory is data, not module state: forward takes the caller's memory and returns the new one.
 //
@@ -24,6 +29,7 @@
 #include "txl/modules/adaptive_embedding.h"
 #include "txl/modules/adaptive_softmax.h"
 #include "txl/modules/attention.h"
+#include "txl/modules/compressor.h"
 #include "txl/modules/decoder_layer.h"
 #include "txl/modules/dropout.h"
 
@@ -54,6 +60,8 @@ struct Context {
   // segments before it. The caller detaches the memory where the gradient is to stop. False =
   // the paper's stop-gradient (section 3.2).
   bool memory_grad = false;
+  // Compressed memory rows kept (model.cmem_len; 0 = positions leaving the memory are dropped).
+  int64_t cmem_len = 0;
 
   static Context from_config(const config::ModelConfig& config);
 };
@@ -77,6 +85,11 @@ struct LMOutput {
   torch::Tensor logits;  // [B, T, V] log-probabilities, only when asked
   torch::Tensor hidden;  // [B, T, d] the final hidden states (before the output layer)
   Memory memory;         // the new memory, detached
+  // Compressive memory in training (model.cmem_len > 0, a conv compressor): the
+  // attention-reconstruction loss of the rows this segment compressed, times
+  // model.cmem_loss_weight, averaged over the layers; a scalar whose gradient reaches only the
+  // compressors. Undefined when nothing was compressed or nothing trains.
+  torch::Tensor aux_loss;
 };
 
 // The model's weights prepared for decoding (generation::IncrementalDecoder): every layer's and the
@@ -100,10 +113,14 @@ class TransformerLMImpl : public torch::nn::Module {
                    bool want_logits = false);
 
   // The masks and position inputs of one segment, shared by every layer (public for tests).
-  // key_mask bool [B, K] over concat(memory, segment).
+  // key_mask bool [B, M + Q] over concat(memory, segment); compressed_keys bool [B, N] over a
+  // compressed memory read before them (undefined = none). same_length's window and
+  // ctx.extra_mask apply to concat(memory, segment); the real compressed rows are visible to
+  // every query.
   modules::AttentionInputs segment_inputs(int64_t q_len, int64_t m_len,
                                           const torch::Tensor& key_mask, const Context& ctx,
-                                          torch::ScalarType dtype, torch::Device device);
+                                          torch::ScalarType dtype, torch::Device device,
+                                          const torch::Tensor& compressed_keys = {});
 
   // Decoding with key/value buffers of `capacity` slots per layer, distances clamped at
   // clamp_len (-1 = none), and with zero_memory the key and value of the zero memory rows.
@@ -126,14 +143,18 @@ class TransformerLMImpl : public torch::nn::Module {
 
   const config::ModelConfig& config() const { return config_; }
   // Whether Context::cache_kv is allowed: every attn_type but vanilla_learned, whose layers add
-  // learned positions to the memory anew each segment.
-  bool can_cache_kv() const { return config_.attn_type != config::AttnType::kVanillaLearned; }
+  // learned positions to the memory anew each segment, and not with compressive memory, whose
+  // new compressed rows would need keys and values the cache does not hold.
+  bool can_cache_kv() const {
+    return config_.attn_type != config::AttnType::kVanillaLearned && config_.cmem_len == 0;
+  }
   int64_t n_token() const { return n_token_; }
   Context default_context() const { return Context::from_config(config_); }
   const std::vector<modules::DecoderLayer>& layer_list() const { return layer_list_; }
 
   modules::AdaptiveEmbedding word_emb{nullptr};
   torch::nn::ModuleList layers{nullptr};  // L DecoderLayer
+  torch::nn::ModuleList compressors{nullptr};  // model.cmem_len > 0: L Compressor
   modules::AdaptiveLogSoftmax crit{nullptr};
   torch::Tensor u_bias, v_bias;              // xl, shared by all layers (not untie_r): [H, D]
   torch::nn::LayerNorm final_norm{nullptr};  // pre_norm with model.final_norm only
@@ -148,14 +169,27 @@ class TransformerLMImpl : public torch::nn::Module {
   // row's memory zeroed and visible again (its cached keys and values are then dropped).
   Memory zero_started(const Memory& memory, const torch::Tensor& reset, int64_t batch,
                       const Context& ctx, const torch::TensorOptions& options) const;
+  // The next memory: the last mem_len positions of concat(memory, segment) (whole groups of
+  // cmem_rate leave it with compressive memory), and the compressed memory with the rows that
+  // left compressed (compress_evicted). key_mask bool [B, M + Q] over concat(memory, segment);
+  // compressed_keys bool [B, N] over the given compressed memory (reset rows hidden).
   Memory update_memory(const Memory& memory, const std::vector<torch::Tensor>& hiddens,
                        const std::vector<torch::Tensor>& kv, const torch::Tensor& key_mask,
-                       int64_t q_len, const Context& ctx) const;
+                       const torch::Tensor& compressed_keys, int64_t q_len, const Context& ctx,
+                       torch::Tensor* aux_loss);
+  // Compresses positions [0, evicted) of every layer's concat(memory, segment) into `next`'s
+  // compressed memory (after the given one's, the last ctx.cmem_len rows kept) and, in
+  // training, sets *aux_loss to the layers' mean reconstruction loss times its weight.
+  void compress_evicted(const Memory& memory, const std::vector<torch::Tensor>& hiddens,
+                        const torch::Tensor& key_mask, const torch::Tensor& compressed_keys,
+                        int64_t evicted, int64_t q_len, const Context& ctx, Memory& next,
+                        torch::Tensor* aux_loss);
 
   config::ModelConfig config_;
   int64_t n_token_;
   modules::PositionScheme scheme_;
   std::vector<modules::DecoderLayer> layer_list_;
+  std::vector<modules::Compressor> compressor_list_;  // empty without compressive memory
 };
 TORCH_MODULE(TransformerLM);
 

@@ -131,6 +131,14 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   void reset_parameters(const InitOptions& init);
   const AttentionOptions& options() const { return options_; }
 
+  // Compressive memory's attention-reconstruction target (Rae et al. 2020): each head's
+  // content-only attention (no position terms) of the queries of x [B, Q, d] over keys and
+  // values of rows [B, N, d] where `visible` bool [B, N] allows, with this layer's weights as
+  // constants (no gradient reaches them): [H, B, Q, D]. A row with no visible key gets the
+  // values' mean (finite).
+  torch::Tensor content_attention(const torch::Tensor& x, const torch::Tensor& rows,
+                                  const torch::Tensor& visible) const;
+
   // Decoding with buffers of C = capacity slots: encodings for every distance below C (clamped
   // at clamp_len, -1 = no clamp), u and v (`shared_u`, `shared_v` [H, D] unless the layer has
   // its own), and when `zero_row` [1, d] is defined the key and value of that memory row.

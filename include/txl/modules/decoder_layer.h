@@ -52,6 +52,19 @@ class DecoderLayerImpl : public torch::nn::Module {
 
   void reset_parameters(const InitOptions& init);
 
+  // Compressive memory's attention-reconstruction loss for this layer (Rae et al. 2020,
+  // algorithm 2): the mean squared difference between the content attention
+  // (MultiHeadAttentionImpl::content_attention) of the segment's queries x [B, Q, d] over the
+  // memory rows that left, old [B, G c, d] with old_mask bool [B, G c], and over their
+  // compression [B, G, d] with compressed_mask bool [B, G]. Stop-gradients: x, old and this
+  // layer's weights (the norm's too, with pre_norm) are constants, so that only the compressor
+  // learns from it. Averaged over the real queries (query_mask bool [B, Q]) of rows with a real
+  // old row; a scalar.
+  torch::Tensor reconstruction_loss(const torch::Tensor& x, const torch::Tensor& old,
+                                    const torch::Tensor& old_mask, const torch::Tensor& compressed,
+                                    const torch::Tensor& compressed_mask,
+                                    const torch::Tensor& query_mask);
+
   // Decoding with buffers of `capacity` slots (see MultiHeadAttentionImpl::prepare_step); with
   // zero_memory, the key and value of the memory's zero rows as this layer sees them (after its
   // norm when pre_norm, as the forward normalises its memory).

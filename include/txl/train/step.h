@@ -90,6 +90,7 @@ class Step {
   dist::GradientReducer reducer_;
   models::Context context_;
   std::int64_t chunk_rows_ = 0;
+  std::int64_t global_rows_ = 0;  // rows of the global batch being read (every rank's)
   std::vector<models::Memory> memory_;
 };
 
