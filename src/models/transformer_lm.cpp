@@ -350,11 +350,15 @@ void TransformerLMImpl::compress_evicted(const Memory& memory,
   torch::Tensor loss_sum, new_mask;
   for (size_t l = 0; l < hiddens.size(); ++l) {
     // The rows that left: positions [0, E) of concat(memory, segment), as constants.
-    const auto old =
-        (evicted <= m_len ? memory.layers[l].narrow(1, 0, evicted)
-                          : torch::cat({memory.layers[l], hiddens[l].narrow(1, 0, evicted - m_len)},
-                                       1))
-            .detach();                                                        // [B, E, d]
+    torch::Tensor old;  // [B, E, d]
+    if (evicted <= m_len) {
+      old = memory.layers[l].narrow(1, 0, evicted);
+    } else if (m_len == 0) {  // a memory shorter than the segment: rows of the segment leave
+      old = hiddens[l].narrow(1, 0, evicted);
+    } else {
+      old = torch::cat({memory.layers[l], hiddens[l].narrow(1, 0, evicted - m_len)}, 1);
+    }
+    old = old.detach();
     torch::Tensor rows = n_len > 0 ? memory.compressed[l] : torch::Tensor();  // [B, N, d]
     if (evicted > 0) {
       std::optional<torch::NoGradGuard> no_grad;

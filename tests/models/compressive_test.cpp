@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "support/test_support.h"
+#include "support/tiny_model.h"
 #include "txl/generation/incremental.h"
 #include "txl/models/transformer_lm.h"
 #include "txl/modules/compressor.h"
@@ -29,18 +30,9 @@ constexpr int64_t kVocab = 11, kSeg = 4;
 // mem_len 4, segments of 4, groups of 2, 3 compressed rows: the second segment compresses the
 // first one's 4 rows into 2, the third adds 2 more and keeps the last 3.
 config::ModelConfig tiny(AttnType attn_type, const std::string& compress, int rate = 2) {
-  config::ModelConfig c;
-  c.attn_type = attn_type;
-  c.n_layer = 2;
-  c.d_model = 8;
-  c.n_head = 2;
-  c.d_head = 4;
-  c.d_inner = 16;
-  c.tgt_len = kSeg;
-  c.mem_len = 4;
+  auto c = txl::test::tiny_model_config(attn_type, kSeg, /*mem_len=*/4);
+  c.dropatt = 0.0;
   c.max_rel_dist = 12;
-  c.init_std = 0.3;  // sharp, position-sensitive attention, so that the tests can fail
-  c.proj_init_std = 0.3;
   c.cmem_len = 3;
   c.cmem_rate = rate;
   c.cmem_compress = compress;
@@ -162,6 +154,34 @@ TEST(CompressiveMemory, CompressedRowsAreTheRowsThatLeftTheMemory) {
   }
   EXPECT_TRUE(tensor_equal(p.outs[3].memory.compressed_mask, torch::ones({2, 3}, torch::kBool)));
   EXPECT_EQ(p.outs[3].memory.length(), 4);
+}
+
+// A memory shorter than a segment: rows leave from the segment itself, the first one included.
+TEST(CompressiveMemory, RowsLeaveFromTheSegmentWhenTheMemoryIsShorter) {
+  torch::NoGradGuard no_grad;
+  auto c = tiny(AttnType::kXl, "mean");
+  c.mem_len = 2;
+  auto model = make(c);
+  auto tokens = tokens_of(2, 2, 15);
+  auto first = run(model, tokens.narrow(1, 0, kSeg), {});
+  // The same segment's layer inputs, all kept: a context with a longer memory and no compression.
+  auto ctx = model->default_context();
+  ctx.mem_len = kSeg;
+  ctx.cmem_len = 0;
+  Inputs in;
+  in.tokens = tokens.narrow(1, 0, kSeg);
+  auto all = model->forward(in, {}, ctx).memory;
+  ASSERT_EQ(first.memory.compressed.size(), 2u);
+  for (int l = 0; l < 2; ++l) {
+    EXPECT_TRUE(tensor_near(first.memory.layers[l], all.layers[l].narrow(1, 2, 2), 1e-12, 1e-12));
+    EXPECT_TRUE(tensor_near(first.memory.compressed[l], pooled(all.layers[l].narrow(1, 0, 2), 2),
+                            1e-12, 1e-12));
+  }
+  // The next segment: the memory's 2 rows and the segment's first 2 leave, 2 compressed rows
+  // more; 3 kept.
+  auto second = run(model, tokens.narrow(1, kSeg, kSeg), first.memory);
+  EXPECT_EQ(second.memory.compressed_length(), 3);
+  EXPECT_EQ(second.memory.length(), 2);
 }
 
 // Attention reads the compressed rows (a segment's outputs change without them), and their mask

@@ -4,6 +4,7 @@
 
 #include "support/family.h"
 #include "support/test_support.h"
+#include "support/tiny_model.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -19,22 +20,7 @@ using txl::test::tensor_near;
 constexpr int64_t kVocab = 11;
 
 config::ModelConfig tiny(AttnType attn_type, int mem_len) {
-  config::ModelConfig c;
-  c.attn_type = attn_type;
-  c.n_layer = 2;
-  c.d_model = 8;
-  c.n_head = 2;
-  c.d_head = 4;
-  c.d_inner = 16;
-  c.dropout = 0.1;  // the tests run in eval mode
-  c.dropatt = 0.1;
-  c.tgt_len = 5;
-  c.mem_len = mem_len;
-  c.max_rel_dist = 6;
-  c.max_positions = 64;
-  c.init_std = 0.3;  // large weights: sharp, position-sensitive attention, so tests can fail
-  c.proj_init_std = 0.3;
-  return c;
+  return txl::test::tiny_model_config(attn_type, /*tgt_len=*/5, mem_len);
 }
 
 TransformerLM make(const config::ModelConfig& c, uint64_t seed = 1,
