@@ -9,9 +9,9 @@
 #include <iostream>
 
 #include "support/family.h"
-#include "support/tiny_model.h"
 #include "support/reference_decoding.h"
 #include "support/test_support.h"
+#include "support/tiny_model.h"
 
 namespace txl::generation {
 namespace {

@@ -9,8 +9,7 @@ namespace txl::test {
 // Shaw distances clipped at 6, 64 learned positions; dropout 0.1 and dropatt 0.1 (the tests run
 // in evaluation mode unless they say otherwise), and large weights (std 0.3): sharp,
 // position-sensitive attention, so that the tests can fail.
-inline config::ModelConfig tiny_model_config(config::AttnType attn_type, int tgt_len,
-                                             int mem_len) {
+inline config::ModelConfig tiny_model_config(config::AttnType attn_type, int tgt_len, int mem_len) {
   config::ModelConfig c;
   c.attn_type = attn_type;
   c.n_layer = 2;
