@@ -132,28 +132,51 @@ TEST(Compressor, PoolsTheRealRowsOfEachGroupAndTheConvolutionStartsAsTheirMean) 
   TXL_EXPECT_THROW_WITH(mean(rows.narrow(1, 0, 5), mask.narrow(1, 0, 5)), "whole groups of 3");
 }
 
-// The memory never written is the failure this catches: every compressed row is the mean of a
-// group of exactly the layer inputs that left the memory, oldest first, the last cmem_len kept.
-TEST(CompressiveMemory, CompressedRowsAreTheRowsThatLeftTheMemory) {
-  torch::NoGradGuard no_grad;
-  auto model = make(tiny(AttnType::kXl, "mean"));
-  auto p = read(model, tokens_of(2, 4, 5), 4);
-  EXPECT_TRUE(p.outs[0].memory.compressed.empty());  // nothing has left yet
-  for (int s = 1; s < 4; ++s) ASSERT_EQ(p.outs[s].memory.compressed.size(), 2u) << s;
+// Whether the compressed rows after segments 2, 3 and 4 of `p` (mean pooling in groups of 2,
+// memory of 4 = a segment, 3 compressed rows kept) are the means of groups of exactly the layer
+// inputs that left the memory, oldest first: segment 2 compresses segment 1's memory, segment 3
+// adds segment 2's and keeps the last 3 rows, and so on.
+::testing::AssertionResult written_from_what_left(const Pass& p) {
+  if (!p.outs[0].memory.compressed.empty()) return ::testing::AssertionFailure() << "written early";
+  for (int s = 1; s < 4; ++s) {
+    if (p.outs[s].memory.compressed.size() != 2)
+      return ::testing::AssertionFailure() << "segment " << s + 1 << ": no compressed memory";
+  }
   for (int l = 0; l < 2; ++l) {
     const auto first = pooled(p.outs[0].memory.layers[l], 2);   // [B, 2, d]
     const auto second = pooled(p.outs[1].memory.layers[l], 2);  // [B, 2, d]
     const auto third = pooled(p.outs[2].memory.layers[l], 2);   // [B, 2, d]
-    EXPECT_TRUE(tensor_near(p.outs[1].memory.compressed[l], first, 1e-12, 1e-12)) << l;
-    EXPECT_TRUE(tensor_near(p.outs[2].memory.compressed[l],
-                            torch::cat({first.narrow(1, 1, 1), second}, 1), 1e-12, 1e-12))
-        << l;
-    EXPECT_TRUE(tensor_near(p.outs[3].memory.compressed[l],
-                            torch::cat({second.narrow(1, 1, 1), third}, 1), 1e-12, 1e-12))
-        << l;
+    const std::vector<torch::Tensor> expected = {first,
+                                                 torch::cat({first.narrow(1, 1, 1), second}, 1),
+                                                 torch::cat({second.narrow(1, 1, 1), third}, 1)};
+    for (int s = 1; s < 4; ++s) {
+      auto r = tensor_near(p.outs[s].memory.compressed[l], expected[s - 1], 1e-12, 1e-12);
+      if (!r) return r << " (segment " << s + 1 << ", layer " << l << ")";
+    }
   }
+  return ::testing::AssertionSuccess();
+}
+
+// The memory never written is the failure this catches: every compressed row is the mean of a
+// group of exactly the layer inputs that left the memory; controls: a memory never written
+// (its rows left at zero) and one written from the rows that stayed fail the same check.
+TEST(CompressiveMemory, CompressedRowsAreTheRowsThatLeftTheMemory) {
+  torch::NoGradGuard no_grad;
+  auto model = make(tiny(AttnType::kXl, "mean"));
+  auto p = read(model, tokens_of(2, 4, 5), 4);
+  EXPECT_TRUE(written_from_what_left(p));
   EXPECT_TRUE(tensor_equal(p.outs[3].memory.compressed_mask, torch::ones({2, 3}, torch::kBool)));
   EXPECT_EQ(p.outs[3].memory.length(), 4);
+  Pass never = p;
+  for (auto& out : never.outs) {
+    for (auto& rows : out.memory.compressed) rows = torch::zeros_like(rows);
+  }
+  EXPECT_FALSE(written_from_what_left(never));
+  Pass stayed = p;
+  for (int l = 0; l < 2; ++l) {
+    stayed.outs[1].memory.compressed[l] = pooled(p.outs[1].memory.layers[l], 2);
+  }
+  EXPECT_FALSE(written_from_what_left(stayed));
 }
 
 // A memory shorter than a segment: rows leave from the segment itself, the first one included.

@@ -73,6 +73,32 @@ TEST(Gpu, TrainsOnTheGpuLikeOnTheCpu) {
   EXPECT_EQ(metrics_without_timing(dir / "runs/gpu_whole"), metrics_without_timing(dir / "runs/gpu_split"));
 }
 
+// Compressive memory (conv compressors, trained by the reconstruction loss) trains on the GPU
+// to the CPU's parameters, and a run paused and resumed there equals an uninterrupted one.
+TEST(Gpu, CompressiveMemoryTrainsOnTheGpuLikeOnTheCpu) {
+  TXL_SKIP_WITHOUT_GPU();
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
+  TempDir dir;
+  auto compressive = [&](const std::string& name, txl::config::Device device) {
+    auto c = txl::test::tiny_experiment(dir.path(), name);
+    c.model.dropout = 0.0;
+    c.model.cmem_len = 4;
+    c.model.cmem_rate = 4;
+    c.run.device = device;
+    return c;
+  };
+  txl::train::train(compressive("cpu", txl::config::Device::kCpu), txl::test::quiet_run());
+  txl::train::train(compressive("gpu", txl::config::Device::kCuda), txl::test::quiet_run());
+  auto a = parameters_of(dir / "runs/cpu/checkpoint_last.safetensors");
+  auto b = parameters_of(dir / "runs/gpu/checkpoint_last.safetensors");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_near(b[i], a[i], 1e-4, 1e-3)) << i;
+  auto split = compressive("gpu_split", txl::config::Device::kCuda);
+  txl::train::train(split, txl::test::quiet_run(txl::train::StartMode::kNew, 9));
+  txl::train::train(split, txl::test::quiet_run(txl::train::StartMode::kResume));
+  EXPECT_EQ(metrics_without_timing(dir / "runs/gpu"), metrics_without_timing(dir / "runs/gpu_split"));
+}
+
 // A CPU checkpoint loads onto the GPU (every parameter there, the same values) and evaluates
 // there to the CPU's figures, in memory mode and with per-token losses.
 TEST(Gpu, ACheckpointLoadsOntoTheGpuAndEvaluatesAsOnTheCpu) {
