@@ -9,7 +9,12 @@ FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab,
   TXL_CHECK(vocab > 0 && tgt_len > 0 && mem_len >= 0, "count_flops_per_token: needs vocab > 0, ",
             "tgt_len > 0, mem_len >= 0, got ", vocab, ", ", tgt_len, ", ", mem_len);
   const double d = c.d_model, hd = static_cast<double>(c.n_head) * c.d_head, f = c.d_inner;
-  const double q = static_cast<double>(tgt_len), k = q + mem_len;
+  // Compressive memory: its N rows are keys too, and a convolution compresses the rows leaving
+  // (a segment's worth at steady state: c rows of d into d per c tokens).
+  const double compressed = mem_len > 0 ? c.cmem_len : 0;
+  const double compress =
+      compressed > 0 && c.cmem_compress == "conv" ? 2.0 * c.d_model * c.d_model : 0.0;
+  const double q = static_cast<double>(tgt_len), k = q + mem_len + compressed;
   // Products of queries with position encodings: Transformer-XL's and Shaw's (RoPE turns queries
   // and keys, ALiBi adds a bias: no products).
   const bool relative =
@@ -23,7 +28,8 @@ FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab,
                  + (relative ? 2 * hd * k : 0.0)  // position scores
                  + 2 * hd * k                     // weighted values
                  + 2 * hd * d                     // W_o
-                 + 4 * d * f;                     // feed-forward
+                 + 4 * d * f                      // feed-forward
+                 + compress;                      // compressive memory's convolution
   double output = 0;
   if (c.cutoffs.empty()) {
     output = 2 * d * vocab;

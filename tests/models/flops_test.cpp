@@ -40,6 +40,19 @@ TEST(Flops, CachedMemoryKeysAndValuesAreProjectedForTheSegmentOnly) {
                    count_flops_per_token(tiny(AttnType::kVanillaLearned), 11, 5, 5).forward);
 }
 
+TEST(Flops, CompressiveMemoryByHand) {
+  auto c = tiny(AttnType::kXl);
+  c.cmem_len = 5;
+  // K = 5 + 5 + 5: KV 2*8*16*15/5 = 768, scores, position scores and values 240 each, and the
+  // convolution 2*8*8 = 128 -> 128 + 768 + 720 + 128 + 512 + 128 = 2384 per layer.
+  EXPECT_DOUBLE_EQ(count_flops_per_token(c, 11, 5, 5).forward, 2 * 2384.0 + 176.0);
+  c.cmem_compress = "mean";  // pooling: no products
+  EXPECT_DOUBLE_EQ(count_flops_per_token(c, 11, 5, 5).forward, 2 * 2256.0 + 176.0);
+  // Without a memory there is no compressed memory.
+  EXPECT_DOUBLE_EQ(count_flops_per_token(c, 11, 5, 0).forward,
+                   count_flops_per_token(tiny(AttnType::kXl), 11, 5, 0).forward);
+}
+
 TEST(Flops, VanillaByHand) {
   // Per layer: QKV 384, scores 80, values 80, W_o 128, FF 512 -> 1184.
   EXPECT_DOUBLE_EQ(count_flops_per_token(tiny(AttnType::kVanilla), 11, 5, 0).forward,
