@@ -2,8 +2,10 @@
 """txl's rotary and ALiBi attention against the PyPI packages that define them, on the same
 weights: rotary-embedding-torch's RotaryEmbedding (queries turned to the positions after the
 memory with its `offset`) and x-transformers' AlibiPositionalBias (its slopes, also for a head
-count that is not a power of two, and its query-key distances). Everything else of the
-attention (projections, scale, masking, softmax, heads) is written out here in a few lines.
+count that is not a power of two, and its query-key distances), with the rest of the attention
+(projections, scale, masking, softmax, heads) written out here in a few lines; and, for the
+rotary cases, x-transformers' own Attention with its Transformer-XL memory (`mem`, `mem_mask`,
+its RotaryEmbedding over the positions -M .. Q-1 as its Decoder makes them), whole.
 
 usage: position_reference.py dump.safetensors   (written by the test
 Attention.RotaryAndAlibiEqualPyPIsReferences: per scheme its weights, inputs and txl's output, in
@@ -20,6 +22,8 @@ try:
     from rotary_embedding_torch import RotaryEmbedding
     from safetensors.torch import load_file
     from x_transformers.x_transformers import AlibiPositionalBias
+    from x_transformers.x_transformers import Attention as XAttention
+    from x_transformers.x_transformers import RotaryEmbedding as XRotaryEmbedding
 except ImportError as e:
     print(f"skip: {e}")
     sys.exit(77)
@@ -68,6 +72,26 @@ def alibi_scores(n_head, d_head, reverse_heads=False):
     return scores
 
 
+def x_transformers_xl(d, prefix, show_padding=False):
+    """y [B, Q, d] of x-transformers' Attention reading the memory as its Transformer-XL
+    recurrence does, on the weights under `prefix`; show_padding: the memory's padding visible
+    (the control)."""
+    x, mem, keep = d[prefix + "x"], d[prefix + "mem"], d[prefix + "keep"]
+    w, w_out = d[prefix + "qkv"], d[prefix + "out"]
+    n_head, d_head = int(d[prefix + "n_head"]), int(d[prefix + "d_head"])
+    hd, m_len, q_len = n_head * d_head, mem.size(1), x.size(1)
+    attn = XAttention(dim=x.size(2), dim_head=d_head, heads=n_head, causal=True).double().eval()
+    with torch.no_grad():
+        attn.to_q.weight.copy_(w[:hd])
+        attn.to_k.weight.copy_(w[hd:2 * hd])
+        attn.to_v.weight.copy_(w[2 * hd:])
+        attn.to_out.weight.copy_(w_out)
+        rotary = XRotaryEmbedding(d_head)(torch.arange(q_len + m_len) - m_len)
+        mem_mask = torch.ones_like(keep[:, :m_len]) if show_padding else keep[:, :m_len]
+        assert bool(keep[:, m_len:].all()), "the segment has no padding in these cases"
+        return attn(x, mem=mem, mem_mask=mem_mask, rotary_pos_emb=rotary)
+
+
 def worst(d, prefix, scores):
     got = d[prefix + "y"]
     return float((attention(d, prefix, scores) - got).abs().max())
@@ -84,6 +108,12 @@ def main():
         control = worst(d, prefix, rotary_scores(d_head, lambda m: 0))
         print(f"{prefix} rotary-embedding-torch: max |txl - reference| = {err:.3e}; "
               f"queries without the memory's offset: {control:.3e}")
+        ok = ok and err <= ROTARY_TOLERANCE and control > CONTROL
+        got = d[prefix + "y"]
+        err = float((x_transformers_xl(d, prefix) - got).abs().max())
+        control = float((x_transformers_xl(d, prefix, show_padding=True) - got).abs().max())
+        print(f"{prefix} x-transformers Attention with its Transformer-XL memory: max |txl - "
+              f"reference| = {err:.3e}; the memory's padding shown: {control:.3e}")
         ok = ok and err <= ROTARY_TOLERANCE and control > CONTROL
     for prefix in sorted({k.split(".")[0] + "." for k in d if k.startswith("alibi")}):
         n_head, d_head = int(d[prefix + "n_head"]), int(d[prefix + "d_head"])
