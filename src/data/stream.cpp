@@ -180,6 +180,28 @@ detail::Documents parse_documents(const torch::Tensor& doc_starts, std::int64_t 
   return docs;
 }
 
+// Training in document mode with fewer documents than streams: the longest document (the first
+// of equally long ones) is cut into two contiguous halves until every stream has one or no
+// document has 4 tokens (2 per part); each part is then a document of its own (memory resets at
+// its start, its first token is no target). Returns the number of cuts.
+std::int64_t cut_documents(detail::Documents& docs, std::int64_t streams) {
+  std::int64_t cuts = 0;
+  while (static_cast<std::int64_t>(docs.begin.size()) < streams) {
+    size_t longest = 0;
+    for (size_t d = 1; d < docs.begin.size(); ++d) {
+      if (docs.end[d] - docs.begin[d] > docs.end[longest] - docs.begin[longest]) longest = d;
+    }
+    const std::int64_t length = docs.end[longest] - docs.begin[longest];
+    if (length < 4) break;
+    const std::int64_t middle = docs.begin[longest] + length / 2;
+    docs.end.insert(docs.end.begin() + static_cast<std::ptrdiff_t>(longest), middle);
+    docs.begin.insert(docs.begin.begin() + static_cast<std::ptrdiff_t>(longest) + 1, middle);
+    docs.targets -= 1;  // the second part's first token
+    ++cuts;
+  }
+  return cuts;
+}
+
 // Deals the documents, starting from document `first_doc` and wrapping around, each to the
 // stream that is shortest so far (ties: the lowest stream index), in segments of q targets with
 // up to e tokens of context from inside the document.
@@ -389,12 +411,22 @@ TrainStream::TrainStream(torch::Tensor ids, TrainStreamOptions options, torch::T
               "train.var_len = true is not supported with data.document_mode = true (documents "
               "are laid out in fixed segments of model.tgt_len); set one of them to false");
     docs_ = parse_documents(doc_starts, n, "TrainStream");
+    const auto documents = static_cast<std::int64_t>(docs_.begin.size());
+    const std::int64_t cuts = cut_documents(docs_, b);
     const auto kept = static_cast<std::int64_t>(docs_.begin.size());
     TXL_CHECK(kept >= b, "train.batch_size = ", b,
-              " is larger than the data allows in document mode (N = ", n, " tokens, ", kept,
-              " documents of at least 2 tokens): every stream needs a document; use "
-              "train.batch_size <= ",
+              " is larger than the data allows in document mode (N = ", n, " tokens, ", documents,
+              " documents of at least 2 tokens, too short to cut into ", b,
+              " parts of 2 tokens): every stream needs a document; use train.batch_size <= ",
               kept);
+    if (cuts > 0) {
+      log::warn("data",
+                "train document mode: {} documents for {} streams: the longest were cut into "
+                "contiguous parts ({} cuts), each a document of its own: memory resets at every "
+                "part's start and {} fewer targets are scored",
+                documents, b, cuts, cuts);
+      geometry << " cuts=" << cuts;
+    }
     geometry << " docs=" << docs_.given << " kept=" << kept
              << " first_doc_ends=" << docs_.end.front()
              << " last_doc_begins=" << docs_.begin.back();
@@ -527,9 +559,9 @@ EvalStream::EvalStream(torch::Tensor ids, EvalStreamOptions options, torch::Tens
               "belongs to another document); set eval.warmup = 0");
     docs_ = parse_documents(doc_starts, n, "EvalStream");
     const auto kept = static_cast<std::int64_t>(docs_.begin.size());
-    TXL_CHECK(kept >= b, "eval.batch_size = ", b,
-              " is larger than the data allows in document mode (N = ", n, " tokens, ", kept,
-              " documents of at least 2 tokens); use eval.batch_size <= ", kept);
+    // Fewer documents than rows: the rows without one stay padding (nothing is cut, so every
+    // document is scored as it would be alone).
+    TXL_CHECK(kept >= 1, "EvalStream: no document of at least 2 tokens (N = ", n, " tokens)");
     layout_ = deal_documents(docs_, b, q, options_.ext_len, 0);
     scored_batches_ = layout_.n_batches;
     geometry << " docs=" << docs_.given << " kept=" << kept

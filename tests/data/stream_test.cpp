@@ -309,6 +309,34 @@ TEST(TrainStream, DocumentModeStartsEveryDocumentAtASegmentBoundary) {
   EXPECT_EQ(stream.epoch(), 1);
 }
 
+// Fewer documents than streams in training: the longest documents are cut into contiguous
+// halves until every stream has one, each part a document of its own (a reset at its start, its
+// first token no target). Two documents [0, 25) and [25, 40) for 4 streams: [0, 25) is cut at
+// 12, then [25, 40) at 32.
+TEST(TrainStream, FewerDocumentsThanStreamsAreCutIntoContiguousParts) {
+  TrainStream stream(corpus(40), train_options(4, 4), longs({0, 25}));
+  auto counts = torch::zeros({40}, torch::kInt64);
+  std::vector<int64_t> starts_seen;
+  for (int64_t i = 0; i < stream.batches_in_epoch(); ++i) {
+    auto batch = stream.next();
+    expect_well_formed(batch);
+    count_scored(batch, counts);
+    for (int64_t r = 0; r < 4; ++r) {
+      if (batch.reset[r].item<bool>() && batch.input_mask[r].any().item<bool>()) {
+        starts_seen.push_back(batch.tokens[r][0].item<int64_t>());
+      }
+    }
+  }
+  std::sort(starts_seen.begin(), starts_seen.end());
+  EXPECT_EQ(starts_seen, (std::vector<int64_t>{0, 12, 25, 32}));  // each stream starts a part
+  auto expected = torch::ones({40}, torch::kInt64);
+  for (int64_t start : {0, 12, 25, 32}) expected[start] = 0;
+  EXPECT_TRUE(tensor_equal(counts, expected));  // every other target once
+  // The cut is part of the stream's geometry: a state does not restore across it.
+  TrainStream uncut(corpus(40), train_options(2, 4), longs({0, 25}));
+  EXPECT_NE(stream.state().fingerprint, uncut.state().fingerprint);
+}
+
 int64_t document_of(int64_t token, const std::vector<int64_t>& starts) {
   return std::upper_bound(starts.begin(), starts.end(), token) - starts.begin() - 1;
 }
@@ -410,8 +438,9 @@ TEST(TrainStream, ErrorsNameTheKeyAndTheFix) {
   auto var = train_options(2, 4);
   var.var_len = true;
   TXL_EXPECT_THROW_WITH(TrainStream(corpus(30), var, doc_starts()), "train.var_len");
-  TXL_EXPECT_THROW_WITH(TrainStream(corpus(30), train_options(5, 4), doc_starts()),
-                        "use train.batch_size <= 4");
+  // Documents of 3 tokens cannot be cut into parts of 2: 2 streams at most.
+  TXL_EXPECT_THROW_WITH(TrainStream(corpus(6), train_options(3, 4), longs({0, 3})),
+                        "use train.batch_size <= 2");
   TXL_EXPECT_THROW_WITH(TrainStream(corpus(30), train_options(2, 4), longs({1, 5})),
                         "must begin with 0");
   TXL_EXPECT_THROW_WITH(TrainStream(corpus(30), train_options(2, 4), longs({0, 9, 5})),
@@ -588,8 +617,26 @@ TEST(EvalStream, DocumentModeMatchesTheTrainingLayoutAndScoresEveryDocumentTarge
   EXPECT_EQ(scored, n - static_cast<int64_t>(starts.size()));
   TXL_EXPECT_THROW_WITH(EvalStream(corpus(n), eval_options(4, 5, 0, 8), longs(starts)),
                         "eval.warmup = 8 is not supported with data.document_mode");
-  TXL_EXPECT_THROW_WITH(EvalStream(corpus(30), eval_options(5, 4), doc_starts()),
-                        "use eval.batch_size <= 4");
+}
+
+// Fewer documents than rows in evaluation: the rows without one stay padding and nothing is cut,
+// so every target is scored once, as with as many rows as documents.
+TEST(EvalStream, FewerDocumentsThanRowsLeaveRowsIdle) {
+  EvalStream wide(corpus(30), eval_options(6, 4), doc_starts());
+  EvalStream narrow(corpus(30), eval_options(4, 4), doc_starts());
+  EXPECT_EQ(wide.n_targets(), narrow.n_targets());
+  auto counts = torch::zeros({30}, torch::kInt64);
+  int64_t scored = 0;
+  while (auto batch = wide.next()) {
+    expect_well_formed(*batch);
+    EXPECT_FALSE(batch->input_mask[5].any().item<bool>());  // the sixth row has no document
+    count_scored(*batch, counts);
+    scored += batch->n_scored;
+  }
+  auto expected = torch::ones({30}, torch::kInt64);
+  for (int64_t start : {0, 5, 7, 8, 20}) expected[start] = 0;
+  EXPECT_TRUE(tensor_equal(counts, expected));
+  EXPECT_EQ(scored, narrow.n_targets());
 }
 
 TEST(EvalStream, ResumedMidPassEqualsUninterrupted) {

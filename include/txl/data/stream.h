@@ -115,7 +115,10 @@ class TrainStream {
   // dealt in corpus order to whichever stream is shortest so far (ties: lowest stream), so every
   // stream reads whole documents in order and every document starts at a segment boundary:
   // reset[b] is true on the batch where row b starts a document. ext_len context never reaches
-  // into the previous document. With roll, each epoch starts the document sequence at a random
+  // into the previous document. With fewer documents than streams, the longest documents are
+  // cut into contiguous halves until every stream has one (each part a document of its own,
+  // logged as a warning; the cuts are part of the fingerprint); documents too short to cut
+  // (under 4 tokens) leave the error asking for a smaller train.batch_size. With roll, each epoch starts the document sequence at a random
   // document (drawn from (seed, epoch)). Documents of fewer than 2 tokens are skipped.
   // Padding overhead (logged at construction): the tail of each document's last segment,
   // Q / 2 tokens per document on average, plus the rows of streams that finish before the
@@ -190,7 +193,8 @@ class EvalStream {
   // exactly as TrainStream lays them out (shortest stream first, each document from a segment
   // boundary, reset where a row starts a document, no roll); every target inside a document is
   // scored once, so a pass scores N - (number of documents) targets. No warm-up (the text
-  // before a document belongs to another one).
+  // before a document belongs to another one). With fewer documents than rows, the rows without
+  // one are padding throughout: no document is cut, so no figure changes.
   EvalStream(torch::Tensor ids, EvalStreamOptions options, torch::Tensor doc_starts = {});
 
   std::int64_t size() const { return warmup_batches_ + scored_batches_; }  // batches per pass
