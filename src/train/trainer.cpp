@@ -71,6 +71,13 @@ models::Memory gather_memory(dist::Group& group, const models::Memory& mine) {
     out.layers.push_back(group.all_gather_rows(t.to(torch::kCPU, torch::kFloat)).to(t.device(), t.scalar_type()));
   const auto mask = mine.mask_or_ones();  // [rows, M]
   out.key_mask = group.all_gather_rows(mask.to(torch::kCPU, torch::kUInt8)).to(mask.device(), torch::kBool);
+  // Compressive memory: its rows and their mask, the same way.
+  for (const auto& t : mine.compressed)
+    out.compressed.push_back(group.all_gather_rows(t.to(torch::kCPU, torch::kFloat)).to(t.device(), t.scalar_type()));
+  if (!mine.compressed.empty()) {
+    const auto& c = mine.compressed_mask;  // [rows, N]
+    out.compressed_mask = group.all_gather_rows(c.to(torch::kCPU, torch::kUInt8)).to(c.device(), torch::kBool);
+  }
   return out;
 }
 

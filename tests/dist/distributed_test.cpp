@@ -124,10 +124,13 @@ txl::config::Device test_device() {
                                                          : txl::config::Device::kCpu;
 }
 
-stdfs::path write_config(const TempDir& dir, const std::string& name, double dropout) {
+stdfs::path write_config(const TempDir& dir, const std::string& name, double dropout,
+                         int cmem_len = 0) {
   auto c = txl::test::tiny_experiment(dir.path(), name);
   c.run.device = test_device();
   c.model.dropout = dropout;
+  c.model.cmem_len = cmem_len;  // compressive memory, in groups of 4
+  c.model.cmem_rate = 4;
   c.train.batch_size = 4;
   c.train.max_steps = 20;
   c.train.eval_interval = 10;
@@ -199,6 +202,28 @@ TEST(DataParallel, TwoRanksReachTheParametersAndPerplexityOfOne) {
     expect_near_all(metric(runs / other, "train", "tokens"), metric(runs / "one", "train", "tokens"),
                     0, other + " tokens");
   }
+}
+
+// Compressive memory: two ranks pause, and their checkpoint holds every rank's compressed memory
+// (gathered with the rest of the memory), so one rank resumes it to the one-rank run's figures.
+TEST(DataParallel, ACompressiveMemoryCheckpointOfTwoRanksResumesOnOne) {
+  TempDir dir;
+  const auto config = write_config(dir, "cm", 0.0, /*cmem_len=*/4);
+  const auto runs = dir / "runs";
+  run_job(0, config, {"--set", "run.output_dir=" + (runs / "one").string()}, dir / "log1");
+  run_job(2, config, {"--set", "run.output_dir=" + (runs / "mixed").string(), "--pause-at-step", "10"},
+          dir / "log2");
+  const auto saved = txl::models::read_checkpoint(runs / "mixed" / "checkpoint_last.safetensors");
+  int compressed_rows = 0;
+  for (const auto& [name, t] : saved.tensors) {
+    if (name == "memory/compressed.0") compressed_rows = static_cast<int>(t.size(0));
+  }
+  EXPECT_EQ(compressed_rows, 4) << "every rank's compressed memory belongs in the checkpoint";
+  run_job(1, config, {"--set", "run.output_dir=" + (runs / "mixed").string(), "--resume"},
+          dir / "log3");
+  expect_same_parameters(runs / "one" / "checkpoint_last.safetensors", runs / "mixed" / "checkpoint_last.safetensors", 1e-5);
+  expect_near_all(metric(runs / "mixed", "eval", "ppl"), metric(runs / "one", "eval", "ppl"), 1e-5,
+                  "valid ppl");
 }
 
 TEST(DataParallel, AResumedTwoRankRunContinuesExactly) {
