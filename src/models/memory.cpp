@@ -52,25 +52,21 @@ Memory Memory::join_rows(const std::vector<Memory>& pieces) {
               first.length(), " + ", first.compressed_length(), " cannot be joined");
     any_mask = any_mask || p.key_mask.defined();
   }
+  // One tensor of every piece (`of` picks it), rows joined in order.
+  auto joined = [&](const auto& of) {
+    std::vector<torch::Tensor> rows;
+    for (const auto& p : pieces) rows.push_back(of(p));
+    return torch::cat(rows, 0);
+  };
   for (size_t l = 0; l < first.layers.size(); ++l) {
-    std::vector<torch::Tensor> rows;
-    for (const auto& p : pieces) rows.push_back(p.layers[l]);
-    out.layers.push_back(torch::cat(rows, 0));  // [sum of rows, M, d]
+    out.layers.push_back(joined([l](const Memory& p) { return p.layers[l]; }));  // [rows, M, d]
   }
-  if (any_mask) {
-    std::vector<torch::Tensor> masks;
-    for (const auto& p : pieces) masks.push_back(p.mask_or_ones());
-    out.key_mask = torch::cat(masks, 0);  // [sum of rows, M]
-  }
+  if (any_mask) out.key_mask = joined([](const Memory& p) { return p.mask_or_ones(); });
   for (size_t l = 0; l < first.compressed.size(); ++l) {
-    std::vector<torch::Tensor> rows;
-    for (const auto& p : pieces) rows.push_back(p.compressed[l]);
-    out.compressed.push_back(torch::cat(rows, 0));  // [sum of rows, N, d]
+    out.compressed.push_back(joined([l](const Memory& p) { return p.compressed[l]; }));
   }
   if (!first.compressed.empty()) {
-    std::vector<torch::Tensor> masks;
-    for (const auto& p : pieces) masks.push_back(p.compressed_mask);
-    out.compressed_mask = torch::cat(masks, 0);  // [sum of rows, N]
+    out.compressed_mask = joined([](const Memory& p) { return p.compressed_mask; });  // [rows, N]
   }
   return out;
 }

@@ -347,7 +347,7 @@ void TransformerLMImpl::compress_evicted(const Memory& memory,
   if (evicted == 0 && n_len == 0) return;                    // nothing compressed yet
   const auto old_mask = key_mask.narrow(1, 0, evicted);      // [B, E]
   const auto query_mask = key_mask.narrow(1, m_len, q_len);  // [B, Q]
-  torch::Tensor loss_sum, new_mask;
+  torch::Tensor loss_sum, made_mask;  // made_mask [B, E / c]: the same in every layer
   for (size_t l = 0; l < hiddens.size(); ++l) {
     // The rows that left: positions [0, E) of concat(memory, segment), as constants.
     torch::Tensor old;  // [B, E, d]
@@ -363,25 +363,24 @@ void TransformerLMImpl::compress_evicted(const Memory& memory,
     if (evicted > 0) {
       std::optional<torch::NoGradGuard> no_grad;
       if (!with_loss) no_grad.emplace();
-      auto [made, made_mask] = compressor_list_[l](old, old_mask);  // [B, E / c, d], [B, E / c]
+      auto [made, mask] = compressor_list_[l](old, old_mask);  // [B, E / c, d], [B, E / c]
       if (with_loss) {
-        auto loss = layer_list_[l]->reconstruction_loss(hiddens[l], old, old_mask, made, made_mask,
+        auto loss = layer_list_[l]->reconstruction_loss(hiddens[l], old, old_mask, made, mask,
                                                         query_mask);
         loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
       }
       made = made.detach().to(hiddens[l].scalar_type());
       rows = rows.defined() ? torch::cat({rows.to(made.scalar_type()), made}, 1) : made;
-      if (l == 0) {
-        new_mask = n_len > 0 ? torch::cat({compressed_keys, made_mask}, 1) : made_mask;
-      }
-    } else if (l == 0) {
-      new_mask = compressed_keys;
+      made_mask = mask;
     }
     const int64_t keep = std::min<int64_t>(ctx.cmem_len, rows.size(1));
     next.compressed.push_back(rows.narrow(1, rows.size(1) - keep, keep));  // [B, N', d]
   }
+  const auto all_mask = !made_mask.defined() ? compressed_keys
+                        : n_len > 0         ? torch::cat({compressed_keys, made_mask}, 1)
+                                            : made_mask;  // [B, N + E / c]
   const int64_t keep = next.compressed.front().size(1);
-  next.compressed_mask = new_mask.narrow(1, new_mask.size(1) - keep, keep);  // [B, N']
+  next.compressed_mask = all_mask.narrow(1, all_mask.size(1) - keep, keep);  // [B, N']
   if (loss_sum.defined()) {
     *aux_loss = loss_sum * (config_.cmem_loss_weight / static_cast<double>(hiddens.size()));
   }

@@ -16,7 +16,6 @@ CompressorImpl::CompressorImpl(const CompressorOptions& options) : options_(opti
                          torch::nn::Conv1d(torch::nn::Conv1dOptions(d, d, c).stride(c).bias(true)));
   // Mean pooling to start with: tap k of output channel o reads input channel o with 1/c.
   torch::NoGradGuard no_grad;
-  conv->weight.zero_();
   conv->weight.copy_(torch::eye(d).unsqueeze(2).expand({d, d, c}) / static_cast<double>(c));
   conv->bias.zero_();
 }

@@ -66,18 +66,16 @@ std::string format_duration(double seconds) {
 // memory's own device and dtypes.
 models::Memory gather_memory(dist::Group& group, const models::Memory& mine) {
   if (!group.distributed() || mine.empty()) return mine;
+  auto rows = [&](const torch::Tensor& t) {  // floating rows through fp32, masks through uint8
+    const auto carrier = t.scalar_type() == torch::kBool ? torch::kUInt8 : torch::kFloat;
+    return group.all_gather_rows(t.to(torch::kCPU, carrier)).to(t.device(), t.scalar_type());
+  };
   models::Memory out;
-  for (const auto& t : mine.layers)
-    out.layers.push_back(group.all_gather_rows(t.to(torch::kCPU, torch::kFloat)).to(t.device(), t.scalar_type()));
-  const auto mask = mine.mask_or_ones();  // [rows, M]
-  out.key_mask = group.all_gather_rows(mask.to(torch::kCPU, torch::kUInt8)).to(mask.device(), torch::kBool);
+  for (const auto& t : mine.layers) out.layers.push_back(rows(t));
+  out.key_mask = rows(mine.mask_or_ones());  // [rows, M]
   // Compressive memory: its rows and their mask, the same way.
-  for (const auto& t : mine.compressed)
-    out.compressed.push_back(group.all_gather_rows(t.to(torch::kCPU, torch::kFloat)).to(t.device(), t.scalar_type()));
-  if (!mine.compressed.empty()) {
-    const auto& c = mine.compressed_mask;  // [rows, N]
-    out.compressed_mask = group.all_gather_rows(c.to(torch::kCPU, torch::kUInt8)).to(c.device(), torch::kBool);
-  }
+  for (const auto& t : mine.compressed) out.compressed.push_back(rows(t));
+  if (!mine.compressed.empty()) out.compressed_mask = rows(mine.compressed_mask);  // [rows, N]
   return out;
 }
 

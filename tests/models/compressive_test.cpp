@@ -89,6 +89,13 @@ Pass read(TransformerLM& model, const torch::Tensor& tokens, int64_t segments) {
   return p;
 }
 
+// `memory` with its compressed rows removed.
+Memory without_compressed(Memory memory) {
+  memory.compressed.clear();
+  memory.compressed_mask = torch::Tensor();
+  return memory;
+}
+
 // Mean of each group of `rate` consecutive rows: [B, G r, d] -> [B, G, d].
 torch::Tensor pooled(const torch::Tensor& rows, int64_t rate) {
   return rows.view({rows.size(0), rows.size(1) / rate, rate, rows.size(2)}).mean(2);
@@ -220,9 +227,7 @@ TEST(CompressiveMemory, AttentionReadsTheCompressedRowsTheMaskAllows) {
     ASSERT_EQ(memory.compressed.size(), 2u);
     auto next = tokens.narrow(1, 3 * kSeg, kSeg);
     auto with = run(model, next, memory);
-    Memory without = memory;
-    without.compressed.clear();
-    without.compressed_mask = torch::Tensor();
+    const Memory without = without_compressed(memory);
     auto plain = run(model, next, without);
     EXPECT_GT((with.logits - plain.logits).abs().max().item<double>(), 1e-4);
     Memory hidden = memory;
@@ -299,10 +304,11 @@ TEST(CompressiveMemory, ResetForgetsTheCompressedMemoryOfThatRowOnly) {
   EXPECT_TRUE(tensor_equal(out.memory.compressed_mask[1], torch::ones({3}, torch::kBool)));
 }
 
-std::vector<torch::Tensor> compressor_parameters(TransformerLM& model) {
+// The compressors' parameters, or (compressors = false) every other one.
+std::vector<torch::Tensor> compressor_parameters(TransformerLM& model, bool compressors = true) {
   std::vector<torch::Tensor> out;
   for (const auto& p : model->named_parameters()) {
-    if (p.key().rfind("compressors.", 0) == 0) out.push_back(p.value());
+    if ((p.key().rfind("compressors.", 0) == 0) == compressors) out.push_back(p.value());
   }
   return out;
 }
@@ -328,21 +334,13 @@ TEST(CompressiveMemory, GradientsStopWhereDeclared) {
     auto model = make(c, torch::kFloat);
     model->train();
     auto tokens = tokens_of(2, 3, 10);
-    Memory memory;
-    LMOutput out;
-    for (int64_t s = 0; s < 3; ++s) {
-      out = run(model, tokens.narrow(1, s * kSeg, kSeg), memory);
-      memory = out.memory;
-    }
-    for (const auto& t : memory.compressed) EXPECT_FALSE(t.requires_grad());
+    const auto out = read(model, tokens, 3).outs.back();
+    for (const auto& t : out.memory.compressed) EXPECT_FALSE(t.requires_grad());
     ASSERT_TRUE(out.aux_loss.defined());
     EXPECT_GT(out.aux_loss.item<double>(), 0.0);
     const auto compressors = compressor_parameters(model);
     ASSERT_EQ(compressors.size(), 4u);  // 2 layers x (weight, bias)
-    std::vector<torch::Tensor> others;
-    for (const auto& p : model->named_parameters()) {
-      if (p.key().rfind("compressors.", 0) != 0) others.push_back(p.value());
-    }
+    const auto others = compressor_parameters(model, /*compressors=*/false);
     EXPECT_FALSE(reaches(out.nll.mean(), compressors));
     EXPECT_TRUE(reaches(out.nll.mean(), others));
     EXPECT_TRUE(reaches(out.aux_loss, compressors));
@@ -350,8 +348,7 @@ TEST(CompressiveMemory, GradientsStopWhereDeclared) {
     // Pooling has nothing to train: no reconstruction loss.
     auto pooling = make(tiny(attn, "mean"), torch::kFloat);
     pooling->train();
-    Memory m;
-    for (int64_t s = 0; s < 3; ++s) m = run(pooling, tokens.narrow(1, s * kSeg, kSeg), m).memory;
+    const auto m = read(pooling, tokens, 3).outs.back().memory;
     EXPECT_FALSE(run(pooling, tokens.narrow(1, 0, kSeg), m).aux_loss.defined());
   }
 }
@@ -413,9 +410,7 @@ TEST(CompressiveMemory, SettingsThatCannotWorkAreClearErrorsAndSameLengthKeepsTh
   ctx.same_length = true;
   Inputs in;
   in.tokens = tokens_of(2, 1, 14);
-  Memory without = memory;
-  without.compressed.clear();
-  without.compressed_mask = torch::Tensor();
+  const Memory without = without_compressed(memory);
   EXPECT_GT((model->forward(in, memory, ctx).hidden - model->forward(in, without, ctx).hidden)
                 .abs()
                 .max()

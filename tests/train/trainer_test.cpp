@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -102,38 +104,55 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(a[i], b[i])) << i;
 }
 
+// Trains the tiny experiment with `change` twice for 10 steps (checkpoints every 3): "whole"
+// uninterrupted, "split" paused at step 5 (`at_pause` then looks at its folder) and resumed;
+// expects every logged number and every weight the same. Returns both runs' summaries.
+std::vector<txl::train::TrainSummary> expect_resume_equals_whole(
+    const TempDir& dir, const std::function<void(txl::config::ExperimentConfig&)>& change,
+    const std::function<void(const stdfs::path&)>& at_pause = {}) {
+  std::vector<txl::train::TrainSummary> summaries;
+  std::vector<std::vector<torch::Tensor>> weights;
+  for (const std::string name : {"whole", "split"}) {
+    auto c = txl::test::tiny_experiment(dir.path(), name);
+    change(c);
+    c.train.max_steps = 10;
+    c.train.checkpoint_interval = 3;
+    if (name == "split") {
+      const auto pause = txl::test::quiet_run(txl::train::StartMode::kNew, 5);
+      EXPECT_EQ(txl::train::train(c, pause).status, txl::train::TrainStatus::kInterrupted);
+      if (at_pause) at_pause(dir / "runs" / name);
+    }
+    const auto mode = name == "split" ? txl::train::StartMode::kResume : txl::train::StartMode::kNew;
+    summaries.push_back(txl::train::train(c, txl::test::quiet_run(mode)));
+    EXPECT_EQ(summaries.back().step, 10) << name;
+    weights.push_back(parameters_of(dir / "runs" / name / "checkpoint_last.safetensors"));
+  }
+  EXPECT_EQ(metrics_without_timing(dir / "runs/whole"), metrics_without_timing(dir / "runs/split"));
+  EXPECT_EQ(weights[0].size(), weights[1].size());
+  for (size_t i = 0; i < std::min(weights[0].size(), weights[1].size()); ++i)
+    EXPECT_TRUE(txl::test::tensor_equal(weights[0][i], weights[1][i])) << i;
+  return summaries;
+}
+
 // Compressive memory (a convolution per layer, trained by the attention-reconstruction loss):
 // the run paused in the middle and resumed (its checkpoint carries the compressed memory) ends
 // where the uninterrupted one does, and the compressors trained away from their start.
 TEST(Trainer, CompressiveMemoryTrainsItsCompressorsAndResumesExactly) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
-  std::vector<std::vector<torch::Tensor>> weights;
-  for (const std::string name : {"whole", "split"}) {
-    auto c = txl::test::tiny_experiment(dir.path(), name);
-    c.model.cmem_len = 4;
-    c.model.cmem_rate = 4;
-    c.train.max_steps = 10;
-    c.train.checkpoint_interval = 3;
-    if (name == "split") {
-      const auto pause = txl::test::quiet_run(txl::train::StartMode::kNew, 5);
-      EXPECT_EQ(txl::train::train(c, pause).status, txl::train::TrainStatus::kInterrupted);
-      const auto saved =
-          txl::models::read_checkpoint(dir / "runs/split/checkpoint_last.safetensors");
-      int compressed = 0;
-      for (const auto& [name, t] : saved.tensors)
-        compressed += name.find("compressed") != std::string::npos;
-      EXPECT_GT(compressed, 0) << "the checkpoint lost the compressed memory";
-    }
-    const auto mode =
-        name == "split" ? txl::train::StartMode::kResume : txl::train::StartMode::kNew;
-    EXPECT_EQ(txl::train::train(c, txl::test::quiet_run(mode)).step, 10);
-    weights.push_back(parameters_of(dir / "runs" / name / "checkpoint_last.safetensors"));
-  }
-  EXPECT_EQ(metrics_without_timing(dir / "runs/whole"), metrics_without_timing(dir / "runs/split"));
-  ASSERT_EQ(weights[0].size(), weights[1].size());
-  for (size_t i = 0; i < weights[0].size(); ++i)
-    EXPECT_TRUE(txl::test::tensor_equal(weights[0][i], weights[1][i])) << i;
+  expect_resume_equals_whole(
+      dir,
+      [](auto& c) {
+        c.model.cmem_len = 4;
+        c.model.cmem_rate = 4;
+      },
+      [](const stdfs::path& run) {
+        const auto saved = txl::models::read_checkpoint(run / "checkpoint_last.safetensors");
+        int compressed = 0;
+        for (const auto& [name, t] : saved.tensors)
+          compressed += name.find("compressed") != std::string::npos;
+        EXPECT_GT(compressed, 0) << "the checkpoint lost the compressed memory";
+      });
   auto loaded = txl::models::load_model(dir / "runs/whole/checkpoint_last.safetensors");
   int compressors = 0;
   for (const auto& p : loaded.model->named_parameters()) {
@@ -152,31 +171,19 @@ TEST(Trainer, CompressiveMemoryTrainsItsCompressorsAndResumesExactly) {
 TEST(Trainer, ResumeWithBackPropagationThroughSegmentsEqualsAnUninterruptedRun) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;
-  std::vector<std::vector<torch::Tensor>> weights;
-  for (const std::string name : {"whole", "split"}) {
-    auto c = txl::test::tiny_experiment(dir.path(), name);
+  int batch_size = 0;
+  const auto summaries = expect_resume_equals_whole(dir, [&](auto& c) {
     c.model.attn_type = txl::config::AttnType::kRope;
     c.train.bptt_segments = 1;
-    c.train.max_steps = 10;
-    c.train.checkpoint_interval = 3;
-    if (name == "split") {
-      const auto pause = txl::test::quiet_run(txl::train::StartMode::kNew, 5);
-      EXPECT_EQ(txl::train::train(c, pause).status, txl::train::TrainStatus::kInterrupted);
-    }
-    const auto mode = name == "split" ? txl::train::StartMode::kResume : txl::train::StartMode::kNew;
-    const auto summary = txl::train::train(c, txl::test::quiet_run(mode));
-    EXPECT_EQ(summary.step, 10);
-    // Every step read 2 segments of 16 tokens of each of the batch's streams (scored tokens:
-    // more than one segment's, at most two).
-    const std::int64_t segment = 16 * c.train.batch_size;
-    EXPECT_GT(summary.tokens, 10 * segment) << name;
-    EXPECT_LE(summary.tokens, 10 * 2 * segment) << name;
-    weights.push_back(parameters_of(dir / "runs" / name / "checkpoint_last.safetensors"));
+    batch_size = c.train.batch_size;
+  });
+  // Every step read 2 segments of 16 tokens of each of the batch's streams (scored tokens:
+  // more than one segment's, at most two).
+  const std::int64_t segment = 16 * batch_size;
+  for (const auto& summary : summaries) {
+    EXPECT_GT(summary.tokens, 10 * segment);
+    EXPECT_LE(summary.tokens, 10 * 2 * segment);
   }
-  EXPECT_EQ(metrics_without_timing(dir / "runs/whole"), metrics_without_timing(dir / "runs/split"));
-  ASSERT_EQ(weights[0].size(), weights[1].size());
-  for (size_t i = 0; i < weights[0].size(); ++i)
-    EXPECT_TRUE(txl::test::tensor_equal(weights[0][i], weights[1][i])) << i;
 }
 
 TEST(Trainer, GradientAccumulationEqualsOneBatch) {
