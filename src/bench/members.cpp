@@ -44,6 +44,14 @@ const std::vector<Member>& members() {
          c.model.cmem_rate = 4;
          c.model.cmem_compress = "conv";
        }},
+      // Recurrent memory tokens alone, trained through 2 segments as they must be.
+      {"rmt", "attn_type xl, mem_len 0, mem_tokens 8, bptt_segments 1",
+       [](auto& c) {
+         c.model.attn_type = AttnType::kXl;
+         c.model.mem_len = 0;
+         c.model.mem_tokens = 8;
+         c.train.bptt_segments = 1;
+       }},
   };
   return kMembers;
 }
@@ -70,9 +78,10 @@ std::vector<MemberCost> time_members(const config::ExperimentConfig& config, std
     cost.tokens_per_s = r.tokens_per_s;
     cost.us_per_token = 1e6 / r.tokens_per_s;
     cost.memory_mb = r.peak_rss_mb - r.rss_start_mb;
-    cost.state_bytes = static_cast<std::int64_t>(c.model.n_layer) *
-                       (c.model.mem_len + c.model.cmem_len) * c.model.d_model *
-                       static_cast<std::int64_t>(sizeof(float));
+    cost.state_bytes =
+        (static_cast<std::int64_t>(c.model.n_layer) * (c.model.mem_len + c.model.cmem_len) +
+         c.model.mem_tokens) *
+        c.model.d_model * static_cast<std::int64_t>(sizeof(float));
     cost.tokens_per_step = r.tokens_per_step;
     out.push_back(cost);
   }

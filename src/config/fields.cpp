@@ -115,6 +115,7 @@ void add_model_fields(TableBuilder& t, ModelConfig& m) {
   t.add_later("model.cmem_rate", m.cmem_rate);
   t.add_later("model.cmem_compress", m.cmem_compress, {"conv", "mean", "max"});
   t.add_later("model.cmem_loss_weight", m.cmem_loss_weight);
+  t.add_later("model.mem_tokens", m.mem_tokens);
 }
 
 void add_train_fields(TableBuilder& t, TrainConfig& tr) {

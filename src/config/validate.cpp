@@ -175,6 +175,22 @@ void check_compressive(Checker& k, const ExperimentConfig& c) {
              to_string(m.attn_type));
 }
 
+// model.mem_tokens: read before the segment and written after it, so they need positions that
+// are relative, and a gradient from the segments that read them.
+void check_memory_tokens(Checker& k, const ExperimentConfig& c) {
+  const ModelConfig& m = c.model;
+  k.at_least("model.mem_tokens", m.mem_tokens, 0);
+  if (m.mem_tokens <= 0) return;
+  k.rule(!uses_absolute_positions(m.attn_type), "model.mem_tokens",
+         "memory tokens need relative positions (xl, shaw, rope, alibi), got attn_type " +
+             to_string(m.attn_type));
+  k.rule(c.train.bptt_segments >= 1, "model.mem_tokens",
+         "memory tokens are written at a segment's end and learn only from the segments that "
+         "read them; with train.bptt_segments 0 nothing would train them: set "
+         "train.bptt_segments >= 1, got mem_tokens " +
+             text(m.mem_tokens));
+}
+
 // model.*: sizes, rates, the output layer and initialisation.
 void check_model_shape(Checker& k, const ExperimentConfig& c) {
   const ModelConfig& m = c.model;
@@ -207,6 +223,7 @@ void check_model_shape(Checker& k, const ExperimentConfig& c) {
   k.positive("model.proj_init_std", m.proj_init_std);
   k.fits_float("model.proj_init_std", m.proj_init_std);
   check_compressive(k, c);
+  check_memory_tokens(k, c);
 }
 
 // model.*: the lengths absolute and learned positions allow.
@@ -280,8 +297,10 @@ void check_train(Checker& k, const ExperimentConfig& c) {
   k.at_least("train.batch_size", t.batch_size, 1);
   k.at_least("train.batch_chunk", t.batch_chunk, 1);
   k.at_least("train.bptt_segments", t.bptt_segments, 0);
-  k.rule(t.bptt_segments == 0 || c.model.mem_len > 0, "train.bptt_segments",
-         "back-propagation through segments needs a memory (model.mem_len > 0), got " +
+  k.rule(t.bptt_segments == 0 || c.model.mem_len > 0 || c.model.mem_tokens > 0,
+         "train.bptt_segments",
+         "back-propagation through segments needs a memory (model.mem_len > 0 or "
+         "model.mem_tokens > 0), got " +
              text(t.bptt_segments) + " with mem_len 0");
   if (t.batch_size >= 1 && t.batch_chunk >= 1) {
     k.rule(t.batch_size % t.batch_chunk == 0, "train.batch_chunk",

@@ -167,7 +167,7 @@ void score_segments(models::TransformerLM& model, const data::EncodedSplit& text
   data::EvalStream stream(text.ids, eval_stream_options(settings),
                           settings.documents ? text.doc_starts : torch::Tensor());
   dist::Group* group = sharing(settings);
-  const bool with_memory = segment_context(settings, model).mem_len > 0;
+  const bool with_memory = carries_memory(settings, model);
   models::Memory memory;
   while (auto all = stream.next()) {
     std::optional<data::Batch> batch = *all;

@@ -57,6 +57,10 @@ models::Context segment_context(const Settings& settings, const models::Transfor
   return context;
 }
 
+bool carries_memory(const Settings& settings, const models::TransformerLM& model) {
+  return settings.mode == Mode::kMemory && (settings.mem_len > 0 || model->config().mem_tokens > 0);
+}
+
 data::EvalStreamOptions eval_stream_options(const Settings& settings) {
   data::EvalStreamOptions options;
   options.batch_size = settings.batch_size;

@@ -7,7 +7,7 @@
 namespace txl::models {
 
 torch::Tensor Memory::mask_or_ones() const {
-  TXL_CHECK(!empty(), "Memory::mask_or_ones: the memory is empty");
+  TXL_CHECK(!layers.empty(), "Memory::mask_or_ones: the memory holds no positions");
   if (key_mask.defined()) return key_mask;
   return torch::ones({rows(), length()},
                      torch::dtype(torch::kBool).device(layers.front().device()));  // [B, M]
@@ -19,6 +19,7 @@ Memory Memory::detached() const {
   out.key_mask = key_mask;
   out.compressed = compressed;  // always detached (the compressor trains by its own loss)
   out.compressed_mask = compressed_mask;
+  if (tokens.defined()) out.tokens = tokens.detach();
   return out;
 }
 
@@ -31,6 +32,7 @@ Memory Memory::narrow_rows(int64_t begin, int64_t count) const {
   if (key_mask.defined()) out.key_mask = key_mask.narrow(0, begin, count);     // [count, M]
   for (const auto& t : compressed) out.compressed.push_back(t.narrow(0, begin, count));
   if (compressed_mask.defined()) out.compressed_mask = compressed_mask.narrow(0, begin, count);
+  if (tokens.defined()) out.tokens = tokens.narrow(0, begin, count);  // [count, m, d]
   return out;
 }
 
@@ -46,7 +48,8 @@ Memory Memory::join_rows(const std::vector<Memory>& pieces) {
   for (const auto& p : pieces) {
     TXL_CHECK(p.layers.size() == first.layers.size() && p.length() == first.length() &&
                   p.compressed.size() == first.compressed.size() &&
-                  p.compressed_length() == first.compressed_length(),
+                  p.compressed_length() == first.compressed_length() &&
+                  p.tokens.defined() == first.tokens.defined(),
               "Memory::join_rows: pieces of ", p.layers.size(), " layers x ", p.length(), " + ",
               p.compressed_length(), " compressed positions and ", first.layers.size(), " x ",
               first.length(), " + ", first.compressed_length(), " cannot be joined");
@@ -68,6 +71,7 @@ Memory Memory::join_rows(const std::vector<Memory>& pieces) {
   if (!first.compressed.empty()) {
     out.compressed_mask = joined([](const Memory& p) { return p.compressed_mask; });  // [rows, N]
   }
+  if (first.tokens.defined()) out.tokens = joined([](const Memory& p) { return p.tokens; });
   return out;
 }
 
@@ -80,6 +84,7 @@ std::vector<std::pair<std::string, torch::Tensor>> Memory::to_tensors(
   for (size_t l = 0; l < compressed.size(); ++l)
     out.emplace_back(prefix + "compressed." + std::to_string(l), compressed[l]);  // [B, N, d]
   if (!compressed.empty()) out.emplace_back(prefix + "compressed_mask", compressed_mask);
+  if (tokens.defined()) out.emplace_back(prefix + "tokens", tokens);  // [B, m, d]
   return out;
 }
 
@@ -131,10 +136,12 @@ Memory Memory::from_tensors(const std::vector<std::pair<std::string, torch::Tens
                             const std::string& prefix, int64_t n_layer, int64_t d_model,
                             const torch::Device& device, const std::string& origin) {
   std::map<int64_t, torch::Tensor> by_layer, by_compressed;
-  torch::Tensor mask, compressed_mask;
+  torch::Tensor mask, compressed_mask, tokens;
   for (const auto& [name, t] : tensors) {
     if (name.rfind(prefix, 0) != 0) continue;
-    if (name == prefix + "key_mask") {
+    if (name == prefix + "tokens") {
+      tokens = t;
+    } else if (name == prefix + "key_mask") {
       mask = t;
     } else if (name == prefix + "compressed_mask") {
       compressed_mask = t;
@@ -147,12 +154,20 @@ Memory Memory::from_tensors(const std::vector<std::pair<std::string, torch::Tens
     }
   }
   Memory out;
+  if (tokens.defined()) {
+    TXL_CHECK(tokens.dim() == 3 && tokens.size(2) == d_model && tokens.is_floating_point(), origin,
+              ": the memory tokens are ", tokens.scalar_type(), " ", tokens.sizes(),
+              "; expected a floating [B, m, ", d_model, "]");
+    out.tokens = tokens.to(device);  // [B, m, d]
+  }
   if (by_layer.empty()) {
     TXL_CHECK(!mask.defined() && by_compressed.empty() && !compressed_mask.defined(), origin,
               ": a memory key mask or compressed memory without memory layers");
     return out;
   }
   out.layers = checked_layers(by_layer, mask, n_layer, d_model, device, origin, "memory", "M");
+  TXL_CHECK(!tokens.defined() || tokens.size(0) == out.rows(), origin, ": the memory tokens have ",
+            tokens.size(0), " rows, the memory ", out.rows());
   if (mask.defined()) out.key_mask = mask.to(device);  // [B, M]
   TXL_CHECK(by_compressed.empty() == !compressed_mask.defined(), origin,
             ": a compressed memory needs both its layers and its mask");

@@ -72,6 +72,11 @@ void check_config(const config::ModelConfig& config, int64_t n_token) {
             "model.cmem_len = ", config.cmem_len,
             ": compressive memory compresses what leaves "
             "the memory and needs mem_len > 0 and relative positions (xl, shaw, rope, alibi)");
+  TXL_CHECK(config.mem_tokens >= 0, "model.mem_tokens = ", config.mem_tokens, " must be >= 0");
+  TXL_CHECK(config.mem_tokens == 0 || !config::uses_absolute_positions(config.attn_type),
+            "model.mem_tokens = ", config.mem_tokens,
+            ": memory tokens sit before and after the segment and need relative positions (xl, "
+            "shaw, rope, alibi)");
   if (config::uses_absolute_positions(config.attn_type) && config.mem_len > 0) {
     TXL_CHECK(config.allow_abs_with_memory, "model.attn_type = ", config.attn_type,
               " with model.mem_len = ", config.mem_len,
@@ -142,6 +147,14 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
       compressors->push_back(compressor_list_.back());
     }
   }
+  if (config.mem_tokens > 0) {
+    // Recurrent memory tokens: what is added to the tokens read (alone at a stream's start), and
+    // the tokens written.
+    memory_read_emb = register_parameter("memory_read_emb", torch::empty({config.mem_tokens, d}));
+    memory_write_emb = register_parameter("memory_write_emb", torch::empty({config.mem_tokens, d}));
+    modules::init_weight(memory_read_emb, init);
+    modules::init_weight(memory_write_emb, init);
+  }
   TXL_CHECK(config.mem_init == "empty" || config.mem_init == "zeros", "model.mem_init = \"",
             config.mem_init, "\" is not one of: empty, zeros");
   if (config.pre_norm && config.final_norm) {
@@ -186,6 +199,21 @@ void check_compressed(const Memory& memory, int64_t batch, int64_t d, const torc
 }
 
 }  // namespace
+
+void TransformerLMImpl::check_memory_tokens(const Memory& memory, int64_t batch, const Context& ctx,
+                                            const torch::Device& device) const {
+  if (!memory.tokens.defined()) return;
+  const auto& t = memory.tokens;
+  const int64_t m = config_.mem_tokens;
+  TXL_CHECK(m > 0, "model memory: holds memory tokens but the model has model.mem_tokens 0");
+  TXL_CHECK(t.dim() == 3 && t.size(0) == batch && t.size(1) == m && t.size(2) == config_.d_model &&
+                t.device() == device,
+            "model memory: tokens must be [B = ", batch, ", m = ", m, ", d = ", config_.d_model,
+            "] on ", device, ", got ", t.sizes(), " on ", t.device());
+  TXL_CHECK(ctx.memory_grad || !t.requires_grad(),
+            "model memory: the memory tokens require grad; memory must be detached unless the "
+            "context says memory_grad");
+}
 
 void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
                                      const Context& ctx) const {
@@ -237,7 +265,8 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
               "model memory: cached keys and values of ", memory.kv.size(),
               " layers, the model has n_layer = ", config_.n_layer);
   }
-  if (memory.empty()) return;
+  check_memory_tokens(memory, batch, ctx, tokens.device());
+  if (memory.layers.empty()) return;
   TXL_CHECK(static_cast<int64_t>(memory.layers.size()) == config_.n_layer, "model memory: has ",
             memory.layers.size(), " layers, the model has n_layer = ", config_.n_layer,
             " (memory from another model?)");
@@ -264,26 +293,58 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
   }
 }
 
+namespace {
+
+// Recurrent memory tokens: the visibility `allowed` [B', Q, M + Q] of concat(memory, segment)
+// widened to queries concat(read, segment, written) and keys concat(memory, read, segment,
+// written), m tokens each, as [B, Q + 2m, M + Q + 2m]: the segment's queries keep `allowed` and
+// see every token read; the tokens read and written see the real memory and every key before
+// them (causal over the whole row). key_mask bool [B, M + Q] (undefined = all real).
+torch::Tensor with_memory_tokens(const torch::Tensor& allowed, const torch::Tensor& key_mask,
+                                 int64_t q_len, int64_t m_len, int64_t m, torch::Device device) {
+  const int64_t batch = key_mask.defined() ? key_mask.size(0) : allowed.size(0);
+  const auto bool_opts = torch::dtype(torch::kBool).device(device);
+  const auto keys =
+      key_mask.defined() ? key_mask : torch::ones({batch, m_len + q_len}, bool_opts);  // [B, M + Q]
+  const auto tokens = torch::ones({batch, m}, bool_opts);                              // [B, m]
+  const auto all_keys =
+      torch::cat({keys.narrow(1, 0, m_len), tokens, keys.narrow(1, m_len, q_len), tokens},
+                 1);  // [B, M + Q + 2m]
+  const auto causal = ops::attention_mask(q_len + 2 * m, m_len, 0, all_keys, {}, device);
+  const auto segment = allowed.expand({batch, q_len, m_len + q_len});  // [B, Q, M + Q]
+  const auto segment_rows =
+      torch::cat({segment.narrow(2, 0, m_len), torch::ones({batch, q_len, m}, bool_opts),
+                  segment.narrow(2, m_len, q_len), torch::zeros({batch, q_len, m}, bool_opts)},
+                 2);  // [B, Q, M + Q + 2m]
+  return torch::cat({causal.narrow(1, 0, m), segment_rows, causal.narrow(1, m + q_len, m)},
+                    1);  // [B, Q + 2m, M + Q + 2m]
+}
+
+}  // namespace
+
 modules::AttentionInputs TransformerLMImpl::segment_inputs(
     int64_t q_len, int64_t m_len, const torch::Tensor& key_mask, const Context& ctx,
     torch::ScalarType dtype, torch::Device device, const torch::Tensor& compressed_keys) {
   const int64_t n_len = compressed_keys.defined() ? compressed_keys.size(1) : 0;
-  const int64_t k_len = n_len + m_len + q_len;
+  const int64_t m = config_.mem_tokens;
+  const int64_t rows = q_len + 2 * m;  // queries: the memory tokens read and written too
+  const int64_t k_len = n_len + m_len + rows;
   // same_length (paper code): each query sees the mem_len most recent keys. With mem_len 0
   // there is no history to equalise and the flag has no effect.
   const int64_t window = ctx.same_length && ctx.mem_len > 0 ? ctx.mem_len : 0;
   modules::AttentionInputs in;
   auto allowed = ops::attention_mask(q_len, m_len, window, key_mask, ctx.extra_mask, device);
+  if (m > 0) allowed = with_memory_tokens(allowed, key_mask, q_len, m_len, m, device);
   if (n_len > 0) {  // the compressed rows come first, visible to every query where real
     const int64_t batch = compressed_keys.size(0);
-    allowed = torch::cat({compressed_keys.unsqueeze(1).expand({batch, q_len, n_len}),
-                          allowed.expand({batch, q_len, m_len + q_len})},
-                         2);  // [B, Q, K]
+    allowed = torch::cat({compressed_keys.unsqueeze(1).expand({batch, rows, n_len}),
+                          allowed.expand({batch, rows, m_len + rows})},
+                         2);  // [B, Q + 2m, K]
   }
   in.blocked = allowed.logical_not().unsqueeze(0);     // [1, B, Q, K]
   in.score_bias = ops::score_bias(in.blocked, dtype);  // [1, B, Q, K]
   // R [K, d] (dropped out as the paper code does) or Shaw's clipped distances [K].
-  in.rel_pos = modules::relative_positions(layer_list_.front()->attn->options(), q_len, k_len,
+  in.rel_pos = modules::relative_positions(layer_list_.front()->attn->options(), rows, k_len,
                                            ctx.clamp_len, dtype, device);
   if (scheme_ == modules::PositionScheme::kRelative) {
     in.rel_pos = drop(in.rel_pos);
@@ -399,7 +460,7 @@ torch::Tensor on(const torch::Tensor& t, const torch::Device& device) {
 Memory TransformerLMImpl::zero_started(const Memory& memory, const torch::Tensor& reset,
                                        int64_t batch, const Context& ctx,
                                        const torch::TensorOptions& options) const {
-  if (memory.empty()) {
+  if (memory.layers.empty()) {
     Memory zeros;
     for (int64_t l = 0; l < config_.n_layer; ++l) {
       zeros.layers.push_back(
@@ -427,22 +488,10 @@ Memory TransformerLMImpl::zero_started(const Memory& memory, const torch::Tensor
   return restarted;  // without cached keys and values: the zeroed rows' are projected anew
 }
 
-LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const Context& ctx,
-                                    bool want_logits) {
-  check_inputs(in, given, ctx);
-  const auto& [tokens, targets, input_mask, given_reset] = in;
-  const int64_t batch = tokens.size(0), q_len = tokens.size(1), d = config_.d_model;
-  const auto device = tokens.device();
-  // With zero_memory the reset rows restart from zeros (inside zero_started), not from nothing.
-  const bool zero_start = ctx.zero_memory && ctx.mem_len > 0;
-  const Memory memory =
-      zero_start ? zero_started(given, given_reset, batch, ctx,
-                                word_emb->table(0).options().device(device))
-                 : given;
-  const torch::Tensor reset = zero_start ? torch::Tensor() : given_reset;
+std::pair<torch::Tensor, torch::Tensor> TransformerLMImpl::real_keys(
+    const Memory& memory, const torch::Tensor& reset, const torch::Tensor& input_mask,
+    int64_t batch, int64_t q_len, torch::Device device) const {
   const int64_t m_len = memory.length();
-
-  // Which keys are real, over concat(memory, segment); reset rows forget their memory.
   auto bool_opts = torch::dtype(torch::kBool).device(device);
   auto memory_keys = m_len == 0                  ? torch::empty({batch, 0}, bool_opts)
                      : memory.key_mask.defined() ? on(memory.key_mask, device)
@@ -452,19 +501,39 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
   }
   auto segment_keys = input_mask.defined() ? input_mask : torch::ones({batch, q_len}, bool_opts);
   auto key_mask = torch::cat({memory_keys, segment_keys}, 1);  // [B, M + Q]
-  // Compressive memory: attention reads concat(compressed, memory, segment).
-  const int64_t n_len = memory.compressed_length();
   torch::Tensor compressed_keys;  // [B, N]
-  if (n_len > 0) {
+  if (memory.compressed_length() > 0) {
     compressed_keys = on(memory.compressed_mask, device);
     if (reset.defined()) {
       compressed_keys = compressed_keys.logical_and(on(reset, device).logical_not().unsqueeze(1));
     }
   }
+  return {key_mask, compressed_keys};
+}
+
+LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const Context& ctx,
+                                    bool want_logits) {
+  check_inputs(in, given, ctx);
+  const auto& [tokens, targets, input_mask, given_reset] = in;
+  const int64_t batch = tokens.size(0), q_len = tokens.size(1), d = config_.d_model;
+  const auto device = tokens.device();
+  // With zero_memory the reset rows restart from zeros (inside zero_started), not from nothing.
+  const bool zero_start = ctx.zero_memory && ctx.mem_len > 0;
+  const Memory memory = zero_start ? zero_started(given, given_reset, batch, ctx,
+                                                  word_emb->table(0).options().device(device))
+                                   : given;
+  const torch::Tensor reset = zero_start ? torch::Tensor() : given_reset;
+  const int64_t m_len = memory.length();
+
+  const auto [key_mask, compressed_keys] =
+      real_keys(memory, reset, input_mask, batch, q_len, device);
+  const int64_t n_len = memory.compressed_length();
 
   // Vanilla: positions within the segment, added once to the embedding.
   auto x = with_positions(word_emb(tokens), torch::arange(q_len, torch::dtype(torch::kLong).device(device)));
   x = drop(x);  // [B, Q, d]
+  const int64_t n_tok = config_.mem_tokens;
+  if (n_tok > 0) x = torch::cat({read_tokens(given, given_reset, x), x, write_tokens(x)}, 1);
   auto inputs =
       segment_inputs(q_len, m_len, key_mask, ctx, x.scalar_type(), device, compressed_keys);
 
@@ -472,7 +541,7 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
   hiddens.reserve(layer_list_.size());
   std::vector<torch::Tensor> kv;  // with cache_kv: every layer's keys and values [2, H, B, K, D]
   for (size_t l = 0; l < layer_list_.size(); ++l) {
-    hiddens.push_back(x);
+    hiddens.push_back(n_tok > 0 ? x.narrow(1, n_tok, q_len) : x);  // the segment's rows
     // The dtype of each layer's input is fixed by the model (and autocast): memory made by the
     // same model matches it; anything else was made under other settings.
     // Zero memory is made in the weights' dtype: under autocast a layer's input may differ.
@@ -495,16 +564,40 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
     if (ctx.cache_kv) kv.push_back(cache.all);
   }
   if (final_norm) x = final_norm(x);
+  torch::Tensor written;  // [B, m, d]: what the last layer made of the tokens written
+  if (n_tok > 0) {
+    written = x.narrow(1, n_tok + q_len, n_tok);
+    x = x.narrow(1, n_tok, q_len);  // [B, Q, d]
+  }
   x = drop(x);
 
   LMOutput out;
   out.memory =
       update_memory(memory, hiddens, kv, key_mask, compressed_keys, q_len, ctx, &out.aux_loss);
+  if (written.defined()) out.memory.tokens = ctx.memory_grad ? written : written.detach();
   out.hidden = x;
   auto flat = x.reshape({batch * q_len, d});  // [B Q, d]
   if (targets.defined()) out.nll = crit->nll(flat, targets.reshape({-1})).view({batch, q_len});
   if (want_logits) out.logits = crit->log_prob(flat).view({batch, q_len, n_token_});
   return out;
+}
+
+torch::Tensor TransformerLMImpl::read_tokens(const Memory& memory, const torch::Tensor& reset,
+                                             const torch::Tensor& like) const {
+  const int64_t batch = like.size(0);
+  auto read = memory_read_emb.to(like.scalar_type())
+                  .unsqueeze(0)
+                  .expand({batch, config_.mem_tokens, config_.d_model});  // [B, m, d]
+  if (!memory.tokens.defined()) return read;
+  auto carried = memory.tokens.to(like.scalar_type());  // [B, m, d]
+  if (reset.defined()) carried = carried.masked_fill(on(reset, like.device()).view({-1, 1, 1}), 0);
+  return read + carried;
+}
+
+torch::Tensor TransformerLMImpl::write_tokens(const torch::Tensor& like) const {
+  return memory_write_emb.to(like.scalar_type())
+      .unsqueeze(0)
+      .expand({like.size(0), config_.mem_tokens, config_.d_model});  // [B, m, d]
 }
 
 torch::Tensor TransformerLMImpl::with_positions(const torch::Tensor& x,

@@ -72,10 +72,11 @@ models::Memory gather_memory(dist::Group& group, const models::Memory& mine) {
   };
   models::Memory out;
   for (const auto& t : mine.layers) out.layers.push_back(rows(t));
-  out.key_mask = rows(mine.mask_or_ones());  // [rows, M]
-  // Compressive memory: its rows and their mask, the same way.
+  if (!mine.layers.empty()) out.key_mask = rows(mine.mask_or_ones());  // [rows, M]
+  // Compressive memory and memory tokens: their rows the same way.
   for (const auto& t : mine.compressed) out.compressed.push_back(rows(t));
   if (!mine.compressed.empty()) out.compressed_mask = rows(mine.compressed_mask);  // [rows, N]
+  if (mine.tokens.defined()) out.tokens = rows(mine.tokens);                       // [rows, m, d]
   return out;
 }
 

@@ -407,25 +407,28 @@ TEST(Bench, ProductsAreTheModelsShapesAndAgree) {
   EXPECT_NE(products_table(timings).find("| vocab | 16 -> 50 | 16 |"), std::string::npos);
 }
 
-// --members: every member trains at the experiment's sizes; xl_bptt1 reads two segments a step;
-// the state a stream carries is L (M + N) d floats (none without memory; compressive splits xl's
-// M into M' + N); table and JSON name each.
+// --members: every member trains at the experiment's sizes; xl_bptt1 and rmt read two segments
+// a step; the state a stream carries is (L (M + N) + m) d floats (none without memory;
+// compressive splits xl's M into M' + N; rmt keeps m = 8 tokens); table and JSON name each.
 TEST(Bench, MembersEachTrainAtTheExperimentsSizes) {
   PhaseOptions phase;
   phase.batch_size = 2;
   phase.warmup = 1;
   phase.repetitions = 1;
   const auto costs = time_members(tiny(), kVocab, phase);
-  ASSERT_EQ(costs.size(), 7u);
+  ASSERT_EQ(costs.size(), 8u);
   EXPECT_EQ(costs[0].name, "xl");
   for (const auto& m : costs) {
     EXPECT_GT(m.tokens_per_s, 0) << m.name;
-    const bool memory = m.name != "rel_no_memory";
-    EXPECT_EQ(m.state_bytes, memory ? 2 * 8 * 16 * 4 : 0) << m.name;
-    EXPECT_EQ(m.tokens_per_step, (m.name == "xl_bptt1" ? 2 : 1) * 2 * 8) << m.name;
+    const int64_t state = m.name == "rel_no_memory" ? 0
+                          : m.name == "rmt"         ? 8 * 16 * 4
+                                                    : 2 * 8 * 16 * 4;
+    EXPECT_EQ(m.state_bytes, state) << m.name;
+    const bool two = m.name == "xl_bptt1" || m.name == "rmt";
+    EXPECT_EQ(m.tokens_per_step, (two ? 2 : 1) * 2 * 8) << m.name;
   }
   const auto json = nlohmann::json::parse(members_json(costs));
-  EXPECT_EQ(json.at("members").size(), 7u);
+  EXPECT_EQ(json.at("members").size(), 8u);
   EXPECT_NE(members_table(costs).find("| rope | attn_type rope |"), std::string::npos);
 }
 

@@ -2,14 +2,17 @@
 // Shared by the config tests: an experiment that sets every field away from its default, and a
 // helper writing a YAML file into a TempDir.
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "support/test_support.h"
 
 namespace txl::test {
 
 // Every field differs from config.h's default (load_test checks that), and setting any single
-// field back to its default still gives a valid experiment (dump_test relies on that).
+// field back to its default still gives a valid experiment (dump_test relies on that), except
+// for a field that a rule ties to another (kCompanions): the two go back together.
 inline const char* kEveryField = R"(run:
   name: e_run
   output_dir: out/e
@@ -73,6 +76,7 @@ model:
   cmem_rate: 2
   cmem_compress: max
   cmem_loss_weight: 0.5
+  mem_tokens: 3
 train:
   optimizer: adamw
   lr: 1.0e-3
@@ -119,6 +123,30 @@ inline std::string write_yaml(const TempDir& dir, const std::string& name,
                               const std::string& content) {
   write_text(dir / name, content);
   return (dir / name).string();
+}
+
+// Fields whose default the every-field experiment cannot take alone, and the field a rule ties
+// them to: train.bptt_segments 0 is refused with model.mem_tokens > 0 (nothing would train the
+// tokens written).
+inline const std::map<std::string, std::string> kCompanions = {
+    {"train.bptt_segments", "model.mem_tokens"}};
+
+// The overrides that set `key` back to its default (its text in `line`, "key: every -> default")
+// in the every-field experiment, with its companion's (from `lines`, in the order of `keys`):
+// "key=default" first. Returns the indices of the keys set back in `changed`.
+inline std::vector<std::string> back_to_default(const std::vector<std::string>& keys,
+                                                const std::vector<std::string>& lines,
+                                                std::size_t i, std::vector<std::size_t>* changed) {
+  std::vector<std::size_t> which = {i};
+  if (auto it = kCompanions.find(keys[i]); it != kCompanions.end()) {
+    for (std::size_t j = 0; j < keys.size(); ++j)
+      if (keys[j] == it->second) which.push_back(j);
+  }
+  std::vector<std::string> overrides;
+  for (std::size_t j : which)
+    overrides.push_back(keys[j] + "=" + lines[j].substr(lines[j].find(" -> ") + 4));
+  if (changed != nullptr) *changed = which;
+  return overrides;
 }
 
 }  // namespace txl::test

@@ -152,6 +152,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.model.cmem_rate, 2);
   EXPECT_EQ(c.model.cmem_compress, "max");
   EXPECT_DOUBLE_EQ(c.model.cmem_loss_weight, 0.5);
+  EXPECT_EQ(c.model.mem_tokens, 3);
 
   EXPECT_EQ(c.train.optimizer, Optimizer::kAdamW);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);
@@ -415,7 +416,14 @@ TEST(LoadExperiment, OutOfRangeValuesAreRejectedWhereTheyWereSet) {
       {"model: {cmem_compress: zip}\n", "model.cmem_compress"},
       {"model: {mem_len: 0}\ntrain: {bptt_segments: 2}\n",
        "train.bptt_segments: back-propagation through segments needs a memory (model.mem_len > "
-       "0), got 2 with mem_len 0"},
+       "0 or model.mem_tokens > 0), got 2 with mem_len 0"},
+      {"model: {mem_tokens: -1}\n", "model.mem_tokens: must be >= 0, got -1"},
+      {"model: {attn_type: vanilla, allow_abs_with_memory: true, mem_tokens: 2}\n"
+       "train: {bptt_segments: 1}\n",
+       "model.mem_tokens: memory tokens need relative positions"},
+      {"model: {mem_tokens: 2}\n",
+       "model.mem_tokens: memory tokens are written at a segment's end and learn only from the "
+       "segments that read them; with train.bptt_segments 0 nothing would train them"},
       {"model: {attn_type: rope, clamp_len: 64}\n",
        "model.clamp_len: attn_type rope has no distances to clamp; needs -1, got 64"},
       {"model: {attn_type: rope, d_head: 33}\n",

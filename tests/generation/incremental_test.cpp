@@ -177,6 +177,84 @@ TEST(IncrementalDecoder, LeftPaddedRowsEqualRowsAlone) {
   }
 }
 
+// The forward mode (memory tokens, compressive memory): token by token it gives evaluation's
+// log-probabilities in memory mode (which differ from a model without its memory: the check can
+// fail), and rows left-padded in a batch, leaving it, or read after a context copied and
+// stacked give what they give alone.
+TEST(IncrementalDecoder, MemoryTokensAndCompressiveMemoryDecodeByTheForward) {
+  struct Member {
+    std::string name;
+    AttnType attn_type;
+    int mem_len, mem_tokens, cmem_len;
+    bool zero_memory = false;
+  };
+  const std::vector<Member> members = {
+      {"xl, memory tokens alone", AttnType::kXl, 0, 2, 0},
+      {"alibi, memory tokens and memory", AttnType::kAlibi, 4, 2, 0},
+      {"rope, compressive", AttnType::kRope, 4, 0, 3},
+      {"xl, compressive, zero memory", AttnType::kXl, 4, 0, 3, true}};
+  const int q = 5;
+  for (const auto& m : members) {
+    SCOPED_TRACE(m.name);
+    auto config = tiny(m.attn_type, q, m.mem_len);
+    config.mem_tokens = m.mem_tokens;
+    config.cmem_len = m.cmem_len;
+    config.cmem_rate = 2;
+    config.cmem_compress = "conv";
+    auto model = make(config, 21);
+    DecodeOptions o{q, m.mem_len, -1, false, m.zero_memory};
+    ASSERT_TRUE(prepare_decoder(model, o).forward);
+    const auto text = random_tokens(3, 26, 6);
+    const auto expected = txl::test::reference_log_probs(model, text.narrow(0, 0, 1), o);
+    ASSERT_FALSE(tensor_near(
+        expected, txl::test::windowed_log_probs(model, text.narrow(0, 0, 1), q), 1e-6, 1e-6));
+    for (int64_t prompt : {1, 7, 12}) {
+      EXPECT_TRUE(tensor_near(decoded(model, text.narrow(0, 0, 1), prompt, o),
+                              expected.narrow(1, prompt - 1, 26 - prompt + 1), 1e-10, 1e-10))
+          << "prompt of " << prompt;
+    }
+    // Rows of prompts 9, 2 and 6 left-padded; row 1 leaves after 3 steps.
+    const std::vector<int64_t> prompt_len = {9, 2, 6};
+    const int64_t steps = 8;
+    auto padded = torch::zeros({3, 9}, torch::kLong);
+    auto real = torch::zeros({3, 9}, torch::kBool);
+    std::vector<torch::Tensor> alone;  // [1, steps + 1, V] each
+    for (int64_t b = 0; b < 3; ++b) {
+      padded[b]
+          .narrow(0, 9 - prompt_len[b], prompt_len[b])
+          .copy_(text[b].narrow(0, 0, prompt_len[b]));
+      real[b].narrow(0, 9 - prompt_len[b], prompt_len[b]).fill_(true);
+      alone.push_back(decoded(model, text[b].narrow(0, 0, prompt_len[b] + steps).unsqueeze(0),
+                              prompt_len[b], o));
+    }
+    IncrementalDecoder decoder(model, o, 3);
+    auto lp = decoder.read(padded, real);  // [3, V]
+    std::vector<int64_t> rows = {0, 1, 2};
+    for (int64_t s = 0;; ++s) {
+      for (size_t i = 0; i < rows.size(); ++i)
+        EXPECT_TRUE(tensor_near(lp[i], alone[rows[i]][0][s], 1e-10, 1e-10)) << rows[i] << " " << s;
+      if (s == steps) break;
+      if (s == 3) {
+        decoder.keep_rows(torch::tensor(std::vector<int64_t>{0, 2}));
+        rows = {0, 2};
+      }
+      auto next = torch::empty({static_cast<int64_t>(rows.size()), 1}, torch::kLong);
+      for (size_t i = 0; i < rows.size(); ++i) next[i][0] = text[rows[i]][prompt_len[rows[i]] + s];
+      lp = decoder.read(next);
+    }
+    // Row 0's first 6 tokens read once, copied, each copy reading on: rows 0 and 0 again.
+    IncrementalDecoder primed(model, o, 1);
+    primed.read(text.narrow(0, 0, 1).narrow(1, 0, 6));
+    std::vector<IncrementalDecoder> parts = {primed.clone(), primed.clone()};
+    parts[0].read(text.narrow(0, 0, 1).narrow(1, 6, 2));
+    parts[1].read(text.narrow(0, 0, 1).narrow(1, 6, 1));
+    auto stacked = IncrementalDecoder::stack(parts);
+    auto both = stacked.read(torch::stack({text[0].narrow(0, 8, 1), text[0].narrow(0, 7, 1)}));
+    EXPECT_TRUE(tensor_near(both[0], expected[0][8], 1e-10, 1e-10));
+    EXPECT_TRUE(tensor_near(both[1], expected[0][7], 1e-10, 1e-10));
+  }
+}
+
 // The buffer never grows: a long generation compacts it in place.
 TEST(IncrementalDecoder, TheKeyValueBufferHasAFixedCapacity) {
   auto model = make(tiny(AttnType::kXl, 4, 6), 13);

@@ -10,7 +10,6 @@
 
 #include "support/test_support.h"
 #include "support/tiny_model.h"
-#include "txl/generation/incremental.h"
 #include "txl/models/transformer_lm.h"
 #include "txl/modules/compressor.h"
 #include "txl/modules/decoder_layer.h"
@@ -417,11 +416,6 @@ TEST(CompressiveMemory, SettingsThatCannotWorkAreClearErrorsAndSameLengthKeepsTh
                 .item<double>(),
             1e-4);
   EXPECT_FALSE(model->can_cache_kv());
-  generation::DecodeOptions o;
-  o.tgt_len = kSeg;
-  o.mem_len = 4;
-  TXL_EXPECT_THROW_WITH(generation::prepare_decoder(model, o),
-                        "decoding with compressive memory (model.cmem_len = 3) is not implemented");
 }
 
 // The compression and the attention-reconstruction loss against PyPI's

@@ -21,29 +21,37 @@ inline const std::vector<config::AttnType>& memory_attn_types() {
 }
 
 // A member of the family: a position scheme that carries memory, and what the memory holds
-// (Transformer-XL's cache, or with cmem_len > 0 a compressive memory, Rae et al. 2020).
+// (Transformer-XL's cache, with cmem_len > 0 a compressive memory, Rae et al. 2020, with
+// mem_tokens > 0 recurrent memory tokens, Bulatov et al. 2022).
 struct MemoryMember {
   std::string name;
   config::AttnType attn_type;
   int cmem_len = 0;           // compressed rows (0 = Transformer-XL's memory alone)
   std::string compress = "";  // conv | mean | max
+  int mem_tokens = 0;         // recurrent memory tokens m (0 = none)
+  int mem_len = -1;           // memory positions kept (-1 = the configuration's own)
   // Sets the member on a model configuration (groups of 2 positions compressed).
   void apply(config::ModelConfig& c) const {
     c.attn_type = attn_type;
     c.cmem_len = cmem_len;
     c.cmem_rate = 2;
     if (!compress.empty()) c.cmem_compress = compress;
+    c.mem_tokens = mem_tokens;
+    if (mem_len >= 0) c.mem_len = mem_len;
   }
 };
 
-// Every scheme of memory_attn_types() with Transformer-XL's memory, and compressive memory with
-// a trained (conv) and a pooling (mean) compressor: the evaluator's contract tests loop over it.
+// Every scheme of memory_attn_types() with Transformer-XL's memory, compressive memory with a
+// trained (conv) and a pooling (mean) compressor, and memory tokens alone (no memory positions)
+// and beside Transformer-XL's memory: the evaluator's contract tests loop over it.
 inline const std::vector<MemoryMember>& memory_members() {
   static const std::vector<MemoryMember> kMembers = [] {
     std::vector<MemoryMember> out;
     for (auto type : memory_attn_types()) out.push_back({config::to_string(type), type});
     out.push_back({"xl+compressive(conv)", config::AttnType::kXl, 4, "conv"});
     out.push_back({"rope+compressive(mean)", config::AttnType::kRope, 4, "mean"});
+    out.push_back({"alibi+memory tokens", config::AttnType::kAlibi, 0, "", 2, /*mem_len=*/0});
+    out.push_back({"xl+memory tokens", config::AttnType::kXl, 0, "", 2});
     return out;
   }();
   return kMembers;

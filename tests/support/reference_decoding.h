@@ -12,8 +12,9 @@
 
 namespace txl::test {
 
-// Evaluation in memory mode: segments of o.tgt_len, memory o.mem_len (clamp_len, same_length),
-// the model's plain path (no key/value cache).
+// Evaluation in memory mode: segments of o.tgt_len, memory o.mem_len (clamp_len, same_length,
+// and the model's compressive memory and memory tokens), the model's plain path (no key/value
+// cache).
 torch::Tensor segmented_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,
                                   const generation::DecodeOptions& o);
 
@@ -24,8 +25,8 @@ torch::Tensor windowed_log_probs(models::TransformerLM& model, const torch::Tens
 // One forward over the whole text, without memory.
 torch::Tensor one_pass_log_probs(models::TransformerLM& model, const torch::Tensor& tokens);
 
-// What the decoder must give for `o`: windowed for absolute positions or mem_len 0, else
-// segmented.
+// What the decoder must give for `o`: windowed for absolute positions or mem_len 0 (without
+// memory tokens), else segmented.
 torch::Tensor reference_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,
                                   const generation::DecodeOptions& o);
 

@@ -186,6 +186,34 @@ TEST(Trainer, ResumeWithBackPropagationThroughSegmentsEqualsAnUninterruptedRun) 
   }
 }
 
+// Recurrent memory tokens without memory positions, trained through 2 segments: the run paused
+// in the middle (its checkpoint carries the tokens written) and resumed ends where the
+// uninterrupted one does, and the tokens written trained away from their start.
+TEST(Trainer, MemoryTokensTrainAndResumeExactly) {
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
+  TempDir dir;
+  auto tokens_only = [](auto& c) {
+    c.model.mem_len = 0;
+    c.model.mem_tokens = 2;
+    c.train.bptt_segments = 1;
+  };
+  torch::Tensor paused;  // the tokens written, as saved at the pause
+  expect_resume_equals_whole(dir, tokens_only, [&](const stdfs::path& run) {
+    const auto saved = txl::models::read_checkpoint(run / "checkpoint_last.safetensors");
+    int tokens = 0;
+    for (const auto& [name, t] : saved.tensors) {
+      tokens += name == "memory/tokens";
+      if (name == "model/memory_write_emb") paused = t;
+    }
+    EXPECT_EQ(tokens, 1) << "the checkpoint lost the memory tokens";
+  });
+  auto loaded = txl::models::load_model(dir / "runs/whole/checkpoint_last.safetensors");
+  ASSERT_TRUE(paused.defined());
+  ASSERT_TRUE(loaded.model->memory_write_emb.defined());
+  EXPECT_GT((loaded.model->memory_write_emb - paused).abs().max().item<double>(), 1e-6)
+      << "the tokens written never trained";
+}
+
 TEST(Trainer, GradientAccumulationEqualsOneBatch) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   TempDir dir;

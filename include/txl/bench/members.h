@@ -24,13 +24,14 @@ struct MemberCost {
   double tokens_per_s = 0.0;        // training tokens per second (median step)
   double us_per_token = 0.0;        // microseconds per training token
   double memory_mb = 0.0;           // peak resident memory above the phase's start
-  std::int64_t state_bytes = 0;     // the recurrent state of one stream: L M d numbers
+  std::int64_t state_bytes = 0;     // the recurrent state of one stream: (L (M + N) + m) d numbers
   std::int64_t tokens_per_step = 0;  // B Q times the segments a step reads
 };
 
 // Every member at the sizes of `config` (its model with mem_len, or 128 where it has none, and
-// train.batch_size): xl, rel_no_memory, xl_bptt1, rope, alibi, shaw, after one untimed phase of
-// the experiment's own model. Throws txl::Error for a configuration the model rejects.
+// train.batch_size): xl, rel_no_memory, xl_bptt1, rope, alibi, shaw, compressive, rmt, after one
+// untimed phase of the experiment's own model. Throws txl::Error for a configuration the model
+// rejects.
 std::vector<MemberCost> time_members(const config::ExperimentConfig& config, std::int64_t vocab,
                                      const PhaseOptions& options);
 

@@ -104,6 +104,10 @@ struct ModelConfig {
   std::string cmem_compress = "conv";  // conv: a strided 1-D convolution per layer, trained by
                                        // the attention-reconstruction loss | mean | max pooling
   double cmem_loss_weight = 1.0;       // weight of the attention-reconstruction loss
+  // Recurrent memory tokens (Bulatov et al. 2022): m embeddings read before every segment and
+  // written after it; what the last layer makes of the written ones is read by the next segment.
+  // They learn only through the segments after them: train.bptt_segments >= 1.
+  int mem_tokens = 0;  // m (0 = none)
 };
 
 // ---------------------------------------------------------------------------------- train

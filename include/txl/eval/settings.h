@@ -87,6 +87,10 @@ Settings validation_settings(const config::ExperimentConfig& config, dist::Group
 // clamp_len always.
 models::Context segment_context(const Settings& settings, const models::TransformerLM& model);
 
+// Whether an evaluation carries state from each segment to the next: in memory mode, with memory
+// positions (mem_len > 0) or the model's recurrent memory tokens (model.mem_tokens > 0).
+bool carries_memory(const Settings& settings, const models::TransformerLM& model);
+
 // The streams an evaluation reads (memory and segments; sliding).
 data::EvalStreamOptions eval_stream_options(const Settings& settings);
 data::SlidingStreamOptions sliding_stream_options(const Settings& settings);

@@ -17,6 +17,14 @@
 //   sliding  (vanilla, vanilla_learned, or mem_len 0) Every read takes the last tgt_len tokens
 //            as one segment without memory, positions counted from its start: the geometry the
 //            model was trained in (evaluation's sliding mode), at a constant cost per token.
+//   forward  (memory tokens, model.mem_tokens > 0, or compressive memory with mem_len > 0)
+//            Tokens are read in segments of tgt_len counted from each row's first token, as in
+//            memory mode, by the model's forward itself: a row's segment so far is read again
+//            over the memory its completed segments left, and a completed segment's forward
+//            gives the next memory (the tokens it writes, the rows it compresses). Exactly what
+//            evaluation in memory mode computes, by the same code; a token costs a forward over
+//            up to tgt_len tokens, and the rows run one at a time (each row's segments start at
+//            its own first token).
 //
 // The decoder is bookkeeping only: which rows it holds, where each row's first token is, which
 // buffer slot holds which time step, what each query may see, compaction. The math is the
@@ -65,7 +73,8 @@ struct DecoderWeights {
   bool sliding = false;      // sliding window (absolute positions, or mem_len 0)
   int64_t capacity = 0;      // C: key rows each layer's buffer holds
   bool first_slots = false;  // one query per row reads its first visible slot, not a bias
-  bool zero_memory = false;  // rows start from zero vectors (memory mode only)
+  bool zero_memory = false;  // rows start from zero vectors (memory and forward modes)
+  bool forward = false;      // the forward mode (memory tokens or compressive memory)
   torch::Tensor slots;       // int64 [C]: 0 .. C-1
   models::LMStep step;               // the modules' prepared weights
 };
@@ -106,6 +115,7 @@ class IncrementalDecoder {
   int64_t rows() const { return static_cast<int64_t>(first_.size()); }
   int64_t steps() const { return time_; }  // time steps read (padding included)
   bool sliding() const { return w_.sliding; }
+  bool forward_mode() const { return w_.forward; }
   int64_t capacity() const { return w_.capacity; }  // C: key rows each layer's buffer holds
   const DecoderWeights& weights() const { return w_; }
 
@@ -127,6 +137,12 @@ class IncrementalDecoder {
   // not fit.
   void make_room(int64_t q);
   torch::Tensor read_sliding(const torch::Tensor& tokens);
+  // The forward mode's read: tokens int64 [B, T] on the host.
+  torch::Tensor read_forward(const torch::Tensor& tokens);
+  // The forward mode: one forward of `tokens` (a row's segment so far) over `memory`; returns
+  // the log-probabilities [1, V] after its last token, and the memory after it in *next.
+  torch::Tensor forward_segment(const std::vector<int64_t>& tokens, const models::Memory& memory,
+                                models::Memory* next);
   void start_rows(const torch::Tensor& real, int64_t t_len);
   // Per layer an uninitialised [2, H, rows, C, D] buffer, views of one block of 2 MB pages.
   std::vector<torch::Tensor> key_value_buffers(int64_t rows) const;
@@ -139,6 +155,14 @@ class IncrementalDecoder {
   int64_t time_ = 0;                  // time steps read
   int64_t base_ = 0;                  // time of buffer slot 0
   int64_t used_ = 0;                  // buffer slots holding keys
+  // The forward mode, per row: the memory its completed segments left, its segment so far, and
+  // the log-probabilities [1, V] after its last token when that ended a segment.
+  struct RowState {
+    models::Memory memory;
+    std::vector<int64_t> segment;
+    torch::Tensor last;
+  };
+  std::vector<RowState> states_;
 };
 
 }  // namespace txl::generation

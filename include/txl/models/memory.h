@@ -32,13 +32,20 @@ struct Memory {
   std::vector<torch::Tensor> compressed;
   // bool [B, N], true = a slot made from at least one real token; defined with `compressed`.
   torch::Tensor compressed_mask;
+  // Recurrent memory tokens (model.mem_tokens = m): [B, m, d], what the last layer made of the
+  // tokens written after the previous segment; the next segment reads them. Detached unless the
+  // caller back-propagates through segments. Undefined = none yet (the model's own start).
+  torch::Tensor tokens;
 
-  bool empty() const { return layers.empty(); }
+  // No state at all: no memory positions and no memory tokens.
+  bool empty() const { return layers.empty() && !tokens.defined(); }
   int64_t length() const { return layers.empty() ? 0 : layers.front().size(1); }
-  int64_t rows() const { return layers.empty() ? 0 : layers.front().size(0); }
+  int64_t rows() const {
+    return !layers.empty() ? layers.front().size(0) : tokens.defined() ? tokens.size(0) : 0;
+  }
   int64_t compressed_length() const { return compressed.empty() ? 0 : compressed.front().size(1); }
 
-  // bool [B, M]: key_mask, or all true when undefined. Requires a non-empty memory.
+  // bool [B, M]: key_mask, or all true when undefined. Requires memory positions.
   torch::Tensor mask_or_ones() const;
 
   // The same memory cut from the graph (layers detached, kv dropped): where the gradient of
@@ -54,13 +61,15 @@ struct Memory {
 
   // Named tensors for a checkpoint: "<prefix>layer.<l>" [B, M, d] and, when defined,
   // "<prefix>key_mask" bool [B, M]; with a compressed memory "<prefix>compressed.<l>" [B, N, d]
-  // and "<prefix>compressed_mask" bool [B, N]. Nothing for an empty memory.
+  // and "<prefix>compressed_mask" bool [B, N]; memory tokens as "<prefix>tokens" [B, m, d].
+  // Nothing for an empty memory.
   std::vector<std::pair<std::string, torch::Tensor>> to_tensors(const std::string& prefix) const;
 
   // The memory stored under `prefix` among `tensors` (empty when there is none), on `device`.
   // Checks that layers are numbered 0..L-1 without gaps, share one shape [B, M, d] and dtype,
-  // and that the key mask is bool [B, M] (the compressed memory likewise, [B, N, d]); `n_layer` and
-  // `d_model` must match the model. Throws txl::Error naming `origin` otherwise.
+  // and that the key mask is bool [B, M] (the compressed memory likewise, [B, N, d]; memory
+  // tokens [B, m, d]); `n_layer` and `d_model` must match the model. Throws txl::Error naming
+  // `origin` otherwise.
   static Memory from_tensors(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                              const std::string& prefix, int64_t n_layer, int64_t d_model,
                              const torch::Device& device, const std::string& origin);

@@ -12,6 +12,10 @@
 // (modules/compressor.h) turns every group into one row of a compressed memory of cmem_len
 // rows, and attention reads concat(compressed memory, memory, segment), positions counted over
 // that whole sequence as over one longer memory.
+// With model.mem_tokens = m > 0 (recurrent memory tokens, Bulatov et al. 2022) every layer runs
+// over concat(m tokens read, segment, m tokens written), causally; the last layer's output at
+// the tokens written is the memory's `tokens`, read by the next segment. The memory of
+// positions (mem_len) keeps the segment's rows only.
 //
 // Memory is data, not module state: forward takes the caller's memory and returns the new one.
 //
@@ -21,6 +25,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "txl/config/config.h"
@@ -116,7 +121,8 @@ class TransformerLMImpl : public torch::nn::Module {
   // key_mask bool [B, M + Q] over concat(memory, segment); compressed_keys bool [B, N] over a
   // compressed memory read before them (undefined = none). same_length's window and
   // ctx.extra_mask apply to concat(memory, segment); the real compressed rows are visible to
-  // every query.
+  // every query. With memory tokens the queries are concat(read, segment, written) and the keys
+  // concat(compressed, memory, read, segment, written) (see with_memory_tokens).
   modules::AttentionInputs segment_inputs(int64_t q_len, int64_t m_len,
                                           const torch::Tensor& key_mask, const Context& ctx,
                                           torch::ScalarType dtype, torch::Device device,
@@ -144,9 +150,11 @@ class TransformerLMImpl : public torch::nn::Module {
   const config::ModelConfig& config() const { return config_; }
   // Whether Context::cache_kv is allowed: every attn_type but vanilla_learned, whose layers add
   // learned positions to the memory anew each segment, and not with compressive memory, whose
-  // new compressed rows would need keys and values the cache does not hold.
+  // new compressed rows would need keys and values the cache does not hold, nor with memory
+  // tokens, whose keys sit between the memory's and the segment's.
   bool can_cache_kv() const {
-    return config_.attn_type != config::AttnType::kVanillaLearned && config_.cmem_len == 0;
+    return config_.attn_type != config::AttnType::kVanillaLearned && config_.cmem_len == 0 &&
+           config_.mem_tokens == 0;
   }
   int64_t n_token() const { return n_token_; }
   Context default_context() const { return Context::from_config(config_); }
@@ -157,11 +165,29 @@ class TransformerLMImpl : public torch::nn::Module {
   torch::nn::ModuleList compressors{nullptr};  // model.cmem_len > 0: L Compressor
   modules::AdaptiveLogSoftmax crit{nullptr};
   torch::Tensor u_bias, v_bias;              // xl, shared by all layers (not untie_r): [H, D]
+  // model.mem_tokens = m > 0: [m, d] each. memory_read_emb is added to the tokens read (alone at
+  // a stream's start or reset); memory_write_emb are the tokens written after the segment.
+  torch::Tensor memory_read_emb, memory_write_emb;
   torch::nn::LayerNorm final_norm{nullptr};  // pre_norm with model.final_norm only
   modules::Dropout drop{nullptr};
 
  private:
   void check_inputs(const Inputs& in, const Memory& memory, const Context& ctx) const;
+  void check_memory_tokens(const Memory& memory, int64_t batch, const Context& ctx,
+                           const torch::Device& device) const;
+  // Which keys are real: bool [B, M + Q] over concat(memory, segment) (a reset row forgets its
+  // memory; input_mask undefined = every token real) and bool [B, N] over the compressed memory
+  // (undefined without one).
+  std::pair<torch::Tensor, torch::Tensor> real_keys(const Memory& memory,
+                                                    const torch::Tensor& reset,
+                                                    const torch::Tensor& input_mask, int64_t batch,
+                                                    int64_t q_len, torch::Device device) const;
+  // Recurrent memory tokens, [B, m, d] in the dtype of `like` [B, ...]: those read before the
+  // segment (memory_read_emb plus the memory's tokens, except in reset rows) and those written
+  // after it (memory_write_emb).
+  torch::Tensor read_tokens(const Memory& memory, const torch::Tensor& reset,
+                            const torch::Tensor& like) const;
+  torch::Tensor write_tokens(const torch::Tensor& like) const;
   // Embedded tokens x [S..., d] with the absolute positions of vanilla (Vaswani et al.'s
   // sinusoids) added: positions int64 of shape S or a shape that broadcasts to it.
   torch::Tensor with_positions(const torch::Tensor& x, const torch::Tensor& positions) const;
