@@ -1,11 +1,11 @@
-// Compressive memory (model.cmem_len, Rae et al. 2020) under the family's contract: the
-// compressed rows are the compression of exactly the rows that left the memory, attention reads
-// them as far as their mask allows, causality, rows independent, padding and resets hidden,
-// gradients stop where declared (the language-model loss never reaches a compressor, the
-// reconstruction loss reaches nothing else), and the memory's named tensors round-trip.
+// Compressive memory (model.cmem_len, Rae et al. 2020), what is its own: the compressed rows
+// are the compression of exactly the rows that left the memory, attention reads them as far as
+// their mask allows, resets hide them, gradients stop where declared (the language-model loss
+// never reaches a compressor, the reconstruction loss reaches nothing else), and the memory's
+// named tensors round-trip. The family's contract (causality, rows and padding, resets,
+// gradient through k segments, decoding) runs over it in family_contract_test.cpp.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <iostream>
 
 #include "support/test_support.h"
@@ -232,57 +232,6 @@ TEST(CompressiveMemory, AttentionReadsTheCompressedRowsTheMaskAllows) {
     Memory hidden = memory;
     hidden.compressed_mask = torch::zeros_like(memory.compressed_mask);
     EXPECT_TRUE(tensor_near(run(model, next, hidden).logits, plain.logits, 1e-12, 1e-12));
-  }
-}
-
-TEST(CompressiveMemory, ChangingATokenChangesNothingBeforeIt) {
-  torch::NoGradGuard no_grad;
-  for (const auto& member : kMembers) {
-    SCOPED_TRACE(name_of(member));
-    auto model = make(tiny(member.attn_type, member.compress));
-    auto tokens = tokens_of(2, 4, 7);
-    auto base = read(model, tokens, 4);
-    for (int64_t t : {1, 6, 13}) {  // in the first, second and fourth segment
-      auto changed = tokens.clone();
-      changed.select(1, t).add_(1).remainder_(kVocab);
-      auto other = read(model, changed, 4);
-      for (int64_t s = 0; s < 4; ++s) {
-        const int64_t unchanged = std::clamp<int64_t>(t - s * kSeg, 0, kSeg);  // positions before t
-        EXPECT_TRUE(tensor_equal(other.outs[s].logits.narrow(1, 0, unchanged),
-                                 base.outs[s].logits.narrow(1, 0, unchanged)))
-            << "token " << t << ", segment " << s;
-      }
-      const int64_t s = t / kSeg;
-      EXPECT_GT((other.outs[s].logits.select(1, t % kSeg) - base.outs[s].logits.select(1, t % kSeg))
-                    .abs()
-                    .max()
-                    .item<double>(),
-                1e-6);
-    }
-  }
-}
-
-// A row of a batch gives what it gives alone; padding at the end of a row's last segment (its
-// document ended) changes none of its real positions.
-TEST(CompressiveMemory, RowsAreIndependentAndPaddingIsInvisible) {
-  torch::NoGradGuard no_grad;
-  for (const auto& member : kMembers) {
-    SCOPED_TRACE(name_of(member));
-    auto model = make(tiny(member.attn_type, member.compress));
-    auto tokens = tokens_of(2, 4, 8);
-    auto mask = torch::ones({2, 4 * kSeg}, torch::kBool);
-    mask[0].narrow(0, 4 * kSeg - 2, 2).fill_(false);
-    Memory together, alone;
-    for (int64_t s = 0; s < 4; ++s) {
-      auto seg = tokens.narrow(1, s * kSeg, kSeg);
-      auto both = run(model, seg, together, mask.narrow(1, s * kSeg, kSeg));
-      const int64_t real = s == 3 ? kSeg - 2 : kSeg;
-      auto one = run(model, seg.narrow(0, 0, 1).narrow(1, 0, real), alone);
-      EXPECT_TRUE(tensor_near(both.logits[0].narrow(0, 0, real), one.logits[0], 1e-10, 1e-10))
-          << "segment " << s;
-      together = both.memory;
-      alone = one.memory;
-    }
   }
 }
 

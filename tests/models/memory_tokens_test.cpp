@@ -1,12 +1,11 @@
-// Recurrent memory tokens (model.mem_tokens, Bulatov et al. 2022) under the family's contract:
-// the visibility of [tokens read, segment, tokens written] written out, the memory written at a
+// Recurrent memory tokens (model.mem_tokens, Bulatov et al. 2022), what is their own: the
+// visibility of [tokens read, segment, tokens written] written out, the memory written at a
 // segment's end is the one read at the next start (and nothing else carries across without
-// memory positions), causality, rows independent, padding and resets hidden, the gradient
-// flows exactly as far back as the memory keeps its graph, and the memory's named tensors
-// round-trip.
+// memory positions), memory positions and compressed rows hold the segment only, the gradient
+// reaches the tokens' parameters through later segments only, and the memory's named tensors
+// round-trip and are checked. The family's contract (causality, rows and padding, resets,
+// gradient through k segments, decoding) runs over them in family_contract_test.cpp.
 #include <gtest/gtest.h>
-
-#include <algorithm>
 
 #include "support/test_support.h"
 #include "support/tiny_model.h"
@@ -140,57 +139,23 @@ TEST(MemoryTokens, MemoryPositionsHoldTheSegmentOnly) {
   ASSERT_TRUE(out.memory.tokens.defined());
 }
 
-TEST(MemoryTokens, ChangingATokenChangesNothingBeforeIt) {
+// Beside compressive memory too: the rows compressed are the segment's, never the tokens'
+// (mean pooling of layer 0's input, the embeddings in evaluation mode, in groups of 2).
+TEST(MemoryTokens, CompressedRowsHoldTheSegmentOnly) {
   torch::NoGradGuard no_grad;
-  for (auto scheme : kSchemes) {
-    for (int mem_len : {0, int(kSeg)}) {
-      SCOPED_TRACE(config::to_string(scheme) + " mem_len " + std::to_string(mem_len));
-      auto model = make(tiny(scheme, mem_len));
-      auto tokens = tokens_of(2, 3, 7);
-      auto base = read(model, tokens, 3);
-      for (int64_t t : {1, 6}) {  // in the first and second segment
-        auto changed = tokens.clone();
-        changed.select(1, t).add_(1).remainder_(kVocab);
-        auto other = read(model, changed, 3);
-        for (int64_t s = 0; s < 3; ++s) {
-          const int64_t unchanged = std::clamp<int64_t>(t - s * kSeg, 0, kSeg);
-          EXPECT_TRUE(
-              tensor_equal(other[s].narrow(1, 0, unchanged), base[s].narrow(1, 0, unchanged)))
-              << "token " << t << ", segment " << s;
-        }
-        // ...and changes its own position and the next segment.
-        const int64_t s = t / kSeg;
-        EXPECT_GT(
-            (other[s].select(1, t % kSeg) - base[s].select(1, t % kSeg)).abs().max().item<double>(),
-            1e-6);
-        EXPECT_GT((other[s + 1] - base[s + 1]).abs().max().item<double>(), 1e-6);
-      }
-    }
-  }
-}
-
-// A row of a batch gives what it gives alone; padding at the end of a row's last segment changes
-// none of its real positions.
-TEST(MemoryTokens, RowsAreIndependentAndPaddingIsInvisible) {
-  torch::NoGradGuard no_grad;
-  for (auto scheme : kSchemes) {
-    SCOPED_TRACE(config::to_string(scheme));
-    auto model = make(tiny(scheme, /*mem_len=*/kSeg));
-    auto tokens = tokens_of(2, 3, 8);
-    auto mask = torch::ones({2, 3 * kSeg}, torch::kBool);
-    mask[0].narrow(0, 3 * kSeg - 2, 2).fill_(false);
-    Memory together, alone;
-    for (int64_t s = 0; s < 3; ++s) {
-      auto seg = tokens.narrow(1, s * kSeg, kSeg);
-      auto both = run(model, seg, together, mask.narrow(1, s * kSeg, kSeg));
-      const int64_t real = s == 2 ? kSeg - 2 : kSeg;
-      auto one = run(model, seg.narrow(0, 0, 1).narrow(1, 0, real), alone);
-      EXPECT_TRUE(tensor_near(both.logits[0].narrow(0, 0, real), one.logits[0], 1e-10, 1e-10))
-          << "segment " << s;
-      together = both.memory;
-      alone = one.memory;
-    }
-  }
+  auto c = tiny(AttnType::kAlibi, /*mem_len=*/kSeg);
+  c.cmem_len = 3;
+  c.cmem_rate = 2;
+  c.cmem_compress = "mean";
+  auto model = make(c);
+  auto tokens = tokens_of(2, 2, 16);
+  auto first = run(model, tokens.narrow(1, 0, kSeg), {});
+  auto second = run(model, tokens.narrow(1, kSeg, kSeg), first.memory);
+  ASSERT_EQ(second.memory.compressed_length(), 2);
+  auto emb = model->word_emb(tokens.narrow(1, 0, kSeg));  // [2, 4, d]
+  EXPECT_TRUE(
+      tensor_near(second.memory.compressed[0], emb.view({2, 2, 2, 8}).mean(2), 1e-12, 1e-12));
+  ASSERT_TRUE(second.memory.tokens.defined());
 }
 
 // Whether `loss` gives a non-zero gradient to `t` (a parameter or a tensor of the graph).

@@ -57,4 +57,27 @@ inline const std::vector<MemoryMember>& memory_members() {
   return kMembers;
 }
 
+// Every scheme of memory_attn_types() with every memory mechanism: Transformer-XL's cache,
+// compressive memory over it (groups of 2, 3 compressed rows; a trained convolution, mean or
+// max pooling, in turn), memory tokens alone (mem_len 0) and memory tokens beside the cache.
+// The model-level contract suite (tests/models/family_contract_test.cpp) runs every property over
+// it: a new scheme or mechanism enters by joining this list and passing it.
+inline const std::vector<MemoryMember>& contract_members() {
+  static const std::vector<MemoryMember> kMembers = [] {
+    std::vector<MemoryMember> out;
+    const std::vector<std::string> compressions = {"conv", "mean", "max"};
+    size_t next = 0;
+    for (auto type : memory_attn_types()) {
+      const std::string name = config::to_string(type);
+      const std::string compress = compressions[next++ % compressions.size()];
+      out.push_back({name, type});
+      out.push_back({name + "+compressive(" + compress + ")", type, 3, compress});
+      out.push_back({name + "+memory tokens", type, 0, "", 2, /*mem_len=*/0});
+      out.push_back({name + "+memory tokens+memory", type, 0, "", 2});
+    }
+    return out;
+  }();
+  return kMembers;
+}
+
 }  // namespace txl::test
