@@ -7,9 +7,14 @@
 // gradient through k segments, decoding) runs over them in family_contract_test.cpp.
 #include <gtest/gtest.h>
 
+#include <iostream>
+
 #include "support/test_support.h"
 #include "support/tiny_model.h"
 #include "txl/models/transformer_lm.h"
+#include "txl/util/fs.h"
+#include "txl/util/process.h"
+#include "txl/util/safetensors.h"
 
 namespace txl::models {
 namespace {
@@ -220,6 +225,50 @@ TEST(MemoryTokens, TheMemoryRoundTripsThroughNamedTensorsAndIsChecked) {
   in.tokens = tokens_of(3, 1, 4);
   TXL_EXPECT_THROW_WITH(plain->forward(in, memory, plain->default_context()),
                         "holds memory tokens but the model has model.mem_tokens 0");
+}
+
+// The recurrence against PyPI's recurrent-memory-transformer-pytorch on the same weights
+// (tests/models/memory_tokens_reference.py): the package's embedding, read and written tokens,
+// layer loop with residuals, final norm, output layer and segment-to-segment memory, with its
+// layers' insides (RMSNorm, GEGLU, a null key, value residuals, its positions) replaced by txl's
+// pre-norm ALiBi layer, give txl's per-token losses and tokens written, segment after segment;
+// a control that carries no memory differs.
+TEST(MemoryTokens, ThePyPIPackagesRecurrenceEqualsTxlsOnTheSameWeights) {
+  const std::string python = txl::test::python();
+  if (!txl::process::run_program(
+           {python, "-c", "import recurrent_memory_transformer_pytorch, x_transformers"})
+           .ok())
+    GTEST_SKIP() << "no recurrent-memory-transformer-pytorch in " << python
+                 << " (TXL_TORCH=pip tools/setup.sh installs it)";
+  torch::NoGradGuard no_grad;
+  auto c = tiny(AttnType::kAlibi);
+  c.pre_norm = true;
+  c.final_norm = true;
+  c.dropout = 0.0;
+  auto model = make(c);
+  auto tokens = tokens_of(2, 3, 31);
+  std::vector<torch::Tensor> nll, written;
+  Memory memory;
+  for (int64_t s = 0; s < 3; ++s) {
+    auto out = run(model, tokens.narrow(1, s * kSeg, kSeg), memory);
+    nll.push_back(out.nll);                // [B, Q]
+    written.push_back(out.memory.tokens);  // [B, m, d]
+    memory = out.memory;
+  }
+  txl::safetensors::NamedTensors dump = {{"tokens", tokens},
+                                         {"targets", (tokens * 3 + 1).remainder(kVocab)},
+                                         {"n_head", torch::tensor(c.n_head)},
+                                         {"seg", torch::tensor(kSeg)},
+                                         {"txl.nll", torch::stack(nll)},
+                                         {"txl.written", torch::stack(written)}};
+  for (const auto& p : model->named_parameters()) dump.emplace_back("p." + p.key(), p.value());
+  txl::test::TempDir dir;
+  txl::fs::write_atomic(dir / "dump.safetensors", txl::safetensors::serialize(dump));
+  const auto script = txl::test::source_dir() / "tests" / "models" / "memory_tokens_reference.py";
+  const auto r =
+      txl::process::run_program({python, script.string(), (dir / "dump.safetensors").string()});
+  EXPECT_TRUE(r.ok()) << r.status() << "\n" << r.out << r.stderr_tail;
+  std::cout << r.out;
 }
 
 TEST(MemoryTokens, AbsolutePositionsAreRefused) {
