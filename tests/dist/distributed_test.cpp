@@ -204,26 +204,48 @@ TEST(DataParallel, TwoRanksReachTheParametersAndPerplexityOfOne) {
   }
 }
 
-// Compressive memory: two ranks pause, and their checkpoint holds every rank's compressed memory
-// (gathered with the rest of the memory), so one rank resumes it to the one-rank run's figures.
-TEST(DataParallel, ACompressiveMemoryCheckpointOfTwoRanksResumesOnOne) {
+// Two ranks pause with `sets` (--set arguments), and their checkpoint holds every rank's rows of
+// the memory tensor `gathered` (4 rows: the whole batch), so one rank resumes it to the one-rank
+// run's figures.
+void expect_two_ranks_resume_on_one(const std::string& name, int cmem_len,
+                                    const std::vector<std::string>& sets,
+                                    const std::string& gathered) {
   TempDir dir;
-  const auto config = write_config(dir, "cm", 0.0, /*cmem_len=*/4);
+  const auto config = write_config(dir, name, 0.0, cmem_len);
   const auto runs = dir / "runs";
-  run_job(0, config, {"--set", "run.output_dir=" + (runs / "one").string()}, dir / "log1");
-  run_job(2, config, {"--set", "run.output_dir=" + (runs / "mixed").string(), "--pause-at-step", "10"},
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), sets.begin(), sets.end());
+    return args;
+  };
+  run_job(0, config, with({"--set", "run.output_dir=" + (runs / "one").string()}), dir / "log1");
+  run_job(2, config,
+          with({"--set", "run.output_dir=" + (runs / "mixed").string(), "--pause-at-step", "10"}),
           dir / "log2");
   const auto saved = txl::models::read_checkpoint(runs / "mixed" / "checkpoint_last.safetensors");
-  int compressed_rows = 0;
-  for (const auto& [name, t] : saved.tensors) {
-    if (name == "memory/compressed.0") compressed_rows = static_cast<int>(t.size(0));
+  int rows = 0;
+  for (const auto& [tensor, t] : saved.tensors) {
+    if (tensor == gathered) rows = static_cast<int>(t.size(0));
   }
-  EXPECT_EQ(compressed_rows, 4) << "every rank's compressed memory belongs in the checkpoint";
-  run_job(1, config, {"--set", "run.output_dir=" + (runs / "mixed").string(), "--resume"},
+  EXPECT_EQ(rows, 4) << "every rank's " << gathered << " belongs in the checkpoint";
+  run_job(1, config, with({"--set", "run.output_dir=" + (runs / "mixed").string(), "--resume"}),
           dir / "log3");
   expect_same_parameters(runs / "one" / "checkpoint_last.safetensors", runs / "mixed" / "checkpoint_last.safetensors", 1e-5);
   expect_near_all(metric(runs / "mixed", "eval", "ppl"), metric(runs / "one", "eval", "ppl"), 1e-5,
                   "valid ppl");
+}
+
+// Compressive memory: the compressed memory is gathered with the rest of the memory.
+TEST(DataParallel, ACompressiveMemoryCheckpointOfTwoRanksResumesOnOne) {
+  expect_two_ranks_resume_on_one("cm", /*cmem_len=*/4, {}, "memory/compressed.0");
+}
+
+// Memory tokens alone (no memory positions), trained through 2 segments: the tokens written are
+// gathered.
+TEST(DataParallel, AMemoryTokensCheckpointOfTwoRanksResumesOnOne) {
+  expect_two_ranks_resume_on_one(
+      "mt", 0,
+      {"--set", "model.mem_tokens=2", "--set", "model.mem_len=0", "--set", "train.bptt_segments=1"},
+      "memory/tokens");
 }
 
 TEST(DataParallel, AResumedTwoRankRunContinuesExactly) {
