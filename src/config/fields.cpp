@@ -60,7 +60,7 @@ void add_run_fields(TableBuilder& t, RunConfig& run) {
 
 void add_data_fields(TableBuilder& t, DataConfig& data) {
   t.add("data.corpus", data.corpus,
-        {"kjv", "wikitext", "ptb", "enwik8", "text8", "text", "synthetic"});
+        {"kjv", "wikitext", "ptb", "enwik8", "text8", "text", "pg19", "synthetic"});
   t.add("data.path", data.path);
   t.add("data.cache_dir", data.cache_dir);
   TokenizerConfig& tok = data.tokenizer;

@@ -1,13 +1,17 @@
 #include "txl/data/corpus.h"
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <limits>
+#include <utility>
 
 #include "txl/data/synthetic.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
 #include "txl/util/process.h"
+#include "txl/util/text.h"
 
 namespace txl::data {
 
@@ -349,6 +353,92 @@ class ByteFileReader : public CorpusReader {
   stdfs::path file_;
 };
 
+// ------------------------------------------------------------------------------ pg19
+
+// PG-19 as DeepMind lays it out: <path>/{train,validation,test}/<id>.txt, one book a file, each
+// book a document, in the order of their ids (numerically where the ids are numbers); the
+// metadata.csv beside them is not needed. Every book must be non-blank, well-formed UTF-8.
+class Pg19Reader : public CorpusReader {
+ public:
+  explicit Pg19Reader(std::string path) : path_(std::move(path)) {
+    TXL_CHECK(!path_.empty(),
+              "corpus 'pg19' needs data.path: the folder holding train/, "
+              "validation/ and test/ of <id>.txt (see ",
+              kReadme, ")");
+  }
+
+  std::string name() const override { return "pg19"; }
+  std::string source_key() const override { return "pg19:" + resolved(path_); }
+  std::uint64_t fingerprint() const override {
+    std::uint64_t h = fs::fnv1a("pg19");
+    for (const char* split : kSplits) {
+      for (const auto& book : books(split)) {
+        h = fs::fnv1a(std::string(split) + "/" + book.filename().string(), h);
+        const std::uint64_t f = fs::fingerprint_file(book);
+        h = fs::fnv1a(std::string_view(reinterpret_cast<const char*>(&f), sizeof f), h);
+      }
+    }
+    return h;
+  }
+
+  CorpusText read() const override {
+    CorpusText corpus;
+    corpus.name = "pg19";
+    CorpusSplit* splits[3] = {&corpus.train, &corpus.valid, &corpus.test};
+    for (int s = 0; s < 3; ++s) {
+      for (const auto& book : books(kSplits[s])) add_book(book, splits[s]);
+    }
+    return corpus;
+  }
+
+ private:
+  static constexpr const char* kSplits[3] = {"train", "validation", "test"};
+
+  // The books of one split, in the order of their ids. Throws txl::Error naming a missing
+  // folder or one without books.
+  std::vector<stdfs::path> books(const char* split) const {
+    const stdfs::path folder = stdfs::path(path_) / split;
+    std::error_code ec;
+    TXL_CHECK(stdfs::is_directory(folder, ec), "corpus 'pg19': ", folder.string(),
+              " is missing: PG-19's layout has train/, validation/ and test/ folders of "
+              "<id>.txt (see ",
+              kReadme, ")");
+    std::vector<stdfs::path> out;
+    for (const auto& entry : stdfs::directory_iterator(folder, ec)) {
+      if (entry.path().extension() == ".txt") out.push_back(entry.path());
+    }
+    TXL_CHECK(!ec, "corpus 'pg19': cannot list ", folder.string(), ": ", ec.message());
+    TXL_CHECK(!out.empty(), "corpus 'pg19': ", folder.string(), " holds no <id>.txt book (see ",
+              kReadme, ")");
+    auto key = [](const stdfs::path& p) {
+      const std::string id = p.stem().string();
+      const bool number =
+          !id.empty() && id.size() < 19 && id.find_first_not_of("0123456789") == std::string::npos;
+      return std::pair(number ? std::stoll(id) : std::numeric_limits<long long>::max(), id);
+    };
+    std::sort(out.begin(), out.end(),
+              [&](const auto& a, const auto& b) { return key(a) < key(b); });
+    return out;
+  }
+
+  // Appends one book to `split` as a document of its own.
+  static void add_book(const stdfs::path& book, CorpusSplit* split) {
+    std::string bytes = read_corpus_file("pg19", book);
+    if (const auto bad = util::find_invalid_utf8(bytes)) {
+      TXL_FAIL("corpus 'pg19': ", book.string(), " is not UTF-8 (an invalid byte at offset ", *bad,
+               ")");
+    }
+    TXL_CHECK(bytes.find_first_not_of(" \t\r\n") != std::string::npos,
+              "corpus 'pg19': ", book.string(), " holds only blank lines (an empty book)");
+    split->n_bytes += static_cast<std::int64_t>(bytes.size());
+    split->n_chars += count_utf8_chars(bytes);
+    split->doc_starts.push_back(static_cast<std::int64_t>(split->lines.size()));
+    for (auto& line : split_lines(bytes)) split->lines.push_back(std::move(line));
+  }
+
+  std::string path_;
+};
+
 // -------------------------------------------------------------------- synthetic
 
 class SyntheticReader : public CorpusReader {
@@ -377,8 +467,8 @@ class SyntheticReader : public CorpusReader {
 }  // namespace
 
 const std::vector<std::string>& corpus_names() {
-  static const std::vector<std::string> names = {"kjv",   "wikitext", "ptb",      "enwik8",
-                                                 "text8", "text",     "synthetic"};
+  static const std::vector<std::string> names = {"kjv",   "wikitext", "ptb",  "enwik8",
+                                                 "text8", "text",     "pg19", "synthetic"};
   return names;
 }
 
@@ -407,6 +497,7 @@ std::unique_ptr<CorpusReader> make_corpus_reader(const config::DataConfig& cfg) 
         name, cfg.path, std::vector<std::string>{"train.txt", "valid.txt", "test.txt"},
         Docs::kBlankLines);
   if (name == "enwik8" || name == "text8") return std::make_unique<ByteFileReader>(name, cfg.path);
+  if (name == "pg19") return std::make_unique<Pg19Reader>(cfg.path);
   if (name == "synthetic") return std::make_unique<SyntheticReader>(cfg.synthetic);
   std::string known;
   for (const auto& n : corpus_names()) known += (known.empty() ? "" : ", ") + n;

@@ -215,6 +215,64 @@ TEST(Corpus, TextFolderBlankLinesSeparateDocuments) {
   EXPECT_EQ(c.test.n_bytes, 6);
 }
 
+// PG-19's layout: a book a document, books in the order of their numeric ids, validation/ as
+// valid, counts of the books' bytes and characters; the fingerprint follows the books' bytes and
+// the split they are in.
+TEST(Corpus, Pg19BooksAreDocumentsInTheOrderOfTheirIds) {
+  TempDir dir;
+  for (const char* split : {"train", "validation", "test"}) {
+    std::filesystem::create_directories(dir / split);
+  }
+  write_text(dir / "train" / "10.txt", "Ten, line one\nline two\n");
+  write_text(dir / "train" / "9.txt", "Nine\n");
+  write_text(dir / "train" / "100.txt", "Caf\xc3\xa9 hundred");  // no final newline
+  write_text(dir / "train" / "notes.md", "not a book");
+  write_text(dir / "validation" / "7.txt", "Seven\n\nafter a blank line\n");
+  write_text(dir / "test" / "3.txt", "Three\n");
+  write_text(dir / "metadata.csv", "_id,short_book_title,publication_date,url\n");
+  auto reader = make_corpus_reader(data_config("pg19", dir.path().string()));
+  CorpusText c = reader->read();
+  EXPECT_EQ(c.name, "pg19");
+  EXPECT_EQ(c.train.lines,
+            (std::vector<std::string>{"Nine", "Ten, line one", "line two", "Caf\xc3\xa9 hundred"}));
+  EXPECT_EQ(c.train.doc_starts, (std::vector<std::int64_t>{0, 1, 3}));
+  EXPECT_EQ(c.train.n_bytes, 5 + 23 + 13);
+  EXPECT_EQ(c.train.n_chars, 5 + 23 + 12);
+  EXPECT_EQ(c.valid.lines, (std::vector<std::string>{"Seven", "", "after a blank line"}));
+  EXPECT_EQ(c.valid.doc_starts, (std::vector<std::int64_t>{0}));
+  EXPECT_EQ(c.test.lines, (std::vector<std::string>{"Three"}));
+  const auto before = reader->fingerprint();
+  write_text(dir / "test" / "3.txt", "Three!\n");
+  EXPECT_NE(reader->fingerprint(), before);
+  write_text(dir / "test" / "3.txt", "Three\n");
+  EXPECT_EQ(reader->fingerprint(), before);
+  std::filesystem::rename(dir / "train" / "9.txt", dir / "test" / "9.txt");
+  EXPECT_NE(reader->fingerprint(), before);
+}
+
+// A folder without a split, a split without books, an empty book and invalid UTF-8: one line
+// naming the folder or file.
+TEST(Corpus, Pg19MalformedInputIsAClearError) {
+  TempDir dir;
+  auto read = [&] { return make_corpus_reader(data_config("pg19", dir.path().string()))->read(); };
+  std::filesystem::create_directories(dir / "train");
+  std::filesystem::create_directories(dir / "test");
+  write_text(dir / "train" / "1.txt", "One\n");
+  write_text(dir / "test" / "2.txt", "Two\n");
+  TXL_EXPECT_THROW_WITH(read(), (dir / "validation").string() + " is missing");
+  std::filesystem::create_directories(dir / "validation");
+  TXL_EXPECT_THROW_WITH(read(), (dir / "validation").string() + " holds no <id>.txt book");
+  write_text(dir / "validation" / "5.txt", "\n \n");
+  TXL_EXPECT_THROW_WITH(
+      read(), (dir / "validation" / "5.txt").string() + " holds only blank lines (an empty book)");
+  write_text(dir / "validation" / "5.txt", "");
+  TXL_EXPECT_THROW_WITH(read(), (dir / "validation" / "5.txt").string() + " is empty");
+  write_text(dir / "validation" / "5.txt", "Fine\nthen \xff here\n");
+  TXL_EXPECT_THROW_WITH(read(), (dir / "validation" / "5.txt").string() +
+                                    " is not UTF-8 (an invalid byte at offset 10)");
+  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config("pg19", "")), "needs data.path");
+}
+
 // ------------------------------------------------------------------------- byte corpora
 
 TEST(Corpus, Enwik8SmallFileSplitsByFraction) {

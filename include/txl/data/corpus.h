@@ -10,6 +10,8 @@
 //   enwik8     <path>/enwik8 raw bytes: last 5M bytes test, the 5M before valid, the rest train
 //   text8      <path>/text8: same split as enwik8
 //   text       <path>/{train,valid,test}.txt, blank lines separate documents
+//   pg19       <path>/{train,validation,test}/<id>.txt (DeepMind's PG-19 layout), one book a
+//              document, books in the order of their ids
 //   synthetic  generated long-range recall corpus (synthetic.h)
 
 #include <cstdint>
