@@ -115,7 +115,6 @@ class IncrementalDecoder {
   int64_t rows() const { return static_cast<int64_t>(first_.size()); }
   int64_t steps() const { return time_; }  // time steps read (padding included)
   bool sliding() const { return w_.sliding; }
-  bool forward_mode() const { return w_.forward; }
   int64_t capacity() const { return w_.capacity; }  // C: key rows each layer's buffer holds
   const DecoderWeights& weights() const { return w_; }
 
