@@ -930,14 +930,15 @@ std::string recl_section(const Analysis& a) {
   std::string grid;
   for (auto c : t.recl.contexts) grid += (grid.empty() ? "" : ", ") + std::to_string(c);
   return "\n## Relative effective context length (" + a.split + ")\n\n" +
-         fmt::format("RECL (MODEL.md section 8; the paper's appendix C) of this group of {} "
-                     "variants on {} tokens, from the context sweep's per-token losses (averaged "
-                     "over seeds), on the grid c = {} (each step is a D of the definition): a "
-                     "context counts while it lowers the group-relative loss of the hardest r of "
-                     "tokens by 1% or more. An absolute-position model has no positions beyond its "
-                     "training length Q: at c > Q it counts with its losses at the longest c within "
-                     "Q.\n\n",
-                     t.variants.size(), count(t.tokens), grid) +
+         fmt::format(
+             "RECL (docs/model.md section 8; the paper's appendix C) of this group of {} "
+             "variants on {} tokens, from the context sweep's per-token losses (averaged "
+             "over seeds), on the grid c = {} (each step is a D of the definition): a "
+             "context counts while it lowers the group-relative loss of the hardest r of "
+             "tokens by 1% or more. An absolute-position model has no positions beyond its "
+             "training length Q: at c > Q it counts with its losses at the longest c within "
+             "Q.\n\n",
+             t.variants.size(), count(t.tokens), grid) +
          markdown_table(header, rows, right);
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // What the data layer hands the model: one batch of B rows of T positions, with the masks that
-// say which inputs are real and which targets are scored (MODEL.md section 1), and padded
+// say which inputs are real and which targets are scored (docs/model.md section 1), and padded
 // batches of variable-length sequences.
 //
 // Shapes: B batch rows (parallel streams or windows), T positions in this batch (the segment

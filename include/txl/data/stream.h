@@ -1,5 +1,5 @@
 #pragma once
-// Ordered segment streams (MODEL.md section 2) and the evaluation iterations (section 7).
+// Ordered segment streams (docs/model.md section 2) and the evaluation iterations (section 7).
 //
 // A corpus of N token ids is cut into B contiguous streams; batch i holds the i-th segment of
 // every stream, so segments A, B, C of one stream arrive in consecutive batches and the model's
@@ -118,14 +118,14 @@ class TrainStream {
   // into the previous document. With fewer documents than streams, the longest documents are
   // cut into contiguous halves until every stream has one (each part a document of its own,
   // logged as a warning; the cuts are part of the fingerprint); documents too short to cut
-  // (under 4 tokens) leave the error asking for a smaller train.batch_size. With roll, each epoch starts the document sequence at a random
-  // document (drawn from (seed, epoch)). Documents of fewer than 2 tokens are skipped.
-  // Padding overhead (logged at construction): the tail of each document's last segment,
-  // Q / 2 tokens per document on average, plus the rows of streams that finish before the
-  // longest one (at most one document's length each, thanks to the shortest-first dealing).
-  // With short documents (n << Q) most of a batch is padding: pick Q near the typical length.
-  // A row whose stream has run out is all padding (input_mask false everywhere), which the
-  // model must take without NaN (MODEL.md section 1).
+  // (under 4 tokens) leave the error asking for a smaller train.batch_size. With roll, each epoch
+  // starts the document sequence at a random document (drawn from (seed, epoch)). Documents of
+  // fewer than 2 tokens are skipped. Padding overhead (logged at construction): the tail of each
+  // document's last segment, Q / 2 tokens per document on average, plus the rows of streams that
+  // finish before the longest one (at most one document's length each, thanks to the shortest-first
+  // dealing). With short documents (n << Q) most of a batch is padding: pick Q near the typical
+  // length. A row whose stream has run out is all padding (input_mask false everywhere), which the
+  // model must take without NaN (docs/model.md section 1).
   // var_len is not supported in document mode (the layout needs fixed segment lengths).
   TrainStream(torch::Tensor ids, TrainStreamOptions options, torch::Tensor doc_starts = {});
 
@@ -234,7 +234,7 @@ struct SlidingStreamOptions {
 
 class SlidingStream {
  public:
-  // Vanilla evaluation (MODEL.md section 7, Al-Rfou et al.). Window k covers the inputs
+  // Vanilla evaluation (docs/model.md section 7, Al-Rfou et al.). Window k covers the inputs
   // [end_k - L, end_k) with end_k = min(L + k s, N - 1); the first window scores all its
   // positions, window k > 0 the positions after end_{k-1} (the last s, fewer in the final
   // window). So every target is scored exactly once, the last target of a window sees exactly

@@ -2,8 +2,8 @@
 // How much context a model uses, and whether a difference between two models is real: pure
 // functions of per-token losses, for the ablation report (issue 14).
 //
-//   relative_effective_context   RECL (MODEL.md section 8; the paper's section 4.3, appendix C)
-//   paired_bootstrap_ppl_ratio   ppl(a) / ppl(b) on the same tokens, with a paired block
+//   relative_effective_context   RECL (docs/model.md section 8; the paper's section 4.3, appendix
+//   C) paired_bootstrap_ppl_ratio   ppl(a) / ppl(b) on the same tokens, with a paired block
 //                                bootstrap interval
 //
 // Legend: I models of one group, C context lengths of a grid, T scored tokens, N tokens.
@@ -31,7 +31,7 @@ struct Recl {
 // contexts: strictly increasing (the step D between neighbours is the grid's; the search moves
 // from one grid point to the next).
 //
-// As MODEL.md section 8 defines it, with c' the next grid point after c:
+// As docs/model.md section 8 defines it, with c' the next grid point after c:
 //   b(c, t)    = min_i l_i(c, t)
 //   T_r(c)     = the ceil(r T) tokens with the largest b(c, t) (at least one); equal values are
 //                taken in token order, earliest first

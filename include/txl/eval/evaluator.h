@@ -1,5 +1,5 @@
 #pragma once
-// Perplexity evaluation (MODEL.md section 7): memory mode (Transformer-XL: segments in order,
+// Perplexity evaluation (docs/model.md section 7): memory mode (Transformer-XL: segments in order,
 // each with memory M, optional unscored warm-up), segments (each segment on its own, no
 // memory) and sliding (each token predicted from the L tokens before it, stride s), all with
 // one eval::Settings (settings.h).

@@ -1,5 +1,5 @@
 #pragma once
-// The one set of evaluation settings (MODEL.md section 7). Every evaluation path takes a
+// The one set of evaluation settings (docs/model.md section 7). Every evaluation path takes a
 // Settings: the trainer's periodic validation, txl-eval, the ablation and the bench. It is
 // resolved once from the experiment's eval section and the model section (resolve_settings);
 // the "inherit" values of EvalConfig (-1 = model.mem_len, 0 = tgt_len, ...) are read there and
@@ -69,8 +69,8 @@ Settings resolve_settings(const config::ExperimentConfig& config, dist::Group* g
 // instead of c.
 inline constexpr std::int64_t kSweepStrideDivisor = 8;
 
-// `config` evaluated at attention length c, the tokens each scored token sees (MODEL.md section
-// 8), as the context sweeps of txl-ablate and txl-eval --sweep define it:
+// `config` evaluated at attention length c, the tokens each scored token sees (docs/model.md
+// section 8), as the context sweeps of txl-ablate and txl-eval --sweep define it:
 //   relative positions: memory mode with M = c and same_length (every query sees c keys), each
 //     stream warmed up with c unscored tokens; c = 0 is memory mode without memory;
 //   absolute positions: sliding windows L = c (0 = Q) with stride max(1, L / kSweepStrideDivisor).

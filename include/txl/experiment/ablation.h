@@ -1,7 +1,7 @@
 #pragma once
 // The ablation runner: every variant of an ablation file is trained in turn on the same data,
-// seed and budget, then evaluated in the modes that fit its attention (MODEL.md sections 6, 7),
-// and the results go into one report (report.h) under runs/<ablation>/.
+// seed and budget, then evaluated in the modes that fit its attention (docs/model.md sections 6,
+// 7), and the results go into one report (report.h) under runs/<ablation>/.
 //
 // Interrupted work is never redone: a variant's run directory holds
 //   done.json                 {"stage": "trained" | "evaluated", "fingerprint": ..., training
@@ -53,7 +53,7 @@ std::vector<PlannedEval> evaluation_plan(const config::ExperimentConfig& variant
 
 // The context sweep's grid of attention lengths c (tokens a scored token sees): the ablation's
 // `contexts:`, else from Q/2 to 4Q in steps of Q/2 (Q = the base's model.tgt_len), so the step
-// D of RECL (MODEL.md section 8) is Q/2.
+// D of RECL (docs/model.md section 8) is Q/2.
 std::vector<std::int64_t> sweep_contexts(const config::AblationConfig& ablation);
 
 // The sweep's evaluations of a variant, on every split, one per context c of `contexts`, each

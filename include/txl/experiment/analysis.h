@@ -3,7 +3,7 @@
 // standard deviation), whether each difference between two variants is real (a paired block
 // bootstrap interval of the ppl ratio on the same tokens), how ppl changes with the attention
 // length (the context sweep, with the paper's Table 6 "PPL init", "PPL best" and "Attn Len"),
-// and the group's relative effective context length (RECL, MODEL.md section 8). Pure functions
+// and the group's relative effective context length (RECL, docs/model.md section 8). Pure functions
 // of ResultRecords; report.cpp formats them.
 
 #include <cmath>

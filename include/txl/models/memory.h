@@ -1,6 +1,6 @@
 #pragma once
-// The recurrent state of paper 3.2 (MODEL.md section 3), owned by the caller: the model takes it
-// and returns the next one. It also owns its row operations (gradient-accumulation chunks and
+// The recurrent state of paper 3.2 (docs/model.md section 3), owned by the caller: the model takes
+// it and returns the next one. It also owns its row operations (gradient-accumulation chunks and
 // data-parallel ranks hold consecutive rows of one batch) and its named-tensor form, in which
 // checkpoints carry it.
 //

@@ -1,6 +1,6 @@
 #pragma once
 // The language model: adaptive input -> n_layer decoder layers with segment-level recurrent
-// memory -> adaptive softmax (MODEL.md sections 3-6). One class covers the ablation:
+// memory -> adaptive softmax (docs/model.md sections 3-6). One class covers the ablation:
 //   xl               relative positions (paper 3.3) + memory; xl with mem_len 0 = rel_no_memory
 //   shaw             learned relative embeddings per clipped distance (Shaw et al. 2018)
 //   vanilla          sinusoid of the position within the segment added to the embedding

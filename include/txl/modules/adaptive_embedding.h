@@ -1,7 +1,7 @@
 #pragma once
 // Token embedding with adaptive input (Baevski & Auli 2019) as the Transformer-XL paper code
-// builds it, MODEL.md section 5. The vocabulary, sorted by frequency, is split at `cutoffs` into
-// clusters; with div_val > 1 cluster k has its own table of width d_embed / div_val^k and a
+// builds it, docs/model.md section 5. The vocabulary, sorted by frequency, is split at `cutoffs`
+// into clusters; with div_val > 1 cluster k has its own table of width d_embed / div_val^k and a
 // projection to d_proj, so rare words cost fewer parameters. With div_val = 1 there is a single
 // table (the cutoffs then only matter to the output layer, as in the paper code).
 //

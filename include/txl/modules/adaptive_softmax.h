@@ -1,6 +1,7 @@
 #pragma once
 // The output layer: a (tied) softmax over the vocabulary, or the adaptive softmax of Grave et al.
-// 2017 as the Transformer-XL paper code has it (ProjectedAdaptiveLogSoftmax), MODEL.md section 5.
+// 2017 as the Transformer-XL paper code has it (ProjectedAdaptiveLogSoftmax), docs/model.md
+// section 5.
 //
 // Without cutoffs: log p = log_softmax(h P_0 E^T + b) (P_0 only when a projection exists).
 // With cutoffs [c_1, ..., c_n]: the head scores the head words [0, c_1) plus one logit per tail

@@ -1,6 +1,6 @@
 #pragma once
 // Multi-head self-attention over concat(memory, segment), with the position schemes of the
-// ablation (MODEL.md sections 3, 4, 6):
+// ablation (docs/model.md sections 3, 4, 6):
 //   kRelative  Transformer-XL (paper 3.3): score = (q_i + u)^T k_j + (q_i + v)^T W_R R[M+i-j]
 //   kShaw      Shaw et al. (2018): score = q_i^T k_j + q_i^T A[min(M+i-j, max_rel_dist)],
 //              A a learned table per layer

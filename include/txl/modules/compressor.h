@@ -3,7 +3,7 @@
 // consecutive memory rows -> one compressed row, per layer.
 //   conv  a strided 1-D convolution (kernel c, stride c, d -> d channels, with bias): each
 //         compressed row is an affine map of its group's c rows. It starts as mean pooling and
-//         trains only by the attention-reconstruction loss (TransformerLMImpl, MODEL.md).
+//         trains only by the attention-reconstruction loss (TransformerLMImpl, docs/model.md).
 //   mean  the mean of the group's real rows (no parameters)
 //   max   the element-wise maximum of the group's real rows (no parameters)
 // Padding rows (mask false) are zeros to the convolution and left out of the pooling; a

@@ -1,5 +1,5 @@
 #pragma once
-// One decoder layer (MODEL.md section 5):
+// One decoder layer (docs/model.md section 5):
 //   post-norm (default):  a = LN(x + drop(attn(x, mem)));    out = LN(a + drop(ff(a)))
 //   pre-norm:             a = x + drop(attn(LN(x), LN(mem))); out = a + drop(ff(LN(a)))
 // With learned absolute positions (vanilla_learned, Al-Rfou et al. 2018) the layer adds its

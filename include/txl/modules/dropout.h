@@ -1,5 +1,5 @@
 #pragma once
-// Dropout as a module (residual, inner, attention and embedding dropout, MODEL.md section 5):
+// Dropout as a module (residual, inner, attention and embedding dropout, docs/model.md section 5):
 // torch::nn::Dropout's behaviour (active in train(), identity in eval()), with ops::dropout's
 // fast mask generator. It has no parameters or buffers, so checkpoints do not see it.
 

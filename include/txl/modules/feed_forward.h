@@ -1,5 +1,5 @@
 #pragma once
-// Position-wise feed-forward block: W_2 dropout(relu(W_1 x + b_1)) + b_2 (MODEL.md section 5).
+// Position-wise feed-forward block: W_2 dropout(relu(W_1 x + b_1)) + b_2 (docs/model.md section 5).
 // The residual dropout and the LayerNorm belong to the decoder layer. The decoding step is the
 // same formula (one function, `apply`) through weights prepared for a few rows at a time.
 

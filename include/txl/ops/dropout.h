@@ -1,5 +1,6 @@
 #pragma once
-// Dropout with a fast mask generator (MODEL.md section 5: residual, inner and attention dropout).
+// Dropout with a fast mask generator (docs/model.md section 5: residual, inner and attention
+// dropout).
 //
 // The same function as torch::dropout: in training each element is zeroed with probability p and
 // the others are scaled by 1 / (1 - p), out = x * noise with noise in x's dtype, and the gradient

@@ -1,5 +1,5 @@
 #pragma once
-// The output layer's cross-entropy as one fused, differentiable call (MODEL.md section 5):
+// The output layer's cross-entropy as one fused, differentiable call (docs/model.md section 5):
 //
 //     nll[i] = logsumexp_v(z[i, v]) - z[i, target[i]],     z = h W^T + b
 //

@@ -1,5 +1,5 @@
 #pragma once
-// Attention masks, built once per segment and shared by every layer (MODEL.md sections 1, 4).
+// Attention masks, built once per segment and shared by every layer (docs/model.md sections 1, 4).
 //
 // Legend: B batch, Q query length, M memory length, K = M + Q keys. Query i sits at key index
 // M + i. All masks are bool with true = visible (the key may be attended to).
