@@ -61,23 +61,24 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
-// The whole batch's memory from every rank's rows (rank order = row order), for a checkpoint.
-// Sent through the CPU as fp32 and uint8, which every backend carries, and returned on the
-// memory's own device and dtypes.
+// The whole batch's memory from every rank's rows (rank order = row order), for a checkpoint:
+// every tensor of the memory's named form (Memory::to_tensors, what the checkpoint stores, so a
+// new kind of memory is gathered with the rest), the key mask always given so that every rank
+// sends the same tensors. Sent through the CPU as fp32 and uint8, which every backend carries,
+// and returned on the memory's own device and dtypes.
 models::Memory gather_memory(dist::Group& group, const models::Memory& mine) {
   if (!group.distributed() || mine.empty()) return mine;
-  auto rows = [&](const torch::Tensor& t) {  // floating rows through fp32, masks through uint8
+  models::Memory sent = mine;
+  if (!sent.layers.empty()) sent.key_mask = sent.mask_or_ones();  // [rows, M]
+  std::vector<std::pair<std::string, torch::Tensor>> gathered;
+  for (const auto& [name, t] : sent.to_tensors("")) {
     const auto carrier = t.scalar_type() == torch::kBool ? torch::kUInt8 : torch::kFloat;
-    return group.all_gather_rows(t.to(torch::kCPU, carrier)).to(t.device(), t.scalar_type());
-  };
-  models::Memory out;
-  for (const auto& t : mine.layers) out.layers.push_back(rows(t));
-  if (!mine.layers.empty()) out.key_mask = rows(mine.mask_or_ones());  // [rows, M]
-  // Compressive memory and memory tokens: their rows the same way.
-  for (const auto& t : mine.compressed) out.compressed.push_back(rows(t));
-  if (!mine.compressed.empty()) out.compressed_mask = rows(mine.compressed_mask);  // [rows, N]
-  if (mine.tokens.defined()) out.tokens = rows(mine.tokens);                       // [rows, m, d]
-  return out;
+    gathered.emplace_back(name, group.all_gather_rows(t.to(torch::kCPU, carrier))
+                                    .to(t.device(), t.scalar_type()));  // [all rows, ...]
+  }
+  const auto& any = mine.layers.empty() ? mine.tokens : mine.layers.front();  // [rows, ., d]
+  return models::Memory::from_tensors(gathered, "", static_cast<int64_t>(mine.layers.size()),
+                                      any.size(2), any.device(), "the ranks' memory");
 }
 
 bool all_finite(const std::vector<torch::Tensor>& tensors) {

@@ -51,26 +51,16 @@ const std::vector<Member> kMembers = {{AttnType::kXl, "conv"},
 std::string name_of(const Member& m) { return config::to_string(m.attn_type) + "+" + m.compress; }
 
 TransformerLM make(const config::ModelConfig& c, torch::ScalarType dtype = torch::kDouble) {
-  torch::manual_seed(3);
-  TransformerLM model(c, kVocab);
-  model->to(dtype);
-  model->eval();
-  return model;
+  return txl::test::tiny_model(c, kVocab, dtype);
 }
 
 LMOutput run(TransformerLM& model, const torch::Tensor& tokens, const Memory& memory,
              const torch::Tensor& input_mask = {}, const torch::Tensor& reset = {}) {
-  Inputs in;
-  in.tokens = tokens;
-  in.targets = (tokens * 3 + 1).remainder(kVocab);
-  in.input_mask = input_mask;
-  in.reset = reset;
-  return model->forward(in, memory, model->default_context(), /*want_logits=*/true);
+  return txl::test::run_segment(model, tokens, memory, kVocab, input_mask, reset);
 }
 
 torch::Tensor tokens_of(int64_t rows, int64_t segments, uint64_t seed) {
-  torch::manual_seed(seed);
-  return torch::randint(kVocab, {rows, segments * kSeg}, torch::kLong);
+  return txl::test::random_tokens(rows, segments * kSeg, kVocab, seed);
 }
 
 // The outputs of each segment of `tokens` read in order; memories[i] is the memory after

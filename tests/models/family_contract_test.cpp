@@ -36,29 +36,17 @@ TransformerLM make(const MemoryMember& member) {
   c.dropatt = 0.0;
   c.max_rel_dist = 16;
   member.apply(c);
-  torch::manual_seed(3);
-  TransformerLM model(c, kVocab);
-  model->to(torch::kDouble);
-  model->eval();
-  return model;
+  return txl::test::tiny_model(c, kVocab);
 }
 
 torch::Tensor tokens_of(int64_t rows, int64_t segments, uint64_t seed) {
-  torch::manual_seed(seed);
-  return torch::randint(kVocab, {rows, segments * kSeg}, torch::kLong);
+  return txl::test::random_tokens(rows, segments * kSeg, kVocab, seed);
 }
 
 LMOutput run(TransformerLM& model, const torch::Tensor& tokens, const Memory& memory,
              const torch::Tensor& input_mask = {}, const torch::Tensor& reset = {},
              bool memory_grad = false) {
-  Inputs in;
-  in.tokens = tokens;
-  in.targets = (tokens * 3 + 1).remainder(kVocab);
-  in.input_mask = input_mask;
-  in.reset = reset;
-  auto ctx = model->default_context();
-  ctx.memory_grad = memory_grad;
-  return model->forward(in, memory, ctx, /*want_logits=*/true);
+  return txl::test::run_segment(model, tokens, memory, kVocab, input_mask, reset, memory_grad);
 }
 
 // What passes from one segment to the next: the identity, or a deliberately broken memory.
@@ -76,6 +64,14 @@ std::vector<torch::Tensor> read(TransformerLM& model, const torch::Tensor& token
     memory = carry(r.memory);
   }
   return out;
+}
+
+// The memory after the first two segments of `tokens`.
+Memory after_two_segments(TransformerLM& model, const torch::Tensor& tokens) {
+  Memory memory;
+  for (int64_t s = 0; s < 2; ++s)
+    memory = run(model, tokens.narrow(1, s * kSeg, kSeg), memory).memory;
+  return memory;
 }
 
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
@@ -192,9 +188,7 @@ TEST(FamilyContract, AResetRowStartsAfreshAndOnlyThatRow) {
     SCOPED_TRACE(member.name);
     auto model = make(member);
     auto tokens = tokens_of(2, 3, 10);
-    Memory memory;
-    for (int64_t s = 0; s < 2; ++s)
-      memory = run(model, tokens.narrow(1, s * kSeg, kSeg), memory).memory;
+    const Memory memory = after_two_segments(model, tokens);
     auto next = tokens.narrow(1, 2 * kSeg, kSeg);
     auto out = run(model, next, memory, {}, torch::tensor({true, false}));
     EXPECT_TRUE(tensor_near(out.logits[0], run(model, next, {}).logits[0], 1e-10, 1e-10));
@@ -223,9 +217,7 @@ TEST(FamilyContract, TheMemoryRoundTripsThroughItsNamedTensors) {
     SCOPED_TRACE(member.name);
     auto model = make(member);
     auto tokens = tokens_of(2, 3, 11);
-    Memory memory;
-    for (int64_t s = 0; s < 2; ++s)
-      memory = run(model, tokens.narrow(1, s * kSeg, kSeg), memory).memory;
+    const Memory memory = after_two_segments(model, tokens);
     auto back = Memory::from_tensors(memory.to_tensors("memory/"), "memory/", 2, 8, torch::kCPU,
                                      "checkpoint");
     auto next = tokens.narrow(1, 2 * kSeg, kSeg);

@@ -37,30 +37,16 @@ config::ModelConfig tiny(AttnType attn_type, int mem_len = 0) {
 const std::vector<AttnType> kSchemes = {AttnType::kXl, AttnType::kShaw, AttnType::kRope,
                                         AttnType::kAlibi};
 
-TransformerLM make(const config::ModelConfig& c) {
-  torch::manual_seed(3);
-  TransformerLM model(c, kVocab);
-  model->to(torch::kDouble);
-  model->eval();
-  return model;
-}
+TransformerLM make(const config::ModelConfig& c) { return txl::test::tiny_model(c, kVocab); }
 
 LMOutput run(TransformerLM& model, const torch::Tensor& tokens, const Memory& memory,
              const torch::Tensor& input_mask = {}, const torch::Tensor& reset = {},
              bool memory_grad = false) {
-  Inputs in;
-  in.tokens = tokens;
-  in.targets = (tokens * 3 + 1).remainder(kVocab);
-  in.input_mask = input_mask;
-  in.reset = reset;
-  auto ctx = model->default_context();
-  ctx.memory_grad = memory_grad;
-  return model->forward(in, memory, ctx, /*want_logits=*/true);
+  return txl::test::run_segment(model, tokens, memory, kVocab, input_mask, reset, memory_grad);
 }
 
 torch::Tensor tokens_of(int64_t rows, int64_t segments, uint64_t seed) {
-  torch::manual_seed(seed);
-  return torch::randint(kVocab, {rows, segments * kSeg}, torch::kLong);
+  return txl::test::random_tokens(rows, segments * kSeg, kVocab, seed);
 }
 
 // Each segment's logits, the memory passed on (or, with carry false, every segment from an
