@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
-#include <queue>
 #include <sstream>
 #include <utility>
 
-#include "txl/util/device_traffic.h"
+#include "stream_parts.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -18,8 +16,6 @@ namespace txl::data {
 
 namespace {
 
-constexpr std::int64_t kStateVersion = 1;
-constexpr const char* kStateMagic = "txl-stream-v1";
 constexpr double kPi = 3.14159265358979323846;
 
 // Salts that give var_len and roll independent random sequences from one seed.
@@ -50,24 +46,6 @@ Rng epoch_rng(std::uint64_t seed, std::int64_t epoch, std::uint64_t salt) {
   return Rng(mix2.next());
 }
 
-const char* kind_name(StreamKind kind) {
-  switch (kind) {
-    case StreamKind::kTrain:
-      return "train";
-    case StreamKind::kEval:
-      return "eval";
-    case StreamKind::kSliding:
-      return "sliding";
-  }
-  return "?";
-}
-
-StreamKind kind_from_int(std::int64_t value) {
-  TXL_CHECK(value >= 1 && value <= 3, "stream state: unknown stream kind ", value,
-            " (1 train, 2 eval, 3 sliding); the state is corrupt or from another program");
-  return static_cast<StreamKind>(value);
-}
-
 torch::Tensor checked_ids(const torch::Tensor& ids, const char* who) {
   TXL_CHECK(ids.defined(), who, ": token ids are missing (undefined tensor)");
   TXL_CHECK(ids.dim() == 1 && ids.scalar_type() == torch::kInt64, who,
@@ -76,296 +54,27 @@ torch::Tensor checked_ids(const torch::Tensor& ids, const char* who) {
   return ids.to(torch::kCPU).contiguous();
 }
 
-torch::Tensor to_tensor(const std::vector<std::int64_t>& values) {
-  return torch::tensor(values, torch::kInt64);
-}
-
 std::uint64_t geometry_fingerprint(const std::string& description) {
   return fs::fnv1a(description);
 }
 
 // How to read one batch out of the token ids. Column c of row b is the input at index
 // first[b] + c; it is real in columns [lo[b], hi[b]) and its target (the next token) is scored in
-// columns [score_lo[b], score_hi[b]). With period > 0 the row is a rolled stream: column c reads
-// base[b] + (first[b] + c) mod period, and the target after the stream's last token is unscored.
-struct Layout {
-  torch::Tensor first, base, lo, hi, score_lo, score_hi;  // int64 [B]
-  torch::Tensor reset;                                    // bool [B]
-  std::int64_t width = 0;                                 // T
-  std::int64_t period = 0;
-};
-
-Batch gather(const torch::Tensor& ids, const Layout& layout, std::int64_t pad_id,
-             std::int64_t index) {
-  auto col = torch::arange(layout.width, torch::kInt64).unsqueeze(0);  // [1, T]
-  auto input_mask =
-      col.ge(layout.lo.unsqueeze(1)).logical_and(col.lt(layout.hi.unsqueeze(1)));  // [B, T]
-  auto target_mask = col.ge(layout.score_lo.unsqueeze(1))
-                         .logical_and(col.lt(layout.score_hi.unsqueeze(1)))
-                         .logical_and(input_mask);  // [B, T]
-  auto pos = layout.first.unsqueeze(1) + col;       // [B, T]
-  torch::Tensor input_index, target_index;
-  if (layout.period > 0) {
-    auto local = pos.remainder(layout.period);                                       // [B, T]
-    input_index = layout.base.unsqueeze(1) + local;                                  // [B, T]
-    target_index = layout.base.unsqueeze(1) + (local + 1).remainder(layout.period);  // [B, T]
-    // The rolled stream's seam: its last token is followed by its first, not by real text.
-    target_mask = target_mask.logical_and(local.ne(layout.period - 1));
-  } else {
-    input_index = pos;
-    target_index = pos + 1;
-  }
-  auto take = [&](const torch::Tensor& index_bt, const torch::Tensor& mask) {
-    auto hidden = mask.logical_not();
-    auto safe = index_bt.masked_fill(hidden, 0);  // [B, T]
-    return ids.index_select(0, safe.reshape(-1)).view(index_bt.sizes()).masked_fill(hidden, pad_id);
-  };
-  Batch batch;
-  batch.tokens = take(input_index, input_mask);     // [B, T]
-  batch.targets = take(target_index, target_mask);  // [B, T]
-  batch.input_mask = input_mask;
-  batch.target_mask = target_mask;
-  batch.reset = layout.reset;
-  {
-    TXL_HOST_ONLY_SCOPE();  // a stream's ids are on the CPU (checked_ids)
-    batch.n_scored = target_mask.sum().item<std::int64_t>();
-  }
-  batch.index = index;
-  return batch;
-}
-
-// Rows whose first input is at starts[b], with n[b] real inputs (all scored) preceded by up to
-// context[b] unscored ones: columns [E - context[b], E) are the context, [E, E + n[b]) the
-// segment, where E = max context; shorter rows are padded on both sides.
-Layout segment_layout(const std::vector<std::int64_t>& starts, const std::vector<std::int64_t>& n,
-                      const std::vector<std::int64_t>& context, torch::Tensor reset) {
-  const std::int64_t e = *std::max_element(context.begin(), context.end());
-  const std::int64_t q = *std::max_element(n.begin(), n.end());
-  Layout layout;
-  auto start_t = to_tensor(starts), n_t = to_tensor(n), ctx_t = to_tensor(context);  // [B]
-  layout.first = start_t - e;
-  layout.lo = e - ctx_t;
-  layout.hi = n_t + e;
-  layout.score_lo = torch::full_like(n_t, e);
-  layout.score_hi = layout.hi;
-  layout.reset = std::move(reset);
-  layout.width = e + q;
-  return layout;
-}
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
-// Checks doc_starts and keeps the documents that have a target.
-detail::Documents parse_documents(const torch::Tensor& doc_starts, std::int64_t n,
-                                  const char* who) {
-  TXL_CHECK(doc_starts.dim() == 1 && doc_starts.scalar_type() == torch::kInt64, who,
-            ": doc_starts must be a 1-D int64 tensor, got ", doc_starts.scalar_type(), " of shape ",
-            doc_starts.sizes());
-  auto starts = doc_starts.to(torch::kCPU).contiguous();
-  const auto* s = starts.data_ptr<std::int64_t>();
-  detail::Documents docs;
-  docs.given = starts.size(0);
-  TXL_CHECK(docs.given >= 1 && s[0] == 0, who,
-            ": doc_starts must begin with 0 (the first document starts the corpus)");
-  for (std::int64_t d = 0; d < docs.given; ++d) {
-    const std::int64_t begin = s[d], end = d + 1 < docs.given ? s[d + 1] : n;
-    TXL_CHECK(end > begin && end <= n, who,
-              ": doc_starts must be strictly increasing offsets below N = ", n, "; entry ", d,
-              " = ", begin, " is followed by ", end);
-    if (end - begin < 2) continue;  // no target inside the document
-    docs.begin.push_back(begin);
-    docs.end.push_back(end);
-    docs.targets += end - begin - 1;
-  }
-  return docs;
-}
-
-// Training in document mode with fewer documents than streams: the longest document (the first
-// of equally long ones) is cut into two contiguous halves until every stream has one or no
-// document has 4 tokens (2 per part); each part is then a document of its own (memory resets at
-// its start, its first token is no target). Returns the number of cuts.
-std::int64_t cut_documents(detail::Documents& docs, std::int64_t streams) {
-  std::int64_t cuts = 0;
-  while (static_cast<std::int64_t>(docs.begin.size()) < streams) {
-    size_t longest = 0;
-    for (size_t d = 1; d < docs.begin.size(); ++d) {
-      if (docs.end[d] - docs.begin[d] > docs.end[longest] - docs.begin[longest]) longest = d;
-    }
-    const std::int64_t length = docs.end[longest] - docs.begin[longest];
-    if (length < 4) break;
-    const std::int64_t middle = docs.begin[longest] + length / 2;
-    docs.end.insert(docs.end.begin() + static_cast<std::ptrdiff_t>(longest), middle);
-    docs.begin.insert(docs.begin.begin() + static_cast<std::ptrdiff_t>(longest) + 1, middle);
-    docs.targets -= 1;  // the second part's first token
-    ++cuts;
-  }
-  return cuts;
-}
-
-// Deals the documents, starting from document `first_doc` and wrapping around, each to the
-// stream that is shortest so far (ties: the lowest stream index), in segments of q targets with
-// up to e tokens of context from inside the document.
-detail::DocumentLayout deal_documents(const detail::Documents& docs, std::int64_t b, std::int64_t q,
-                                      std::int64_t e, std::int64_t first_doc) {
-  const auto n_docs = static_cast<std::int64_t>(docs.begin.size());
-  using Slot = std::pair<std::int64_t, std::int64_t>;  // (segments so far, stream)
-  std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> shortest;
-  for (std::int64_t r = 0; r < b; ++r) shortest.push({0, r});
-  std::vector<std::int64_t> doc_stream(static_cast<size_t>(n_docs)),
-      doc_slot(static_cast<size_t>(n_docs));
-  detail::DocumentLayout layout;
-  for (std::int64_t k = 0; k < n_docs; ++k) {
-    const auto d = static_cast<size_t>((first_doc + k) % n_docs);
-    const auto [at, row] = shortest.top();
-    shortest.pop();
-    doc_stream[d] = row;
-    doc_slot[d] = at;
-    const std::int64_t segments = ceil_div(docs.end[d] - docs.begin[d] - 1, q);
-    shortest.push({at + segments, row});
-    layout.n_batches = std::max(layout.n_batches, at + segments);
-  }
-  layout.starts = torch::zeros({layout.n_batches, b}, torch::kInt64);
-  layout.lengths = torch::zeros({layout.n_batches, b}, torch::kInt64);
-  layout.context = torch::zeros({layout.n_batches, b}, torch::kInt64);
-  layout.resets = torch::zeros({layout.n_batches, b}, torch::kBool);
-  auto* starts = layout.starts.data_ptr<std::int64_t>();
-  auto* lengths = layout.lengths.data_ptr<std::int64_t>();
-  auto* context = layout.context.data_ptr<std::int64_t>();
-  auto* resets = layout.resets.data_ptr<bool>();
-  // One pass over segments (about N / Q of them), not over tokens.
-  for (size_t d = 0; d < static_cast<size_t>(n_docs); ++d) {
-    const std::int64_t targets = docs.end[d] - docs.begin[d] - 1;
-    for (std::int64_t k = 0; k * q < targets; ++k) {
-      const std::int64_t cell = (doc_slot[d] + k) * b + doc_stream[d];
-      starts[cell] = docs.begin[d] + k * q;
-      lengths[cell] = std::min(q, targets - k * q);
-      context[cell] = std::min(e, k * q);
-      resets[cell] = k == 0;
-    }
-  }
-  return layout;
-}
-
-void log_document_layout(const detail::Documents& docs, const detail::DocumentLayout& layout,
-                         std::int64_t b, std::int64_t q, const char* what) {
-  const std::int64_t slots = layout.n_batches * b * q;
-  log::info("data",
-            "{} document mode: {} documents in {} streams, {} batches of {} tokens; padding "
-            "overhead {:.1f}% ({} of {} target slots)",
-            what, docs.begin.size(), b, layout.n_batches, q, 100.0 * (slots - docs.targets) / slots,
-            slots - docs.targets, slots);
-}
-
-// Batch i of a document layout; every row of batch 0 is reset.
-Batch document_batch(const torch::Tensor& ids, const detail::DocumentLayout& layout, std::int64_t i,
-                     std::int64_t pad_id) {
-  const std::int64_t b = layout.starts.size(1);
-  auto row = [&](const torch::Tensor& table) {
-    auto r = table[i].contiguous();
-    return std::vector<std::int64_t>(r.data_ptr<std::int64_t>(), r.data_ptr<std::int64_t>() + b);
-  };
-  auto reset = layout.resets[i].clone();  // [B]
-  if (i == 0) reset.fill_(true);
-  return gather(ids,
-                segment_layout(row(layout.starts), row(layout.lengths), row(layout.context), reset),
-                pad_id, i);
-}
 
 }  // namespace
 
-// ------------------------------------------------------------------------------ StreamState
+using detail::ceil_div;
+using detail::cut_documents;
+using detail::deal_documents;
+using detail::document_batch;
+using detail::gather;
+using detail::kind_name;
+using detail::Layout;
+using detail::log_document_layout;
+using detail::parse_documents;
+using detail::segment_layout;
+using detail::to_tensor;
 
-std::string StreamState::to_string() const {
-  std::ostringstream out;
-  out << kStateMagic << " kind=" << kind_name(kind) << " fingerprint=" << fs::hex64(fingerprint)
-      << " seed=" << seed << " epoch=" << epoch << " index=" << index;
-  return out.str();
-}
-
-StreamState StreamState::from_string(const std::string& text) {
-  std::istringstream in(text);
-  std::string magic;
-  in >> magic;
-  TXL_CHECK(magic == kStateMagic, "stream state \"", text, "\": expected it to start with ",
-            kStateMagic, "; it is corrupt or was written by another version");
-  StreamState state;
-  bool seen[5] = {false, false, false, false, false};
-  std::string field;
-  while (in >> field) {
-    const auto eq = field.find('=');
-    TXL_CHECK(eq != std::string::npos, "stream state \"", text, "\": field \"", field,
-              "\" is not key=value");
-    const std::string key = field.substr(0, eq), value = field.substr(eq + 1);
-    try {
-      size_t used = 0;
-      if (key == "kind") {
-        if (value == "train")
-          state.kind = StreamKind::kTrain;
-        else if (value == "eval")
-          state.kind = StreamKind::kEval;
-        else if (value == "sliding")
-          state.kind = StreamKind::kSliding;
-        else
-          TXL_FAIL("stream state: kind = ", value, " (allowed: train, eval, sliding)");
-        used = value.size();
-        seen[0] = true;
-      } else if (key == "fingerprint") {
-        state.fingerprint = std::stoull(value, &used, 16);
-        seen[1] = true;
-      } else if (key == "seed") {
-        state.seed = std::stoull(value, &used, 10);
-        seen[2] = true;
-      } else if (key == "epoch") {
-        state.epoch = std::stoll(value, &used, 10);
-        seen[3] = true;
-      } else if (key == "index") {
-        state.index = std::stoll(value, &used, 10);
-        seen[4] = true;
-      } else {
-        TXL_FAIL("stream state \"", text, "\": unknown field \"", key, "\"");
-      }
-      TXL_CHECK(used == value.size(), "stream state \"", text, "\": bad value in \"", field, "\"");
-    } catch (const std::logic_error&) {  // stoull / stoll: not a number or out of range
-      TXL_FAIL("stream state \"", text, "\": bad value in \"", field, "\"");
-    }
-  }
-  const char* names[5] = {"kind", "fingerprint", "seed", "epoch", "index"};
-  for (int k = 0; k < 5; ++k) {
-    TXL_CHECK(seen[k], "stream state \"", text, "\": field \"", names[k], "\" is missing");
-  }
-  return state;
-}
-
-torch::Tensor StreamState::to_tensor() const {
-  return torch::tensor(
-      {kStateVersion, static_cast<std::int64_t>(kind), static_cast<std::int64_t>(fingerprint),
-       static_cast<std::int64_t>(seed), epoch, index},
-      torch::kInt64);
-}
-
-StreamState StreamState::from_tensor(const torch::Tensor& flat) {
-  TXL_CHECK(
-      flat.defined() && flat.dim() == 1 && flat.size(0) == 6 && flat.scalar_type() == torch::kInt64,
-      "stream state tensor must be int64 [6], got ",
-      flat.defined() ? c10::toString(flat.scalar_type()) : "undefined", " of shape ",
-      flat.defined() ? flat.sizes() : at::IntArrayRef{});
-  auto v = flat.to(torch::kCPU).contiguous();
-  const auto* p = v.data_ptr<std::int64_t>();
-  TXL_CHECK(p[0] == kStateVersion, "stream state tensor has version ", p[0], ", this build reads ",
-            kStateVersion);
-  StreamState state;
-  state.kind = kind_from_int(p[1]);
-  state.fingerprint = static_cast<std::uint64_t>(p[2]);
-  state.seed = static_cast<std::uint64_t>(p[3]);
-  state.epoch = p[4];
-  state.index = p[5];
-  return state;
-}
-
-bool StreamState::operator==(const StreamState& other) const {
-  return kind == other.kind && fingerprint == other.fingerprint && seed == other.seed &&
-         epoch == other.epoch && index == other.index;
-}
 
 namespace {
 
@@ -723,3 +432,4 @@ TrainStreamOptions train_stream_options(const config::ExperimentConfig& experime
 }
 
 }  // namespace txl::data
+
