@@ -14,7 +14,7 @@
 #include "txl/data/dataset.h"
 #include "txl/data/synthetic.h"
 #include "txl/dist/group.h"
-#include "txl/eval/context_use.h"
+#include "txl/eval/statistics.h"
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/util/error.h"

@@ -1,6 +1,6 @@
 // RECL (docs/model.md section 8) on hand-made loss tables whose answer is known, and the paired
 // block bootstrap of a ppl ratio.
-#include "txl/eval/context_use.h"
+#include "txl/eval/statistics.h"
 
 #include <cmath>
 

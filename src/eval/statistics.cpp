@@ -1,4 +1,4 @@
-#include "txl/eval/context_use.h"
+#include "txl/eval/statistics.h"
 
 #include <algorithm>
 #include <cmath>
