@@ -6,8 +6,9 @@
 
 #include "txl/config/load.h"
 #include "txl/util/compat.h"
-#include "txl/util/json.h"
 #include "txl/util/error.h"
+#include "txl/util/json.h"
+#include "txl/util/record.h"
 
 namespace txl::train {
 
@@ -19,16 +20,6 @@ using NamedTensors = models::NamedTensors;
 constexpr const char* kOptimizerPrefix = "optimizer/";
 constexpr const char* kMemoryPrefix = "memory/";
 constexpr const char* kRngName = "rng/state";
-
-template <typename T>
-void read_field(const Json& j, const char* key, T& out, const std::string& origin) {
-  TXL_CHECK(j.contains(key), origin, ": the training state has no '", key, "'");
-  try {
-    out = j.at(key).get<T>();
-  } catch (const Json::exception&) {
-    TXL_FAIL(origin, ": the training state's '", key, "' has the wrong type");
-  }
-}
 
 // The tensors an optimizer keeps per parameter, by name, for the optimizer kinds txl makes.
 NamedTensors parameter_state(const torch::optim::OptimizerParamState& s) {
@@ -120,22 +111,34 @@ void restore_optimizer(const models::Checkpoint& c, config::Optimizer kind,
 
 }  // namespace
 
+namespace {
+
+// The training state's fields. The last two are absent from the checkpoints of the first
+// training runs of this format (no progress record yet).
+template <typename R, typename Visit>
+void fields(R& s, Visit&& visit) {
+  visit("step", s.step);
+  visit("tokens", s.tokens);
+  visit("lr_scale", s.lr_scale);
+  visit("best_valid_loss", s.best_valid_loss);
+  visit("best_step", s.best_step);
+  visit("evals_without_gain", s.evals_without_gain);
+  visit("plateau_bad_evals", s.plateau_bad_evals);
+  visit("diverging_steps", s.diverging_steps);
+  visit("stream_state", s.stream_state);
+  visit("elapsed_seconds", s.elapsed_seconds);
+  visit("last_eval_step", s.last_eval_step);
+  visit("interval_loss", s.interval_loss);
+  visit("interval_tokens", s.interval_tokens);
+  visit("last_train_loss", s.last_train_loss, record::kOptional);
+  visit("last_train_step", s.last_train_step, record::kOptional);
+}
+
+}  // namespace
+
 std::string TrainState::to_json() const {
-  Json j = {{"step", step},
-            {"tokens", tokens},
-            {"lr_scale", lr_scale},
-            {"best_valid_loss", best_valid_loss},
-            {"best_step", best_step},
-            {"evals_without_gain", evals_without_gain},
-            {"plateau_bad_evals", plateau_bad_evals},
-            {"diverging_steps", diverging_steps},
-            {"stream_state", stream_state},
-            {"elapsed_seconds", elapsed_seconds},
-            {"last_eval_step", last_eval_step},
-            {"interval_loss", interval_loss},
-            {"interval_tokens", interval_tokens},
-            {"last_train_loss", last_train_loss},
-            {"last_train_step", last_train_step}};
+  Json j = Json::object();
+  fields(*this, record::JsonWriter<Json>(j));
   return j.dump();
 }
 
@@ -145,24 +148,7 @@ TrainState TrainState::from_json(const std::string& json, const std::string& ori
   const Json j = Json::parse(json, nullptr, /*allow_exceptions=*/false);
   TXL_CHECK(j.is_object(), origin, ": the training state is not a JSON object");
   TrainState s;
-  read_field(j, "step", s.step, origin);
-  read_field(j, "tokens", s.tokens, origin);
-  read_field(j, "lr_scale", s.lr_scale, origin);
-  read_field(j, "best_valid_loss", s.best_valid_loss, origin);
-  read_field(j, "best_step", s.best_step, origin);
-  read_field(j, "evals_without_gain", s.evals_without_gain, origin);
-  read_field(j, "plateau_bad_evals", s.plateau_bad_evals, origin);
-  read_field(j, "diverging_steps", s.diverging_steps, origin);
-  read_field(j, "stream_state", s.stream_state, origin);
-  read_field(j, "elapsed_seconds", s.elapsed_seconds, origin);
-  read_field(j, "last_eval_step", s.last_eval_step, origin);
-  read_field(j, "interval_loss", s.interval_loss, origin);
-  read_field(j, "interval_tokens", s.interval_tokens, origin);
-  // Absent from the checkpoints of the first training runs of this format: no record yet.
-  if (j.contains("last_train_step")) {
-    read_field(j, "last_train_loss", s.last_train_loss, origin);
-    read_field(j, "last_train_step", s.last_train_step, origin);
-  }
+  fields(s, record::JsonReader<Json>(j, origin, "training state", "it cannot be resumed"));
   TXL_CHECK(s.step >= 0 && s.tokens >= 0, origin, ": negative step or token count");
   return s;
 }

@@ -140,6 +140,16 @@ std::optional<E> parse_enum(std::string_view name) {
   return std::nullopt;
 }
 
+// Sets `*out` to the value called `name` and says whether the table has it (`*out` unchanged
+// when not). E is deduced, so code written for any enum (util/record.h) finds it by
+// argument-dependent lookup, as it finds to_string and choices_of.
+template <typename E, typename = IfNamed<E>>
+bool parse_name(std::string_view name, E* out) {
+  const std::optional<E> value = parse_enum<E>(name);
+  if (value) *out = *value;
+  return value.has_value();
+}
+
 // Every name, in table order.
 template <typename E, typename = IfNamed<E>>
 std::vector<std::string> enum_names() {
@@ -156,6 +166,12 @@ std::string enum_choices() {
     text += (text.empty() ? "" : " | ") + std::string(entry.second);
   }
   return text;
+}
+
+// enum_choices of a value's enum, E deduced: "memory | segments | sliding".
+template <typename E, typename = IfNamed<E>>
+std::string choices_of(E /*value*/) {
+  return enum_choices<E>();
 }
 
 template <typename E, typename = IfNamed<E>>

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "txl/eval/context_use.h"
-#include "txl/experiment/report.h"
+#include "txl/eval/statistics.h"
+#include "txl/experiment/records.h"
 
 namespace txl::experiment {
 
