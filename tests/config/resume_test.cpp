@@ -16,7 +16,7 @@ using test::kEveryField;
 
 // The decision for every key, written out: a key added to config.h fails
 // EveryKeyIsClassified until it is put in one of these lists (and, if resumable, in the table of
-// src/config/load.cpp).
+// src/config/keys.cpp).
 const std::vector<std::string> kResumable = {
     "run.threads",         "run.device",          "run.log_interval",   "run.dist_timeout",
     "run.output_dir",      "data.cache_dir",      "train.max_steps",    "train.max_tokens",

@@ -85,7 +85,7 @@ std::vector<std::string> experiment_keys();
 // evaluation's budget, the divergence guard, run.threads, device, log_interval, dist_timeout,
 // run.output_dir, data.cache_dir and every eval.* key. None changes what a training step
 // computes; every other setting does (model, optimizer, schedule, data, tokenizer, seed,
-// precision, batch size, ...). One table in src/config/load.cpp says why each is safe.
+// precision, batch size, ...). One table in src/config/keys.cpp says why each is safe.
 std::vector<std::string> resumable_keys();
 
 // The resumable keys that cannot change what a finished run computes, in struct order (from
