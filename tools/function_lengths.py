@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Fails, naming file:line, for a C++ function longer than --max lines (its header's first line
-to its closing brace) in the given folders; the ctest Style.FunctionsFitOneScreen runs it.
+to its closing brace) in the given folders, and with --max-file for a source file longer than
+that (a file of one job: split it along its jobs); the ctests Style.FunctionsFitOneScreen,
+Style.FilesDoOneJob and Style.MainsAreShort run it.
 
   function_lengths.py --max 80 --exempt src/config/fields.cpp:fields_of src tools
+  function_lengths.py --max-file 599 src include tools
+  function_lengths.py --max-file 60 --only main.cpp tools
 
 --exempt FILE:NAME leaves out one function that is a declarative table (CONTRIBUTING.md).
 Comments, string literals and preprocessor lines are blanked first; a brace block is a function
@@ -58,6 +62,8 @@ def functions(source):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max", type=int, default=80)
+    parser.add_argument("--max-file", type=int, default=0, help="lines a file may have (0 = any)")
+    parser.add_argument("--only", default="", help="check only the files of this name (main.cpp)")
     parser.add_argument("--exempt", action="append", default=[], help="FILE:NAME")
     parser.add_argument("--root", default=".", help="the paths are relative to this folder")
     parser.add_argument("folders", nargs="+")
@@ -67,19 +73,24 @@ def main():
     for folder in args.folders:
         for path, _, files in os.walk(os.path.join(args.root, folder)):
             for name in sorted(files):
-                if not name.endswith((".cpp", ".h")):
+                if not name.endswith((".cpp", ".h")) or (args.only and name != args.only):
                     continue
                 full = os.path.join(path, name)
                 rel = os.path.relpath(full, args.root)
                 with open(full, encoding="utf-8", errors="replace") as f:
-                    for first, last, fn in functions(f.read()):
+                    source = f.read()
+                    file_lines = source.count("\n")
+                    if 0 < args.max_file < file_lines:
+                        long.append(f"{rel} is {file_lines} lines (at most {args.max_file}): "
+                                    "split it along its jobs")
+                    for first, last, fn in functions(source):
                         lines = last - first + 1
                         if lines > args.max and f"{rel}:{fn}" not in exempt:
                             long.append(f"{rel}:{first}: {fn} is {lines} lines (at most {args.max})")
     for line in sorted(long):
         print(line)
     if long:
-        print(f"{len(long)} function(s) over {args.max} lines: split them into named steps",
+        print(f"{len(long)} function(s) or file(s) too long: split them into named steps",
               file=sys.stderr)
     return 1 if long else 0
 

@@ -15,7 +15,7 @@ usage: tools/import_hf.py --weights pytorch_model.bin|model.safetensors --config
 --vocab-from-corpus  rebuild it from the training text as the paper code's Vocab does (the
             specials, then words by count, ties in order of first appearance); it must have the
             model's vocabulary size, and gives the original ids only if the original ordered
-            ties the same way (README.md): prefer --vocab where you can
+            ties the same way (docs/interop.md): prefer --vocab where you can
 --mem-init  zeros (default): streams start from mem_len zero vectors, as HF's model does, so
             txl reproduces HF's numbers; empty: the paper's PyTorch code's start
 

@@ -5,7 +5,6 @@
 
 #include "txl/config/device.h"
 #include "txl/generation/generate.h"
-#include "txl/generation/generate_run.h"
 #include "txl/util/error.h"
 
 namespace txl::bench {

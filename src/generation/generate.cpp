@@ -5,6 +5,7 @@
 #include <numeric>
 #include <optional>
 
+#include "txl/eval/settings.h"
 #include "txl/ops/projection.h"
 #include "txl/ops/sampling.h"
 #include "txl/util/error.h"
@@ -421,6 +422,19 @@ GenerateResult generate(models::TransformerLM& model,
   // A signal during the last step: every row finished, but the program was asked to stop.
   if (result.stopped_by == 0) result.stopped_by = interrupt_signal(options);
   return result;
+}
+
+DecodeOptions decode_options(const config::ExperimentConfig& config) {
+  config::ExperimentConfig memory = config;
+  memory.eval.mode = eval::Mode::kMemory;  // generation reads with memory whatever eval.mode says
+  const eval::Settings s = eval::resolve_settings(memory);
+  DecodeOptions o;
+  o.tgt_len = s.tgt_len;
+  o.mem_len = s.mem_len;
+  o.clamp_len = s.clamp_len;
+  o.same_length = s.same_length;
+  o.zero_memory = s.zero_memory;  // eval.mem_init, or the model's
+  return o;
 }
 
 }  // namespace txl::generation

@@ -1,6 +1,6 @@
 // txl-eval's driver end to end on the tiny synthetic experiment: a checkpoint is evaluated from
 // the checkpoint alone, and per-token losses come out as a NumPy file.
-#include "txl/eval/run.h"
+#include "txl-eval/eval_program.h"
 
 #include <cmath>
 #include <cstring>

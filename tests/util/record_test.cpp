@@ -137,7 +137,8 @@ TEST(Record, CsvHasTheScalarFieldsInTheJsonOrder) {
   EXPECT_EQ(header, "name,flag,small,big,x,half,mode,added_later");
   EXPECT_EQ(row, "\"a,\"\"b\"\"\",1,-3,1099511627776,0.1,0.05,sliding,9");
   std::string keys;
-  for (const auto& item : write(s).items()) {
+  const Json j = write(s);
+  for (const auto& item : j.items()) {
     if (item.key() != "list") keys += (keys.empty() ? "" : ",") + item.key();
   }
   EXPECT_EQ(keys, header);

@@ -12,11 +12,11 @@
 #include <cstdio>
 #include <iostream>
 
+#include "txl-eval/eval_program.h"
 #include "txl/config/command_line.h"
 #include "txl/config/load.h"
 #include "txl/dist/group.h"
 #include "txl/dist/launch.h"
-#include "txl/eval/run.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/process_setup.h"
@@ -24,34 +24,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"txl-eval: perplexity of a txl checkpoint"};
   txl::config::CommandLine line;
-  txl::config::CommandLineOptions experiment;
-  experiment.config = txl::config::CommandLineOptions::Config::kAbsent;  // the checkpoint's own
-  experiment.set_help =
-      "override eval.*, data.*, run.threads, run.device, run.precision or run.dist_timeout of "
-      "the checkpoint's experiment: key.path=value (repeatable)";
-  txl::config::add_experiment_options(app, line, experiment);
-  txl::eval::add_eval_flags(app, line);
-  txl::config::add_set_shorthand(app, line, "--threads", "run.threads",
-                                 "intra-op threads, 0 = all cores");
-  txl::config::add_set_shorthand(app, line, "--dist-timeout", "run.dist_timeout",
-                                 "data-parallel: seconds a rank waits for the others");
   txl::eval::EvalRequest request;
-  app.add_option("checkpoint", request.checkpoint, "checkpoint file (.safetensors)")->required();
-  app.add_option("--split", request.splits, "splits: valid, test, train (default: eval.splits)")
-      ->delimiter(',');
-  app.add_option("--file", request.file, "evaluate this text file (the checkpoint's tokenizer)");
-  app.add_option("--text", request.text, "evaluate this text (the checkpoint's tokenizer)");
-  app.add_option("--token-losses", request.token_losses_path,
-                 "write per-token losses in nats, text order, as a float32 NumPy .npy file");
-  app.add_flag("--sweep", request.sweep, "perplexity against attention length (memory M with same_length, or sliding window L for "
-               "absolute positions; eval.sweep_mem_lens): table, JSON, plot");
-  app.add_option("--out", request.out_dir, "sweep results folder (default: the checkpoint's)");
-  app.add_flag("--json", request.json, "print results as JSON lines");
-  app.add_option("--compare", request.compare,
-                 "a second checkpoint (same tokenizer): both on the same tokens, and the ppl ratio's "
-                 "paired bootstrap 95% interval");
-  app.add_flag("--by-position", request.by_position,
-               "also the mean loss at each position of the segment (memory, segments modes)");
+  txl::eval::add_request_flags(app, line, request);
   CLI11_PARSE(app, argc, argv);
   request.overrides = line.overrides;
   std::string who;  // "rank R: " in a data-parallel job

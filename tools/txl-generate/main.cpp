@@ -11,9 +11,9 @@
 #include <cstdio>
 #include <iostream>
 
+#include "txl-generate/generate_program.h"
 #include "txl/config/command_line.h"
 #include "txl/config/load.h"
-#include "txl/generation/generate_run.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/process_setup.h"

@@ -4,7 +4,7 @@
 // bootstrap interval of the ppl ratio on the same tokens), how ppl changes with the attention
 // length (the context sweep, with the paper's Table 6 "PPL init", "PPL best" and "Attn Len"),
 // and the group's relative effective context length (RECL, docs/model.md section 8). Pure functions
-// of ResultRecords; report.cpp formats them.
+// of ResultRecords; the report (tables.cpp, findings.cpp, report.cpp) formats them.
 
 #include <cmath>
 #include <cstdint>

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "txl/config/config.h"
 #include "txl/data/tokenizer.h"
 #include "txl/generation/incremental.h"
 #include "txl/models/transformer_lm.h"
@@ -96,5 +97,9 @@ GenerateResult generate(models::TransformerLM& model,
 
 // The uniform in [0, 1) of draw `step` of prompt `index` under `seed` (53 bits of SplitMix64).
 double draw_uniform(std::uint64_t seed, std::int64_t index, std::int64_t step);
+
+// The decoding lengths of an experiment: eval.tgt_len, eval.mem_len (memory mode), clamp_len and
+// same_length as evaluation resolves them.
+DecodeOptions decode_options(const config::ExperimentConfig& config);
 
 }  // namespace txl::generation

@@ -1,4 +1,4 @@
-#include "txl/eval/run.h"
+#include "txl-eval/eval_program.h"
 
 #include <cmath>
 #include <ostream>
@@ -14,8 +14,8 @@
 #include "txl/data/dataset.h"
 #include "txl/data/synthetic.h"
 #include "txl/dist/group.h"
-#include "txl/eval/statistics.h"
 #include "txl/eval/evaluator.h"
+#include "txl/eval/statistics.h"
 #include "txl/models/checkpoint.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
@@ -31,7 +31,8 @@ namespace {
 
 // Mean loss by position of the segment, eight positions a line.
 void print_positions(const EvalResult& r, std::ostream& out) {
-  out << fmt::format("{:<8} loss by position in the segment (0..{}):\n", "", r.loss_by_position.size() - 1);
+  out << fmt::format("{:<8} loss by position in the segment (0..{}):\n", "",
+                     r.loss_by_position.size() - 1);
   for (size_t p = 0; p < r.loss_by_position.size(); p += 8) {
     std::string line = fmt::format("{:<8} {:>5}:", "", p);
     for (size_t k = p; k < std::min(p + 8, r.loss_by_position.size()); ++k)
@@ -42,16 +43,20 @@ void print_positions(const EvalResult& r, std::ostream& out) {
 
 void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
   out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9} {:>10} {:>8} {:>8} {:>10} {:>9}\n",
-                     "split", "mode", "Q", "M", "L", "s", "loss", "ppl", "bits/tok",
-                     "bits/B", "tokens", "tok/s");
+                     "split", "mode", "Q", "M", "L", "s", "loss", "ppl", "bits/tok", "bits/B",
+                     "tokens", "tok/s");
   for (const auto& r : results) {
-    out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9.4f} {:>10.3f} {:>8.4f} {:>8.4f} {:>10} {:>9.0f}\n",
-                       r.split, config::to_string(r.mode), r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
-                       r.bits_per_token, r.bits_per_byte, r.tokens, r.tokens_per_s);
+    out << fmt::format(
+        "{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9.4f} {:>10.3f} {:>8.4f} {:>8.4f} {:>10} "
+        "{:>9.0f}\n",
+        r.split, config::to_string(r.mode), r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
+        r.bits_per_token, r.bits_per_byte, r.tokens, r.tokens_per_s);
     if (!r.loss_by_position.empty()) print_positions(r, out);
     if (r.recall_tokens > 0) {
-      out << fmt::format("{:<8} recall loss {:.4f} nats over {} recalled values (ln 64 = 4.159 "
-                         "means no recall, 0 perfect)\n", "", r.recall_loss, r.recall_tokens);
+      out << fmt::format(
+          "{:<8} recall loss {:.4f} nats over {} recalled values (ln 64 = 4.159 "
+          "means no recall, 0 perfect)\n",
+          "", r.recall_loss, r.recall_tokens);
     }
   }
 }
@@ -66,8 +71,8 @@ void plot_sweep(const stdfs::path& json_path, const stdfs::path& png_path) {
 // A float32 vector as a NumPy .npy file (format 1.0), readable with numpy.load.
 std::string npy_float32(const torch::Tensor& values) {
   auto v = values.to(torch::kFloat).contiguous();
-  std::string header = fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({},), }}",
-                                   v.numel());
+  std::string header =
+      fmt::format("{{'descr': '<f4', 'fortran_order': False, 'shape': ({},), }}", v.numel());
   // magic (6) + version (2) + length (2) + header + '\n', padded to a multiple of 64.
   const size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
@@ -103,19 +108,24 @@ struct Target {
 
 // What to score: the text, the file, or the splits of the corpus, always encoded with the
 // checkpoint's own tokenizer. Only splits need the corpus; rank 0 encodes a missing cache first.
-std::vector<Target> collect_targets(const EvalRequest& request, const config::ExperimentConfig& config,
+std::vector<Target> collect_targets(const EvalRequest& request,
+                                    const config::ExperimentConfig& config,
                                     const models::LoadedModel& loaded, dist::Group& group) {
   const data::Tokenizer& tokenizer = *loaded.tokenizer;
-  if (!request.text.empty()) return {{"text", encode_text(request.text, tokenizer, config.data.add_eos)}};
+  if (!request.text.empty())
+    return {{"text", encode_text(request.text, tokenizer, config.data.add_eos)}};
   if (!request.file.empty()) {
     return {{stdfs::path(request.file).filename().string(),
              data::encode_text_file(request.file, tokenizer, config.data.add_eos)}};
   }
-  const auto dataset = dist::main_rank_first(group, [&] { return data::load_dataset(config.data, loaded.tokenizer); });
+  const auto dataset = dist::main_rank_first(
+      group, [&] { return data::load_dataset(config.data, loaded.tokenizer); });
   if (!loaded.corpus_fingerprint.empty() && dataset.corpus_fingerprint != loaded.corpus_fingerprint)
-    log::warn("eval", "the corpus in {} is not the one the model was trained on (fingerprint {} "
+    log::warn("eval",
+              "the corpus in {} is not the one the model was trained on (fingerprint {} "
               "against {}); it is encoded with the model's own tokenizer",
-              dataset.stats.cache_path.string(), dataset.corpus_fingerprint, loaded.corpus_fingerprint);
+              dataset.stats.cache_path.string(), dataset.corpus_fingerprint,
+              loaded.corpus_fingerprint);
   std::vector<Target> targets;
   for (const auto& name : request.splits.empty() ? config.eval.splits : request.splits)
     targets.push_back({name, dataset.split(name)});
@@ -200,7 +210,8 @@ const std::vector<EvalFlag>& eval_flags() {
       {"--mode", "eval.mode", modes.c_str(), false},
       {"--tgt-len", "eval.tgt_len", "segment length Q (0 = model.tgt_len)", false},
       {"--mem-len", "eval.mem_len", "memory length M (-1 = model.mem_len)", false},
-      {"--clamp-len", "eval.clamp_len", "clamp relative distances (-1 = none, -2 = model's)", false},
+      {"--clamp-len", "eval.clamp_len", "clamp relative distances (-1 = none, -2 = model's)",
+       false},
       {"--same-length", "eval.same_length", "0 or 1 (-1 = model's)", false},
       {"--mem-init", "eval.mem_init", "memory at a stream's start: empty | zeros (model = model's)",
        false},
@@ -208,10 +219,45 @@ const std::vector<EvalFlag>& eval_flags() {
       {"--stride", "eval.stride", "sliding stride s", false},
       {"--warmup", "eval.warmup", "memory warm-up tokens", false},
       {"--batch-size", "eval.batch_size", "evaluation streams / windows per batch", false},
-      {"--max-tokens", "eval.max_tokens", "score only the first N targets of each split (0 = all)", false},
-      {"--sweep-mem-lens", "eval.sweep_mem_lens", "mem_len values of the sweep, e.g. 0,64,128", true},
+      {"--max-tokens", "eval.max_tokens", "score only the first N targets of each split (0 = all)",
+       false},
+      {"--sweep-mem-lens", "eval.sweep_mem_lens", "mem_len values of the sweep, e.g. 0,64,128",
+       true},
   };
   return flags;
+}
+
+void add_request_flags(CLI::App& app, config::CommandLine& line, EvalRequest& request) {
+  config::CommandLineOptions experiment;
+  experiment.config = config::CommandLineOptions::Config::kAbsent;  // the checkpoint's own
+  experiment.set_help =
+      "override eval.*, data.*, run.threads, run.device, run.precision or run.dist_timeout of "
+      "the checkpoint's experiment: key.path=value (repeatable)";
+  config::add_experiment_options(app, line, experiment);
+  add_eval_flags(app, line);
+  config::add_set_shorthand(app, line, "--threads", "run.threads",
+                            "intra-op threads, 0 = all cores");
+  config::add_set_shorthand(app, line, "--dist-timeout", "run.dist_timeout",
+                            "data-parallel: seconds a rank waits for the others");
+  app.add_option("checkpoint", request.checkpoint, "checkpoint file (.safetensors)")->required();
+  app.add_option("--split", request.splits, "splits: valid, test, train (default: eval.splits)")
+      ->delimiter(',');
+  app.add_option("--file", request.file, "evaluate this text file (the checkpoint's tokenizer)");
+  app.add_option("--text", request.text, "evaluate this text (the checkpoint's tokenizer)");
+  app.add_option("--token-losses", request.token_losses_path,
+                 "write per-token losses in nats, text order, as a float32 NumPy .npy file");
+  app.add_flag(
+      "--sweep", request.sweep,
+      "perplexity against attention length (memory M with same_length, or sliding window L for "
+      "absolute positions; eval.sweep_mem_lens): table, JSON, plot");
+  app.add_option("--out", request.out_dir, "sweep results folder (default: the checkpoint's)");
+  app.add_flag("--json", request.json, "print results as JSON lines");
+  app.add_option(
+      "--compare", request.compare,
+      "a second checkpoint (same tokenizer): both on the same tokens, and the ppl ratio's "
+      "paired bootstrap 95% interval");
+  app.add_flag("--by-position", request.by_position,
+               "also the mean loss at each position of the segment (memory, segments modes)");
 }
 
 void add_eval_flags(CLI::App& app, config::CommandLine& line) {
@@ -222,15 +268,16 @@ void add_eval_flags(CLI::App& app, config::CommandLine& line) {
 }
 
 const std::vector<std::string>& settable_keys() {
-  static const std::vector<std::string> keys = {
-      "eval.", "data.", "run.threads", "run.device", "run.precision", "run.dist_timeout"};
+  static const std::vector<std::string> keys = {"eval.",      "data.",         "run.threads",
+                                                "run.device", "run.precision", "run.dist_timeout"};
   return keys;
 }
 
 Evaluation load(const EvalRequest& request) {
   Evaluation evaluation;
   evaluation.checkpoint = models::read_checkpoint(request.checkpoint);
-  evaluation.config = config::experiment_over(evaluation.checkpoint.config, request.checkpoint + " (stored experiment)",
+  evaluation.config = config::experiment_over(evaluation.checkpoint.config,
+                                              request.checkpoint + " (stored experiment)",
                                               request.overrides, settable_keys());
   return evaluation;
 }
@@ -244,7 +291,8 @@ struct Comparison {
   RatioInterval ratio;
 };
 
-std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& first, dist::Group& group) {
+std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& first,
+                                dist::Group& group) {
   EvalRequest other_request = request;
   other_request.checkpoint = request.compare;
   const Evaluation second = load(other_request);
@@ -252,7 +300,8 @@ std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& fi
             "--compare: ", request.compare, " has another tokenizer than ", request.checkpoint,
             " (fingerprints ", second.checkpoint.tokenizer_fingerprint, " and ",
             first.checkpoint.tokenizer_fingerprint, "): their losses are not on the same tokens");
-  const Settings sa = resolve_settings(first.config, &group), sb = resolve_settings(second.config, &group);
+  const Settings sa = resolve_settings(first.config, &group),
+                 sb = resolve_settings(second.config, &group);
   auto a = models::rebuild_model(first.checkpoint, request.checkpoint, sa.device);
   auto b = models::rebuild_model(second.checkpoint, request.compare, sb.device);
   const auto targets = collect_targets(request, first.config, a, group);
@@ -260,10 +309,14 @@ std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& fi
   extras.token_losses = true;
   std::vector<Comparison> out;
   for (const auto& target : targets) {
-    Comparison c{target.name, evaluate(a.model, target.split, sa, extras), evaluate(b.model, target.split, sb, extras), {}};
+    Comparison c{target.name,
+                 evaluate(a.model, target.split, sa, extras),
+                 evaluate(b.model, target.split, sb, extras),
+                 {}};
     c.a.split = c.b.split = target.name;
-    TXL_CHECK(c.a.token_losses.numel() == c.b.token_losses.numel(), "--compare: ", c.a.token_losses.numel(),
-              " and ", c.b.token_losses.numel(), " tokens scored on ", target.name, "; set eval.max_tokens");
+    TXL_CHECK(c.a.token_losses.numel() == c.b.token_losses.numel(),
+              "--compare: ", c.a.token_losses.numel(), " and ", c.b.token_losses.numel(),
+              " tokens scored on ", target.name, "; set eval.max_tokens");
     c.ratio = paired_bootstrap_ppl_ratio(c.a.token_losses, c.b.token_losses);
     out.push_back(std::move(c));
   }
@@ -271,10 +324,15 @@ std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& fi
 }
 
 std::string comparison_json(const EvalRequest& request, const Comparison& c) {
-  json::Json j = {{"compare", {{"split", c.split}, {"a", request.checkpoint}, {"b", request.compare},
-                               {"tokens", c.ratio.tokens}, {"block", c.ratio.block},
-                               {"samples", c.ratio.samples}, {"confidence", c.ratio.confidence},
-                               {"significant", c.ratio.significant()}}}};
+  json::Json j = {{"compare",
+                   {{"split", c.split},
+                    {"a", request.checkpoint},
+                    {"b", request.compare},
+                    {"tokens", c.ratio.tokens},
+                    {"block", c.ratio.block},
+                    {"samples", c.ratio.samples},
+                    {"confidence", c.ratio.confidence},
+                    {"significant", c.ratio.significant()}}}};
   json::put_number(j["compare"], "ppl_a", c.a.ppl);
   json::put_number(j["compare"], "ppl_b", c.b.ppl);
   json::put_number(j["compare"], "ratio", c.ratio.ratio);
@@ -283,19 +341,21 @@ std::string comparison_json(const EvalRequest& request, const Comparison& c) {
   return j.dump();
 }
 
-void print_comparisons(const EvalRequest& request, const std::vector<Comparison>& comparisons, bool json,
-                       std::ostream& out) {
+void print_comparisons(const EvalRequest& request, const std::vector<Comparison>& comparisons,
+                       bool json, std::ostream& out) {
   for (const auto& c : comparisons) {
     if (json) {
       out << to_json(c.a) << "\n" << to_json(c.b) << "\n" << comparison_json(request, c) << "\n";
       continue;
     }
     print_table({c.a, c.b}, out);
-    out << fmt::format("{}: ppl {:.3f} (a: {}) / {:.3f} (b: {}) = {:.4f}, {:.0f}% interval [{:.4f}, {:.4f}] "
-                       "(paired bootstrap of {}-token blocks, {} resamples, {} tokens): {}\n",
-                       c.split, c.a.ppl, request.checkpoint, c.b.ppl, request.compare, c.ratio.ratio,
-                       100 * c.ratio.confidence, c.ratio.low, c.ratio.high, c.ratio.block, c.ratio.samples,
-                       c.ratio.tokens, c.ratio.significant() ? "significant" : "not significant (the interval holds 1)");
+    out << fmt::format(
+        "{}: ppl {:.3f} (a: {}) / {:.3f} (b: {}) = {:.4f}, {:.0f}% interval [{:.4f}, {:.4f}] "
+        "(paired bootstrap of {}-token blocks, {} resamples, {} tokens): {}\n",
+        c.split, c.a.ppl, request.checkpoint, c.b.ppl, request.compare, c.ratio.ratio,
+        100 * c.ratio.confidence, c.ratio.low, c.ratio.high, c.ratio.block, c.ratio.samples,
+        c.ratio.tokens,
+        c.ratio.significant() ? "significant" : "not significant (the interval holds 1)");
   }
 }
 
@@ -315,7 +375,8 @@ void run(const EvalRequest& request, Evaluation evaluation, std::ostream& out) {
     return;
   }
   // The weights go from the file straight to the evaluation's device.
-  models::LoadedModel loaded = models::rebuild_model(evaluation.checkpoint, request.checkpoint, settings.device);
+  models::LoadedModel loaded =
+      models::rebuild_model(evaluation.checkpoint, request.checkpoint, settings.device);
   const auto targets = collect_targets(request, config, loaded, *group);
   const auto results = request.sweep ? sweep(request, config, settings, loaded, targets, main_rank)
                                      : score(request, config, settings, loaded, targets, main_rank);

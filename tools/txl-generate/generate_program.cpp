@@ -1,4 +1,4 @@
-#include "txl/generation/generate_run.h"
+#include "txl-generate/generate_program.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -32,7 +32,8 @@ std::vector<std::string> prompt_texts(const GenerateRequest& request, std::istre
   if (texts.empty() && request.prompts_file.empty()) {
     for (std::string line; std::getline(in, line);) texts.push_back(line);
   }
-  TXL_CHECK(!texts.empty(), "no prompt: give --prompt TEXT, --prompts FILE (one a line) or "
+  TXL_CHECK(!texts.empty(),
+            "no prompt: give --prompt TEXT, --prompts FILE (one a line) or "
             "prompts on stdin (one a line)");
   return texts;
 }
@@ -96,12 +97,14 @@ std::string summary_json(const GenerateResult& r) {
 void log_context(const std::string& file, const GenerateResult& r) {
   if (r.context_tokens == 0) return;
   if (r.context_once) {
-    log::info("generate", "context: {} tokens of {} read once into the memory in {:.2f} s "
-              "({:.0f} tokens/s); then {} prompt tokens in {:.2f} s", r.context_tokens, file,
-              r.context_seconds, r.context_tokens / r.context_seconds, r.read_tokens,
-              r.read_seconds);
+    log::info("generate",
+              "context: {} tokens of {} read once into the memory in {:.2f} s "
+              "({:.0f} tokens/s); then {} prompt tokens in {:.2f} s",
+              r.context_tokens, file, r.context_seconds, r.context_tokens / r.context_seconds,
+              r.read_tokens, r.read_seconds);
   } else {
-    log::info("generate", "context: {} tokens of {} read before each prompt (a sliding window "
+    log::info("generate",
+              "context: {} tokens of {} read before each prompt (a sliding window "
               "keeps its last tgt_len); {} tokens read in {:.2f} s ({:.0f} tokens/s)",
               r.context_tokens, file, r.read_tokens, r.read_seconds,
               r.read_tokens / std::max(1e-9, r.read_seconds));
@@ -182,16 +185,21 @@ void add_generate_flags(CLI::App& app, config::CommandLine& line, GenerateReques
         key == "eval.same_length" || key == "eval.mem_init")
       config::add_set_shorthand(app, line, flag.flag, flag.key, flag.help);
   }
-  config::add_set_shorthand(app, line, "--threads", "run.threads", "intra-op threads, 0 = all cores");
+  config::add_set_shorthand(app, line, "--threads", "run.threads",
+                            "intra-op threads, 0 = all cores");
   auto& o = request.options;
   app.add_option("checkpoint", request.checkpoint, "checkpoint file (.safetensors)")->required();
   app.add_option("--prompt", request.prompts, "a prompt (repeatable); none: --prompts or stdin");
   app.add_option("--prompts", request.prompts_file, "a file of prompts, one a line");
-  app.add_option("--context-file", request.context_file, "text read once into the memory, before every prompt");
-  app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate at most per prompt")->capture_default_str();
+  app.add_option("--context-file", request.context_file,
+                 "text read once into the memory, before every prompt");
+  app.add_option("--max-new-tokens", o.max_new_tokens, "tokens to generate at most per prompt")
+      ->capture_default_str();
   app.add_option("--temperature", o.temperature, "0 = greedy")->capture_default_str();
-  app.add_option("--top-k", o.top_k, "draw among the k most probable tokens, 0 = all")->capture_default_str();
-  app.add_option("--top-p", o.top_p, "draw among the smallest set of mass >= p, 1 = all")->capture_default_str();
+  app.add_option("--top-k", o.top_k, "draw among the k most probable tokens, 0 = all")
+      ->capture_default_str();
+  app.add_option("--top-p", o.top_p, "draw among the smallest set of mass >= p, 1 = all")
+      ->capture_default_str();
   app.add_option("--seed", o.seed, "seed of the draws")->capture_default_str();
   app.add_option("--stop", o.stop, "stop a prompt's text at this string (repeatable)");
   app.add_option("--batch-size", o.batch_size, "prompts generated together")->capture_default_str();
@@ -244,23 +252,10 @@ eval::Evaluation load_generation(const GenerateRequest& request) {
   }
   eval::Evaluation loaded;
   loaded.checkpoint = models::read_checkpoint(checkpoint);
-  loaded.config = config::experiment_over(loaded.checkpoint.config,
-                                          checkpoint + " (stored experiment)",
-                                          request.overrides, generate_settable_keys());
+  loaded.config =
+      config::experiment_over(loaded.checkpoint.config, checkpoint + " (stored experiment)",
+                              request.overrides, generate_settable_keys());
   return loaded;
-}
-
-generation::DecodeOptions decode_options(const config::ExperimentConfig& config) {
-  config::ExperimentConfig memory = config;
-  memory.eval.mode = eval::Mode::kMemory;  // generation reads with memory whatever eval.mode says
-  const eval::Settings s = eval::resolve_settings(memory);
-  generation::DecodeOptions o;
-  o.tgt_len = s.tgt_len;
-  o.mem_len = s.mem_len;
-  o.clamp_len = s.clamp_len;
-  o.same_length = s.same_length;
-  o.zero_memory = s.zero_memory;  // eval.mem_init, or the model's
-  return o;
 }
 
 int run_generate(const GenerateRequest& request, const eval::Evaluation& loaded, std::istream& in,
@@ -273,9 +268,11 @@ int run_generate(const GenerateRequest& request, const eval::Evaluation& loaded,
   options.eos_id = request.ignore_eos ? -1 : tokenizer.eos_id();
   options.lengths = decode_options(loaded.config);
   if (settings.ext_len > 0) {
-    log::warn("generate", "model.ext_len = {}: decoding reads segments of tgt_len with the memory "
+    log::warn("generate",
+              "model.ext_len = {}: decoding reads segments of tgt_len with the memory "
               "alone, without evaluation's extended context, so log-probabilities differ from "
-              "txl-eval's", settings.ext_len);
+              "txl-eval's",
+              settings.ext_len);
   }
   // Every prompt starts after <eos>, or after the context (which ends with one).
   std::vector<std::int64_t> start = {tokenizer.eos_id()};

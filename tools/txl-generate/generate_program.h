@@ -1,5 +1,6 @@
 #pragma once
-// What txl-generate does, as a library call: rebuild the model and its tokenizer from a
+// What txl-generate does (its flags, input and printing, beside its main), as a call its main and
+// its tests make: rebuild the model and its tokenizer from a
 // checkpoint alone, read the prompts (and a context to prime the memory with), generate, print
 // plain text or JSON lines.
 //
@@ -12,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "txl-eval/eval_program.h"
 #include "txl/generation/generate.h"
-#include "txl/eval/run.h"
 
 namespace CLI {
 class App;
@@ -26,14 +27,14 @@ struct CommandLine;
 namespace txl::generation {
 
 struct GenerateRequest {
-  std::string checkpoint;             // checkpoint file (.safetensors)
-  std::vector<std::string> prompts;   // --prompt TEXT (repeatable)
-  std::string prompts_file;           // --prompts FILE: one prompt a line
-  std::string context_file;           // --context-file FILE: read before every prompt
+  std::string checkpoint;            // checkpoint file (.safetensors)
+  std::vector<std::string> prompts;  // --prompt TEXT (repeatable)
+  std::string prompts_file;          // --prompts FILE: one prompt a line
+  std::string context_file;          // --context-file FILE: read before every prompt
   // `key.path=value` overrides of the checkpoint's experiment: generate_settable_keys() only.
   std::vector<std::string> overrides;
-  bool json = false;                  // JSON lines instead of text
-  bool ignore_eos = false;            // true: <eos> is a newline like any token
+  bool json = false;        // JSON lines instead of text
+  bool ignore_eos = false;  // true: <eos> is a newline like any token
   // max_new_tokens, temperature, top_k, top_p, seed, stop, batch_size; eos_id and lengths are
   // set from the checkpoint and the experiment.
   GenerateOptions options;
@@ -52,10 +53,6 @@ const std::vector<std::string>& generate_settable_keys();
 // txl::Error for a missing or bad checkpoint (one of another format included) and for an
 // override that is invalid or not settable.
 eval::Evaluation load_generation(const GenerateRequest& request);
-
-// The decoding lengths of an experiment: eval.tgt_len, eval.mem_len (memory mode), clamp_len and
-// same_length as evaluation resolves them.
-generation::DecodeOptions decode_options(const config::ExperimentConfig& config);
 
 // Generates for every prompt and prints to `out` as it goes: in text, each prompt and its
 // continuation in the prompts' order, the continuation streamed as its tokens come (a blank
