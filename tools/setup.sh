@@ -28,9 +28,10 @@ build_dir="$txl_build_dir"
 say() { printf '[setup] %s\n' "$*"; }
 
 # Debian packages txl needs. libopenblas0-pthread matters: libtorch-dev's default reference
-# BLAS makes matrix products about 15x slower. bible-kjv is the default corpus.
+# BLAS makes matrix products about 15x slower. bible-kjv is the default corpus. clang-format
+# (bookworm's 14) is the layout the tests check (Style.LayoutIsClangFormats).
 packages=(
-  g++ cmake ninja-build pkg-config ccache
+  g++ cmake ninja-build pkg-config ccache clang-format
   libtorch-dev libopenblas0-pthread
   libsentencepiece-dev libyaml-cpp-dev libfmt-dev libgtest-dev libcli11-dev nlohmann-json3-dev
   libgloo-dev python3-torch
