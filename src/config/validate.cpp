@@ -144,7 +144,7 @@ void check_run(Checker& k, const ExperimentConfig& c) {
 void check_data(Checker& k, const ExperimentConfig& c) {
   const DataConfig& data = c.data;
   k.rule(!data.cache_dir.empty(), "data.cache_dir", "must not be empty (e.g. data/cache)");
-  k.rule(data.corpus != "text" || !data.path.empty(), "data.path",
+  k.rule(data.corpus != Corpus::kText || !data.path.empty(), "data.path",
          "corpus 'text' needs the path of a text file or of a folder with train/valid/test files");
   const TokenizerConfig& tok = data.tokenizer;
   k.positive("data.tokenizer.vocab_size", tok.vocab_size);

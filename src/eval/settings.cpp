@@ -15,7 +15,9 @@ Settings resolve_settings(const config::ExperimentConfig& config, dist::Group* g
   s.mem_len = s.mode != Mode::kMemory ? 0 : e.mem_len >= 0 ? e.mem_len : m.mem_len;
   s.clamp_len = e.clamp_len >= -1 ? e.clamp_len : m.clamp_len;
   s.same_length = e.same_length >= 0 ? e.same_length == 1 : m.same_length;
-  s.zero_memory = (e.mem_init == "model" ? m.mem_init : e.mem_init) == "zeros";
+  s.zero_memory = e.mem_init == config::EvalMemInit::kModel
+                      ? m.mem_init == config::MemInit::kZeros
+                      : e.mem_init == config::EvalMemInit::kZeros;
   s.ext_len = m.ext_len;
   s.window = e.window > 0 ? e.window : s.tgt_len;
   s.stride = e.stride;
