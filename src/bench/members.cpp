@@ -42,7 +42,7 @@ const std::vector<Member>& members() {
          c.model.cmem_len = c.model.mem_len / 4;
          c.model.mem_len -= c.model.cmem_len;
          c.model.cmem_rate = 4;
-         c.model.cmem_compress = "conv";
+         c.model.cmem_compress = config::Compression::kConv;
        }},
       // Recurrent memory tokens alone, trained through 2 segments as they must be.
       {"rmt", "attn_type xl, mem_len 0, mem_tokens 8, bptt_segments 1",

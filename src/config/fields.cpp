@@ -59,15 +59,14 @@ void add_run_fields(TableBuilder& t, RunConfig& run) {
 }
 
 void add_data_fields(TableBuilder& t, DataConfig& data) {
-  t.add("data.corpus", data.corpus,
-        {"kjv", "wikitext", "ptb", "enwik8", "text8", "text", "pg19", "synthetic"});
+  t.add("data.corpus", data.corpus);
   t.add("data.path", data.path);
   t.add("data.cache_dir", data.cache_dir);
   TokenizerConfig& tok = data.tokenizer;
-  t.add("data.tokenizer.type", tok.type, {"sentencepiece", "byte", "word"});
+  t.add("data.tokenizer.type", tok.type);
   t.add("data.tokenizer.model_path", tok.model_path);
   t.add("data.tokenizer.vocab_size", tok.vocab_size);
-  t.add("data.tokenizer.model_type", tok.model_type, {"unigram", "bpe", "char", "word"});
+  t.add("data.tokenizer.model_type", tok.model_type);
   t.add("data.tokenizer.character_coverage", tok.character_coverage);
   t.add("data.tokenizer.user_symbols", tok.user_symbols);
   t.add("data.tokenizer.max_sentences", tok.max_sentences);
@@ -106,14 +105,14 @@ void add_model_fields(TableBuilder& t, ModelConfig& m) {
   t.add("model.div_val", m.div_val);
   t.add("model.tie_weight", m.tie_weight);
   t.add("model.tie_projs", m.tie_projs);
-  t.add("model.init", m.init, {"normal", "uniform"});
-  t.add("model.norm_init", m.norm_init, {"normal", "ones"});
+  t.add("model.init", m.init);
+  t.add("model.norm_init", m.norm_init);
   t.add("model.init_std", m.init_std);
   t.add("model.proj_init_std", m.proj_init_std);
-  t.add_later("model.mem_init", m.mem_init, {"empty", "zeros"});
+  t.add_later("model.mem_init", m.mem_init);
   t.add_later("model.cmem_len", m.cmem_len);
   t.add_later("model.cmem_rate", m.cmem_rate);
-  t.add_later("model.cmem_compress", m.cmem_compress, {"conv", "mean", "max"});
+  t.add_later("model.cmem_compress", m.cmem_compress);
   t.add_later("model.cmem_loss_weight", m.cmem_loss_weight);
   t.add_later("model.mem_tokens", m.mem_tokens);
 }
@@ -150,7 +149,7 @@ void add_eval_fields(TableBuilder& t, EvalConfig& ev) {
   t.add("eval.mem_len", ev.mem_len);
   t.add("eval.clamp_len", ev.clamp_len);
   t.add("eval.same_length", ev.same_length);
-  t.add_later("eval.mem_init", ev.mem_init, {"model", "empty", "zeros"});
+  t.add_later("eval.mem_init", ev.mem_init);
   t.add("eval.mode", ev.mode);
   t.add("eval.window", ev.window);
   t.add("eval.stride", ev.stride);

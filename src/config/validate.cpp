@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "fields.h"
+#include "txl/config/effective_eval.h"
 
 namespace txl::config::detail {
 
@@ -144,7 +145,7 @@ void check_run(Checker& k, const ExperimentConfig& c) {
 void check_data(Checker& k, const ExperimentConfig& c) {
   const DataConfig& data = c.data;
   k.rule(!data.cache_dir.empty(), "data.cache_dir", "must not be empty (e.g. data/cache)");
-  k.rule(data.corpus != "text" || !data.path.empty(), "data.path",
+  k.rule(data.corpus != Corpus::kText || !data.path.empty(), "data.path",
          "corpus 'text' needs the path of a text file or of a folder with train/valid/test files");
   const TokenizerConfig& tok = data.tokenizer;
   k.positive("data.tokenizer.vocab_size", tok.vocab_size);
@@ -259,12 +260,10 @@ void check_model_positions(Checker& k, const ExperimentConfig& c) {
     k.rule(needed <= m.max_positions, "model.max_positions",
            "vanilla_learned needs tgt_len + mem_len + ext_len = " + text(needed) +
                " positions, got " + text(m.max_positions));
-    const EvalConfig& e = c.eval;
-    const long long eval_tgt = e.tgt_len > 0 ? e.tgt_len : m.tgt_len;
-    const long long eval_mem = e.mem_len >= 0 ? e.mem_len : m.mem_len;
-    const bool sliding = e.mode == EvalMode::kSliding;
+    const EffectiveEval ev = effective_eval(c);
+    const bool sliding = ev.mode == EvalMode::kSliding;
     const long long eval_needed =
-        sliding ? (e.window > 0 ? e.window : eval_tgt) : eval_tgt + eval_mem + m.ext_len;
+        sliding ? ev.window : static_cast<long long>(ev.tgt_len) + ev.requested_mem_len + m.ext_len;
     k.rule(eval_needed <= m.max_positions, sliding ? "eval.window" : "eval.tgt_len",
            "vanilla_learned has " + text(m.max_positions) +
                " positions (model.max_positions) but evaluation needs " + text(eval_needed));
@@ -322,7 +321,6 @@ void check_train(Checker& k, const ExperimentConfig& c) {
 
 // eval.*
 void check_eval(Checker& k, const ExperimentConfig& c) {
-  const ModelConfig& m = c.model;
   const EvalConfig& e = c.eval;
   k.at_least("eval.tgt_len", e.tgt_len, 0);
   k.at_least("eval.mem_len", e.mem_len, -1);
@@ -336,7 +334,7 @@ void check_eval(Checker& k, const ExperimentConfig& c) {
   k.at_least("eval.batch_size", e.batch_size, 1);
   k.at_least("eval.max_tokens", e.max_tokens, std::int64_t{0});
   if (e.mode == EvalMode::kSliding && e.stride >= 1) {
-    const int window = e.window > 0 ? e.window : (e.tgt_len > 0 ? e.tgt_len : m.tgt_len);
+    const int window = effective_eval(c).window;
     k.rule(e.stride <= window, "eval.stride",
            "must be <= the sliding window (" + text(window) + "), got " + text(e.stride));
   }

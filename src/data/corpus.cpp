@@ -302,7 +302,8 @@ class SplitFilesReader : public CorpusReader {
 // enwik8 / text8: one raw file split by byte offsets (byte_corpus_split).
 class ByteFileReader : public CorpusReader {
  public:
-  ByteFileReader(std::string name, std::string path) : name_(std::move(name)) {
+  ByteFileReader(config::Corpus corpus, std::string path)
+      : name_(config::to_string(corpus)), pages_(corpus == config::Corpus::kEnwik8) {
     TXL_CHECK(!path.empty(), "corpus '", name_, "' needs data.path: the file ", name_,
               " or the folder holding it (see ", kReadme, ")");
     std::error_code ec;
@@ -334,7 +335,7 @@ class ByteFileReader : public CorpusReader {
       split.lines = split_lines(part);
       split.doc_starts.push_back(0);
       // enwik8 is a Wikipedia XML dump: an article starts at its "<page>" line.
-      if (name_ == "enwik8") {
+      if (pages_) {
         for (size_t i = 1; i < split.lines.size(); ++i) {
           const std::string& l = split.lines[i];
           size_t first = l.find_first_not_of(' ');
@@ -350,6 +351,7 @@ class ByteFileReader : public CorpusReader {
 
  private:
   std::string name_;
+  bool pages_;  // enwik8: an article starts at a "<page>" line
   stdfs::path file_;
 };
 
@@ -466,41 +468,45 @@ class SyntheticReader : public CorpusReader {
 
 }  // namespace
 
-const std::vector<std::string>& corpus_names() {
-  static const std::vector<std::string> names = {"kjv",   "wikitext", "ptb",  "enwik8",
-                                                 "text8", "text",     "pg19", "synthetic"};
-  return names;
-}
-
 std::unique_ptr<CorpusReader> make_corpus_reader(const config::DataConfig& cfg) {
+  using config::Corpus;
   using Docs = SplitFilesReader::Docs;
-  const std::string& name = cfg.corpus;
-  if (name == "kjv") return std::make_unique<KjvReader>(cfg.path);
-  if (name == "wikitext") {
-    // The tokenized files are the standard ones; the raw variant is accepted as a fallback.
-    std::string ext = ".tokens";
-    std::error_code ec;
-    if (!cfg.path.empty() && !stdfs::exists(stdfs::path(cfg.path) / "wiki.train.tokens", ec) &&
-        stdfs::exists(stdfs::path(cfg.path) / "wiki.train.raw", ec))
-      ext = ".raw";
-    return std::make_unique<SplitFilesReader>(
-        name, cfg.path,
-        std::vector<std::string>{"wiki.train" + ext, "wiki.valid" + ext, "wiki.test" + ext},
-        Docs::kWikiArticles);
+  const std::string name = config::to_string(cfg.corpus);
+  switch (cfg.corpus) {
+    case Corpus::kKjv:
+      return std::make_unique<KjvReader>(cfg.path);
+    case Corpus::kWikitext: {
+      // The tokenized files are the standard ones; the raw variant is accepted as a fallback.
+      std::string ext = ".tokens";
+      std::error_code ec;
+      if (!cfg.path.empty() && !stdfs::exists(stdfs::path(cfg.path) / "wiki.train.tokens", ec) &&
+          stdfs::exists(stdfs::path(cfg.path) / "wiki.train.raw", ec))
+        ext = ".raw";
+      return std::make_unique<SplitFilesReader>(
+          name, cfg.path,
+          std::vector<std::string>{"wiki.train" + ext, "wiki.valid" + ext, "wiki.test" + ext},
+          Docs::kWikiArticles);
+    }
+    case Corpus::kPtb:
+      return std::make_unique<SplitFilesReader>(
+          name, cfg.path,
+          std::vector<std::string>{"ptb.train.txt", "ptb.valid.txt", "ptb.test.txt"},
+          Docs::kOnePerSplit);
+    case Corpus::kText:
+      return std::make_unique<SplitFilesReader>(
+          name, cfg.path, std::vector<std::string>{"train.txt", "valid.txt", "test.txt"},
+          Docs::kBlankLines);
+    case Corpus::kEnwik8:
+    case Corpus::kText8:
+      return std::make_unique<ByteFileReader>(cfg.corpus, cfg.path);
+    case Corpus::kPg19:
+      return std::make_unique<Pg19Reader>(cfg.path);
+    case Corpus::kSynthetic:
+      return std::make_unique<SyntheticReader>(cfg.synthetic);
   }
-  if (name == "ptb")
-    return std::make_unique<SplitFilesReader>(
-        name, cfg.path, std::vector<std::string>{"ptb.train.txt", "ptb.valid.txt", "ptb.test.txt"},
-        Docs::kOnePerSplit);
-  if (name == "text")
-    return std::make_unique<SplitFilesReader>(
-        name, cfg.path, std::vector<std::string>{"train.txt", "valid.txt", "test.txt"},
-        Docs::kBlankLines);
-  if (name == "enwik8" || name == "text8") return std::make_unique<ByteFileReader>(name, cfg.path);
-  if (name == "pg19") return std::make_unique<Pg19Reader>(cfg.path);
-  if (name == "synthetic") return std::make_unique<SyntheticReader>(cfg.synthetic);
+  // Only a value cast from a number reaches here: the loader takes names from the table alone.
   std::string known;
-  for (const auto& n : corpus_names()) known += (known.empty() ? "" : ", ") + n;
+  for (const auto& n : config::enum_names<Corpus>()) known += (known.empty() ? "" : ", ") + n;
   TXL_FAIL("unknown data.corpus '", name, "': expected one of ", known);
 }
 

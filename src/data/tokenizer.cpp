@@ -373,7 +373,7 @@ std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cf
   // Identity normalization and kept whitespace: decode(encode(text)) == text, and bits per
   // byte refer to the text as it is.
   std::vector<std::pair<std::string, std::string>> args = {
-      {"model_type", cfg.model_type},
+      {"model_type", config::to_string(cfg.model_type)},
       {"vocab_size", std::to_string(cfg.vocab_size)},
       {"character_coverage", std::to_string(cfg.character_coverage)},
       {"pad_id", "0"},
@@ -391,7 +391,7 @@ std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cf
   for (const auto& [k, v] : args) keys.push_back(k.c_str()), values.push_back(v.c_str());
 
   log::info("data", "training a sentencepiece {} tokenizer, vocab {}, on {} of {} train lines",
-            cfg.model_type, cfg.vocab_size, sample.size(), train_lines.size());
+            config::to_string(cfg.model_type), cfg.vocab_size, sample.size(), train_lines.size());
   const spm::Library& lib = spm::library();
   auto start = std::chrono::steady_clock::now();
   std::string serialized, error, chatter;
@@ -511,19 +511,21 @@ std::shared_ptr<Tokenizer> load_tokenizer(const stdfs::path& dir) {
 }
 
 std::string tokenizer_options_key(const config::TokenizerConfig& cfg) {
-  if (cfg.type == "byte") return "byte";
-  if (cfg.type == "word") return "word:min_count=" + std::to_string(cfg.min_count);
-  TXL_CHECK(cfg.type == "sentencepiece", "unknown data.tokenizer.type '", cfg.type,
-            "': expected sentencepiece, byte or word");
+  using config::TokenizerType;
+  if (cfg.type == TokenizerType::kByte) return "byte";
+  if (cfg.type == TokenizerType::kWord) return "word:min_count=" + std::to_string(cfg.min_count);
+  // Only a value cast from a number fails these checks: the loader takes names from the tables.
+  TXL_CHECK(cfg.type == TokenizerType::kSentencePiece, "unknown data.tokenizer.type '",
+            config::to_string(cfg.type), "': expected sentencepiece, byte or word");
   if (!cfg.model_path.empty()) {
     std::error_code ec;
     TXL_CHECK(stdfs::is_regular_file(cfg.model_path, ec), "data.tokenizer.model_path: file not ",
               "found: ", cfg.model_path);
     return "sentencepiece:model=" + hex_of(fs::fingerprint_file(cfg.model_path));
   }
-  const auto& mt = cfg.model_type;
-  TXL_CHECK(mt == "unigram" || mt == "bpe" || mt == "char" || mt == "word",
-            "unknown data.tokenizer.model_type '", mt, "': expected unigram, bpe, char or word");
+  const std::string mt = config::to_string(cfg.model_type);
+  TXL_CHECK(config::is_named(cfg.model_type), "unknown data.tokenizer.model_type '", mt,
+            "': expected unigram, bpe, char or word");
   std::string key = "sentencepiece:model_type=" + mt +
                     ",vocab_size=" + std::to_string(cfg.vocab_size) +
                     ",character_coverage=" + std::to_string(cfg.character_coverage) +
@@ -547,7 +549,8 @@ namespace {
 // training text ("-" when the tokenizer does not depend on it: byte, or a given .model file).
 Meta tokenizer_source(const config::TokenizerConfig& cfg, std::uint64_t train_fingerprint) {
   const bool text_free =
-      cfg.type == "byte" || (cfg.type == "sentencepiece" && !cfg.model_path.empty());
+      cfg.type == config::TokenizerType::kByte ||
+      (cfg.type == config::TokenizerType::kSentencePiece && !cfg.model_path.empty());
   return {{"options", tokenizer_options_key(cfg)},
           {"trained_on", text_free ? "-" : hex_of(train_fingerprint)}};
 }
@@ -594,9 +597,9 @@ std::shared_ptr<Tokenizer> make_tokenizer(
   }
   if (!why.empty()) log::info("data", "{}; rebuilding", why);
   std::shared_ptr<Tokenizer> tok;
-  if (cfg.type == "byte") {
+  if (cfg.type == config::TokenizerType::kByte) {
     tok = make_byte_tokenizer();
-  } else if (cfg.type == "word") {
+  } else if (cfg.type == config::TokenizerType::kWord) {
     tok = build_word_tokenizer(train_lines(), cfg.min_count);
   } else if (!cfg.model_path.empty()) {
     tok = load_sentencepiece(cfg.model_path);

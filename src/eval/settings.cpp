@@ -1,23 +1,24 @@
 #include "txl/eval/settings.h"
 
 #include "txl/config/device.h"
+#include "txl/config/effective_eval.h"
 #include "txl/dist/group.h"
 #include "txl/util/error.h"
 
 namespace txl::eval {
 
 Settings resolve_settings(const config::ExperimentConfig& config, dist::Group* group) {
-  const auto& m = config.model;
   const auto& e = config.eval;
+  const config::EffectiveEval ev = config::effective_eval(config);
   Settings s;
-  s.mode = e.mode;
-  s.tgt_len = e.tgt_len > 0 ? e.tgt_len : m.tgt_len;
-  s.mem_len = s.mode != Mode::kMemory ? 0 : e.mem_len >= 0 ? e.mem_len : m.mem_len;
-  s.clamp_len = e.clamp_len >= -1 ? e.clamp_len : m.clamp_len;
-  s.same_length = e.same_length >= 0 ? e.same_length == 1 : m.same_length;
-  s.zero_memory = (e.mem_init == "model" ? m.mem_init : e.mem_init) == "zeros";
-  s.ext_len = m.ext_len;
-  s.window = e.window > 0 ? e.window : s.tgt_len;
+  s.mode = ev.mode;
+  s.tgt_len = ev.tgt_len;
+  s.mem_len = ev.mem_len;
+  s.clamp_len = ev.clamp_len;
+  s.same_length = ev.same_length;
+  s.zero_memory = ev.mem_init == config::MemInit::kZeros;
+  s.ext_len = config.model.ext_len;
+  s.window = ev.window;
   s.stride = e.stride;
   s.warmup = e.warmup;
   s.batch_size = e.batch_size;
@@ -94,7 +95,7 @@ config::ExperimentConfig at_context(const config::ExperimentConfig& config, std:
   TXL_CHECK(c >= 0, "a context length must be at least 0, got ", c);
   config::ExperimentConfig v = config;
   if (config::uses_absolute_positions(config.model.attn_type)) {
-    const std::int64_t window = c > 0 ? c : (v.eval.tgt_len > 0 ? v.eval.tgt_len : v.model.tgt_len);
+    const std::int64_t window = c > 0 ? c : config::effective_eval(config).tgt_len;
     v.eval.mode = Mode::kSliding;
     v.eval.window = static_cast<int>(window);
     v.eval.stride = static_cast<int>(std::max<std::int64_t>(1, window / kSweepStrideDivisor));

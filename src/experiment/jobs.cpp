@@ -101,7 +101,7 @@ ResultRecord evaluate_planned(const std::string& name, const config::ExperimentC
   eval::Extras extras;
   extras.by_position = p.settings.mode != eval::Mode::kSliding && p.settings.ext_len == 0;
   extras.token_losses = keeps_losses(p);
-  if (cfg.data.corpus == "synthetic" && !p.settings.documents)
+  if (cfg.data.corpus == config::Corpus::kSynthetic && !p.settings.documents)
     extras.recall_mask = data::synthetic_recall_mask(split.ids, *dataset.tokenizer);  // bool [N]
   auto r = eval::evaluate(model, split, p.settings, extras);
   r.split = p.split;

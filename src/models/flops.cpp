@@ -12,8 +12,9 @@ FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab,
   // Compressive memory: its N rows are keys too, and a convolution compresses the rows leaving
   // (a segment's worth at steady state: c rows of d into d per c tokens).
   const double compressed = mem_len > 0 ? c.cmem_len : 0;
-  const double compress =
-      compressed > 0 && c.cmem_compress == "conv" ? 2.0 * c.d_model * c.d_model : 0.0;
+  const double compress = compressed > 0 && c.cmem_compress == config::Compression::kConv
+                              ? 2.0 * c.d_model * c.d_model
+                              : 0.0;
   const double q = static_cast<double>(tgt_len), k = q + mem_len + compressed;
   // Products of queries with position encodings: Transformer-XL's and Shaw's (RoPE turns queries
   // and keys, ALiBi adds a bias: no products).

@@ -97,7 +97,7 @@ Context Context::from_config(const config::ModelConfig& config) {
   ctx.clamp_len = config.clamp_len;
   ctx.same_length = config.same_length;
   ctx.ext_len = config.ext_len;
-  ctx.zero_memory = config.mem_init == "zeros";
+  ctx.zero_memory = config.mem_init == config::MemInit::kZeros;
   ctx.cmem_len = config.cmem_len;
   return ctx;
 }
@@ -106,12 +106,14 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
     : config_(config), n_token_(n_token), scheme_(scheme_of(config.attn_type)) {
   check_config(config, n_token);
 
-  modules::InitOptions init{config.init, config.init_std, config.norm_init};
+  // The modules take the initialisations by name (they know no config): the table's names.
+  const std::string weight_init = config::to_string(config.init);
+  modules::InitOptions init{weight_init, config.init_std, config::to_string(config.norm_init)};
   const int64_t d = config.d_model;
   word_emb =
       register_module("word_emb", modules::AdaptiveEmbedding(modules::AdaptiveEmbeddingOptions{
                                       n_token, d, d, config.cutoffs, config.div_val,
-                                      config.init_std, config.proj_init_std, config.init}));
+                                      config.init_std, config.proj_init_std, weight_init}));
   if (scheme_ == modules::PositionScheme::kRelative && !config.untie_r) {
     // Paper 3.3: u and v are shared by all layers (the paper code's r_w_bias, r_r_bias).
     u_bias = register_parameter("u_bias", torch::empty({config.n_head, config.d_head}));
@@ -143,7 +145,7 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
     compressors = register_module("compressors", torch::nn::ModuleList());
     for (int i = 0; i < config.n_layer; ++i) {
       compressor_list_.emplace_back(
-          modules::CompressorOptions{d, config.cmem_rate, config.cmem_compress});
+          modules::CompressorOptions{d, config.cmem_rate, config::to_string(config.cmem_compress)});
       compressors->push_back(compressor_list_.back());
     }
   }
@@ -155,8 +157,8 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
     modules::init_weight(memory_read_emb, init);
     modules::init_weight(memory_write_emb, init);
   }
-  TXL_CHECK(config.mem_init == "empty" || config.mem_init == "zeros", "model.mem_init = \"",
-            config.mem_init, "\" is not one of: empty, zeros");
+  TXL_CHECK(config::is_named(config.mem_init), "model.mem_init = \"",
+            config::to_string(config.mem_init), "\" is not one of: empty, zeros");
   if (config.pre_norm && config.final_norm) {
     final_norm =
         register_module("final_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
@@ -166,7 +168,7 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
       "crit", modules::AdaptiveLogSoftmax(
                   modules::AdaptiveSoftmaxOptions{
                       n_token, d, d, config.cutoffs, config.div_val, config.tie_weight,
-                      config.tie_projs, config.init_std, config.proj_init_std, config.init},
+                      config.tie_projs, config.init_std, config.proj_init_std, weight_init},
                   word_emb));
   drop = register_module("drop", modules::Dropout(config.dropout));
 }

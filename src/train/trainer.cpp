@@ -208,7 +208,7 @@ void Trainer::build() {
       dataset_.train.ids, data::train_stream_options(config_, dataset_.tokenizer->pad_id()),
       config_.data.document_mode ? dataset_.train.doc_starts : torch::Tensor());
   valid_settings_ = eval::validation_settings(config_, group_.get());
-  if (config_.data.corpus == "synthetic")
+  if (config_.data.corpus == config::Corpus::kSynthetic)
     recall_mask_ = data::synthetic_recall_mask(dataset_.valid.ids, *dataset_.tokenizer);
 }
 

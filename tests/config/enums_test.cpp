@@ -57,6 +57,22 @@ TEST(EnumNames, EveryNameRoundTripsAndEachTableCoversItsEnum) {
   expect_table<Optimizer>({"adam", "adamw", "sgd"});
   expect_table<Schedule>({"cosine", "inv_sqrt", "constant", "plateau"});
   expect_table<EvalMode>({"memory", "segments", "sliding"});
+  expect_table<Corpus>({"kjv", "wikitext", "ptb", "enwik8", "text8", "text", "pg19", "synthetic"});
+  expect_table<TokenizerType>({"sentencepiece", "byte", "word"});
+  expect_table<SentencePieceModel>({"unigram", "bpe", "char", "word"});
+  expect_table<WeightInit>({"normal", "uniform"});
+  expect_table<NormInit>({"normal", "ones"});
+  expect_table<MemInit>({"empty", "zeros"});
+  expect_table<Compression>({"conv", "mean", "max"});
+  expect_table<EvalMemInit>({"model", "empty", "zeros"});
+}
+
+TEST(EnumNames, OnlyACastFromANumberIsNamedByNoTable) {
+  for (const std::string& name : enum_names<Corpus>())
+    EXPECT_TRUE(is_named(*parse_enum<Corpus>(name)));
+  EXPECT_FALSE(is_named(static_cast<Corpus>(8)));
+  EXPECT_TRUE(is_named(SentencePieceModel::kWord));
+  EXPECT_FALSE(is_named(static_cast<SentencePieceModel>(-1)));
 }
 
 TEST(EnumNames, AbsoluteAndRelativePositionsSplitTheAttentionTypes) {
@@ -70,12 +86,15 @@ TEST(EnumNames, AbsoluteAndRelativePositionsSplitTheAttentionTypes) {
   }
 }
 
-// An enum setting: its section, its key in the section, and the value it holds after loading.
+// An enum setting: its section, its key in the section ("tokenizer.type" for a key of a
+// subsection), the value it holds after loading, and whether the dump leaves it out at its
+// default (a field added after configs were stored: fields.cpp's add_later).
 struct EnumKey {
   std::string section;
   std::string key;
   std::function<std::string(const ExperimentConfig&)> loaded;
   std::vector<std::string> names;
+  bool omitted_at_default = false;
 };
 
 std::vector<EnumKey> enum_keys() {
@@ -92,19 +111,47 @@ std::vector<EnumKey> enum_keys() {
        enum_names<Schedule>()},
       {"eval", "mode", [](const auto& c) { return to_string(c.eval.mode); },
        enum_names<EvalMode>()},
+      {"data", "corpus", [](const auto& c) { return to_string(c.data.corpus); },
+       enum_names<Corpus>()},
+      {"data", "tokenizer.type", [](const auto& c) { return to_string(c.data.tokenizer.type); },
+       enum_names<TokenizerType>()},
+      {"data", "tokenizer.model_type",
+       [](const auto& c) { return to_string(c.data.tokenizer.model_type); },
+       enum_names<SentencePieceModel>()},
+      {"model", "init", [](const auto& c) { return to_string(c.model.init); },
+       enum_names<WeightInit>()},
+      {"model", "norm_init", [](const auto& c) { return to_string(c.model.norm_init); },
+       enum_names<NormInit>()},
+      {"model", "mem_init", [](const auto& c) { return to_string(c.model.mem_init); },
+       enum_names<MemInit>(), true},
+      {"model", "cmem_compress", [](const auto& c) { return to_string(c.model.cmem_compress); },
+       enum_names<Compression>(), true},
+      {"eval", "mem_init", [](const auto& c) { return to_string(c.eval.mem_init); },
+       enum_names<EvalMemInit>(), true},
   };
+}
+
+// The line of `key` holding `name` in a dump: a key of a subsection ("tokenizer.type") is
+// written under the subsection's own line, indented once more ("    type: word").
+std::string dumped_line(const std::string& key, const std::string& name) {
+  const std::size_t dot = key.find('.');
+  if (dot == std::string::npos) return "\n  " + key + ": " + name + "\n";
+  return "\n    " + key.substr(dot + 1) + ": " + name + "\n";
 }
 
 TEST(EnumSettings, EveryNameLoadsIntoItsFieldAndDumpsAsWritten) {
   for (const EnumKey& e : enum_keys()) {
     for (const std::string& name : e.names) {
       const std::string yaml = e.section + ":\n  " + e.key + ": " + name + "\n";
-      // Absolute positions need no memory (a rule of their own, not the name's).
-      const ExperimentConfig c = parse_experiment_string(yaml, "x.yaml", {"model.mem_len=0"});
+      // Absolute positions need no memory, corpus 'text' a path (rules of their own, not the
+      // name's).
+      const ExperimentConfig c =
+          parse_experiment_string(yaml, "x.yaml", {"model.mem_len=0", "data.path=corpus.txt"});
       EXPECT_EQ(e.loaded(c), name) << yaml;
       const std::string dump = dump_experiment(c);
       EXPECT_NE(("\n" + dump).find("\n" + e.section + ":\n"), std::string::npos);
-      EXPECT_NE(dump.find("\n  " + e.key + ": " + name + "\n"), std::string::npos) << dump;
+      const bool omitted = e.omitted_at_default && name == e.loaded(ExperimentConfig{});
+      EXPECT_EQ(dump.find(dumped_line(e.key, name)) == std::string::npos, omitted) << dump;
       EXPECT_EQ(dump_experiment(parse_experiment_string(dump, "dump.yaml")), dump);
     }
   }

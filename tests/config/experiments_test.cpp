@@ -37,8 +37,8 @@ TEST(Experiments, EveryShippedFileLoads) {
 
 TEST(Experiments, Wt103BaseIsThePapersModel) {
   auto c = load_experiment((experiments() / "wt103_base.yaml").string());
-  EXPECT_EQ(c.data.corpus, "wikitext");
-  EXPECT_EQ(c.data.tokenizer.type, "word");
+  EXPECT_EQ(c.data.corpus, txl::config::Corpus::kWikitext);
+  EXPECT_EQ(c.data.tokenizer.type, txl::config::TokenizerType::kWord);
   EXPECT_EQ(c.model.n_layer, 16);
   EXPECT_EQ(c.model.d_model, 410);
   EXPECT_EQ(c.model.n_head, 10);
@@ -62,7 +62,7 @@ TEST(Experiments, Wt103BaseIsThePapersModel) {
 
 TEST(Experiments, Enwik8BaseBuildsWithThePapersSize) {
   auto c = load_experiment((experiments() / "enwik8_base.yaml").string());
-  EXPECT_EQ(c.data.tokenizer.type, "byte");
+  EXPECT_EQ(c.data.tokenizer.type, txl::config::TokenizerType::kByte);
   EXPECT_EQ(c.model.n_layer, 12);
   EXPECT_EQ(c.model.d_model, 512);
   EXPECT_EQ(c.model.n_head, 8);
@@ -76,7 +76,7 @@ TEST(Experiments, Enwik8BaseBuildsWithThePapersSize) {
   for (const auto& p : model->parameters()) params += p.numel();
   EXPECT_NEAR(params / 1e6, 41, 2);  // paper: 41M
   auto t8 = load_experiment((experiments() / "text8_base.yaml").string());
-  EXPECT_EQ(t8.data.corpus, "text8");
+  EXPECT_EQ(t8.data.corpus, txl::config::Corpus::kText8);
   EXPECT_EQ(t8.model.n_layer, 12);  // inherited through base:
 }
 

@@ -101,13 +101,13 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.run.log_interval, 7);
   EXPECT_EQ(c.run.dist_timeout, 45);
 
-  EXPECT_EQ(c.data.corpus, "wikitext");
+  EXPECT_EQ(c.data.corpus, Corpus::kWikitext);
   EXPECT_EQ(c.data.path, "corpora/wt103");
   EXPECT_EQ(c.data.cache_dir, "cache/e");
-  EXPECT_EQ(c.data.tokenizer.type, "word");
+  EXPECT_EQ(c.data.tokenizer.type, TokenizerType::kWord);
   EXPECT_EQ(c.data.tokenizer.model_path, "m/tok.model");
   EXPECT_EQ(c.data.tokenizer.vocab_size, 500);
-  EXPECT_EQ(c.data.tokenizer.model_type, "bpe");
+  EXPECT_EQ(c.data.tokenizer.model_type, SentencePieceModel::kBpe);
   EXPECT_DOUBLE_EQ(c.data.tokenizer.character_coverage, 0.9995);
   EXPECT_EQ(c.data.tokenizer.user_symbols, (std::vector<std::string>{"<sep>", "<cls>"}));
   EXPECT_EQ(c.data.tokenizer.max_sentences, 1000);
@@ -143,14 +143,14 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.model.div_val, 2);
   EXPECT_FALSE(c.model.tie_weight);
   EXPECT_FALSE(c.model.tie_projs);
-  EXPECT_EQ(c.model.init, "uniform");
-  EXPECT_EQ(c.model.norm_init, "ones");
+  EXPECT_EQ(c.model.init, WeightInit::kUniform);
+  EXPECT_EQ(c.model.norm_init, NormInit::kOnes);
   EXPECT_DOUBLE_EQ(c.model.init_std, 0.05);
   EXPECT_DOUBLE_EQ(c.model.proj_init_std, 0.02);
-  EXPECT_EQ(c.model.mem_init, "zeros");
+  EXPECT_EQ(c.model.mem_init, MemInit::kZeros);
   EXPECT_EQ(c.model.cmem_len, 8);
   EXPECT_EQ(c.model.cmem_rate, 2);
-  EXPECT_EQ(c.model.cmem_compress, "max");
+  EXPECT_EQ(c.model.cmem_compress, Compression::kMax);
   EXPECT_DOUBLE_EQ(c.model.cmem_loss_weight, 0.5);
   EXPECT_EQ(c.model.mem_tokens, 3);
 
@@ -183,7 +183,7 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.eval.mem_len, 160);
   EXPECT_EQ(c.eval.clamp_len, 100);
   EXPECT_EQ(c.eval.same_length, 1);
-  EXPECT_EQ(c.eval.mem_init, "empty");
+  EXPECT_EQ(c.eval.mem_init, EvalMemInit::kEmpty);
   EXPECT_EQ(c.eval.mode, EvalMode::kSliding);
   EXPECT_EQ(c.eval.window, 64);
   EXPECT_EQ(c.eval.stride, 32);
@@ -755,7 +755,7 @@ TEST(LoadExperiment, CommittedFixturesLoad) {
   EXPECT_EQ(tiny.run.name, "tiny_xl");  // the file
   EXPECT_EQ(tiny.model.d_model, 32);    // its base
   EXPECT_EQ(tiny.eval.mem_len, 32);
-  EXPECT_EQ(tiny.data.corpus, "synthetic");
+  EXPECT_EQ(tiny.data.corpus, Corpus::kSynthetic);
   EXPECT_EQ(tiny.train.optimizer, Optimizer::kAdam);  // default
 }
 

@@ -10,13 +10,14 @@
 
 namespace {
 
+using txl::config::Corpus;
 using txl::data::CorpusSplit;
 using txl::data::CorpusText;
 using txl::data::make_corpus_reader;
 using txl::test::TempDir;
 using txl::test::write_text;
 
-txl::config::DataConfig data_config(const std::string& corpus, const std::string& path) {
+txl::config::DataConfig data_config(txl::config::Corpus corpus, const std::string& path) {
   txl::config::DataConfig cfg;
   cfg.corpus = corpus;
   cfg.path = path;
@@ -92,7 +93,7 @@ TEST(Corpus, ByteSplitFollowsTransformerXlPreprocessing) {
 
 TEST(Corpus, KjvFromBibleProgram) {
   if (!txl::test::bible_available()) GTEST_SKIP() << "bible-kjv not installed";
-  auto reader = make_corpus_reader(data_config("kjv", ""));
+  auto reader = make_corpus_reader(data_config(Corpus::kKjv, ""));
   CorpusText c = reader->read();
   // 31,102 verses in canonical order split 90/5/5.
   EXPECT_EQ(c.train.lines.size(), 27991u);
@@ -119,7 +120,8 @@ TEST(Corpus, KjvFromBibleProgram) {
   // No reference prefix survives.
   for (const auto& line : c.valid.lines) EXPECT_FALSE(txl::data::parse_verse_line(line)) << line;
   // The fingerprint is stable and matches the content.
-  EXPECT_EQ(reader->fingerprint(), make_corpus_reader(data_config("kjv", ""))->fingerprint());
+  EXPECT_EQ(reader->fingerprint(),
+            make_corpus_reader(data_config(Corpus::kKjv, ""))->fingerprint());
 }
 
 TEST(Corpus, KjvFromFileInBibleFormat) {
@@ -131,7 +133,7 @@ TEST(Corpus, KjvFromFileInBibleFormat) {
   for (int v = 1; v <= 12; ++v)
     text += "Ge2:" + std::to_string(v) + " two " + std::to_string(v) + "\n";
   write_text(dir / "kjv.txt", text);
-  CorpusText c = make_corpus_reader(data_config("kjv", (dir / "kjv.txt").string()))->read();
+  CorpusText c = make_corpus_reader(data_config(Corpus::kKjv, (dir / "kjv.txt").string()))->read();
   ASSERT_EQ(c.train.lines.size(), 18u);
   ASSERT_EQ(c.valid.lines.size(), 1u);
   ASSERT_EQ(c.test.lines.size(), 1u);
@@ -146,13 +148,13 @@ TEST(Corpus, KjvFromFileInBibleFormat) {
 TEST(Corpus, KjvErrors) {
   TempDir dir;
   write_text(dir / "bad.txt", "Ge1:1 fine\nthis line has no reference\n");
-  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config("kjv", (dir / "bad.txt").string()))->read(),
-                        "line 2");
+  TXL_EXPECT_THROW_WITH(
+      make_corpus_reader(data_config(Corpus::kKjv, (dir / "bad.txt").string()))->read(), "line 2");
   // Without the bible program the message says which package to install.
   const char* old = std::getenv("PATH");
   std::string saved = old ? old : "";
   ::setenv("PATH", dir.path().c_str(), 1);
-  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config("kjv", ""))->read(), "bible-kjv");
+  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config(Corpus::kKjv, ""))->read(), "bible-kjv");
   ::setenv("PATH", saved.c_str(), 1);
 }
 
@@ -176,7 +178,7 @@ TEST(Corpus, WikitextArticlesAreDocuments) {
   write_text(dir / "wiki.train.tokens", train);
   write_text(dir / "wiki.valid.tokens", " \n = A = \n \n text a \n");
   write_text(dir / "wiki.test.tokens", " \n = B = \n \n text b \n");
-  CorpusText c = make_corpus_reader(data_config("wikitext", dir.path().string()))->read();
+  CorpusText c = make_corpus_reader(data_config(Corpus::kWikitext, dir.path().string()))->read();
   ASSERT_EQ(c.train.lines.size(), 12u);  // every line kept, blank ones included
   EXPECT_EQ(c.train.lines[1], " = Valkyria Chronicles III = ");
   // Two articles; the section heading does not start one; the blank line before a title
@@ -193,7 +195,7 @@ TEST(Corpus, PtbOneDocumentPerSplit) {
   write_text(dir / "ptb.train.txt", " aer banknote berlitz \n pierre <unk> N years old \n");
   write_text(dir / "ptb.valid.txt", " consumers may want \n");
   write_text(dir / "ptb.test.txt", " no it was n't black monday \n");
-  CorpusText c = make_corpus_reader(data_config("ptb", dir.path().string()))->read();
+  CorpusText c = make_corpus_reader(data_config(Corpus::kPtb, dir.path().string()))->read();
   EXPECT_EQ(c.train.lines,
             (std::vector<std::string>{" aer banknote berlitz ", " pierre <unk> N years old "}));
   EXPECT_EQ(c.train.doc_starts, (std::vector<std::int64_t>{0}));
@@ -206,7 +208,7 @@ TEST(Corpus, TextFolderBlankLinesSeparateDocuments) {
   write_text(dir / "train.txt", "doc one line one\ndoc one line two\n\n\ndoc two\n\ndoc three\n");
   write_text(dir / "valid.txt", "v\n");
   write_text(dir / "test.txt", "t1\n\nt2");  // no final newline
-  CorpusText c = make_corpus_reader(data_config("text", dir.path().string()))->read();
+  CorpusText c = make_corpus_reader(data_config(Corpus::kText, dir.path().string()))->read();
   EXPECT_EQ(c.train.lines, (std::vector<std::string>{"doc one line one", "doc one line two",
                                                      "doc two", "doc three"}));
   EXPECT_EQ(c.train.doc_starts, (std::vector<std::int64_t>{0, 2, 3}));
@@ -230,7 +232,7 @@ TEST(Corpus, Pg19BooksAreDocumentsInTheOrderOfTheirIds) {
   write_text(dir / "validation" / "7.txt", "Seven\n\nafter a blank line\n");
   write_text(dir / "test" / "3.txt", "Three\n");
   write_text(dir / "metadata.csv", "_id,short_book_title,publication_date,url\n");
-  auto reader = make_corpus_reader(data_config("pg19", dir.path().string()));
+  auto reader = make_corpus_reader(data_config(Corpus::kPg19, dir.path().string()));
   CorpusText c = reader->read();
   EXPECT_EQ(c.name, "pg19");
   EXPECT_EQ(c.train.lines,
@@ -254,7 +256,9 @@ TEST(Corpus, Pg19BooksAreDocumentsInTheOrderOfTheirIds) {
 // naming the folder or file.
 TEST(Corpus, Pg19MalformedInputIsAClearError) {
   TempDir dir;
-  auto read = [&] { return make_corpus_reader(data_config("pg19", dir.path().string()))->read(); };
+  auto read = [&] {
+    return make_corpus_reader(data_config(Corpus::kPg19, dir.path().string()))->read();
+  };
   std::filesystem::create_directories(dir / "train");
   std::filesystem::create_directories(dir / "test");
   write_text(dir / "train" / "1.txt", "One\n");
@@ -270,7 +274,7 @@ TEST(Corpus, Pg19MalformedInputIsAClearError) {
   write_text(dir / "validation" / "5.txt", "Fine\nthen \xff here\n");
   TXL_EXPECT_THROW_WITH(read(), (dir / "validation" / "5.txt").string() +
                                     " is not UTF-8 (an invalid byte at offset 10)");
-  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config("pg19", "")), "needs data.path");
+  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config(Corpus::kPg19, "")), "needs data.path");
 }
 
 // ------------------------------------------------------------------------- byte corpora
@@ -286,7 +290,7 @@ TEST(Corpus, Enwik8SmallFileSplitsByFraction) {
   write_text(dir / "enwik8", text);
   // data.path may name the folder or the file itself.
   for (const auto& path : {dir.path().string(), (dir / "enwik8").string()}) {
-    CorpusText c = make_corpus_reader(data_config("enwik8", path))->read();
+    CorpusText c = make_corpus_reader(data_config(Corpus::kEnwik8, path))->read();
     const auto n = static_cast<std::int64_t>(text.size());
     EXPECT_EQ(c.train.n_bytes, n * 90 / 100);
     EXPECT_EQ(c.valid.n_bytes, n * 5 / 100);
@@ -308,7 +312,7 @@ TEST(Corpus, Text8IsOneLinePerSplit) {
   for (int i = 0; text.size() < 1000; ++i) text += " anarchism originated as a term";
   text.resize(1000);
   write_text(dir / "text8", text);
-  CorpusText c = make_corpus_reader(data_config("text8", dir.path().string()))->read();
+  CorpusText c = make_corpus_reader(data_config(Corpus::kText8, dir.path().string()))->read();
   ASSERT_EQ(c.train.lines.size(), 1u);
   EXPECT_EQ(c.train.lines[0], text.substr(0, 900));
   EXPECT_EQ(c.valid.lines[0], text.substr(900, 50));
@@ -321,21 +325,24 @@ TEST(Corpus, Text8IsOneLinePerSplit) {
 TEST(Corpus, MissingEmptyAndUnknownAreClearErrors) {
   TempDir dir;
   // Missing file: names the path and the README.
-  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config("ptb", dir.path().string()))->read(),
+  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config(Corpus::kPtb, dir.path().string()))->read(),
                         (dir / "ptb.train.txt").string());
-  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config("wikitext", dir.path().string()))->read(),
-                        "data/README.md");
   TXL_EXPECT_THROW_WITH(
-      make_corpus_reader(data_config("enwik8", dir.path().string()))->fingerprint(), "enwik8");
+      make_corpus_reader(data_config(Corpus::kWikitext, dir.path().string()))->read(),
+      "data/README.md");
+  TXL_EXPECT_THROW_WITH(
+      make_corpus_reader(data_config(Corpus::kEnwik8, dir.path().string()))->fingerprint(),
+      "enwik8");
   // Empty file.
   write_text(dir / "train.txt", "");
   write_text(dir / "valid.txt", "v\n");
   write_text(dir / "test.txt", "t\n");
-  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config("text", dir.path().string()))->read(),
+  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config(Corpus::kText, dir.path().string()))->read(),
                         "is empty");
   // No path where one is needed, unknown corpus.
-  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config("wikitext", "")), "data.path");
-  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config("wiki103", "x")), "kjv, wikitext, ptb");
+  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config(Corpus::kWikitext, "")), "data.path");
+  TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config(static_cast<txl::config::Corpus>(99), "x")),
+                        "kjv, wikitext, ptb");
 }
 
 TEST(Corpus, FingerprintFollowsBytes) {
@@ -343,7 +350,7 @@ TEST(Corpus, FingerprintFollowsBytes) {
   write_text(dir / "train.txt", "a\n");
   write_text(dir / "valid.txt", "b\n");
   write_text(dir / "test.txt", "c\n");
-  auto reader = make_corpus_reader(data_config("text", dir.path().string()));
+  auto reader = make_corpus_reader(data_config(Corpus::kText, dir.path().string()));
   auto before = reader->fingerprint();
   EXPECT_EQ(before, reader->fingerprint());
   write_text(dir / "test.txt", "d\n");

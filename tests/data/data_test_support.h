@@ -32,7 +32,7 @@ inline bool bible_available() {
 // The first `n` verses of the KJV train split (Genesis onwards), real text for tokenizers.
 inline std::vector<std::string> kjv_verses(size_t n) {
   config::DataConfig cfg;
-  cfg.corpus = "kjv";
+  cfg.corpus = txl::config::Corpus::kKjv;
   auto lines = data::make_corpus_reader(cfg)->read().train.lines;
   lines.resize(std::min(n, lines.size()));
   return lines;

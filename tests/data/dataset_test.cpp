@@ -37,10 +37,10 @@ struct Fixture {
     write_text(dir / "corpus" / "train.txt", train);
     write_text(dir / "corpus" / "valid.txt", valid);
     write_text(dir / "corpus" / "test.txt", test);
-    cfg.corpus = "text";
+    cfg.corpus = txl::config::Corpus::kText;
     cfg.path = (dir / "corpus").string();
     cfg.cache_dir = (dir / "cache").string();
-    cfg.tokenizer.type = "word";
+    cfg.tokenizer.type = txl::config::TokenizerType::kWord;
   }
   stdfs::path split_file(const Dataset& ds, const std::string& split) const {
     return ds.stats.cache_path / (split + ".bin");
@@ -123,8 +123,8 @@ TEST(Dataset, InvalidUtf8InValidOrTestNamesTheSplitAndLine) {
       train += "line " + std::to_string(i) + " the quick brown fox jumps over the lazy dog\n";
     write_text(f.dir / "corpus" / "train.txt", train);
     write_text(f.dir / "corpus" / (bad_split + ".txt"), "fine text\nbroken \xFF byte\nmore\n");
-    f.cfg.tokenizer.type = "sentencepiece";
-    f.cfg.tokenizer.model_type = "char";
+    f.cfg.tokenizer.type = txl::config::TokenizerType::kSentencePiece;
+    f.cfg.tokenizer.model_type = txl::config::SentencePieceModel::kChar;
     f.cfg.tokenizer.vocab_size = 40;
     TXL_EXPECT_THROW_WITH(load_dataset(f.cfg), "corpus 'text', " + bad_split + " split: ");
     TXL_EXPECT_THROW_WITH(load_dataset(f.cfg), "line 2 of the split: invalid UTF-8 at byte 8");
@@ -297,7 +297,7 @@ TEST(Dataset, ChangedCorpusOrOptionsRebuild) {
 
   // Other tokenizer options: another tokenizer, everything rebuilt.
   f.cfg.add_eos = true;
-  f.cfg.tokenizer.type = "byte";
+  f.cfg.tokenizer.type = txl::config::TokenizerType::kByte;
   Dataset bytes = load_dataset(f.cfg);
   EXPECT_FALSE(bytes.stats.tokenizer_reused);
   EXPECT_EQ(bytes.stats.splits_reused, 0);
@@ -574,9 +574,9 @@ TEST(Dataset, GivenTokenizerOnTheSameCorpusReusesTheFolder) {
 TEST(Dataset, SyntheticCorpusWithWordTokenizer) {
   TempDir dir;
   txl::config::DataConfig cfg;
-  cfg.corpus = "synthetic";
+  cfg.corpus = txl::config::Corpus::kSynthetic;
   cfg.cache_dir = (dir / "cache").string();
-  cfg.tokenizer.type = "word";
+  cfg.tokenizer.type = txl::config::TokenizerType::kWord;
   cfg.synthetic.documents = 30;
   cfg.synthetic.gap = 40;
   Dataset ds = load_dataset(cfg);
@@ -605,7 +605,7 @@ TEST(Dataset, KjvWithSentencePieceAndBadInputs) {
   write_text(small / "train.txt", "In the beginning God created the heaven and the earth.\n");
   write_text(small / "valid.txt", "And God said\n");
   write_text(small / "test.txt", "Let there be light\n");
-  cfg.corpus = "text";
+  cfg.corpus = txl::config::Corpus::kText;
   cfg.path = small.path().string();
   cfg.tokenizer.vocab_size = 5000;
   TXL_EXPECT_THROW_WITH(load_dataset(cfg), "vocab_size 5000");
@@ -613,7 +613,7 @@ TEST(Dataset, KjvWithSentencePieceAndBadInputs) {
   cfg.path = (dir / "nowhere").string();
   TXL_EXPECT_THROW_WITH(load_dataset(cfg), "data/README.md");
   // Real KJV with a small unigram model: the whole pipeline, bits-per-byte inputs included.
-  cfg.corpus = "kjv";
+  cfg.corpus = txl::config::Corpus::kKjv;
   cfg.path = "";
   cfg.tokenizer.vocab_size = 300;
   cfg.tokenizer.max_sentences = 2000;

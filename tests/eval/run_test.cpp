@@ -96,7 +96,7 @@ TextRun train_on_text(const txl::test::TempDir& dir) {
   txl::test::write_text(r.corpus / "valid.txt", words(20, 5));
   txl::test::write_text(r.corpus / "test.txt", words(20, 9));
   r.config = txl::test::tiny_experiment(dir.path(), "text");
-  r.config.data.corpus = "text";
+  r.config.data.corpus = txl::config::Corpus::kText;
   r.config.data.path = r.corpus.string();
   r.config.train.max_steps = 3;
   txl::train::train(r.config, txl::test::quiet_run());

@@ -114,12 +114,12 @@ TEST(Settings, MemInitIsTheModelsUnlessTheEvaluationSaysOtherwise) {
     return txl::eval::segment_context(txl::eval::resolve_settings(c), model).zero_memory;
   };
   EXPECT_FALSE(zero());
-  c.model.mem_init = "zeros";
+  c.model.mem_init = txl::config::MemInit::kZeros;
   EXPECT_TRUE(zero());
-  c.eval.mem_init = "empty";
+  c.eval.mem_init = txl::config::EvalMemInit::kEmpty;
   EXPECT_FALSE(zero());
-  c.model.mem_init = "empty";
-  c.eval.mem_init = "zeros";
+  c.model.mem_init = txl::config::MemInit::kEmpty;
+  c.eval.mem_init = txl::config::EvalMemInit::kZeros;
   EXPECT_TRUE(zero());
   c.eval.mode = Mode::kSegments;
   EXPECT_FALSE(zero());

@@ -45,9 +45,9 @@ txl::config::ExperimentConfig tiny_base(const TempDir& dir) {
   c.run.seed = 11;
   c.run.threads = 1;
   c.run.log_interval = 2;
-  c.data.corpus = "synthetic";
+  c.data.corpus = txl::config::Corpus::kSynthetic;
   c.data.cache_dir = (dir / "cache").string();
-  c.data.tokenizer.type = "word";
+  c.data.tokenizer.type = txl::config::TokenizerType::kWord;
   c.data.synthetic.documents = 24;
   c.data.synthetic.gap = 12;
   c.model.n_layer = 1;

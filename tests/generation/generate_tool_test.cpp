@@ -165,14 +165,14 @@ TEST(GenerateTool, FlagsAndSetAreOneGrammar) {
 // (--mem-init) overrides, as in txl-eval.
 TEST(GenerateTool, DecodingStartsFromTheMemoryEvaluationStartsFrom) {
   auto config = txl::models::load_model(checkpoint()).config;
-  config.model.mem_init = "empty";
+  config.model.mem_init = txl::config::MemInit::kEmpty;
   EXPECT_FALSE(txl::generation::decode_options(config).zero_memory);
-  config.model.mem_init = "zeros";
+  config.model.mem_init = txl::config::MemInit::kZeros;
   EXPECT_TRUE(txl::generation::decode_options(config).zero_memory);
-  config.eval.mem_init = "empty";
+  config.eval.mem_init = txl::config::EvalMemInit::kEmpty;
   EXPECT_FALSE(txl::generation::decode_options(config).zero_memory);
-  config.model.mem_init = "empty";
-  config.eval.mem_init = "zeros";
+  config.model.mem_init = txl::config::MemInit::kEmpty;
+  config.eval.mem_init = txl::config::EvalMemInit::kZeros;
   EXPECT_TRUE(txl::generation::decode_options(config).zero_memory);
   // The program's flag is the --set of the same key, and it changes the text's log-probability.
   const auto read = [](const std::string& mem_init) {

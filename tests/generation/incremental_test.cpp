@@ -200,7 +200,7 @@ TEST(IncrementalDecoder, MemoryTokensAndCompressiveMemoryDecodeByTheForward) {
     config.mem_tokens = m.mem_tokens;
     config.cmem_len = m.cmem_len;
     config.cmem_rate = 2;
-    config.cmem_compress = "conv";
+    config.cmem_compress = config::Compression::kConv;
     auto model = make(config, 21);
     DecodeOptions o{q, m.mem_len, -1, false, m.zero_memory};
     ASSERT_TRUE(prepare_decoder(model, o).forward);

@@ -21,6 +21,7 @@ namespace txl::models {
 namespace {
 
 using config::AttnType;
+using config::Compression;
 using txl::test::tensor_equal;
 using txl::test::tensor_near;
 
@@ -28,7 +29,7 @@ constexpr int64_t kVocab = 11, kSeg = 4;
 
 // mem_len 4, segments of 4, groups of 2, 3 compressed rows: the second segment compresses the
 // first one's 4 rows into 2, the third adds 2 more and keeps the last 3.
-config::ModelConfig tiny(AttnType attn_type, const std::string& compress, int rate = 2) {
+config::ModelConfig tiny(AttnType attn_type, Compression compress, int rate = 2) {
   auto c = txl::test::tiny_model_config(attn_type, kSeg, /*mem_len=*/4);
   c.dropatt = 0.0;
   c.max_rel_dist = 12;
@@ -40,15 +41,17 @@ config::ModelConfig tiny(AttnType attn_type, const std::string& compress, int ra
 
 struct Member {
   AttnType attn_type;
-  std::string compress;
+  Compression compress;
 };
 // Each position scheme that carries memory, with each compression function somewhere.
-const std::vector<Member> kMembers = {{AttnType::kXl, "conv"},
-                                      {AttnType::kRope, "mean"},
-                                      {AttnType::kAlibi, "max"},
-                                      {AttnType::kShaw, "conv"}};
+const std::vector<Member> kMembers = {{AttnType::kXl, Compression::kConv},
+                                      {AttnType::kRope, Compression::kMean},
+                                      {AttnType::kAlibi, Compression::kMax},
+                                      {AttnType::kShaw, Compression::kConv}};
 
-std::string name_of(const Member& m) { return config::to_string(m.attn_type) + "+" + m.compress; }
+std::string name_of(const Member& m) {
+  return config::to_string(m.attn_type) + "+" + config::to_string(m.compress);
+}
 
 TransformerLM make(const config::ModelConfig& c, torch::ScalarType dtype = torch::kDouble) {
   return txl::test::tiny_model(c, kVocab, dtype);
@@ -158,7 +161,7 @@ TEST(Compressor, PoolsTheRealRowsOfEachGroupAndTheConvolutionStartsAsTheirMean) 
 // (its rows left at zero) and one written from the rows that stayed fail the same check.
 TEST(CompressiveMemory, CompressedRowsAreTheRowsThatLeftTheMemory) {
   torch::NoGradGuard no_grad;
-  auto model = make(tiny(AttnType::kXl, "mean"));
+  auto model = make(tiny(AttnType::kXl, Compression::kMean));
   auto p = read(model, tokens_of(2, 4, 5), 4);
   EXPECT_TRUE(written_from_what_left(p));
   EXPECT_TRUE(tensor_equal(p.outs[3].memory.compressed_mask, torch::ones({2, 3}, torch::kBool)));
@@ -178,7 +181,7 @@ TEST(CompressiveMemory, CompressedRowsAreTheRowsThatLeftTheMemory) {
 // A memory shorter than a segment: rows leave from the segment itself, the first one included.
 TEST(CompressiveMemory, RowsLeaveFromTheSegmentWhenTheMemoryIsShorter) {
   torch::NoGradGuard no_grad;
-  auto c = tiny(AttnType::kXl, "mean");
+  auto c = tiny(AttnType::kXl, Compression::kMean);
   c.mem_len = 2;
   auto model = make(c);
   auto tokens = tokens_of(2, 2, 15);
@@ -229,7 +232,7 @@ TEST(CompressiveMemory, AttentionReadsTheCompressedRowsTheMaskAllows) {
 // and its old compressed rows stay hidden as they move on.
 TEST(CompressiveMemory, ResetForgetsTheCompressedMemoryOfThatRowOnly) {
   torch::NoGradGuard no_grad;
-  auto model = make(tiny(AttnType::kXl, "conv"));
+  auto model = make(tiny(AttnType::kXl, Compression::kConv));
   auto tokens = tokens_of(2, 4, 9);
   auto memory = read(model, tokens, 3).outs.back().memory;
   auto next = tokens.narrow(1, 3 * kSeg, kSeg);
@@ -267,7 +270,7 @@ bool reaches(const torch::Tensor& loss, const std::vector<torch::Tensor>& params
 TEST(CompressiveMemory, GradientsStopWhereDeclared) {
   for (AttnType attn : {AttnType::kXl, AttnType::kRope}) {
     SCOPED_TRACE(config::to_string(attn));
-    auto c = tiny(attn, "conv");
+    auto c = tiny(attn, Compression::kConv);
     c.pre_norm = attn == AttnType::kRope;  // the norm's weights are constants to it too
     auto model = make(c, torch::kFloat);
     model->train();
@@ -284,7 +287,7 @@ TEST(CompressiveMemory, GradientsStopWhereDeclared) {
     EXPECT_TRUE(reaches(out.aux_loss, compressors));
     EXPECT_FALSE(reaches(out.aux_loss, others));
     // Pooling has nothing to train: no reconstruction loss.
-    auto pooling = make(tiny(attn, "mean"), torch::kFloat);
+    auto pooling = make(tiny(attn, Compression::kMean), torch::kFloat);
     pooling->train();
     const auto m = read(pooling, tokens, 3).outs.back().memory;
     EXPECT_FALSE(run(pooling, tokens.narrow(1, 0, kSeg), m).aux_loss.defined());
@@ -294,7 +297,7 @@ TEST(CompressiveMemory, GradientsStopWhereDeclared) {
 // A compressor that loses nothing (rate 1, the convolution's identity start) reconstructs the
 // attention exactly; one that changes the rows does not.
 TEST(CompressiveMemory, ReconstructionLossIsZeroOnlyForALosslessCompressor) {
-  auto model = make(tiny(AttnType::kXl, "conv", /*rate=*/1));
+  auto model = make(tiny(AttnType::kXl, Compression::kConv, /*rate=*/1));
   model->train();
   auto tokens = tokens_of(2, 2, 11);
   auto first = run(model, tokens.narrow(1, 0, kSeg), {});
@@ -310,7 +313,7 @@ TEST(CompressiveMemory, ReconstructionLossIsZeroOnlyForALosslessCompressor) {
 
 TEST(CompressiveMemory, NamedTensorsAndRowOperationsKeepTheCompressedMemory) {
   torch::NoGradGuard no_grad;
-  auto model = make(tiny(AttnType::kXl, "conv"));
+  auto model = make(tiny(AttnType::kXl, Compression::kConv));
   auto memory = read(model, tokens_of(4, 3, 12), 3).outs.back().memory;
   auto tensors = memory.to_tensors("memory.");
   auto back = Memory::from_tensors(tensors, "memory.", 2, 8, torch::kCPU, "test");
@@ -336,12 +339,12 @@ TEST(CompressiveMemory, NamedTensorsAndRowOperationsKeepTheCompressedMemory) {
 }
 
 TEST(CompressiveMemory, SettingsThatCannotWorkAreClearErrorsAndSameLengthKeepsTheCompressedRows) {
-  auto c = tiny(AttnType::kXl, "conv");
+  auto c = tiny(AttnType::kXl, Compression::kConv);
   c.mem_len = 0;
   TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab), "needs mem_len > 0");
-  c = tiny(AttnType::kXl, "zip");
-  TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab), "model.cmem_compress: unknown value \"zip\"");
-  auto model = make(tiny(AttnType::kXl, "conv"));
+  c = tiny(AttnType::kXl, static_cast<Compression>(7));  // outside the table: only a cast makes one
+  TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab), "model.cmem_compress: unknown value \"7\"");
+  auto model = make(tiny(AttnType::kXl, Compression::kConv));
   auto memory = read(model, tokens_of(2, 3, 13), 3).outs.back().memory;
   // same_length windows the memory and the segment; the compressed rows stay visible.
   auto ctx = model->default_context();

@@ -46,7 +46,7 @@ TEST(Flops, CompressiveMemoryByHand) {
   // K = 5 + 5 + 5: KV 2*8*16*15/5 = 768, scores, position scores and values 240 each, and the
   // convolution 2*8*8 = 128 -> 128 + 768 + 720 + 128 + 512 + 128 = 2384 per layer.
   EXPECT_DOUBLE_EQ(count_flops_per_token(c, 11, 5, 5).forward, 2 * 2384.0 + 176.0);
-  c.cmem_compress = "mean";  // pooling: no products
+  c.cmem_compress = config::Compression::kMean;  // pooling: no products
   EXPECT_DOUBLE_EQ(count_flops_per_token(c, 11, 5, 5).forward, 2 * 2256.0 + 176.0);
   // Without a memory there is no compressed memory.
   EXPECT_DOUBLE_EQ(count_flops_per_token(c, 11, 5, 0).forward,

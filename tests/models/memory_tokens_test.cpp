@@ -137,7 +137,7 @@ TEST(MemoryTokens, CompressedRowsHoldTheSegmentOnly) {
   auto c = tiny(AttnType::kAlibi, /*mem_len=*/kSeg);
   c.cmem_len = 3;
   c.cmem_rate = 2;
-  c.cmem_compress = "mean";
+  c.cmem_compress = config::Compression::kMean;
   auto model = make(c);
   auto tokens = tokens_of(2, 2, 16);
   auto first = run(model, tokens.narrow(1, 0, kSeg), {});

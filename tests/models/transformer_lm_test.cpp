@@ -513,7 +513,7 @@ TEST(TransformerLM, ZeroMemoryStartIsAnExplicitMemoryOfZeros) {
   EXPECT_FALSE(tensor_near(kept.logits[0], fresh.logits[0], 1e-3, 1e-3));
   // From the model's config too.
   auto c = tiny(AttnType::kXl, 3);
-  c.mem_init = "zeros";
+  c.mem_init = config::MemInit::kZeros;
   EXPECT_TRUE(Context::from_config(c).zero_memory);
   EXPECT_FALSE(Context::from_config(tiny(AttnType::kXl, 3)).zero_memory);
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The members of Transformer-XL's family that the contract tests run over.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,8 @@ struct MemoryMember {
   std::string name;
   config::AttnType attn_type;
   int cmem_len = 0;           // compressed rows (0 = Transformer-XL's memory alone)
-  std::string compress = "";  // conv | mean | max
+  // The compression function (conv | mean | max); none = the configuration's own.
+  std::optional<config::Compression> compress = std::nullopt;
   int mem_tokens = 0;         // recurrent memory tokens m (0 = none)
   int mem_len = -1;           // memory positions kept (-1 = the configuration's own)
   // Sets the member on a model configuration (groups of 2 positions compressed).
@@ -35,7 +37,7 @@ struct MemoryMember {
     c.attn_type = attn_type;
     c.cmem_len = cmem_len;
     c.cmem_rate = 2;
-    if (!compress.empty()) c.cmem_compress = compress;
+    if (compress) c.cmem_compress = *compress;
     c.mem_tokens = mem_tokens;
     if (mem_len >= 0) c.mem_len = mem_len;
   }
@@ -48,10 +50,12 @@ inline const std::vector<MemoryMember>& memory_members() {
   static const std::vector<MemoryMember> kMembers = [] {
     std::vector<MemoryMember> out;
     for (auto type : memory_attn_types()) out.push_back({config::to_string(type), type});
-    out.push_back({"xl+compressive(conv)", config::AttnType::kXl, 4, "conv"});
-    out.push_back({"rope+compressive(mean)", config::AttnType::kRope, 4, "mean"});
-    out.push_back({"alibi+memory tokens", config::AttnType::kAlibi, 0, "", 2, /*mem_len=*/0});
-    out.push_back({"xl+memory tokens", config::AttnType::kXl, 0, "", 2});
+    out.push_back({"xl+compressive(conv)", config::AttnType::kXl, 4, config::Compression::kConv});
+    out.push_back(
+        {"rope+compressive(mean)", config::AttnType::kRope, 4, config::Compression::kMean});
+    out.push_back(
+        {"alibi+memory tokens", config::AttnType::kAlibi, 0, std::nullopt, 2, /*mem_len=*/0});
+    out.push_back({"xl+memory tokens", config::AttnType::kXl, 0, std::nullopt, 2});
     return out;
   }();
   return kMembers;
@@ -65,15 +69,17 @@ inline const std::vector<MemoryMember>& memory_members() {
 inline const std::vector<MemoryMember>& contract_members() {
   static const std::vector<MemoryMember> kMembers = [] {
     std::vector<MemoryMember> out;
-    const std::vector<std::string> compressions = {"conv", "mean", "max"};
+    const std::vector<config::Compression> compressions = {
+        config::Compression::kConv, config::Compression::kMean, config::Compression::kMax};
     size_t next = 0;
     for (auto type : memory_attn_types()) {
       const std::string name = config::to_string(type);
-      const std::string compress = compressions[next++ % compressions.size()];
+      const config::Compression compress = compressions[next++ % compressions.size()];
       out.push_back({name, type});
-      out.push_back({name + "+compressive(" + compress + ")", type, 3, compress});
-      out.push_back({name + "+memory tokens", type, 0, "", 2, /*mem_len=*/0});
-      out.push_back({name + "+memory tokens+memory", type, 0, "", 2});
+      out.push_back(
+          {name + "+compressive(" + config::to_string(compress) + ")", type, 3, compress});
+      out.push_back({name + "+memory tokens", type, 0, std::nullopt, 2, /*mem_len=*/0});
+      out.push_back({name + "+memory tokens+memory", type, 0, std::nullopt, 2});
     }
     return out;
   }();

@@ -9,9 +9,9 @@ config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir, const
   c.run.seed = 1;
   c.run.threads = 1;
   c.run.log_interval = 5;
-  c.data.corpus = "synthetic";
+  c.data.corpus = config::Corpus::kSynthetic;
   c.data.cache_dir = (dir / "cache").string();
-  c.data.tokenizer.type = "word";
+  c.data.tokenizer.type = config::TokenizerType::kWord;
   c.data.synthetic.documents = 200;
   c.data.synthetic.keys = 2;
   c.data.synthetic.gap = 24;

@@ -98,11 +98,13 @@ struct Trained {
   std::string yaml, checkpoint;
 };
 
-Trained trained(const TempDir& dir, const std::string& tokenizer = "word") {
+Trained trained(const TempDir& dir,
+                txl::config::TokenizerType tokenizer = txl::config::TokenizerType::kWord) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   auto config = txl::test::tiny_experiment(dir.path(), "out");
-  if (tokenizer == "byte") {  // the synthetic corpus is of words: a text corpus of a few lines
-    config.data.corpus = "text";
+  // The synthetic corpus is of words: a text corpus of a few lines.
+  if (tokenizer == txl::config::TokenizerType::kByte) {
+    config.data.corpus = txl::config::Corpus::kText;
     config.data.path = (dir / "corpus").string();
     for (const char* split : {"train", "valid", "test"}) {
       std::string text;
@@ -209,7 +211,7 @@ TEST(Outputs, LongGenerationStreamsAndASignalEndsItWithWhatItHas) {
 // byte" and printed nothing.
 TEST(Outputs, JsonOfAByteLevelModelHoldsAnyBytes) {
   TempDir dir;
-  const Trained t = trained(dir, "byte");
+  const Trained t = trained(dir, txl::config::TokenizerType::kByte);
   int not_text = 0;
   for (int seed = 1; seed <= 8; ++seed) {
     SCOPED_TRACE(seed);

@@ -183,7 +183,7 @@ std::vector<EvalResult> score(const EvalRequest& request, const config::Experime
     extras.token_losses = keep_losses;
     extras.by_position = request.by_position;
     // The synthetic corpus's recalled values, also on their own (plain text only).
-    if (config.data.corpus == "synthetic" && !settings.documents)
+    if (config.data.corpus == config::Corpus::kSynthetic && !settings.documents)
       extras.recall_mask = data::synthetic_recall_mask(target.split.ids, *loaded.tokenizer);
     auto r = evaluate(loaded.model, target.split, settings, extras);
     r.split = target.name;

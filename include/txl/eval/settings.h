@@ -1,10 +1,11 @@
 #pragma once
 // The one set of evaluation settings (docs/model.md section 7). Every evaluation path takes a
 // Settings: the trainer's periodic validation, txl-eval, the ablation and the bench. It is
-// resolved once from the experiment's eval section and the model section (resolve_settings);
-// the "inherit" values of EvalConfig (-1 = model.mem_len, 0 = tgt_len, ...) are read there and
-// nowhere else. Other modes or lengths of one experiment (the ablation's plan, the memory sweep,
-// the bench) are resolved from a copy of the experiment with those eval keys changed.
+// resolved once from the experiment's eval section and the model section (resolve_settings),
+// which takes the "inherit" values of EvalConfig (-1 = model.mem_len, 0 = tgt_len, ...) from
+// config::effective_eval, their one reading, which the validator's rules also use. Other modes
+// or lengths of one experiment (the ablation's plan, the memory sweep, the bench) are resolved
+// from a copy of the experiment with those eval keys changed.
 
 #include <torch/torch.h>
 
