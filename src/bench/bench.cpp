@@ -106,15 +106,14 @@ void describe_model(const config::ExperimentConfig& config, const BenchOptions& 
   const auto train_flops = models::count_flops_per_token(m, options.vocab, m.tgt_len, m.mem_len);
   r.flops_per_token = train_flops.training;
   r.flops_per_token_forward = train_flops.forward;
-  r.eval_flops_per_token =
-      models::count_flops_per_token(m, options.vocab, r.eval_tgt_len, r.eval_mem_len, /*memory_kv_cached=*/true)
-          .forward;  // the evaluator carries the memory's keys and values
+  r.eval_flops_per_token = models::count_flops_per_token(m, options.vocab, r.eval_tgt_len,
+                                                         r.eval_mem_len, /*memory_kv_cached=*/true)
+                               .forward;  // the evaluator carries the memory's keys and values
 }
 
 // Training and memory-mode evaluation throughput, fp32 and (when asked) bf16 autocast.
 void measure_throughput(const config::ExperimentConfig& config, const BenchOptions& options,
-                        const PhaseOptions& train, const PhaseOptions& evaluation,
-                        BenchReport& r) {
+                        const PhaseOptions& train, const PhaseOptions& evaluation, BenchReport& r) {
   const auto& m = config.model;
   r.rss_per_phase = reset_peak_rss();
   log::info("bench", "training fp32: batch {} x {} (mem {})", train.batch_size, m.tgt_len,
@@ -139,7 +138,8 @@ void measure_throughput(const config::ExperimentConfig& config, const BenchOptio
 // The matrix-product peaks, and the GFLOP/s and MFU of the measured throughput against them.
 void measure_peaks(const BenchSettings& s, const torch::Device& device, BenchReport& r) {
   // A GPU reaches its peak only on products large enough to hide launch and wait times.
-  const std::vector<std::int64_t> sizes = device.is_cpu() ? s.peak_sizes : std::vector<std::int64_t>{4096, 8192};
+  const std::vector<std::int64_t> sizes =
+      device.is_cpu() ? s.peak_sizes : std::vector<std::int64_t>{4096, 8192};
   log::info("bench", "matmul peak probe on {}: sizes {}", device.str(), fmt::join(sizes, ", "));
   r.peak_fp32 = probe_matmul_peak(torch::kFloat, sizes, s.peak_repetitions, device);
   r.peak_bf16 = probe_matmul_peak(torch::kBFloat16, sizes, s.peak_repetitions, device);
@@ -313,7 +313,8 @@ void put_figures(OrderedJson& o, const BenchReport& r) {
   for (const auto& g : r.generate_by_context)
     json::put_number(o, fmt::format("generate_ms_per_token_ctx{}", g.context), g.ms_per_token);
   OrderedJson generations = OrderedJson::array();
-  for (const auto* g : {&r.generate_b1, &r.generate_b16}) generations.push_back(generation_json(*g));
+  for (const auto* g : {&r.generate_b1, &r.generate_b16})
+    generations.push_back(generation_json(*g));
   for (const auto& g : r.generate_by_context) generations.push_back(generation_json(g));
   o["generation"] = std::move(generations);
   OrderedJson comparisons = OrderedJson::array();

@@ -48,10 +48,10 @@ GenerationResult measure_generation(const config::ExperimentConfig& config, std:
   auto s = make_setup(config, vocab, o);
   for (int i = 0; i < o.warmup; ++i) generation::generate(s.model, s.prompts, s.options);
   std::vector<generation::GenerateResult> runs;
-  for (int i = 0; i < o.repetitions; ++i) runs.push_back(generation::generate(s.model, s.prompts, s.options));
-  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
-    return a.generate_seconds < b.generate_seconds;
-  });
+  for (int i = 0; i < o.repetitions; ++i)
+    runs.push_back(generation::generate(s.model, s.prompts, s.options));
+  std::sort(runs.begin(), runs.end(),
+            [](const auto& a, const auto& b) { return a.generate_seconds < b.generate_seconds; });
   const auto& median = runs[runs.size() / 2];
   GenerationResult r;
   r.batch_size = o.batch_size;
@@ -69,7 +69,8 @@ StepProfile profile_generation(const config::ExperimentConfig& config, std::int6
                                const GenerationOptions& options, bool by_shape) {
   auto s = make_setup(config, vocab, options);
   for (int i = 0; i < options.warmup; ++i) generation::generate(s.model, s.prompts, s.options);
-  auto profile = profile_call([&] { generation::generate(s.model, s.prompts, s.options); }, by_shape);
+  auto profile =
+      profile_call([&] { generation::generate(s.model, s.prompts, s.options); }, by_shape);
   profile.what = "one generation of " + std::to_string(options.new_tokens) + " tokens x " +
                  std::to_string(options.batch_size) + " rows after " +
                  std::to_string(options.context) + " prompt tokens";

@@ -133,7 +133,12 @@ MatmulPeak probe_matmul_peak(torch::ScalarType dtype, const std::vector<std::int
     auto a = torch::randn({n, n}).to(device, dtype);  // [n, n]
     auto b = torch::randn({n, n}).to(device, dtype);  // [n, n]
     auto c = torch::empty({n, n}, a.options());       // [n, n]
-    auto t = time_repeated([&] { torch::mm_out(c, a, b); wait_for(device); }, 1, repetitions);
+    auto t = time_repeated(
+        [&] {
+          torch::mm_out(c, a, b);
+          wait_for(device);
+        },
+        1, repetitions);
     const double gflops = 2.0 * n * n * n / t.best_s / 1e9;
     if (gflops > best.gflops) {
       best.gflops = gflops;
@@ -172,8 +177,8 @@ PhaseResult time_memory_eval(models::TransformerLM& model, std::int64_t vocab,
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) / r.timing.median_s;
   TXL_CHECK(std::isfinite(r.loss), "bench: evaluation loss is ", r.loss);
   if (counted) {
-    *flops_per_token = count_matmul_flops([&] { loop.segment(); }) /
-                       static_cast<double>(r.tokens_per_step);
+    *flops_per_token =
+        count_matmul_flops([&] { loop.segment(); }) / static_cast<double>(r.tokens_per_step);
   }
   return r;
 }
@@ -188,8 +193,8 @@ struct EvalCost {
 // (stride 1), each batch of windows by eval::score_batch as the evaluator scores it. Batch 0
 // holds the first window, which scores all its L positions; batches from 1 on score one token
 // per window, as almost every batch of a real pass does. One more batch is counted.
-EvalCost sliding_cost(const config::ExperimentConfig& config, std::int64_t vocab,
-                      std::int64_t l, const PhaseOptions& options) {
+EvalCost sliding_cost(const config::ExperimentConfig& config, std::int64_t vocab, std::int64_t l,
+                      const PhaseOptions& options) {
   auto vanilla = config;
   vanilla.model.attn_type = config::AttnType::kVanilla;
   vanilla.model.mem_len = 0;

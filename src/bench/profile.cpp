@@ -149,8 +149,7 @@ std::int64_t product(const std::vector<std::int64_t>& shape) {
 
 // 2 x the multiply-adds of one matrix product from its input shapes (see count_matmul_flops);
 // 0 for any other op.
-double matmul_flops(const std::string& name,
-                    const std::vector<std::vector<std::int64_t>>& inputs) {
+double matmul_flops(const std::string& name, const std::vector<std::vector<std::int64_t>>& inputs) {
   // The two factors: the first two inputs, or the second and third after an added term.
   const bool added = in(name, {"aten::addmm", "aten::baddbmm", "aten::addmv"});
   if (!added && !in(name, {"aten::mm", "aten::bmm", "aten::mv"})) return 0.0;

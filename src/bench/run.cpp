@@ -38,8 +38,8 @@ void print_profiles(const config::ExperimentConfig& config, const BenchRequest& 
       generation.mem_len = request.generate_context;
     }
     generation.seed = config.run.seed;
-    out << format_profile(
-        profile_generation(config, request.vocab, generation, request.by_shape), request.top);
+    out << format_profile(profile_generation(config, request.vocab, generation, request.by_shape),
+                          request.top);
   }
 }
 

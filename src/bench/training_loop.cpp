@@ -36,7 +36,8 @@ TrainingLoop::TrainingLoop(const config::ExperimentConfig& config, std::int64_t 
   settings.device = options.device;
   settings.batch_chunk = config.train.batch_chunk;
   settings.clip = config.train.clip;
-  step_ = std::make_unique<train::Step>(model_, *optimizer_, settings, dist::RowRange{0, batch_size_});
+  step_ =
+      std::make_unique<train::Step>(model_, *optimizer_, settings, dist::RowRange{0, batch_size_});
 
   data::TrainStreamOptions so;
   so.batch_size = batch_size_;
@@ -62,17 +63,20 @@ EvalLoop::EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::
                    const PhaseOptions& options, std::int64_t segments)
     : model_(std::move(model)), settings_(settings) {
   TXL_CHECK(options.batch_size >= 1 && segments >= 1,
-            "bench: needs batch >= 1 and segments >= 1, got ", options.batch_size, " and ", segments);
+            "bench: needs batch >= 1 and segments >= 1, got ", options.batch_size, " and ",
+            segments);
   settings_.batch_size = static_cast<int>(options.batch_size);
   settings_.bf16 = options.bf16;
   settings_.device = options.device;  // the model's (measure_eval moved it there)
   const std::int64_t b = settings_.batch_size, q = settings_.tgt_len;
   // Segment 0 is skipped (it would reset the memory).
   stream_ = std::make_unique<data::EvalStream>(
-      random_ids(b * (segments + 1) * q + 1, vocab, options.seed), eval::eval_stream_options(settings_));
+      random_ids(b * (segments + 1) * q + 1, vocab, options.seed),
+      eval::eval_stream_options(settings_));
   const std::int64_t m = eval::segment_context(settings_, model_).mem_len;  // as the evaluator
   for (int l = 0; m > 0 && l < model_->config().n_layer; ++l) {
-    memory_.layers.push_back(torch::randn({b, m, model_->config().d_model}).to(options.device));  // [B, M, d]
+    memory_.layers.push_back(
+        torch::randn({b, m, model_->config().d_model}).to(options.device));  // [B, M, d]
   }
 }
 

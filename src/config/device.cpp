@@ -7,8 +7,8 @@ namespace txl::config {
 torch::Device resolve_device(Device device, int local_rank) {
   if (device == Device::kCpu) return torch::Device(torch::kCPU);
   // Only a value cast from a number is neither: the loader takes names from the table alone.
-  TXL_CHECK(device == Device::kCuda || device == Device::kAuto, "run.device: '",
-            to_string(device), "' is not one of ", enum_choices<Device>());
+  TXL_CHECK(device == Device::kCuda || device == Device::kAuto, "run.device: '", to_string(device),
+            "' is not one of ", enum_choices<Device>());
   if (!torch::cuda::is_available()) {
     TXL_CHECK(device == Device::kAuto,
               "run.device: cuda, but no CUDA GPU is available: either this "

@@ -257,7 +257,8 @@ std::string shorten(const std::string& text) {
 }
 
 std::string quoted(const std::string& text) {
-  return text.size() <= kQuoteWhole ? "'" + text + "'" : "'" + head(text) + "...'" + size_note(text);
+  return text.size() <= kQuoteWhole ? "'" + text + "'"
+                                    : "'" + head(text) + "...'" + size_note(text);
 }
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {

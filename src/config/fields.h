@@ -19,8 +19,7 @@ namespace txl::config::detail {
 class EnumRef {
  public:
   template <typename E>
-  explicit EnumRef(E* member)
-      : member_(member), get_(&get_of<E>), set_(&set_of<E>) {}
+  explicit EnumRef(E* member) : member_(member), get_(&get_of<E>), set_(&set_of<E>) {}
 
   // The value's name, e.g. "vanilla".
   std::string name() const { return get_(member_); }

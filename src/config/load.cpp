@@ -133,16 +133,15 @@ void apply_experiment_file(Loader& loader, const stdfs::path& path,
   chain.names.push_back(name);
   chain.resolved.push_back(resolved);
   const std::size_t errors_before = loader.errors().size();
-  const bool holds_settings =
-      apply_experiment_node(loader, root, name, path.parent_path(), chain);
+  const bool holds_settings = apply_experiment_node(loader, root, name, path.parent_path(), chain);
   if (!holds_settings && loader.errors().size() == errors_before) {
     // Else an empty file (or a truncated one, or one of comments) would train the built-in
     // defaults as if they had been asked for.
-    loader.error(name, std::string("holds no settings (it is empty, or only comments or empty "
-                                   "sections)") +
-                           (included_from.empty() ? "" : "; it is the base named at " +
-                                                             included_from) +
-                           "; an experiment file needs at least one setting or a base:");
+    loader.error(name,
+                 std::string("holds no settings (it is empty, or only comments or empty "
+                             "sections)") +
+                     (included_from.empty() ? "" : "; it is the base named at " + included_from) +
+                     "; an experiment file needs at least one setting or a base:");
   }
   chain.names.pop_back();
   chain.resolved.pop_back();

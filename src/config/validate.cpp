@@ -282,7 +282,8 @@ void check_train(Checker& k, const ExperimentConfig& c) {
     // it zeroes the weights or flips their sign (and a huge product overflows float32).
     k.rule(!(t.lr * t.weight_decay >= 1.0), "train.weight_decay",
            "adamw needs train.lr * train.weight_decay < 1 (each step multiplies the weights by "
-           "1 - lr * weight_decay), got " + text(t.lr) + " * " + text(t.weight_decay));
+           "1 - lr * weight_decay), got " +
+               text(t.lr) + " * " + text(t.weight_decay));
   }
   k.half_open("train.momentum", t.momentum, 0.0, 1.0);
   k.at_least<std::int64_t>("train.warmup_steps", t.warmup_steps, 0);
@@ -352,8 +353,8 @@ void check_eval(Checker& k, const ExperimentConfig& c) {
 
 std::vector<Violation> check_experiment(const ExperimentConfig& c) {
   Checker k;
-  for (auto* section : {check_choices, check_run, check_data, check_model_shape, check_model_positions,
-                        check_train, check_eval})
+  for (auto* section : {check_choices, check_run, check_data, check_model_shape,
+                        check_model_positions, check_train, check_eval})
     section(k, c);
   return k.take();
 }

@@ -531,23 +531,22 @@ std::string describe(const Dataset& dataset) {
   const DatasetStats& st = dataset.stats;
   const Tokenizer& tokenizer = *dataset.tokenizer;
   std::string out = fmt::format("corpus      {}\n", dataset.corpus);
-  out += fmt::format("tokenizer   {} (vocab {}, fingerprint {}) {}\n", tokenizer.kind(),
-                     tokenizer.vocab_size(), tokenizer.fingerprint(),
-                     st.tokenizer_reused ? "from cache"
-                                         : fmt::format("built in {:.1f} s", st.tokenizer_seconds));
+  out += fmt::format(
+      "tokenizer   {} (vocab {}, fingerprint {}) {}\n", tokenizer.kind(), tokenizer.vocab_size(),
+      tokenizer.fingerprint(),
+      st.tokenizer_reused ? "from cache" : fmt::format("built in {:.1f} s", st.tokenizer_seconds));
   for (const char* name : {"train", "valid", "test"}) {
     const EncodedSplit& s = dataset.split(name);
-    out += fmt::format("{:<11} {} tokens, {} bytes, {} chars, {} documents\n", name,
-                       s.ids.numel(), s.n_bytes, s.n_chars, s.doc_starts.numel());
+    out += fmt::format("{:<11} {} tokens, {} bytes, {} chars, {} documents\n", name, s.ids.numel(),
+                       s.n_bytes, s.n_chars, s.doc_starts.numel());
   }
   if (st.encoded_tokens > 0) {
     out += fmt::format("encoding    {} tokens in {:.2f} s ({:.0f} tokens/s)\n", st.encoded_tokens,
                        st.encode_seconds, st.tokens_per_second());
   }
-  out += fmt::format("cache       {} ({})\n", st.cache_path.string(),
-                     st.splits_reused == 3
-                         ? "hit"
-                         : fmt::format("rebuilt {} of 3 splits", 3 - st.splits_reused));
+  out += fmt::format(
+      "cache       {} ({})\n", st.cache_path.string(),
+      st.splits_reused == 3 ? "hit" : fmt::format("rebuilt {} of 3 splits", 3 - st.splits_reused));
   return out;
 }
 

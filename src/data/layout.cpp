@@ -16,7 +16,6 @@ torch::Tensor to_tensor(const std::vector<std::int64_t>& values) {
   return torch::tensor(values, torch::kInt64);
 }
 
-
 Batch gather(const torch::Tensor& ids, const Layout& layout, std::int64_t pad_id,
              std::int64_t index) {
   auto col = torch::arange(layout.width, torch::kInt64).unsqueeze(0);  // [1, T]
@@ -75,10 +74,8 @@ Layout segment_layout(const std::vector<std::int64_t>& starts, const std::vector
   return layout;
 }
 
-
 // Checks doc_starts and keeps the documents that have a target.
-Documents parse_documents(const torch::Tensor& doc_starts, std::int64_t n,
-                                  const char* who) {
+Documents parse_documents(const torch::Tensor& doc_starts, std::int64_t n, const char* who) {
   TXL_CHECK(doc_starts.dim() == 1 && doc_starts.scalar_type() == torch::kInt64, who,
             ": doc_starts must be a 1-D int64 tensor, got ", doc_starts.scalar_type(), " of shape ",
             doc_starts.sizes());
@@ -126,8 +123,8 @@ std::int64_t cut_documents(Documents& docs, std::int64_t streams) {
 // Deals the documents, starting from document `first_doc` and wrapping around, each to the
 // stream that is shortest so far (ties: the lowest stream index), in segments of q targets with
 // up to e tokens of context from inside the document.
-DocumentLayout deal_documents(const Documents& docs, std::int64_t b, std::int64_t q,
-                                      std::int64_t e, std::int64_t first_doc) {
+DocumentLayout deal_documents(const Documents& docs, std::int64_t b, std::int64_t q, std::int64_t e,
+                              std::int64_t first_doc) {
   const auto n_docs = static_cast<std::int64_t>(docs.begin.size());
   using Slot = std::pair<std::int64_t, std::int64_t>;  // (segments so far, stream)
   std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> shortest;
@@ -167,8 +164,8 @@ DocumentLayout deal_documents(const Documents& docs, std::int64_t b, std::int64_
   return layout;
 }
 
-void log_document_layout(const Documents& docs, const DocumentLayout& layout,
-                         std::int64_t b, std::int64_t q, const char* what) {
+void log_document_layout(const Documents& docs, const DocumentLayout& layout, std::int64_t b,
+                         std::int64_t q, const char* what) {
   const std::int64_t slots = layout.n_batches * b * q;
   log::info("data",
             "{} document mode: {} documents in {} streams, {} batches of {} tokens; padding "

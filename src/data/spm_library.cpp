@@ -87,9 +87,8 @@ bool load_shim(const std::string& path, Library& lib, std::string& tried) {
 const Library& library() {
   static const Library lib = [] {
     txl_spm_init();
-    return Library{&txl_spm_train,      &txl_spm_load,       &txl_spm_free,
-                   &txl_spm_encode,     &txl_spm_decode,     &txl_spm_piece_size,
-                   &txl_spm_special_id, &txl_spm_id_to_piece};
+    return Library{&txl_spm_train,  &txl_spm_load,       &txl_spm_free,       &txl_spm_encode,
+                   &txl_spm_decode, &txl_spm_piece_size, &txl_spm_special_id, &txl_spm_id_to_piece};
   }();
   return lib;
 }

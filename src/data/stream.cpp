@@ -75,7 +75,6 @@ using detail::parse_documents;
 using detail::segment_layout;
 using detail::to_tensor;
 
-
 namespace {
 
 void check_restorable(const StreamState& state, StreamKind kind, std::uint64_t fingerprint,
@@ -126,8 +125,7 @@ TrainStream::TrainStream(torch::Tensor ids, TrainStreamOptions options, torch::T
     TXL_CHECK(kept >= b, "train.batch_size = ", b,
               " is larger than the data allows in document mode (N = ", n, " tokens, ", documents,
               " documents of at least 2 tokens, too short to cut into ", b,
-              " parts of 2 tokens): every stream needs a document; use train.batch_size <= ",
-              kept);
+              " parts of 2 tokens): every stream needs a document; use train.batch_size <= ", kept);
     if (cuts > 0) {
       log::warn("data",
                 "train document mode: {} documents for {} streams: the longest were cut into "
@@ -432,4 +430,3 @@ TrainStreamOptions train_stream_options(const config::ExperimentConfig& experime
 }
 
 }  // namespace txl::data
-

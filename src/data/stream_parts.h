@@ -28,7 +28,6 @@ struct Layout {
   std::int64_t period = 0;
 };
 
-
 // The batch `index` that `layout` reads out of `ids`, padding with `pad_id`.
 Batch gather(const torch::Tensor& ids, const Layout& layout, std::int64_t pad_id,
              std::int64_t index);
@@ -51,8 +50,8 @@ std::int64_t cut_documents(Documents& docs, std::int64_t streams);
 // Deals the documents, starting from document `first_doc` and wrapping around, each to the
 // stream that is shortest so far (ties: the lowest stream index), in segments of q targets with
 // up to e tokens of context from inside the document.
-DocumentLayout deal_documents(const Documents& docs, std::int64_t b, std::int64_t q,
-                              std::int64_t e, std::int64_t first_doc);
+DocumentLayout deal_documents(const Documents& docs, std::int64_t b, std::int64_t q, std::int64_t e,
+                              std::int64_t first_doc);
 
 // The "[data] <what> document mode: ..." line: documents, streams, batches and padding.
 void log_document_layout(const Documents& docs, const DocumentLayout& layout, std::int64_t b,

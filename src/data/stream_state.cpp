@@ -35,7 +35,6 @@ StreamKind kind_from_int(std::int64_t value) {
   return static_cast<StreamKind>(value);
 }
 
-
 }  // namespace detail
 
 using detail::kind_from_int;

@@ -65,9 +65,9 @@ class SentencePieceTokenizer : public Tokenizer {
       : serialized_(std::move(serialized)) {
     std::string error;
     const spm::Library& lib = spm::library();
-    TXL_CHECK(lib.load(serialized_.data(), serialized_.size(), &handle_.ptr, append_bytes,
-                       &error) == 0,
-              "cannot load sentencepiece model ", origin, ": ", error);
+    TXL_CHECK(
+        lib.load(serialized_.data(), serialized_.size(), &handle_.ptr, append_bytes, &error) == 0,
+        "cannot load sentencepiece model ", origin, ": ", error);
     const int pad = lib.special_id(handle_, 0), unk = lib.special_id(handle_, 1),
               eos = lib.special_id(handle_, 2);
     TXL_CHECK(pad == 0 && unk == 1 && eos == 2, "sentencepiece model ", origin, " has ids pad ",

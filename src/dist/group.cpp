@@ -93,10 +93,11 @@ void guarded(const char* what, int rank, int world, std::chrono::milliseconds ti
     throw;
   } catch (const std::exception& e) {
     const bool rendezvous = std::string(what) == "rendezvous";
-    TXL_FAIL("distributed ", what, " failed on rank ", rank, " of ", world, ": ",
-             error_message(e), rendezvous ? " Check MASTER_ADDR and MASTER_PORT (a free port on "
-             "rank 0's host) and that every rank was started" : " Another rank has probably "
-             "died, been stopped, or stalled for longer than run.dist_timeout",
+    TXL_FAIL("distributed ", what, " failed on rank ", rank, " of ", world, ": ", error_message(e),
+             rendezvous ? " Check MASTER_ADDR and MASTER_PORT (a free port on "
+                          "rank 0's host) and that every rank was started"
+                        : " Another rank has probably "
+                          "died, been stopped, or stalled for longer than run.dist_timeout",
              " (", timeout.count() / 1000, " s); see the other ranks' logs.");
   }
 }
@@ -124,7 +125,8 @@ std::shared_ptr<Group> Group::create(const LaunchEnv& env, std::chrono::millisec
     options.numWorkers = static_cast<std::size_t>(env.world_size);
     options.waitWorkers = !env.agent_store;
     options.timeout = timeout;
-    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    c10::intrusive_ptr<c10d::Store> store =
+        c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
     if (env.agent_store) store = c10::make_intrusive<c10d::PrefixStore>(env.store_prefix, store);
     group->impl_->store = store;
     auto gloo = c10d::ProcessGroupGloo::Options::create(timeout);
@@ -156,7 +158,8 @@ std::shared_ptr<Group> Group::create(const LaunchEnv& env, std::chrono::millisec
   (void)timeout;
   (void)cuda;
   TXL_FAIL("this txl was built without c10d Gloo, so it cannot run ", env.world_size,
-           " processes (", env.launcher, " set the world size). Install libgloo-dev (Debian) "
+           " processes (", env.launcher,
+           " set the world size). Install libgloo-dev (Debian) "
            "and rebuild, or run a single process.");
 #endif
 }
@@ -209,7 +212,8 @@ std::vector<torch::Tensor> Group::all_gather(const torch::Tensor& tensor) {
   std::vector<torch::Tensor> out;
 #ifdef TXL_WITH_GLOO
   guarded("all-gather", rank_, world_size_, impl_->timeout, [&] {
-    std::vector<at::Tensor> input{tensor.to(torch::kCPU).contiguous()};  // gathers go through the CPU
+    std::vector<at::Tensor> input{
+        tensor.to(torch::kCPU).contiguous()};  // gathers go through the CPU
     std::vector<std::vector<at::Tensor>> output(1);
     for (int r = 0; r < world_size_; ++r) output[0].push_back(torch::empty_like(input[0]));
     impl_->pg->allgather(output, input)->wait();

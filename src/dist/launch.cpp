@@ -16,8 +16,8 @@ int parse_int(const char* name, const char* text, int low, int high) {
   errno = 0;
   const long value = std::strtol(text, &end, 10);
   TXL_CHECK(end != text && *end == '\0' && errno == 0 && value >= low && value <= high,
-            "environment variable ", name, "='", text, "' is not an integer in [", low, ", ",
-            high, "]");
+            "environment variable ", name, "='", text, "' is not an integer in [", low, ", ", high,
+            "]");
   return static_cast<int>(value);
 }
 
@@ -47,10 +47,12 @@ LaunchEnv launch_env(const std::function<const char*(const char*)>& getenv) {
     env.world_size = parse_int("WORLD_SIZE", world, 1, 1 << 20);
     env.rank = parse_int("RANK", rank, 0, env.world_size - 1);
     env.local_rank = local ? parse_int("LOCAL_RANK", local, 0, env.world_size - 1) : env.rank;
-    env.local_world_size = get("LOCAL_WORLD_SIZE")
-                               ? parse_int("LOCAL_WORLD_SIZE", get("LOCAL_WORLD_SIZE"), 1, env.world_size)
-                               : env.world_size;
-    if (get("TORCHELASTIC_USE_AGENT_STORE") && std::string(get("TORCHELASTIC_USE_AGENT_STORE")) == "True") {
+    env.local_world_size =
+        get("LOCAL_WORLD_SIZE")
+            ? parse_int("LOCAL_WORLD_SIZE", get("LOCAL_WORLD_SIZE"), 1, env.world_size)
+            : env.world_size;
+    if (get("TORCHELASTIC_USE_AGENT_STORE") &&
+        std::string(get("TORCHELASTIC_USE_AGENT_STORE")) == "True") {
       env.agent_store = true;
       const char* attempt = get("TORCHELASTIC_RESTART_COUNT");
       env.store_prefix = std::string("/worker/attempt_") + (attempt ? attempt : "0");
@@ -62,13 +64,16 @@ LaunchEnv launch_env(const std::function<const char*(const char*)>& getenv) {
     local = get("SLURM_LOCALID");
     env.local_rank = local ? parse_int("SLURM_LOCALID", local, 0, env.world_size - 1) : 0;
     if (get("SLURM_NTASKS_PER_NODE")) {
-      env.local_world_size = parse_int("SLURM_NTASKS_PER_NODE", get("SLURM_NTASKS_PER_NODE"), 1, env.world_size);
+      env.local_world_size =
+          parse_int("SLURM_NTASKS_PER_NODE", get("SLURM_NTASKS_PER_NODE"), 1, env.world_size);
     } else if (get("SLURM_TASKS_PER_NODE")) {
       const std::string spec = get("SLURM_TASKS_PER_NODE");
       const std::string count = spec.substr(0, spec.find_first_not_of("0123456789"));
-      env.local_world_size = count.empty() ? 1 : parse_int("SLURM_TASKS_PER_NODE", count.c_str(), 1, env.world_size);
+      env.local_world_size =
+          count.empty() ? 1 : parse_int("SLURM_TASKS_PER_NODE", count.c_str(), 1, env.world_size);
     }
-    const char* nodes = get("SLURM_STEP_NODELIST") ? get("SLURM_STEP_NODELIST") : get("SLURM_JOB_NODELIST");
+    const char* nodes =
+        get("SLURM_STEP_NODELIST") ? get("SLURM_STEP_NODELIST") : get("SLURM_JOB_NODELIST");
     if (nodes) env.master_addr = first_slurm_host(nodes);
   } else {
     return env;

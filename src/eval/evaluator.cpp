@@ -66,7 +66,8 @@ class PositionTotals {
     const std::int64_t t = host_mask.size(1);
     TXL_CHECK(t <= sum_.size(0), "losses by position: a batch of ", t, " columns for segments of ",
               sum_.size(0));
-    sum_.narrow(0, 0, t).add_(score.nll.to(torch::kDouble).masked_fill(score.target_mask.logical_not(), 0.0).sum(0));
+    sum_.narrow(0, 0, t).add_(
+        score.nll.to(torch::kDouble).masked_fill(score.target_mask.logical_not(), 0.0).sum(0));
     count_.narrow(0, 0, t).add_(host_mask.sum(0));
   }
 
@@ -148,12 +149,13 @@ dist::Group* sharing(const Settings& settings) {
 
 // Sliding: windows stand alone, so each rank takes one stretch of whole batches: its losses are
 // one stretch of the text, and the ranks' stretches gathered in rank order are the text's.
-void score_windows(models::TransformerLM& model, const torch::Tensor& ids,
-                   const Settings& settings, Accumulator& acc) {
+void score_windows(models::TransformerLM& model, const torch::Tensor& ids, const Settings& settings,
+                   Accumulator& acc) {
   data::SlidingStream stream(ids, sliding_stream_options(settings));
   dist::Group* group = sharing(settings);
-  const auto mine = group == nullptr ? dist::RowRange{0, stream.size()}
-                                     : dist::shard_rows(stream.size(), group->rank(), group->world_size());
+  const auto mine = group == nullptr
+                        ? dist::RowRange{0, stream.size()}
+                        : dist::shard_rows(stream.size(), group->rank(), group->world_size());
   for (std::int64_t i = mine.begin; i < mine.end; ++i) {
     const data::Batch batch = stream.batch(i);
     acc.add(score_batch(model, batch, settings, nullptr), batch.target_mask, true);
@@ -173,7 +175,8 @@ void score_segments(models::TransformerLM& model, const data::EncodedSplit& text
     std::optional<data::Batch> batch = *all;
     if (group != nullptr) {
       const auto range = dist::shard_rows(all->rows(), group->rank(), group->world_size());
-      batch = range.size() > 0 ? std::optional(all->narrow_rows(range.begin, range.size())) : std::nullopt;
+      batch = range.size() > 0 ? std::optional(all->narrow_rows(range.begin, range.size()))
+                               : std::nullopt;
     }
     if (batch)
       acc.add(score_batch(model, *batch, settings, with_memory ? &memory : nullptr),
@@ -183,22 +186,24 @@ void score_segments(models::TransformerLM& model, const data::EncodedSplit& text
 
 void check_request(const models::TransformerLM& model, const data::EncodedSplit& text,
                    const Settings& settings, const Extras& extras) {
-  TXL_CHECK(text.ids.dim() == 1 && text.ids.size(0) >= 2, "evaluation needs at least 2 tokens, got ",
-            text.ids.numel());
+  TXL_CHECK(text.ids.dim() == 1 && text.ids.size(0) >= 2,
+            "evaluation needs at least 2 tokens, got ", text.ids.numel());
   const torch::Device at = model->parameters().front().device();
   TXL_CHECK(at == settings.device, "evaluation runs where the model is: the model is on ", at.str(),
             " but the evaluation settings say ", settings.device.str());
   TXL_CHECK(!extras.recall_mask.defined() || extras.recall_mask.numel() == text.ids.numel(),
-            "recall mask has ", extras.recall_mask.numel(), " entries for ", text.ids.numel(), " tokens");
+            "recall mask has ", extras.recall_mask.numel(), " entries for ", text.ids.numel(),
+            " tokens");
   TXL_CHECK(!extras.by_position || settings.mode != Mode::kSliding,
             "losses by position need segments (eval.mode memory or segments), not sliding windows");
   TXL_CHECK(!extras.by_position || settings.ext_len == 0,
             "losses by position are not measured with model.ext_len = ", settings.ext_len,
             " (the segment's columns then start at different places)");
   if (!settings.documents) return;
-  TXL_CHECK(settings.mode != Mode::kSliding && !extras.token_losses && !extras.recall_mask.defined(),
-            "data.document_mode: evaluating documents on their own gives no sliding windows, "
-            "per-token losses or recall; set data.document_mode=false for plain text");
+  TXL_CHECK(
+      settings.mode != Mode::kSliding && !extras.token_losses && !extras.recall_mask.defined(),
+      "data.document_mode: evaluating documents on their own gives no sliding windows, "
+      "per-token losses or recall; set data.document_mode=false for plain text");
   TXL_CHECK(text.doc_starts.defined() && text.doc_starts.numel() > 0,
             "data.document_mode: the text has no document starts");
 }
@@ -286,18 +291,18 @@ EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& spli
 }
 
 std::string to_json(const EvalResult& r) {
-  json::Json j = {{"split", r.split},   {"mode", config::to_string(r.mode)}, {"tgt_len", r.tgt_len},
-                  {"mem_len", r.mem_len}, {"window", r.window},      {"stride", r.stride},
+  json::Json j = {{"split", r.split},     {"mode", config::to_string(r.mode)},
+                  {"tgt_len", r.tgt_len}, {"mem_len", r.mem_len},
+                  {"window", r.window},   {"stride", r.stride},
                   {"tokens", r.tokens},   {"recall_tokens", r.recall_tokens}};
-  const std::pair<const char*, double> numbers[] = {
-      {"loss", r.loss},
-      {"ppl", r.ppl},
-      {"bits_per_token", r.bits_per_token},
-      {"bits_per_byte", r.bits_per_byte},
-      {"bits_per_char", r.bits_per_char},
-      {"seconds", r.seconds},
-      {"tokens_per_s", r.tokens_per_s},
-      {"recall_loss", r.recall_loss}};
+  const std::pair<const char*, double> numbers[] = {{"loss", r.loss},
+                                                    {"ppl", r.ppl},
+                                                    {"bits_per_token", r.bits_per_token},
+                                                    {"bits_per_byte", r.bits_per_byte},
+                                                    {"bits_per_char", r.bits_per_char},
+                                                    {"seconds", r.seconds},
+                                                    {"tokens_per_s", r.tokens_per_s},
+                                                    {"recall_loss", r.recall_loss}};
   for (const auto& [key, value] : numbers) json::put_number(j, key, value);
   if (!r.loss_by_position.empty()) {
     j["loss_by_position"] = json::number_list(r.loss_by_position);  // no token scored there: null

@@ -12,18 +12,20 @@ namespace txl::eval {
 namespace {
 
 // losses [I, C, T] as doubles on the host, row-major, after the checks.
-std::vector<double> checked_table(const torch::Tensor& losses, const std::vector<std::int64_t>& contexts) {
+std::vector<double> checked_table(const torch::Tensor& losses,
+                                  const std::vector<std::int64_t>& contexts) {
   TXL_CHECK(losses.defined() && losses.dim() == 3 && losses.is_floating_point(),
             "RECL: losses must be a floating [models, contexts, tokens] table, got ",
             losses.defined() ? losses.sizes() : at::IntArrayRef{});
-  TXL_CHECK(losses.size(0) >= 1 && losses.size(2) >= 1, "RECL: needs at least one model and one token, got ",
-            losses.sizes());
+  TXL_CHECK(losses.size(0) >= 1 && losses.size(2) >= 1,
+            "RECL: needs at least one model and one token, got ", losses.sizes());
   TXL_CHECK(losses.size(1) == static_cast<std::int64_t>(contexts.size()), "RECL: ", losses.size(1),
             " context columns but ", contexts.size(), " context lengths");
   for (size_t c = 1; c < contexts.size(); ++c)
-    TXL_CHECK(contexts[c] > contexts[c - 1], "RECL: context lengths must increase, got ", contexts[c - 1],
-              " then ", contexts[c]);
-  const torch::Tensor table = losses.detach().to(torch::kCPU, torch::kDouble).contiguous();  // [I, C, T]
+    TXL_CHECK(contexts[c] > contexts[c - 1], "RECL: context lengths must increase, got ",
+              contexts[c - 1], " then ", contexts[c]);
+  const torch::Tensor table =
+      losses.detach().to(torch::kCPU, torch::kDouble).contiguous();  // [I, C, T]
   TXL_CHECK(torch::isfinite(table).all().item<bool>(), "RECL: a loss is not finite");
   return std::vector<double>(table.data_ptr<double>(), table.data_ptr<double>() + table.numel());
 }
@@ -52,10 +54,11 @@ class Group {
   std::vector<std::int64_t> hardest(const std::vector<double>& b, double r) const {
     std::vector<std::int64_t> order(static_cast<size_t>(tokens_));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::int64_t x, std::int64_t y) { return b[static_cast<size_t>(x)] > b[static_cast<size_t>(y)]; });
-    const auto k = std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(r * static_cast<double>(tokens_) - 1e-9)),
-                                            1, tokens_);
+    std::stable_sort(order.begin(), order.end(), [&](std::int64_t x, std::int64_t y) {
+      return b[static_cast<size_t>(x)] > b[static_cast<size_t>(y)];
+    });
+    const auto k = std::clamp<std::int64_t>(
+        static_cast<std::int64_t>(std::ceil(r * static_cast<double>(tokens_) - 1e-9)), 1, tokens_);
     order.resize(static_cast<size_t>(k));
     return order;
   }
@@ -80,11 +83,13 @@ class Group {
 
 }  // namespace
 
-Recl relative_effective_context(const torch::Tensor& losses, const std::vector<std::int64_t>& contexts,
+Recl relative_effective_context(const torch::Tensor& losses,
+                                const std::vector<std::int64_t>& contexts,
                                 const ReclOptions& options) {
   for (double r : options.ratios)
     TXL_CHECK(r > 0.0 && r <= 1.0, "RECL: ratio r = ", r, " must be in (0, 1]");
-  TXL_CHECK(options.threshold > 0.0, "RECL: the gain threshold must be > 0, got ", options.threshold);
+  TXL_CHECK(options.threshold > 0.0, "RECL: the gain threshold must be > 0, got ",
+            options.threshold);
   auto checked = checked_table(losses, contexts);  // before any size is read
   const Group group(std::move(checked), losses.size(0), losses.size(1), losses.size(2));
   const std::int64_t models = losses.size(0), last = losses.size(1) - 1;
@@ -116,19 +121,24 @@ double quantile(const std::vector<double>& sorted, double q) {
 
 }  // namespace
 
-RatioInterval paired_bootstrap_ppl_ratio(const torch::Tensor& a, const torch::Tensor& b, std::int64_t block,
-                                         int samples, std::uint64_t seed, double confidence) {
-  TXL_CHECK(a.defined() && b.defined() && a.dim() == 1 && b.dim() == 1 && a.numel() == b.numel() && a.numel() > 0,
+RatioInterval paired_bootstrap_ppl_ratio(const torch::Tensor& a, const torch::Tensor& b,
+                                         std::int64_t block, int samples, std::uint64_t seed,
+                                         double confidence) {
+  TXL_CHECK(a.defined() && b.defined() && a.dim() == 1 && b.dim() == 1 && a.numel() == b.numel() &&
+                a.numel() > 0,
             "paired bootstrap: needs two [N] loss vectors of one size N > 0, got ",
-            a.defined() ? a.sizes() : at::IntArrayRef{}, " and ", b.defined() ? b.sizes() : at::IntArrayRef{});
+            a.defined() ? a.sizes() : at::IntArrayRef{}, " and ",
+            b.defined() ? b.sizes() : at::IntArrayRef{});
   TXL_CHECK(block >= 1 && samples >= 2 && confidence > 0.0 && confidence < 1.0,
-            "paired bootstrap: needs block >= 1, samples >= 2 and confidence in (0, 1), got ", block, ", ",
-            samples, ", ", confidence);
-  const torch::Tensor d = (a.to(torch::kCPU, torch::kDouble) - b.to(torch::kCPU, torch::kDouble)).contiguous();  // [N]
+            "paired bootstrap: needs block >= 1, samples >= 2 and confidence in (0, 1), got ",
+            block, ", ", samples, ", ", confidence);
+  const torch::Tensor d =
+      (a.to(torch::kCPU, torch::kDouble) - b.to(torch::kCPU, torch::kDouble)).contiguous();  // [N]
   TXL_CHECK(torch::isfinite(d).all().item<bool>(), "paired bootstrap: a loss is not finite");
   const std::int64_t n = d.numel(), blocks = (n + block - 1) / block;
   const double* diff = d.data_ptr<double>();
-  std::vector<double> sums(static_cast<size_t>(blocks), 0.0), sizes(static_cast<size_t>(blocks), 0.0);
+  std::vector<double> sums(static_cast<size_t>(blocks), 0.0),
+      sizes(static_cast<size_t>(blocks), 0.0);
   for (std::int64_t t = 0; t < n; ++t) {
     sums[static_cast<size_t>(t / block)] += diff[t];
     sizes[static_cast<size_t>(t / block)] += 1.0;

@@ -72,8 +72,8 @@ std::vector<Job> selected_jobs(const config::AblationConfig& ablation,
   std::string names;
   for (const auto& [name, cfg] : ablation.variants) names += (names.empty() ? "" : ", ") + name;
   for (const auto& wanted : options.only) {
-    const bool known = std::any_of(jobs.begin(), jobs.end(),
-                                   [&](const Job& j) { return j.variant == wanted; });
+    const bool known =
+        std::any_of(jobs.begin(), jobs.end(), [&](const Job& j) { return j.variant == wanted; });
     TXL_CHECK(known, "--only: ablation ", ablation.name, " has no variant '", wanted,
               "'; its variants are: ", names);
   }
@@ -83,8 +83,8 @@ std::vector<Job> selected_jobs(const config::AblationConfig& ablation,
                                                         job.variant) != options.only.end();
     if (options.job.empty() ? only : job.label() == options.job) out.push_back(job);
   }
-  TXL_CHECK(options.job.empty() || !out.empty(), "--job: ablation ", ablation.name,
-            " has no job '", options.job, "'; its variants are: ", names,
+  TXL_CHECK(options.job.empty() || !out.empty(), "--job: ablation ", ablation.name, " has no job '",
+            options.job, "'; its variants are: ", names,
             ablation.seeds.empty() ? "" : " (a job is VARIANT@SEED)");
   return out;
 }
@@ -144,8 +144,8 @@ void prepare_data(const std::vector<Job>& jobs) {
 class WarningLines {
  public:
   bool operator()(const std::string& line) {
-    const bool starts = line.find("] warning: ") != std::string::npos ||
-                        line.rfind("warning: ", 0) == 0;
+    const bool starts =
+        line.find("] warning: ") != std::string::npos || line.rfind("warning: ", 0) == 0;
     in_warning_ = starts || (in_warning_ && line.rfind("  ", 0) == 0);
     return in_warning_;
   }
@@ -172,21 +172,22 @@ void start_job_log(const stdfs::path& log, const Job& job, const std::vector<std
 // Runs one job as a child process (options.job_command --job LABEL) with `threads` threads,
 // its output appended to <run dir>/job.log (*log_file) and its warnings shown on this
 // process's stderr as they come; a Ctrl-C or SIGTERM of this process reaches it.
-process::ProgramResult run_job_process(const Job& job, const AblationOptions& options,
-                                       int threads, std::string* log_file) {
+process::ProgramResult run_job_process(const Job& job, const AblationOptions& options, int threads,
+                                       std::string* log_file) {
   const stdfs::path dir = train::run_dir(job.config);
   fs::ensure_dir(dir);
   std::vector<std::string> argv = options.job_command;
-  for (const std::string& extra : {std::string("--job"), job.label(), std::string("--quiet"),
-                                   std::string("--no-plots"), std::string("--set"),
-                                   fmt::format("run.threads={}", threads)}) {
+  for (const std::string& extra :
+       {std::string("--job"), job.label(), std::string("--quiet"), std::string("--no-plots"),
+        std::string("--set"), fmt::format("run.threads={}", threads)}) {
     argv.push_back(extra);
   }
   process::RunOptions run;
   run.output_file = (dir / "job.log").string();
   run.append_output = true;
   run.forward_signal = &util::stop_signal();
-  run.on_output_line = [label = job.label(), warning = WarningLines()](const std::string& line) mutable {
+  run.on_output_line = [label = job.label(),
+                        warning = WarningLines()](const std::string& line) mutable {
     if (warning(line)) log::write(kTag, fmt::format("job {}: {}", label, line));
   };
   *log_file = run.output_file;
@@ -240,10 +241,10 @@ RunOutcome run_in_processes(const std::vector<Job>& all, const AblationOptions& 
         out.signal = util::stop_signal().load();
         out.stopped = job.label();
       } else {
-        out.failed.push_back(
-            !error.empty() ? fmt::format("{}: {}", job.label(), error)
-                           : fmt::format("{}: the job {}; the end of {}:\n{}", job.label(),
-                                         result.status(), log_file, result.stderr_tail));
+        out.failed.push_back(!error.empty()
+                                 ? fmt::format("{}: {}", job.label(), error)
+                                 : fmt::format("{}: the job {}; the end of {}:\n{}", job.label(),
+                                               result.status(), log_file, result.stderr_tail));
         log::warn(kTag, "{}", out.failed.back());
       }
     }
@@ -335,8 +336,8 @@ std::string submitted_id(const process::ProgramResult& r, const std::string& wha
   TXL_CHECK(r.ok(), "sbatch (", what, ") ", r.status(), r.stderr_tail.empty() ? "" : ": ",
             r.stderr_tail);
   std::string id = r.out.substr(0, r.out.find_first_of(";\n"));
-  TXL_CHECK(!id.empty() && id.find_first_not_of("0123456789_") == std::string::npos,
-            "sbatch (", what, ") answered '", r.out, "', not a job id");
+  TXL_CHECK(!id.empty() && id.find_first_not_of("0123456789_") == std::string::npos, "sbatch (",
+            what, ") answered '", r.out, "', not a job id");
   return id;
 }
 
@@ -362,12 +363,12 @@ SlurmPlan submit_slurm(const config::AblationConfig& ablation, const AblationOpt
   std::string report_id;
   if (!plan.labels.empty()) {
     plan.script = dir / "jobs.sh";
-    fs::write_atomic(plan.script, batch_script(
-        {"--job-name=txl-" + ablation.name,
-         fmt::format("--array=0-{}", plan.labels.size() - 1),
-         "--output=" + abs_dir + "/job_%a.log"},
-        "labels=(" + labels + ")\n",
-        process::shell_command(job_argv) + " --job \"${labels[$SLURM_ARRAY_TASK_ID]}\""));
+    fs::write_atomic(plan.script, batch_script({"--job-name=txl-" + ablation.name,
+                                                fmt::format("--array=0-{}", plan.labels.size() - 1),
+                                                "--output=" + abs_dir + "/job_%a.log"},
+                                               "labels=(" + labels + ")\n",
+                                               process::shell_command(job_argv) +
+                                                   " --job \"${labels[$SLURM_ARRAY_TASK_ID]}\""));
     plan.array_command = {"sbatch", "--parsable"};
     plan.array_command.insert(plan.array_command.end(), opts.begin(), opts.end());
     plan.array_command.push_back(plan.script.string());
@@ -376,10 +377,9 @@ SlurmPlan submit_slurm(const config::AblationConfig& ablation, const AblationOpt
   const stdfs::path report_script = dir / "report.sh";
   std::vector<std::string> report_argv = options.job_command;
   report_argv.push_back("--quiet");
-  fs::write_atomic(report_script,
-                   batch_script({"--job-name=txl-" + ablation.name + "-report",
-                                 "--output=" + abs_dir + "/report.log"},
-                                "", process::shell_command(report_argv)));
+  fs::write_atomic(report_script, batch_script({"--job-name=txl-" + ablation.name + "-report",
+                                                "--output=" + abs_dir + "/report.log"},
+                                               "", process::shell_command(report_argv)));
   plan.report_command = {"sbatch", "--parsable"};
   if (!report_id.empty()) plan.report_command.push_back("--dependency=afterany:" + report_id);
   plan.report_command.insert(plan.report_command.end(), opts.begin(), opts.end());

@@ -44,8 +44,8 @@ namespace {
 using EvalKey = std::tuple<std::string, std::string, int, int, int, int, int, bool>;
 
 EvalKey eval_key(const ResultRecord& r) {
-  return {r.variant, r.split,  static_cast<int>(r.eval_mode), r.tgt_len,
-          r.mem_len, r.window, r.stride,                      r.sweep};
+  return {r.variant, r.split, static_cast<int>(r.eval_mode), r.tgt_len, r.mem_len, r.window,
+          r.stride,  r.sweep};
 }
 
 std::vector<std::string> variants_of(const std::vector<ResultRecord>& records) {
@@ -280,14 +280,15 @@ ReclTable group_recl(const std::vector<ResultRecord>& records, const std::string
       });
       const auto losses = mean_token_losses(picked);  // double [T]
       if (!losses || (!rows.empty() && losses->size(0) != rows.front().size(1))) {
-        table.note = fmt::format("variant {} at context {} lacks per-token losses on the same "
-                                 "tokens as the others",
-                                 s.variant, c);
+        table.note = fmt::format(
+            "variant {} at context {} lacks per-token losses on the same "
+            "tokens as the others",
+            s.variant, c);
         return table;
       }
       if (!per_context.empty() && losses->size(0) != per_context.front().size(0)) {
-        table.note = fmt::format("variant {} scores different tokens at different contexts",
-                                 s.variant);
+        table.note =
+            fmt::format("variant {} scores different tokens at different contexts", s.variant);
         return table;
       }
       per_context.push_back(*losses);

@@ -37,9 +37,9 @@ std::vector<PlannedEval> evaluation_plan(const config::ExperimentConfig& variant
   if (config::uses_absolute_positions(variant.model.attn_type)) {
     per_split.push_back(in_mode(variant, eval::Mode::kSegments));
     const eval::Settings sliding = in_mode(variant, eval::Mode::kSliding);
-    TXL_CHECK(sliding.stride >= 1 && sliding.stride <= sliding.window, "eval.stride = ",
-              sliding.stride, " must be between 1 and the sliding window ", sliding.window, " (",
-              variant.run.name, ")");
+    TXL_CHECK(sliding.stride >= 1 && sliding.stride <= sliding.window,
+              "eval.stride = ", sliding.stride, " must be between 1 and the sliding window ",
+              sliding.window, " (", variant.run.name, ")");
     per_split.push_back(sliding);
   } else {
     const int trained = in_mode(variant, eval::Mode::kMemory).mem_len;
@@ -83,9 +83,7 @@ std::vector<PlannedEval> sweep_plan(const config::ExperimentConfig& variant,
   return plan;
 }
 
-std::string Job::label() const {
-  return replicate ? fmt::format("{}@{}", variant, seed) : variant;
-}
+std::string Job::label() const { return replicate ? fmt::format("{}@{}", variant, seed) : variant; }
 
 std::vector<Job> ablation_jobs(const config::AblationConfig& ablation) {
   std::vector<Job> jobs;

@@ -38,17 +38,17 @@ namespace {
 
 constexpr const char* kPlotFiles[] = {"training_loss.png", "context_ppl.png", "eval_cost.png"};
 // Drawn when the records have what they show: the context sweep, RECL, loss by position.
-constexpr const char* kOptionalPlotFiles[] = {"context_sweep.png", "recl.png",
-                                              "loss_by_position.png",
-                                              "loss_by_document_position.png"};
+constexpr const char* kOptionalPlotFiles[] = {
+    "context_sweep.png", "recl.png", "loss_by_position.png", "loss_by_document_position.png"};
 
 // Draws the plots with the plot script (plot.h); returns "" on success, else the reason they
 // were skipped.
 std::string draw_plots(const stdfs::path& dir, const std::vector<TrainingCurve>& curves,
                        const ReportOptions& options, std::vector<stdfs::path>& plots) {
   if (!options.plots) return "plots were disabled";
-  std::vector<std::string> args = {"--results", (dir / "results.json").string(), "--out",
-                                   dir.string(), "--split", options.plot_split};
+  std::vector<std::string> args = {"--results", (dir / "results.json").string(),
+                                   "--out",     dir.string(),
+                                   "--split",   options.plot_split};
   for (const auto& c : curves) {
     args.push_back("--curve");
     args.push_back(c.variant + "=" + c.metrics.string());
@@ -71,7 +71,8 @@ std::string draw_plots(const stdfs::path& dir, const std::vector<TrainingCurve>&
 }
 
 // What was compared: the variants and what each changes.
-std::string compared_section(const std::vector<std::string>& variants, const ReportOptions& options) {
+std::string compared_section(const std::vector<std::string>& variants,
+                             const ReportOptions& options) {
   std::string md = fmt::format(
       "{} variant(s) ({}), each trained on the same data with the same seed and budget, so that "
       "only the named change differs, then evaluated in the modes that fit it: vanilla models "
@@ -109,8 +110,9 @@ std::string plots_section(const Report& report) {
 // Jobs that failed, so that a missing variant or seed is never silent.
 std::string failed_section(const ReportOptions& options) {
   if (options.failed.empty()) return "";
-  std::string md = "\n## Failed jobs\n\nThese jobs failed; the report leaves them out. Fix the "
-                   "cause and rerun the same command: finished jobs are not run again.\n\n";
+  std::string md =
+      "\n## Failed jobs\n\nThese jobs failed; the report leaves them out. Fix the "
+      "cause and rerun the same command: finished jobs are not run again.\n\n";
   for (const auto& f : options.failed) md += "- " + process::last_lines(f, 6) + "\n";
   return md;
 }
@@ -147,17 +149,18 @@ std::string method_sentence(const Analysis& a, const ReportOptions& options) {
 
 std::string significance_section(const Analysis& a, const ReportOptions& options) {
   std::string md = "\n## Significance (" + a.split + ")\n\n" + method_sentence(a, options);
-  if (a.pairs.empty()) return md + "No pair of variants kept per-token losses on the same tokens.\n";
+  if (a.pairs.empty())
+    return md + "No pair of variants kept per-token losses on the same tokens.\n";
   std::vector<std::vector<std::string>> rows;
   for (const auto& p : a.pairs) {
     rows.push_back({p.a, p.b, fixed(p.interval.ratio, 4),
                     fmt::format("[{}, {}]", fixed(p.interval.low, 4), fixed(p.interval.high, 4)),
-                    p.interval.significant() ? "yes" : "no",
-                    p.interval.ratio < 1 ? p.a : p.b, count(p.interval.tokens)});
+                    p.interval.significant() ? "yes" : "no", p.interval.ratio < 1 ? p.a : p.b,
+                    count(p.interval.tokens)});
   }
-  return md + markdown_table({"a", "b", "ppl(a)/ppl(b)", "95% interval", "significant",
-                              "lower ppl", "tokens"},
-                             rows, {false, false, true, false, false, false, true});
+  return md + markdown_table(
+                  {"a", "b", "ppl(a)/ppl(b)", "95% interval", "significant", "lower ppl", "tokens"},
+                  rows, {false, false, true, false, false, false, true});
 }
 
 std::string sweep_section(const Analysis& a, const ReportOptions& options) {
@@ -185,22 +188,24 @@ std::string sweep_section(const Analysis& a, const ReportOptions& options) {
   std::vector<bool> right(header.size(), true);
   right[0] = false;
   return "\n## Context sweep (" + a.split + ")\n\n" +
-         fmt::format("Perplexity against the attention length c, the tokens each scored token "
-                     "sees: relative-position models with memory M = c and same_length (every "
-                     "query sees c keys, as the paper evaluates; each stream warmed up with c "
-                     "unscored tokens), absolute-position models with a sliding window L = c "
-                     "scoring c/{} tokens per window (so each scored token sees 7c/8 to c). PPL "
-                     "init is at the longest context of training (Q + M), PPL best the lowest over "
-                     "the grid and Attn Len the shortest c that reaches it (the paper's Table 6).\n\n",
-                     options.sweep_stride_divisor) +
+         fmt::format(
+             "Perplexity against the attention length c, the tokens each scored token "
+             "sees: relative-position models with memory M = c and same_length (every "
+             "query sees c keys, as the paper evaluates; each stream warmed up with c "
+             "unscored tokens), absolute-position models with a sliding window L = c "
+             "scoring c/{} tokens per window (so each scored token sees 7c/8 to c). PPL "
+             "init is at the longest context of training (Q + M), PPL best the lowest over "
+             "the grid and Attn Len the shortest c that reaches it (the paper's Table 6).\n\n",
+             options.sweep_stride_divisor) +
          markdown_table(header, rows, right);
 }
 
 std::string recl_section(const Analysis& a) {
   const ReclTable& t = a.recl;
   if (t.variants.empty()) {
-    return t.note.empty() ? "" : "\n## Relative effective context length (" + a.split +
-                                     ")\n\nNot computed: " + t.note + ".\n";
+    return t.note.empty() ? ""
+                          : "\n## Relative effective context length (" + a.split +
+                                ")\n\nNot computed: " + t.note + ".\n";
   }
   std::vector<std::string> header = {"variant"};
   for (double r : t.recl.ratios) header.push_back(fmt::format("RECL r={}", r));
@@ -244,7 +249,8 @@ std::string summary_csv(const std::vector<Analysis>& analyses) {
 }
 
 // report.md from its parts.
-std::string report_markdown(const std::string& ablation_name, const std::vector<ResultRecord>& records,
+std::string report_markdown(const std::string& ablation_name,
+                            const std::vector<ResultRecord>& records,
                             const std::vector<TrainingCurve>& curves,
                             const std::vector<Analysis>& analyses, const ReportOptions& options,
                             const Report& report) {

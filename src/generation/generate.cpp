@@ -22,8 +22,8 @@ double seconds_since(Clock::time_point start) {
 }
 
 void check_request(const models::TransformerLM& model,
-                   const std::vector<std::vector<std::int64_t>>& prompts,
-                   const GenerateOptions& o, const data::Tokenizer* tokenizer) {
+                   const std::vector<std::vector<std::int64_t>>& prompts, const GenerateOptions& o,
+                   const data::Tokenizer* tokenizer) {
   TXL_CHECK(o.max_new_tokens >= 0, "generate: max_new_tokens = ", o.max_new_tokens,
             " must be >= 0");
   TXL_CHECK(o.temperature >= 0, "generate: temperature = ", o.temperature,
@@ -56,7 +56,8 @@ torch::Tensor choose(const torch::Tensor& log_probs, const GenerateOptions& o,
   if (o.temperature == 0) return ops::argmax_rows(log_probs);  // [B]
   auto uniforms = torch::empty({static_cast<std::int64_t>(prompt_index.size())}, torch::kDouble);
   auto* u = uniforms.data_ptr<double>();
-  for (size_t b = 0; b < prompt_index.size(); ++b) u[b] = draw_uniform(o.seed, prompt_index[b], step);
+  for (size_t b = 0; b < prompt_index.size(); ++b)
+    u[b] = draw_uniform(o.seed, prompt_index[b], step);
   auto scores = ops::top_p_filter(ops::top_k_filter(log_probs / o.temperature, o.top_k), o.top_p);
   return ops::draw(scores, uniforms.to(log_probs.device()));  // [B]
 }
@@ -87,7 +88,7 @@ struct TextOf {
     ids.insert(ids.end(), tokens.begin(), tokens.end());
     const std::string all = tokenizer->decode(ids);
     return all.compare(0, line_text.size(), line_text) == 0 ? all.substr(line_text.size())
-                                                             : tokenizer->decode(tokens);
+                                                            : tokenizer->decode(tokens);
   }
 };
 
@@ -191,14 +192,15 @@ void extend(Row& row, std::int64_t token, double log_prob, const GenerateOptions
       break;
     }
   }
-  if (row.out.finish.empty() && static_cast<std::int64_t>(row.out.tokens.size()) >= o.max_new_tokens)
+  if (row.out.finish.empty() &&
+      static_cast<std::int64_t>(row.out.tokens.size()) >= o.max_new_tokens)
     row.out.finish = "length";
   row.done = !row.out.finish.empty();
 }
 
 struct BatchInput {
-  torch::Tensor tokens;  // int64 [B, P], left-padded
-  torch::Tensor real;    // bool [B, P]
+  torch::Tensor tokens;   // int64 [B, P], left-padded
+  torch::Tensor real;     // bool [B, P]
   std::int64_t read = 0;  // real tokens
 };
 
@@ -296,7 +298,7 @@ void generate_batch(const generation::DecoderWeights& weights, const Started* pr
     }
     std::vector<std::int64_t> index;
     for (auto s : live) index.push_back(state[s].index);
-    auto next = choose(log_probs, o, index, step);                                   // [B]
+    auto next = choose(log_probs, o, index, step);                                       // [B]
     auto chosen = log_probs.gather(1, next.unsqueeze(1)).squeeze(1).to(torch::kDouble);  // [B]
     const auto next_host = next.to(torch::kCPU).contiguous();
     const auto chosen_host = chosen.to(torch::kCPU).contiguous();
@@ -337,7 +339,7 @@ void generate_batch(const generation::DecoderWeights& weights, const Started* pr
 
 // The context read once, by a decoder of one row (memory decoders only).
 Started prime(const generation::DecoderWeights& weights, const std::vector<std::int64_t>& context,
-             GenerateResult& result) {
+              GenerateResult& result) {
   const auto start = Clock::now();
   generation::IncrementalDecoder decoder(weights, 1);
   auto ids = torch::tensor(context, torch::kLong).view({1, -1});  // [1, N]
@@ -363,8 +365,8 @@ void generate_in_batches(const generation::DecoderWeights& weights, const Starte
       }
       return;
     }
-    generate_batch(weights, primed, prompts, {order.begin() + begin, order.begin() + end},
-                   options, tokenizer, result);
+    generate_batch(weights, primed, prompts, {order.begin() + begin, order.begin() + end}, options,
+                   tokenizer, result);
   }
 }
 
@@ -410,7 +412,8 @@ GenerateResult generate(models::TransformerLM& model,
     GenerateOptions joined = options;
     joined.context.clear();
     auto with_context = prompts;
-    for (auto& p : with_context) p.insert(p.begin(), options.context.begin(), options.context.end());
+    for (auto& p : with_context)
+      p.insert(p.begin(), options.context.begin(), options.context.end());
     generate_in_batches(weights, nullptr, with_context, order, joined, tokenizer, result);
     if (result.stopped_by == 0) result.stopped_by = interrupt_signal(options);
     return result;

@@ -39,8 +39,7 @@ IncrementalDecoder::IncrementalDecoder(models::TransformerLM model, const Decode
                                        int64_t rows)
     : IncrementalDecoder(prepare_decoder(std::move(model), options), rows) {}
 
-IncrementalDecoder::IncrementalDecoder(const DecoderWeights& weights, int64_t rows)
-    : w_(weights) {
+IncrementalDecoder::IncrementalDecoder(const DecoderWeights& weights, int64_t rows) : w_(weights) {
   TXL_CHECK(w_.model, "decoding: the weights are not prepared (prepare_decoder)");
   TXL_CHECK(rows >= 1, "decoding: rows = ", rows, " must be >= 1");
   TXL_CHECK(!w_.model->is_training(), "decoding: the model must be in evaluation mode (eval())");
@@ -126,11 +125,11 @@ torch::Tensor IncrementalDecoder::score_bias(int64_t q) const {
   const int64_t batch = rows(), k_len = used_ + q;
   auto lowest = torch::tensor(first_slots(q), torch::kLong).view({batch, q});  // [B, q], host
   const auto device = w_.slots.device();
-  auto slots = w_.slots.narrow(0, 0, k_len);                                      // [K]
-  auto blocked = slots < lowest.to(device).unsqueeze(2);                        // [B, q, K]
+  auto slots = w_.slots.narrow(0, 0, k_len);              // [K]
+  auto blocked = slots < lowest.to(device).unsqueeze(2);  // [B, q, K]
   if (q > 1) {
-    auto query_slot = slots.narrow(0, used_, q).view({1, q, 1});                // [1, q, 1]
-    blocked = blocked.logical_or(slots.view({1, 1, k_len}) > query_slot);       // [B, q, K]
+    auto query_slot = slots.narrow(0, used_, q).view({1, q, 1});           // [1, q, 1]
+    blocked = blocked.logical_or(slots.view({1, 1, k_len}) > query_slot);  // [B, q, K]
   }
   return ops::score_bias(blocked, kv_.front().scalar_type());  // [B, q, K]
 }
@@ -177,7 +176,7 @@ torch::Tensor IncrementalDecoder::read_sliding(const torch::Tensor& tokens) {
   window_ = window_.defined() ? torch::cat({window_, tokens}, 1) : tokens;  // [B, n + T]
   const int64_t n = std::min<int64_t>(window_.size(1), window);
   window_ = window_.narrow(1, window_.size(1) - n, n);  // [B, n]: the last tokens
-  time_ += tokens.size(1) - n;                           // run_chunk reads the window's n
+  time_ += tokens.size(1) - n;                          // run_chunk reads the window's n
   base_ = time_;
   used_ = 0;
   torch::Tensor positions;  // int64 [B, n]: positions from the row's first token in the window
@@ -260,9 +259,9 @@ torch::Tensor IncrementalDecoder::read_forward(const torch::Tensor& tokens) {
 }
 
 void IncrementalDecoder::keep_rows(const torch::Tensor& rows) {
-  TXL_CHECK(rows.defined() && rows.dim() == 1 && rows.scalar_type() == torch::kLong &&
-                rows.size(0) >= 1,
-            "decoding: keep_rows takes int64 [B'] with B' >= 1");
+  TXL_CHECK(
+      rows.defined() && rows.dim() == 1 && rows.scalar_type() == torch::kLong && rows.size(0) >= 1,
+      "decoding: keep_rows takes int64 [B'] with B' >= 1");
   auto host = rows.to(torch::kCPU).contiguous();
   const auto* p = host.data_ptr<int64_t>();
   std::vector<int64_t> first;
@@ -309,7 +308,8 @@ void check_stack(const std::vector<IncrementalDecoder>& parts) {
                   w.options.same_length == first.options.same_length &&
                   w.zero_memory == first.zero_memory,
               "decoding: stack takes decoders of one model and one set of lengths");
-    TXL_CHECK(!p.sliding(), "decoding: stack takes memory decoders (a sliding window reads its "
+    TXL_CHECK(!p.sliding(),
+              "decoding: stack takes memory decoders (a sliding window reads its "
               "last tokens again instead)");
     TXL_CHECK(p.steps() > 0, "decoding: stack takes decoders that have read a token");
   }

@@ -13,10 +13,10 @@
 #include <immintrin.h>
 #endif
 
-#include "txl/util/error.h"
 #include "txl/kernels/side_thread.h"
-#include "vector_clones.h"
 #include "txl/kernels/vector_math.h"
+#include "txl/util/error.h"
+#include "vector_clones.h"
 
 namespace txl::kernels {
 
@@ -26,13 +26,13 @@ namespace {
 // rows of D contiguous elements.
 template <typename T>
 struct HeadView {
-  const T* qkv;       // [3, H, D] of the row: query at + h D, key + (H + h) D, value + (2H + h) D
-  T* keys;            // [C, D] of (h, b)
-  T* values;          // [C, D] of (h, b)
-  const T* rel;       // [C, D] of h by distance, or null
-  const T* u;         // [D] or null
-  const T* v;         // [D] or null
-  T* out;             // [D] of (b, h)
+  const T* qkv;  // [3, H, D] of the row: query at + h D, key + (H + h) D, value + (2H + h) D
+  T* keys;       // [C, D] of (h, b)
+  T* values;     // [C, D] of (h, b)
+  const T* rel;  // [C, D] of h by distance, or null
+  const T* u;    // [D] or null
+  const T* v;    // [D] or null
+  T* out;        // [D] of (b, h)
 };
 
 template <typename T>
@@ -72,9 +72,8 @@ inline __attribute__((always_inline)) T exp_and_sum(T* __restrict scores, int64_
 // keys at a time, so that two independent products are in flight).
 template <typename T>
 inline __attribute__((always_inline)) void attend_head(const HeadView<T>& w, int64_t first,
-                                                       int64_t k_len, int64_t d,
-                                                       T* __restrict qc, T* __restrict qp,
-                                                       T* __restrict scores) {
+                                                       int64_t k_len, int64_t d, T* __restrict qc,
+                                                       T* __restrict qp, T* __restrict scores) {
   const T* q = w.qkv;
   for (int64_t i = 0; i < d; ++i) {
     qc[i] = w.u != nullptr ? q[i] + w.u[i] : q[i];
@@ -198,16 +197,15 @@ TXL_AVX512 void attend_head_avx512(const HeadView<float>& w, int64_t first, int6
 // CPU without AVX-512, d not 16 N with N <= 8).
 HeadKernel avx512_head(int64_t d, CachedKernel kernel) {
 #ifdef TXL_HAS_AVX512
-  static constexpr HeadKernel kByChunks[kMaxChunks + 1] = {
-      nullptr,
-      attend_head_avx512<1>,
-      attend_head_avx512<2>,
-      attend_head_avx512<3>,
-      attend_head_avx512<4>,
-      attend_head_avx512<5>,
-      attend_head_avx512<6>,
-      attend_head_avx512<7>,
-      attend_head_avx512<8>};
+  static constexpr HeadKernel kByChunks[kMaxChunks + 1] = {nullptr,
+                                                           attend_head_avx512<1>,
+                                                           attend_head_avx512<2>,
+                                                           attend_head_avx512<3>,
+                                                           attend_head_avx512<4>,
+                                                           attend_head_avx512<5>,
+                                                           attend_head_avx512<6>,
+                                                           attend_head_avx512<7>,
+                                                           attend_head_avx512<8>};
   if (kernel == CachedKernel::kBest && cpu_has_avx512() && d % kLanes == 0 &&
       d / kLanes <= kMaxChunks) {
     return kByChunks[d / kLanes];
@@ -311,9 +309,8 @@ torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, in
   RECORD_FUNCTION("txl::attend_cached", std::vector<c10::IValue>({qkv}));  // in profiles
   const int64_t batch = qkv.size(0), heads = qkv.size(2), d = qkv.size(3);
   auto out = torch::empty({batch, heads * d}, qkv.options());  // [B, H D]
-  for_vector_dtype(qkv, [&](auto zero) {
-    attend_all<decltype(zero)>(qkv, keys, k_len, first, kernel, out);
-  });
+  for_vector_dtype(
+      qkv, [&](auto zero) { attend_all<decltype(zero)>(qkv, keys, k_len, first, kernel, out); });
   return out;
 }
 

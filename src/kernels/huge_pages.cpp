@@ -43,8 +43,8 @@ torch::Tensor empty_huge(at::IntArrayRef sizes, const torch::TensorOptions& opti
   // Fresh pages from mmap, not the C heap's: memory the heap has touched keeps its 4 KB pages.
   // One page more than the block, then what lies outside the aligned block is given back (the
   // tail: between 4 KB and 2 MB).
-  void* raw = mmap(nullptr, block + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+  void* raw =
+      mmap(nullptr, block + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   TORCH_CHECK(raw != MAP_FAILED, "empty_huge: out of memory (", block, " bytes)");
   const auto base = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t start = (base + page - 1) / page * page;
@@ -53,7 +53,8 @@ torch::Tensor empty_huge(at::IntArrayRef sizes, const torch::TensorOptions& opti
   void* data = reinterpret_cast<void*>(start);
   madvise(data, block, MADV_HUGEPAGE);  // advice only: refused, the pages stay 4 KB
   try {
-    return torch::from_blob(data, sizes, [block](void* p) { munmap(p, block); }, options);
+    return torch::from_blob(
+        data, sizes, [block](void* p) { munmap(p, block); }, options);
   } catch (...) {
     munmap(data, block);  // from_blob refused it: nothing owns the block
     throw;

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "txl/util/error.h"
 #include "txl/kernels/side_thread.h"
+#include "txl/util/error.h"
 #include "vector_clones.h"
 
 namespace txl::kernels {
@@ -54,8 +54,8 @@ TXL_VECTOR_LEVELS(void, add_norm_row_of, add_norm_row,
                    int64_t d, double eps),
                   (x, y, w, b, out, d, eps))
 TXL_VECTOR_LEVELS(void, add_norm_row_of, add_norm_row,
-                  (const double* x, const double* y, const double* w, const double* b,
-                   double* out, int64_t d, double eps),
+                  (const double* x, const double* y, const double* w, const double* b, double* out,
+                   int64_t d, double eps),
                   (x, y, w, b, out, d, eps))
 
 template <typename T>

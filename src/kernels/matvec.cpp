@@ -16,8 +16,7 @@ namespace {
 
 // y[o] = W[o] . x (+ b[o]) for rows [begin, end), four rows at a time (four sums in flight).
 template <typename T>
-inline __attribute__((always_inline)) void rows_times(const T* __restrict w,
-                                                      const T* __restrict x,
+inline __attribute__((always_inline)) void rows_times(const T* __restrict w, const T* __restrict x,
                                                       const T* __restrict b, T* __restrict y,
                                                       int64_t in, int64_t begin, int64_t end) {
   int64_t o = begin;
@@ -84,12 +83,12 @@ torch::Tensor matvec(const torch::Tensor& w, const torch::Tensor& x, const torch
                 x.scalar_type() == w.scalar_type() && x.is_cpu(),
             "matvec: x must be contiguous [in = ", w.size(1), "] of w's dtype, got ",
             x.defined() ? x.sizes() : torch::IntArrayRef{});
-  TXL_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0) &&
-                                bias.is_contiguous() && bias.scalar_type() == w.scalar_type() &&
-                                bias.is_cpu()),
-            "matvec: bias must be contiguous [out = ", w.size(0), "] of w's dtype");
+  TXL_CHECK(
+      !bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0) && bias.is_contiguous() &&
+                          bias.scalar_type() == w.scalar_type() && bias.is_cpu()),
+      "matvec: bias must be contiguous [out = ", w.size(0), "] of w's dtype");
   RECORD_FUNCTION("txl::matvec", std::vector<c10::IValue>({w, x}));  // in profiles
-  auto y = torch::empty({w.size(0)}, w.options());  // [out]
+  auto y = torch::empty({w.size(0)}, w.options());                   // [out]
   for_vector_dtype(w, [&](auto zero) { matvec_as<decltype(zero)>(w, x, bias, y); });
   return y;
 }

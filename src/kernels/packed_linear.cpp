@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "txl/util/error.h"
 #include "txl/kernels/side_thread.h"
-#include "vector_clones.h"
 #include "txl/kernels/vector_math.h"
+#include "txl/util/error.h"
+#include "vector_clones.h"
 
 namespace txl::kernels {
 
@@ -178,18 +178,19 @@ void run(const torch::Tensor& x, const PackedWeight& w, const LinearOptions& o, 
   torch::Tensor blocks;  // [N in]: x's blocks transposed; one row is its own transpose
   if (c.rows > 1) {
     blocks = torch::empty({x.numel()}, x.options());
-    transpose_blocks(x.data_ptr<T>(), c.rows, c.in, vectorised ? kAvx512Rows : kPortableRows, blocks.data_ptr<T>());
+    transpose_blocks(x.data_ptr<T>(), c.rows, c.in, vectorised ? kAvx512Rows : kPortableRows,
+                     blocks.data_ptr<T>());
   }
   c.x = c.rows > 1 ? blocks.data_ptr<T>() : x.data_ptr<T>();
   // One panel costs rows x in x L multiply-adds; with few rows, reading it costs more.
   split_work(w.panels.size(0), std::max<int64_t>(c.rows, 4) * c.in * Lanes<T>::kCount,
-                   [&](int64_t begin, int64_t end) {
-                     if (vectorised) {
-                       panels_avx512(c, begin, end);
-                     } else {
-                       panels_portable(c, begin, end);
-                     }
-                   });
+             [&](int64_t begin, int64_t end) {
+               if (vectorised) {
+                 panels_avx512(c, begin, end);
+               } else {
+                 panels_portable(c, begin, end);
+               }
+             });
 }
 
 // What linear_packed reads of a PackedWeight, as pack_weight makes it (its fields are open).

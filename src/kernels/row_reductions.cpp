@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <limits>
 
-#include "txl/util/error.h"
 #include "txl/kernels/side_thread.h"
-#include "vector_clones.h"
 #include "txl/kernels/vector_math.h"
+#include "txl/util/error.h"
+#include "vector_clones.h"
 
 namespace txl::kernels {
 
@@ -116,8 +116,8 @@ torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias) {
 torch::Tensor argmax_rows(const torch::Tensor& x) {
   TXL_CHECK(vector_loops_take(x) && x.dim() == 2 && x.size(1) >= 1 && x.is_contiguous(),
             "argmax_rows: x must be a contiguous CPU float or double [B, V >= 1]");
-  RECORD_FUNCTION("txl::argmax_rows", std::vector<c10::IValue>({x}));   // in profiles
-  auto out = torch::empty({x.size(0)}, torch::kLong);                   // [B]
+  RECORD_FUNCTION("txl::argmax_rows", std::vector<c10::IValue>({x}));  // in profiles
+  auto out = torch::empty({x.size(0)}, torch::kLong);                  // [B]
   for_vector_dtype(x, [&](auto zero) { argmax_all<decltype(zero)>(x, out); });
   return out;
 }

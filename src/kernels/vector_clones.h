@@ -9,19 +9,15 @@
 #include "txl/util/cpu.h"
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define TXL_VECTOR_LEVELS(ret, name, body, params, args)                                      \
-  __attribute__((target("arch=x86-64-v4"))) ret name##_avx512 params {                  \
-    return body args;                                                            \
-  }                                                                                     \
-  __attribute__((target("arch=x86-64-v3"))) ret name##_avx2 params {                    \
-    return body args;                                                            \
-  }                                                                                     \
-  ret name##_baseline params { return body args; }                               \
-  ret name params {                                                                     \
-    static const ::txl::util::CpuLevel level = ::txl::util::kernel_level();             \
-    if (level == ::txl::util::CpuLevel::kAvx512) return name##_avx512 args;             \
-    if (level == ::txl::util::CpuLevel::kAvx2) return name##_avx2 args;                 \
-    return name##_baseline args;                                                        \
+#define TXL_VECTOR_LEVELS(ret, name, body, params, args)                                   \
+  __attribute__((target("arch=x86-64-v4"))) ret name##_avx512 params { return body args; } \
+  __attribute__((target("arch=x86-64-v3"))) ret name##_avx2 params { return body args; }   \
+  ret name##_baseline params { return body args; }                                         \
+  ret name params {                                                                        \
+    static const ::txl::util::CpuLevel level = ::txl::util::kernel_level();                \
+    if (level == ::txl::util::CpuLevel::kAvx512) return name##_avx512 args;                \
+    if (level == ::txl::util::CpuLevel::kAvx2) return name##_avx2 args;                    \
+    return name##_baseline args;                                                           \
   }
 #else
 #define TXL_VECTOR_LEVELS(ret, name, body, params, args) \

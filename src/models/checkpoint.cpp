@@ -7,8 +7,8 @@
 
 #include "txl/config/load.h"
 #include "txl/util/error.h"
-#include "txl/util/json.h"
 #include "txl/util/fs.h"
+#include "txl/util/json.h"
 #include "txl/util/safetensors.h"
 #include "txl/util/sha256.h"
 
@@ -83,18 +83,21 @@ void read_record(const std::string& text, const std::string& origin, Checkpoint&
                 (record["train_state"].is_null() || record["train_state"].is_object()),
             origin, ": the checkpoint's record has no valid 'train_state'");
   c.train_state = record["train_state"].is_null() ? "" : record["train_state"].dump();
-  c.config = config::parse_experiment_string(field("config", Json::value_t::string).get<std::string>(),
-                                             origin + " (stored experiment)");
+  c.config = config::parse_experiment_string(
+      field("config", Json::value_t::string).get<std::string>(), origin + " (stored experiment)");
 }
 
 std::string metadata_value(const safetensors::Metadata& metadata, const char* key,
                            const std::string& origin) {
   auto it = metadata.find(key);
-  TXL_CHECK(it != metadata.end(), origin, ": not a txl checkpoint (no '", key, "' in its metadata)");
+  TXL_CHECK(it != metadata.end(), origin, ": not a txl checkpoint (no '", key,
+            "' in its metadata)");
   return it->second;
 }
 
-bool is_old_format(std::string_view bytes) { return bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4); }
+bool is_old_format(std::string_view bytes) {
+  return bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4);
+}
 
 }  // namespace
 
@@ -153,16 +156,20 @@ Checkpoint parse_checkpoint(std::string_view bytes, const std::string& origin) {
   TXL_CHECK(!is_old_format(bytes), origin,
             " is a checkpoint of txl's first format (a TorchScript archive). Loading such a file "
             "can run code stored in it, so txl no longer reads it. If you trust whoever made it, "
-            "convert it once: txl-convert --trust-old-format ", origin, " NEW.safetensors");
+            "convert it once: txl-convert --trust-old-format ",
+            origin, " NEW.safetensors");
   safetensors::File file = safetensors::parse(bytes, origin);
   TXL_CHECK(metadata_value(file.metadata, "format", origin) == kFormat, origin,
             ": not a txl checkpoint (format '", file.metadata["format"].substr(0, 40), "')");
   const std::string version = metadata_value(file.metadata, "version", origin);
-  TXL_CHECK(version == std::to_string(kCheckpointVersion), origin, " has checkpoint format version ",
-            version.substr(0, 20), "; this txl reads version ", kCheckpointVersion);
+  TXL_CHECK(version == std::to_string(kCheckpointVersion), origin,
+            " has checkpoint format version ", version.substr(0, 20), "; this txl reads version ",
+            kCheckpointVersion);
   const std::string record = metadata_value(file.metadata, "record", origin);
-  TXL_CHECK(detail::checkpoint_checksum(record, file.tensors) == metadata_value(file.metadata, "sha256", origin),
-            origin, " is damaged: its SHA-256 does not match its contents (a changed or corrupted "
+  TXL_CHECK(detail::checkpoint_checksum(record, file.tensors) ==
+                metadata_value(file.metadata, "sha256", origin),
+            origin,
+            " is damaged: its SHA-256 does not match its contents (a changed or corrupted "
             "file); it was not used");
   Checkpoint c;
   read_record(record, origin, c);
@@ -185,7 +192,8 @@ void write_checkpoint(const stdfs::path& path, const Checkpoint& checkpoint) {
 Checkpoint read_checkpoint(const stdfs::path& path) {
   std::error_code ec;
   TXL_CHECK(stdfs::exists(path, ec), "checkpoint not found: ", path.string());
-  TXL_CHECK(!stdfs::is_directory(path, ec), "expected a checkpoint file, found a directory: ", path.string());
+  TXL_CHECK(!stdfs::is_directory(path, ec),
+            "expected a checkpoint file, found a directory: ", path.string());
   const fs::MappedFile file(path);  // parsed in place: the tensors are copied out once
   return parse_checkpoint(file.bytes(), path.string());
 }
@@ -204,8 +212,8 @@ void load_model_tensors(TransformerLM& model, const Checkpoint& checkpoint,
       problems.push_back("missing " + name);
     } else if (stored->sizes() != target.sizes() || stored->scalar_type() != target.scalar_type()) {
       problems.push_back(txl::detail::concat(name, ": stored ", stored->scalar_type(), " ",
-                                        stored->sizes(), ", the model has ", target.scalar_type(),
-                                        " ", target.sizes()));
+                                             stored->sizes(), ", the model has ",
+                                             target.scalar_type(), " ", target.sizes()));
     }
   }
   for (const auto& [name, t] : checkpoint.with_prefix(kModelPrefix))
@@ -213,7 +221,8 @@ void load_model_tensors(TransformerLM& model, const Checkpoint& checkpoint,
   if (!problems.empty()) {
     std::string list;
     for (size_t i = 0; i < problems.size() && i < 12; ++i) list += "\n  " + problems[i];
-    if (problems.size() > 12) list += "\n  ... and " + std::to_string(problems.size() - 12) + " more";
+    if (problems.size() > 12)
+      list += "\n  ... and " + std::to_string(problems.size() - 12) + " more";
     TXL_FAIL(origin, ": its weights do not fit the model its stored experiment builds (",
              problems.size(), " differences):", list);
   }

@@ -23,14 +23,14 @@ FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab,
   // Keys and values projected: every key row, or only the segment's when the memory's are cached.
   const double projected =
       memory_kv_cached && c.attn_type != config::AttnType::kVanillaLearned ? q : k;
-  double layer = 2 * d * hd                       // queries over the segment
+  double layer = 2 * d * hd                        // queries over the segment
                  + 2 * d * 2 * hd * projected / q  // keys and values
-                 + 2 * hd * k                     // content scores
-                 + (relative ? 2 * hd * k : 0.0)  // position scores
-                 + 2 * hd * k                     // weighted values
-                 + 2 * hd * d                     // W_o
-                 + 4 * d * f                      // feed-forward
-                 + compress;                      // compressive memory's convolution
+                 + 2 * hd * k                      // content scores
+                 + (relative ? 2 * hd * k : 0.0)   // position scores
+                 + 2 * hd * k                      // weighted values
+                 + 2 * hd * d                      // W_o
+                 + 4 * d * f                       // feed-forward
+                 + compress;                       // compressive memory's convolution
   double output = 0;
   if (c.cutoffs.empty()) {
     output = 2 * d * vocab;

@@ -29,7 +29,7 @@ Memory Memory::narrow_rows(int64_t begin, int64_t count) const {
   TXL_CHECK(begin >= 0 && count >= 0 && begin + count <= rows(), "Memory::narrow_rows: rows [",
             begin, ", ", begin + count, ") outside the memory's ", rows(), " rows");
   for (const auto& t : layers) out.layers.push_back(t.narrow(0, begin, count));  // [count, M, d]
-  if (key_mask.defined()) out.key_mask = key_mask.narrow(0, begin, count);     // [count, M]
+  if (key_mask.defined()) out.key_mask = key_mask.narrow(0, begin, count);       // [count, M]
   for (const auto& t : compressed) out.compressed.push_back(t.narrow(0, begin, count));
   if (compressed_mask.defined()) out.compressed_mask = compressed_mask.narrow(0, begin, count);
   if (tokens.defined()) out.tokens = tokens.narrow(0, begin, count);  // [count, m, d]
@@ -79,7 +79,7 @@ std::vector<std::pair<std::string, torch::Tensor>> Memory::to_tensors(
     const std::string& prefix) const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (size_t l = 0; l < layers.size(); ++l)
-    out.emplace_back(prefix + "layer." + std::to_string(l), layers[l]);  // [B, M, d]
+    out.emplace_back(prefix + "layer." + std::to_string(l), layers[l]);                 // [B, M, d]
   if (!empty() && key_mask.defined()) out.emplace_back(prefix + "key_mask", key_mask);  // [B, M]
   for (size_t l = 0; l < compressed.size(); ++l)
     out.emplace_back(prefix + "compressed." + std::to_string(l), compressed[l]);  // [B, N, d]

@@ -29,8 +29,8 @@ modules::PositionScheme scheme_of(config::AttnType attn_type) {
       return modules::PositionScheme::kAlibi;
   }
   // Only a value cast from a number reaches here: the loader takes names from the table alone.
-  TXL_FAIL("model.attn_type: unknown value \"", config::to_string(attn_type), "\" (allowed: ",
-           config::enum_choices<config::AttnType>(), ")");
+  TXL_FAIL("model.attn_type: unknown value \"", config::to_string(attn_type),
+           "\" (allowed: ", config::enum_choices<config::AttnType>(), ")");
 }
 
 void check_positive(int64_t value, const char* key) {
@@ -259,9 +259,12 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
               "model.allow_abs_with_memory is set");
   }
   if (ctx.cache_kv) {
-    TXL_CHECK(can_cache_kv(), "model context: cache_kv with learned absolute positions "
-              "(attn_type ", config_.attn_type, "), which change the memory's keys every segment");
-    TXL_CHECK(!torch::GradMode::is_enabled(), "model context: cache_kv is for evaluation without "
+    TXL_CHECK(can_cache_kv(),
+              "model context: cache_kv with learned absolute positions "
+              "(attn_type ",
+              config_.attn_type, "), which change the memory's keys every segment");
+    TXL_CHECK(!torch::GradMode::is_enabled(),
+              "model context: cache_kv is for evaluation without "
               "gradients (cached keys and values would take no gradient)");
     TXL_CHECK(memory.kv.empty() || static_cast<int64_t>(memory.kv.size()) == config_.n_layer,
               "model memory: cached keys and values of ", memory.kv.size(),
@@ -375,7 +378,8 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
   const int64_t n_len = memory.compressed_length();
 
   // Vanilla: positions within the segment, added once to the embedding.
-  auto x = with_positions(word_emb(tokens), torch::arange(q_len, torch::dtype(torch::kLong).device(device)));
+  auto x = with_positions(word_emb(tokens),
+                          torch::arange(q_len, torch::dtype(torch::kLong).device(device)));
   x = drop(x);  // [B, Q, d]
   const int64_t n_tok = config_.mem_tokens;
   if (n_tok > 0) x = torch::cat({read_tokens(given, given_reset, x), x, write_tokens(x)}, 1);
@@ -393,9 +397,8 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
     auto mem_l = m_len == 0   ? torch::Tensor()
                  : zero_start ? memory.layers[l].to(x.scalar_type())
                               : memory.layers[l];  // [B, M, d]
-    TXL_CHECK(m_len == 0 || mem_l.scalar_type() == x.scalar_type(),
-              "model memory: layer ", l, " is ", memory.layers[l].scalar_type(),
-              " but the layer input is ", x.scalar_type(),
+    TXL_CHECK(m_len == 0 || mem_l.scalar_type() == x.scalar_type(), "model memory: layer ", l,
+              " is ", memory.layers[l].scalar_type(), " but the layer input is ", x.scalar_type(),
               " (memory made before the model was converted, or under other "
               "autocast settings?)");
     if (n_len > 0) {
@@ -428,7 +431,7 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
 }
 
 torch::Tensor TransformerLMImpl::with_positions(const torch::Tensor& x,
-                                               const torch::Tensor& positions) const {
+                                                const torch::Tensor& positions) const {
   if (config_.attn_type != config::AttnType::kVanilla) return x;
   auto shape = positions.sizes().vec();
   shape.push_back(config_.d_model);
@@ -461,7 +464,7 @@ torch::Tensor TransformerLMImpl::step(const LMStep& weights, const torch::Tensor
   for (size_t l = 0; l < layer_list_.size(); ++l) {
     x = layer_list_[l]->step(weights.layers[l], x, kv[l], used, mask, positions);  // [B, q, d]
   }
-  auto last = x.select(1, x.size(1) - 1);         // [B, d]
+  auto last = x.select(1, x.size(1) - 1);       // [B, d]
   return final_norm ? final_norm(last) : last;  // [B, d]
 }
 
@@ -473,7 +476,8 @@ torch::Tensor TransformerLMImpl::step_log_prob(const modules::SoftmaxStep& softm
 void TransformerLMImpl::write_zero_memory(const LMStep& weights,
                                           const std::vector<torch::Tensor>& kv, int64_t n) const {
   for (size_t l = 0; l < kv.size(); ++l) {
-    modules::MultiHeadAttentionImpl::write_zero_memory(weights.layers[l].attn, kv[l].narrow(3, 0, n));
+    modules::MultiHeadAttentionImpl::write_zero_memory(weights.layers[l].attn,
+                                                       kv[l].narrow(3, 0, n));
   }
 }
 

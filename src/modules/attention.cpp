@@ -89,9 +89,9 @@ int64_t MultiHeadAttentionImpl::check_inputs(const torch::Tensor& x, const torch
   TXL_CHECK(cache == nullptr || !torch::GradMode::is_enabled(),
             "attention: a key/value cache is for evaluation without gradients only");
   if (cache != nullptr && cache->memory.defined() && m_len > 0) {
-    TXL_CHECK(cache->memory.dim() == 5 && cache->memory.size(0) == 2 && cache->memory.size(1) == n_head &&
-                  cache->memory.size(2) == batch && cache->memory.size(3) == m_len &&
-                  cache->memory.size(4) == d_head,
+    TXL_CHECK(cache->memory.dim() == 5 && cache->memory.size(0) == 2 &&
+                  cache->memory.size(1) == n_head && cache->memory.size(2) == batch &&
+                  cache->memory.size(3) == m_len && cache->memory.size(4) == d_head,
               "attention: cached keys and values must be [2, H = ", n_head, ", B = ", batch,
               ", M = ", m_len, ", D = ", d_head, "], got ", cache->memory.sizes());
   }
@@ -128,7 +128,7 @@ MultiHeadAttentionImpl::Heads MultiHeadAttentionImpl::project(const torch::Tenso
     auto heads = qkv(x)  // [B, Q, 3 H D]
                      .view({batch, q_len, 3, n_head, d_head})
                      .permute({2, 3, 0, 1, 4})
-                     .contiguous();  // [3, H, B, Q, D]
+                     .contiguous();                            // [3, H, B, Q, D]
     if (cache != nullptr) cache->all = heads.narrow(0, 1, 2);  // [2, H, B, Q, D]
     // unbind, not three selects: its backward is one stack, not three zero-filled buffers.
     auto parts = heads.unbind(0);
@@ -147,10 +147,12 @@ MultiHeadAttentionImpl::Heads MultiHeadAttentionImpl::project(const torch::Tenso
     auto fresh = torch::linear(x, w.narrow(0, hd, 2 * hd))  // [B, Q, 2 H D]
                      .view({batch, q_len, 2, n_head, d_head})
                      .permute({2, 3, 0, 1, 4});  // [2, H, B, Q, D], a view
-    TXL_CHECK(cache->memory.scalar_type() == fresh.scalar_type(), "attention: cached keys and values are ",
-              cache->memory.scalar_type(), " but the new ones ", fresh.scalar_type(),
+    TXL_CHECK(cache->memory.scalar_type() == fresh.scalar_type(),
+              "attention: cached keys and values are ", cache->memory.scalar_type(),
+              " but the new ones ", fresh.scalar_type(),
               " (cache made under other autocast settings?)");
-    kv = torch::cat({cache->memory, fresh}, 3);  // [2, H, B, K, D]: one copy, already in the heads' layout
+    kv = torch::cat({cache->memory, fresh},
+                    3);  // [2, H, B, K, D]: one copy, already in the heads' layout
   } else {
     kv = torch::linear(torch::cat({memory, x}, 1), w.narrow(0, hd, 2 * hd))  // [B, K, 2 H D]
              .view({batch, k_len, 2, n_head, d_head})
@@ -166,7 +168,8 @@ MultiHeadAttentionImpl::Heads MultiHeadAttentionImpl::project(const torch::Tenso
 
 torch::Tensor MultiHeadAttentionImpl::encodings(const torch::Tensor& rel_pos) {
   const int64_t k_len = rel_pos.size(0), n_head = options_.n_head, d_head = options_.d_head;
-  if (options_.scheme == PositionScheme::kShaw) return rel_key(rel_pos).permute({1, 2, 0});  // [H, D, K]
+  if (options_.scheme == PositionScheme::kShaw)
+    return rel_key(rel_pos).permute({1, 2, 0});                            // [H, D, K]
   return r_net(rel_pos).view({k_len, n_head, d_head}).permute({1, 2, 0});  // [H, D, K]
 }
 
@@ -181,7 +184,7 @@ torch::Tensor MultiHeadAttentionImpl::relative_scores(const torch::Tensor& q_con
   // All K distances in one product per head, then realigned (appendix B). A single query sits
   // at the last key: its columns are already its distances.
   auto by_distance = torch::matmul(q_position.reshape({n_head, batch * q_len, d_head}), r)
-                         .view({n_head, batch, q_len, k_len});  // [H, B, Q, K]
+                         .view({n_head, batch, q_len, k_len});                  // [H, B, Q, K]
   return content.add_(q_len == 1 ? by_distance : ops::rel_shift(by_distance));  // [H, B, Q, K]
 }
 
@@ -191,7 +194,8 @@ torch::Tensor MultiHeadAttentionImpl::position_scores(const Heads& h,
   const int64_t k_len = h.k.size(2);
   const int64_t q_len = h.q.size(2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
-  if (options_.scheme == PositionScheme::kAbsolute) return relative_scores(h.q * scale, {}, h.k, {});
+  if (options_.scheme == PositionScheme::kAbsolute)
+    return relative_scores(h.q * scale, {}, h.k, {});
   if (options_.scheme == PositionScheme::kRotary) {
     TXL_CHECK(inputs.rel_pos.defined() && inputs.rel_pos.dim() == 3 &&
                   inputs.rel_pos.size(1) == k_len && inputs.rel_pos.size(2) == d_head,
@@ -216,8 +220,8 @@ torch::Tensor MultiHeadAttentionImpl::position_scores(const Heads& h,
     // Paper 3.3: the query does not depend on its position, so the query-position part of
     // the absolute decomposition becomes a learned u (global content bias, term (c)) and v
     // (global position bias, term (d)).
-    auto u = u_bias.defined() ? u_bias : inputs.u;    // [H, D]
-    auto vb = v_bias.defined() ? v_bias : inputs.v;   // [H, D]
+    auto u = u_bias.defined() ? u_bias : inputs.u;   // [H, D]
+    auto vb = v_bias.defined() ? v_bias : inputs.v;  // [H, D]
     TXL_CHECK(u.defined() && vb.defined() && u.sizes() == vb.sizes() && u.size(0) == n_head &&
                   u.size(1) == d_head,
               "attention: u and v biases [H = ", n_head, ", D = ", d_head, "] missing");
@@ -262,7 +266,7 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
   const auto bias = inputs.score_bias.defined()
                         ? inputs.score_bias
                         : ops::score_bias(inputs.blocked, scores.scalar_type());  // [1, B, Q, K]
-  return mix(scores, bias, heads.v, ops::Projection(out->weight), probs);      // [B, Q, d]
+  return mix(scores, bias, heads.v, ops::Projection(out->weight), probs);         // [B, Q, d]
 }
 
 AttentionStep MultiHeadAttentionImpl::prepare_step(int64_t capacity, int64_t clamp_len,
@@ -273,8 +277,8 @@ AttentionStep MultiHeadAttentionImpl::prepare_step(int64_t capacity, int64_t cla
   const int64_t n_head = options_.n_head, d_head = options_.d_head;
   const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
   AttentionStep w;
-  auto qkv_weight = qkv->weight.detach().clone();          // [3 H D, d]
-  qkv_weight.narrow(0, 0, n_head * d_head).mul_(scale);    // queries come out scaled
+  auto qkv_weight = qkv->weight.detach().clone();        // [3 H D, d]
+  qkv_weight.narrow(0, 0, n_head * d_head).mul_(scale);  // queries come out scaled
   w.qkv = ops::Projection::packed_for_decoding(qkv_weight);
   w.out = ops::Projection::packed_for_decoding(out->weight);
   const auto& like = qkv->weight;
@@ -286,16 +290,16 @@ AttentionStep MultiHeadAttentionImpl::prepare_step(int64_t capacity, int64_t cla
                    .view({n_head, 1, 1, 1});  // [H, 1, 1, 1]
     w.clamp_len = clamp_len;
   } else if (options_.scheme != PositionScheme::kAbsolute) {
-    const auto rel_pos = relative_positions(options_, 1, capacity, clamp_len, like.scalar_type(),
-                                            like.device());
-    w.table = encodings(rel_pos).contiguous();                            // [H, D, C]
-    w.by_distance = w.table.flip(2).transpose(1, 2).contiguous();          // [H, C, D]
+    const auto rel_pos =
+        relative_positions(options_, 1, capacity, clamp_len, like.scalar_type(), like.device());
+    w.table = encodings(rel_pos).contiguous();                     // [H, D, C]
+    w.by_distance = w.table.flip(2).transpose(1, 2).contiguous();  // [H, C, D]
   }
   if (options_.scheme == PositionScheme::kRelative) {
     const auto& u = u_bias.defined() ? u_bias : shared_u;  // [H, D]
     const auto& v = v_bias.defined() ? v_bias : shared_v;  // [H, D]
-    w.u = (u * scale).view({n_head, 1, 1, d_head});         // [H, 1, 1, D]
-    w.v = (v * scale).view({n_head, 1, 1, d_head});         // [H, 1, 1, D]
+    w.u = (u * scale).view({n_head, 1, 1, d_head});        // [H, 1, 1, D]
+    w.v = (v * scale).view({n_head, 1, 1, d_head});        // [H, 1, 1, D]
   }
   if (zero_row.defined()) {
     w.zero_kv = torch::linear(zero_row, qkv_weight)  // [1, 3 H D]
@@ -347,15 +351,16 @@ torch::Tensor MultiHeadAttentionImpl::step(const AttentionStep& weights, const t
     write_zero_slots(weights, kv, used, mask);  // a padding query's own output is never read
     return weights.out(context.unsqueeze(1));   // [B, 1, d]
   }
-  auto heads = weights.qkv(h)  // [B, q, 3 H D]
+  auto heads = weights
+                   .qkv(h)  // [B, q, 3 H D]
                    .view({batch, q, 3, n_head, d_head})
-                   .permute({2, 3, 0, 1, 4});  // [3, H, B, q, D], a view
+                   .permute({2, 3, 0, 1, 4});          // [3, H, B, q, D], a view
   kv.narrow(3, used, q).copy_(heads.narrow(0, 1, 2));  // [2, H, B, q, D] into the buffer
   write_zero_slots(weights, kv, used, mask);
   auto query = heads.select(0, 0);                          // [H, B, q, D], scaled
   auto keys = kv.select(0, 0).narrow(2, 0, k_len);          // [H, B, K, D]
   const auto values = kv.select(0, 1).narrow(2, 0, k_len);  // [H, B, K, D]
-  torch::Tensor r;  // [H, D, K], distances K-1 .. 0
+  torch::Tensor r;                                          // [H, D, K], distances K-1 .. 0
   if (options_.scheme == PositionScheme::kRotary) {
     // The buffer keeps keys unturned (compaction moves them to other slots): slot j is position j.
     query = ops::rotate(query, weights.table, used);

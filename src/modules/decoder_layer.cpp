@@ -106,7 +106,8 @@ DecoderLayerStep DecoderLayerImpl::prepare_step(int64_t capacity, int64_t clamp_
     zero_row = torch::zeros({1, options_.attention.d_model}, attn->qkv->weight.options());
     if (options_.pre_norm) zero_row = attn_norm(zero_row);
   }
-  return {attn->prepare_step(capacity, clamp_len, shared_u, shared_v, zero_row), ff->prepare_step()};
+  return {attn->prepare_step(capacity, clamp_len, shared_u, shared_v, zero_row),
+          ff->prepare_step()};
 }
 
 torch::Tensor DecoderLayerImpl::step(const DecoderLayerStep& weights, const torch::Tensor& x,
@@ -118,7 +119,10 @@ torch::Tensor DecoderLayerImpl::step(const DecoderLayerStep& weights, const torc
     h = h + pos_emb->weight.index_select(0, positions.reshape({-1})).view(x.sizes());
   }
   return residual(
-      h, [&](const torch::Tensor& segment) { return attn->step(weights.attn, segment, kv, used, mask); },
+      h,
+      [&](const torch::Tensor& segment) {
+        return attn->step(weights.attn, segment, kv, used, mask);
+      },
       [&](const torch::Tensor& a) { return ff->step(weights.ff, a); });  // [B, q, d]
 }
 

@@ -9,6 +9,8 @@ DropoutImpl::DropoutImpl(double p) : p_(p) {
   TXL_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got ", p);
 }
 
-torch::Tensor DropoutImpl::forward(const torch::Tensor& x) { return ops::dropout(x, p_, is_training()); }
+torch::Tensor DropoutImpl::forward(const torch::Tensor& x) {
+  return ops::dropout(x, p_, is_training());
+}
 
 }  // namespace txl::modules

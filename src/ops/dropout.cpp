@@ -49,15 +49,18 @@ torch::Tensor dropout(const torch::Tensor& x, double p, bool training) {
   const double keep = 1.0 - p;
   const auto threshold = static_cast<std::uint64_t>(std::ldexp(keep, 32));  // [0, 2^32)
   const std::uint64_t seed = draw_seed();
-  torch::Tensor noise = torch::empty(x.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
-  AT_DISPATCH_FLOATING_TYPES_AND2(torch::kBFloat16, torch::kHalf, x.scalar_type(), "txl::ops::dropout", [&] {
-    // The keep value of torch::dropout's noise.div_(1 - p): computed in float for float and
-    // narrower dtypes, in double for double, then stored in x's dtype.
-    const auto keep_value = std::is_same<scalar_t, double>::value
-                                ? static_cast<scalar_t>(1.0 / keep)
-                                : static_cast<scalar_t>(1.0f / static_cast<float>(keep));
-    fill_noise<scalar_t>(noise.data_ptr<scalar_t>(), noise.numel(), seed, threshold, keep_value);
-  });
+  torch::Tensor noise =
+      torch::empty(x.sizes(), x.options().memory_format(torch::MemoryFormat::Contiguous));
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      torch::kBFloat16, torch::kHalf, x.scalar_type(), "txl::ops::dropout", [&] {
+        // The keep value of torch::dropout's noise.div_(1 - p): computed in float for float and
+        // narrower dtypes, in double for double, then stored in x's dtype.
+        const auto keep_value = std::is_same<scalar_t, double>::value
+                                    ? static_cast<scalar_t>(1.0 / keep)
+                                    : static_cast<scalar_t>(1.0f / static_cast<float>(keep));
+        fill_noise<scalar_t>(noise.data_ptr<scalar_t>(), noise.numel(), seed, threshold,
+                             keep_value);
+      });
   return x * noise;
 }
 

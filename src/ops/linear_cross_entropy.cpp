@@ -38,8 +38,9 @@ struct Forward {
   torch::Tensor picked;   // [N], statistics dtype: z[i, target[i]]
 };
 
-Forward forward_pass(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias,
-                     const torch::Tensor& target, std::int64_t chunk_rows, bool keep_softmax) {
+Forward forward_pass(const torch::Tensor& hidden, const torch::Tensor& weight,
+                     const torch::Tensor& bias, const torch::Tensor& target,
+                     std::int64_t chunk_rows, bool keep_softmax) {
   const std::int64_t rows = hidden.size(0), classes = weight.size(0);
   const auto stats = stats_dtype(hidden.scalar_type());
   const bool same_dtype = stats == hidden.scalar_type();
@@ -48,23 +49,24 @@ Forward forward_pass(const torch::Tensor& hidden, const torch::Tensor& weight, c
   // first write it into all N rows of the output, a pass over [N, V]: 25 ms of the bench
   // model's 280 ms evaluation segment). Reduced precision: addmm, so that the logits are
   // rounded once with their bias, as the unfused autocast path rounds them.
-  torch::Tensor logits =
-      same_dtype ? torch::mm(hidden, weight.t()) : torch::addmm(bias, hidden, weight.t());  // [N, V]
-  f.picked = logits.gather(1, target.unsqueeze(1)).squeeze(1).to(stats);                  // [N]
+  torch::Tensor logits = same_dtype ? torch::mm(hidden, weight.t())
+                                    : torch::addmm(bias, hidden, weight.t());  // [N, V]
+  f.picked = logits.gather(1, target.unsqueeze(1)).squeeze(1).to(stats);       // [N]
   if (same_dtype) f.picked.add_(bias.index_select(0, target));
   f.lse = torch::empty({rows}, hidden.options().dtype(stats));  // [N]
   const std::int64_t block = block_rows(chunk_rows, classes);
   // Reduced precision: each block is copied into one fp32 buffer (it stays in cache).
   torch::Tensor buffer;
-  if (!same_dtype) buffer = torch::empty({std::min(block, rows), classes}, f.lse.options());  // [n, V]
+  if (!same_dtype)
+    buffer = torch::empty({std::min(block, rows), classes}, f.lse.options());  // [n, V]
   for (std::int64_t r = 0; r < rows; r += block) {
     const std::int64_t n = std::min(block, rows - r);
-    torch::Tensor out = logits.narrow(0, r, n);                                          // [n, V]
+    torch::Tensor out = logits.narrow(0, r, n);                                         // [n, V]
     torch::Tensor z = same_dtype ? out.add_(bias) : buffer.narrow(0, 0, n).copy_(out);  // [n, V]
-    const torch::Tensor max = z.amax(1, /*keepdim=*/true);                               // [n, 1]
-    z.sub_(max).exp_();                                                                  // [n, V]
-    const torch::Tensor sum = z.sum(1, /*keepdim=*/true);                                // [n, 1]
-    f.lse.narrow(0, r, n).copy_(sum.log().add_(max).squeeze(1));                         // [n]
+    const torch::Tensor max = z.amax(1, /*keepdim=*/true);                              // [n, 1]
+    z.sub_(max).exp_();                                                                 // [n, V]
+    const torch::Tensor sum = z.sum(1, /*keepdim=*/true);                               // [n, 1]
+    f.lse.narrow(0, r, n).copy_(sum.log().add_(max).squeeze(1));                        // [n]
     if (keep_softmax) {
       z.div_(sum);
       if (!same_dtype) out.copy_(z);  // rounded once into the products' dtype
@@ -78,8 +80,9 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
  public:
   // hidden, weight, bias: already in the products' dtype. Autocast is switched off inside, so
   // the dtypes are the ones chosen here and the statistics are not cast back down.
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
-                               const torch::Tensor& bias, const torch::Tensor& target, std::int64_t chunk_rows) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden,
+                               const torch::Tensor& weight, const torch::Tensor& bias,
+                               const torch::Tensor& target, std::int64_t chunk_rows) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     Forward f = forward_pass(hidden, weight, bias, target, chunk_rows, /*keep_softmax=*/true);
     ctx->save_for_backward({hidden, weight, f.softmax, f.lse, f.picked, target});
@@ -109,12 +112,14 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
     const std::int64_t block = block_rows(ctx->saved_data["chunk_rows"].toInt(), classes);
     torch::Tensor d_logits = torch::empty_like(probs, torch::MemoryFormat::Contiguous);  // [N, V]
     torch::Tensor buffer;
-    if (!same_dtype) buffer = torch::empty({std::min(block, rows), classes}, lse.options());  // [n, V]
-    torch::Tensor d_bias = torch::zeros({classes}, lse.options());                          // [V]
+    if (!same_dtype)
+      buffer = torch::empty({std::min(block, rows), classes}, lse.options());  // [n, V]
+    torch::Tensor d_bias = torch::zeros({classes}, lse.options());             // [V]
     for (std::int64_t r = 0; r < rows; r += block) {
       const std::int64_t n = std::min(block, rows - r);
-      torch::Tensor out = d_logits.narrow(0, r, n);                                            // [n, V]
-      torch::Tensor p = same_dtype ? out : buffer.narrow(0, 0, n).copy_(probs.narrow(0, r, n));  // [n, V]
+      torch::Tensor out = d_logits.narrow(0, r, n);  // [n, V]
+      torch::Tensor p =
+          same_dtype ? out : buffer.narrow(0, 0, n).copy_(probs.narrow(0, r, n));  // [n, V]
       torch::mul_out(p, same_dtype ? probs.narrow(0, r, n) : p, grad.narrow(0, r, n).unsqueeze(1));
       p.scatter_(1, target.narrow(0, r, n).unsqueeze(1), d_target.narrow(0, r, n));
       d_bias.add_(p.sum(0));  // [V]
@@ -130,14 +135,17 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
 
 }  // namespace
 
-torch::ScalarType linear_cross_entropy_dtype(const torch::Tensor& hidden, const torch::Tensor& weight) {
+torch::ScalarType linear_cross_entropy_dtype(const torch::Tensor& hidden,
+                                             const torch::Tensor& weight) {
   // What torch::linear would run in: the autocast dtype for fp32/bf16/fp16 inputs while autocast
   // is on (fp64 is left alone, as autocast does), else the promoted input dtype.
   auto type = torch::promote_types(hidden.scalar_type(), weight.scalar_type());
-  if (type != torch::kDouble && autocast_enabled(hidden.device())) type = autocast_dtype(hidden.device());
+  if (type != torch::kDouble && autocast_enabled(hidden.device()))
+    type = autocast_dtype(hidden.device());
   // LibTorch multiplies bf16 and fp16 on the CPU with oneDNN (fp32 sums) only where the CPU has
   // AVX-512; elsewhere in fp32, with the gradients still in each input's dtype.
-  if ((type == torch::kBFloat16 || type == torch::kHalf) && hidden.is_cpu() && !util::cpu_features().avx512)
+  if ((type == torch::kBFloat16 || type == torch::kHalf) && hidden.is_cpu() &&
+      !util::cpu_features().avx512)
     type = torch::kFloat;
   return type;
 }
@@ -146,19 +154,21 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Ten
                                    const torch::Tensor& bias, const torch::Tensor& target,
                                    std::int64_t chunk_rows) {
   TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
-              "linear_cross_entropy: hidden must be [N, d] and weight [V, d], got ", hidden.sizes(), " and ",
-              weight.sizes());
+              "linear_cross_entropy: hidden must be [N, d] and weight [V, d], got ", hidden.sizes(),
+              " and ", weight.sizes());
   TORCH_CHECK(bias.defined() && bias.dim() == 1 && bias.size(0) == weight.size(0),
               "linear_cross_entropy: bias must be [V] = [", weight.size(0), "], got ",
               bias.defined() ? bias.sizes() : torch::IntArrayRef{});
-  TORCH_CHECK(target.dim() == 1 && target.size(0) == hidden.size(0) && target.scalar_type() == torch::kLong,
-              "linear_cross_entropy: target must be int64 [N] = [", hidden.size(0), "], got ", target.scalar_type(),
-              " ", target.sizes());
+  TORCH_CHECK(
+      target.dim() == 1 && target.size(0) == hidden.size(0) && target.scalar_type() == torch::kLong,
+      "linear_cross_entropy: target must be int64 [N] = [", hidden.size(0), "], got ",
+      target.scalar_type(), " ", target.sizes());
   TORCH_CHECK(chunk_rows >= 0, "linear_cross_entropy: chunk_rows must be >= 0, got ", chunk_rows);
   const auto type = linear_cross_entropy_dtype(hidden, weight);
   // No gradient to form (evaluation): the statistics alone, no softmax written, nothing saved.
-  const bool needs_grad = torch::GradMode::is_enabled() &&
-                          (hidden.requires_grad() || weight.requires_grad() || bias.requires_grad());
+  const bool needs_grad =
+      torch::GradMode::is_enabled() &&
+      (hidden.requires_grad() || weight.requires_grad() || bias.requires_grad());
   if (!needs_grad) {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     Forward f = forward_pass(hidden.to(type), weight.to(type), bias.to(type), target, chunk_rows,
@@ -166,7 +176,8 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Ten
     return f.lse - f.picked;  // [N]
   }
   // The casts stay outside the function, so autograd returns each gradient in its input's dtype.
-  return LinearCrossEntropy::apply(hidden.to(type), weight.to(type), bias.to(type), target, chunk_rows);  // [N]
+  return LinearCrossEntropy::apply(hidden.to(type), weight.to(type), bias.to(type), target,
+                                   chunk_rows);  // [N]
 }
 
 }  // namespace txl::ops

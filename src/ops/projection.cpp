@@ -74,16 +74,16 @@ torch::Tensor log_softmax_linear(const Projection& w, const torch::Tensor& hidde
   if (w.packed_.defined() && rows <= kPackedRows) {
     // The bias is added in the log-softmax's first pass.
     auto logits = kernels::linear_packed(hidden.contiguous(), w.packed_);  // [N, V]
-    return kernels::log_softmax_rows_(logits, w.bias_);                     // [N, V]
+    return kernels::log_softmax_rows_(logits, w.bias_);                    // [N, V]
   }
   if (rows == 1) {
     auto logits = times(hidden, w.weight_, w.bias_);  // [1, V]
-    return kernels::log_softmax_rows_(logits);                  // [1, V]
+    return kernels::log_softmax_rows_(logits);        // [1, V]
   }
   // Many rows: one product with W^T (faster read than W), the bias in the log-softmax.
-  auto logits = weight_t.defined() ? torch::mm(hidden, weight_t)             // [N, V]
-                                   : torch::linear(hidden, w.weight_);        // [N, V]
-  return kernels::log_softmax_rows_(logits, w.bias_);                                  // [N, V]
+  auto logits = weight_t.defined() ? torch::mm(hidden, weight_t)        // [N, V]
+                                   : torch::linear(hidden, w.weight_);  // [N, V]
+  return kernels::log_softmax_rows_(logits, w.bias_);                   // [N, V]
 }
 
 void share_pages(const std::vector<Projection*>& projections) {

@@ -11,9 +11,9 @@ namespace txl::ops {
 namespace {
 
 void check_scores(const torch::Tensor& scores, const char* what) {
-  TXL_CHECK(scores.defined() && scores.dim() == 2 && scores.size(1) > 0 &&
-                scores.is_floating_point(),
-            what, ": scores must be a floating [B, V] with V > 0");
+  TXL_CHECK(
+      scores.defined() && scores.dim() == 2 && scores.size(1) > 0 && scores.is_floating_point(),
+      what, ": scores must be a floating [B, V] with V > 0");
 }
 
 }  // namespace
@@ -21,7 +21,7 @@ void check_scores(const torch::Tensor& scores, const char* what) {
 torch::Tensor top_k_filter(const torch::Tensor& scores, int64_t k) {
   check_scores(scores, "top_k_filter");
   if (k <= 0 || k >= scores.size(1)) return scores;
-  auto kth = std::get<0>(scores.topk(k, -1)).narrow(1, k - 1, 1);  // [B, 1]
+  auto kth = std::get<0>(scores.topk(k, -1)).narrow(1, k - 1, 1);                     // [B, 1]
   return scores.masked_fill(scores < kth, -std::numeric_limits<double>::infinity());  // [B, V]
 }
 
@@ -30,13 +30,13 @@ torch::Tensor top_p_filter(const torch::Tensor& scores, double p) {
   TXL_CHECK(p > 0, "top-p must be in (0, 1], got ", p);
   if (p >= 1) return scores;
   auto [sorted, order] = scores.sort(-1, /*descending=*/true);  // [B, V] each
-  auto probs = torch::softmax(sorted.to(torch::kDouble), -1);    // [B, V]
-  auto mass_before = probs.cumsum(-1) - probs;                   // [B, V]
+  auto probs = torch::softmax(sorted.to(torch::kDouble), -1);   // [B, V]
+  auto mass_before = probs.cumsum(-1) - probs;                  // [B, V]
   // The mass is read back from log-probabilities: 1e-12 absorbs their rounding, so that a set
   // of mass exactly p counts as reaching p.
-  auto dropped_sorted = mass_before >= p - 1e-12;  // [B, V]
+  auto dropped_sorted = mass_before >= p - 1e-12;                                      // [B, V]
   auto dropped = torch::zeros_like(dropped_sorted).scatter(1, order, dropped_sorted);  // [B, V]
-  return scores.masked_fill(dropped, -std::numeric_limits<double>::infinity());       // [B, V]
+  return scores.masked_fill(dropped, -std::numeric_limits<double>::infinity());        // [B, V]
 }
 
 torch::Tensor draw(const torch::Tensor& scores, const torch::Tensor& uniforms) {
@@ -52,15 +52,15 @@ torch::Tensor draw(const torch::Tensor& scores, const torch::Tensor& uniforms) {
                    .clamp_max_(vocab - 1);  // [B, 1]
   // Rounding can land a target on the total (the flat end of the row): take the row's most
   // probable entry rather than one of probability 0.
-  auto valid = probs.gather(1, index) > 0;                            // [B, 1]
+  auto valid = probs.gather(1, index) > 0;                                // [B, 1]
   index = torch::where(valid, index, probs.argmax(1, /*keepdim=*/true));  // [B, 1]
-  return index.squeeze(1);                                            // [B]
+  return index.squeeze(1);                                                // [B]
 }
 
 torch::Tensor argmax_rows(const torch::Tensor& x) {
   TXL_CHECK(x.defined() && x.dim() == 2 && x.size(1) >= 1, "argmax_rows: x must be [B, V >= 1]");
   if (!kernels::vector_loops_take(x) || !x.is_contiguous()) return x.argmax(1);  // [B]
-  return kernels::argmax_rows(x);                                                  // [B]
+  return kernels::argmax_rows(x);                                                // [B]
 }
 
 }  // namespace txl::ops

@@ -74,19 +74,22 @@ models::Checkpoint convert(InputArchive& archive, const data::Tokenizer& tokeniz
   TXL_CHECK(archive.try_read("txl_magic", magic) && magic.isString() &&
                 magic.toStringRef() == "txl-checkpoint",
             "not a txl checkpoint: ", origin);
-  TXL_CHECK(read_int(archive, "txl_version") == 1, origin, " is not of checkpoint format version 1");
+  TXL_CHECK(read_int(archive, "txl_version") == 1, origin,
+            " is not of checkpoint format version 1");
   const auto config = config::parse_experiment_string(read_string(archive, "config"),
                                                       origin + " (stored experiment)");
   const auto vocab = read_int(archive, "vocab_size");
   TXL_CHECK(tokenizer.vocab_size() == vocab, "the tokenizer has ", tokenizer.vocab_size(),
-            " ids but the model in ", origin, " has ", vocab, ": not the tokenizer it was trained with");
+            " ids but the model in ", origin, " has ", vocab,
+            ": not the tokenizer it was trained with");
   models::TransformerLM model(config.model, vocab);
   InputArchive model_archive;
   archive.read("model", model_archive);
   model->load(model_archive);
   auto converted = models::model_checkpoint(config, model, tokenizer);
   InputArchive optimizer_archive, state_archive;
-  if (!archive.try_read("optimizer", optimizer_archive) || !archive.try_read("state", state_archive))
+  if (!archive.try_read("optimizer", optimizer_archive) ||
+      !archive.try_read("state", state_archive))
     return converted;  // a model-only checkpoint
   auto optimizer = make_optimizer(config.train, model->parameters());
   optimizer->load(optimizer_archive);

@@ -38,7 +38,8 @@ long temporary_owner(const std::string& filename) {
   const auto pos = filename.rfind(".tmp.");
   if (pos == std::string::npos || pos == 0) return -1;
   const std::string digits = filename.substr(pos + 5);
-  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
+  if (digits.empty() || digits.size() > 9 ||
+      digits.find_first_not_of("0123456789") != std::string::npos)
     return -1;
   return std::stol(digits);
 }
@@ -104,10 +105,12 @@ void truncate_metrics(const stdfs::path& path, std::int64_t step) {
     const json::Json record = json::nested_deeper_than(line)
                                   ? json::Json(json::Json::value_t::discarded)
                                   : json::Json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const bool valid = record.is_object() && record.contains("step") && record["step"].is_number_integer();
+    const bool valid =
+        record.is_object() && record.contains("step") && record["step"].is_number_integer();
     if (!valid) {
       const bool last = in.peek() == std::char_traits<char>::eof();
-      TXL_CHECK(last, path.string(), ":", line_no, ": not a metrics record; repair or delete the file");
+      TXL_CHECK(last, path.string(), ":", line_no,
+                ": not a metrics record; repair or delete the file");
       log::warn("train", "{}:{}: the last record was cut off (a crash while writing); dropped it",
                 path.string(), line_no);
       break;

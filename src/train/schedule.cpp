@@ -103,12 +103,14 @@ double Schedule::eta_seconds(const TrainState& state, std::int64_t start_step,
                              std::int64_t start_tokens, double run_seconds, double elapsed) const {
   double eta = -1;
   if (train_.max_steps > 0)
-    eta = (train_.max_steps - state.step) * run_seconds / std::max<std::int64_t>(state.step - start_step, 1);
+    eta = (train_.max_steps - state.step) * run_seconds /
+          std::max<std::int64_t>(state.step - start_step, 1);
   if (train_.max_tokens > 0) {
     const double pace = (state.tokens - start_tokens) / std::max(run_seconds, 1e-9);
     eta = (train_.max_tokens - state.tokens) / std::max(pace, 1e-9);
   }
-  if (train_.max_minutes > 0) eta = std::min(eta < 0 ? 1e18 : eta, train_.max_minutes * 60 - elapsed);
+  if (train_.max_minutes > 0)
+    eta = std::min(eta < 0 ? 1e18 : eta, train_.max_minutes * 60 - elapsed);
   return eta;
 }
 

@@ -158,7 +158,8 @@ void add_training_state(models::Checkpoint& base, const TrainState& state,
                         const torch::optim::Optimizer& optimizer,
                         const models::TransformerLM& model) {
   base.train_state = state.to_json();
-  for (const auto& [name, t] : memory.to_tensors(kMemoryPrefix)) base.tensors.emplace_back(name, t.cpu());
+  for (const auto& [name, t] : memory.to_tensors(kMemoryPrefix))
+    base.tensors.emplace_back(name, t.cpu());
   if (rng.defined()) base.tensors.emplace_back(kRngName, rng.cpu());
   const auto& states = optimizer.state();
   for (const auto& item : model->named_parameters()) {

@@ -26,8 +26,9 @@ torch::Tensor clip_gradients(const std::vector<torch::Tensor>& params, double ma
     grads.push_back(p.grad());
     norms.push_back(p.grad().norm(2));  // []
   }
-  if (grads.empty()) return torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device));  // []
-  const torch::Tensor total = torch::stack(norms).norm(2);      // []
+  if (grads.empty())
+    return torch::zeros({}, torch::TensorOptions(torch::kDouble).device(device));  // []
+  const torch::Tensor total = torch::stack(norms).norm(2);                         // []
   if (std::isfinite(max_norm)) {
     const torch::Tensor coef = (max_norm / (total + 1e-6)).clamp_max(1.0);  // []
     for (auto& g : grads) g.mul_(coef);
@@ -101,7 +102,8 @@ StepResult Step::backward(const std::vector<data::Batch>& unroll) {
   // backward then writes them without a read-modify-write.
   for (auto& p : model_->parameters()) p.mutable_grad().reset();
   const double scored = static_cast<double>(std::max<std::int64_t>(n_scored, 1));
-  torch::Tensor loss_sum = torch::zeros({1}, torch::TensorOptions(torch::kDouble).device(settings_.device));  // [1]
+  torch::Tensor loss_sum =
+      torch::zeros({1}, torch::TensorOptions(torch::kDouble).device(settings_.device));  // [1]
   for (std::int64_t c = 0; c < settings_.batch_chunk; ++c) {
     loss_sum += chunk_backward(rank_batches, c, scored);
   }
@@ -109,11 +111,14 @@ StepResult Step::backward(const std::vector<data::Batch>& unroll) {
     group_->all_reduce(loss_sum);
     reducer_.reduce();
   }
-  const double max_norm = settings_.clip > 0 ? settings_.clip : std::numeric_limits<double>::infinity();
-  const torch::Tensor norm = clip_gradients(model_->parameters(), max_norm, settings_.device);  // []
+  const double max_norm =
+      settings_.clip > 0 ? settings_.clip : std::numeric_limits<double>::infinity();
+  const torch::Tensor norm =
+      clip_gradients(model_->parameters(), max_norm, settings_.device);  // []
   // The step's one read from the device: the loss and the norm the divergence guard checks
   // before the update.
-  const torch::Tensor both = torch::cat({loss_sum, norm.to(torch::kDouble).reshape({1})}).to(torch::kCPU);  // [2]
+  const torch::Tensor both =
+      torch::cat({loss_sum, norm.to(torch::kDouble).reshape({1})}).to(torch::kCPU);  // [2]
   const double* values = both.data_ptr<double>();
   return {values[0], n_scored, values[1]};
 }
@@ -135,7 +140,8 @@ StepResult Step::run(const std::vector<data::Batch>& unroll, double lr) {
 
 void Step::set_memory(const models::Memory& global_memory) {
   for (std::int64_t c = 0; c < settings_.batch_chunk; ++c)
-    memory_[static_cast<size_t>(c)] = global_memory.narrow_rows(rows_.begin + c * chunk_rows_, chunk_rows_);
+    memory_[static_cast<size_t>(c)] =
+        global_memory.narrow_rows(rows_.begin + c * chunk_rows_, chunk_rows_);
 }
 
 }  // namespace txl::train

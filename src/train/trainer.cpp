@@ -111,10 +111,10 @@ class Trainer {
   TrainSummary run();
 
  private:
-  void build();                 // data, model, optimizer, stream
-  void start();                 // run-folder rules, resume, config.yaml and metrics
+  void build();  // data, model, optimizer, stream
+  void start();  // run-folder rules, resume, config.yaml and metrics
   void restore_rng(const torch::Tensor& states);
-  std::string stop_reason();    // "" = keep going; agreed by every rank
+  std::string stop_reason();  // "" = keep going; agreed by every rank
   // What a checkpoint of the current step holds besides weights, optimizer and TrainState.
   struct Snapshot {
     std::string stream_state;
@@ -122,14 +122,14 @@ class Trainer {
     torch::Tensor rng;                   // this rank's generator state, uint8 [S]
   };
   Snapshot snapshot() const;
-  void step();                  // one optimizer step over the global batch
+  void step();                                  // one optimizer step over the global batch
   void check_finite(const StepResult& result);  // throws when the loss or norm is not finite
-  double divergence_bound() const;           // train.divergence_factor x ln(vocabulary), or inf
-  bool above_bound(double mean_loss) const;  // above divergence_bound()
+  double divergence_bound() const;              // train.divergence_factor x ln(vocabulary), or inf
+  bool above_bound(double mean_loss) const;     // above divergence_bound()
   void count_divergence(bool above, double mean_loss);  // throws after divergence_patience
   [[noreturn]] void fail_diverged(const std::string& what);
   void log_progress(double lr);
-  bool validate();              // true when early stopping triggers
+  bool validate();  // true when early stopping triggers
   void save(const stdfs::path& path, const Snapshot& snapshot);
   void save(const stdfs::path& path) { save(path, snapshot()); }
   double elapsed() const;
@@ -159,8 +159,8 @@ class Trainer {
 
   TrainState state_;
   std::optional<MetricsWriter> metrics_;
-  std::int64_t last_ckpt_step_ = -1;    // step of checkpoint_last (-1 = none)
-  bool checkpoint_due_ = false;         // checkpoint_last is written during the next step
+  std::int64_t last_ckpt_step_ = -1;  // step of checkpoint_last (-1 = none)
+  bool checkpoint_due_ = false;       // checkpoint_last is written during the next step
   Clock::time_point start_time_ = Clock::now(), interval_start_ = Clock::now();
   double elapsed_before_ = 0.0;
   std::int64_t start_step_ = 0, start_tokens_ = 0;
@@ -239,7 +239,8 @@ void Trainer::start() {
     metrics_.emplace(dir_ / kMetricsFile);
   }
   if (options_.start == StartMode::kResume)
-    log::info("train", "resumed {} at step {} ({} tokens)", dir_.string(), state_.step, state_.tokens);
+    log::info("train", "resumed {} at step {} ({} tokens)", dir_.string(), state_.step,
+              state_.tokens);
   if (group_->distributed()) {
     torch::NoGradGuard no_grad;
     auto params = model_->parameters();
@@ -271,9 +272,11 @@ void Trainer::restore_rng(const torch::Tensor& states) {
   if (restored) return;
   torch::manual_seed(rank_seed_ + 104729 * static_cast<std::uint64_t>(state_.step));
   if (main_rank_)
-    log::warn("train", "the checkpoint was written by {} processes on another device kind or "
+    log::warn("train",
+              "the checkpoint was written by {} processes on another device kind or "
               "count than this job's {}: memory and data position are restored exactly, dropout "
-              "draws start afresh", states.size(0), world);
+              "draws start afresh",
+              states.size(0), world);
 }
 
 double Trainer::elapsed() const {
@@ -292,8 +295,8 @@ std::string Trainer::stop_reason() {
   const int sig = control[0].item<double>() > 0   ? SIGINT
                   : control[1].item<double>() > 0 ? (local != 0 ? local : SIGTERM)
                                                   : 0;
-  const std::string reason = schedule_.stop_reason(state_, control[2].item<double>() > 0, sig,
-                                                   options_.pause_at_step);
+  const std::string reason =
+      schedule_.stop_reason(state_, control[2].item<double>() > 0, sig, options_.pause_at_step);
   if (reason.rfind("signal", 0) == 0) summary_.signal = sig;
   return reason;
 }
@@ -324,8 +327,10 @@ void Trainer::step() {
     if (!above) {
       save(dir_ / kLastCheckpoint, *before);
     } else if (main_rank_) {
-      log::warn("train", "checkpoint of step {} not written: the loss with its weights is above "
-                "the divergence bound", state_.step);
+      log::warn("train",
+                "checkpoint of step {} not written: the loss with its weights is above "
+                "the divergence bound",
+                state_.step);
     }
   }
   count_divergence(above, result.mean_loss());
@@ -343,7 +348,8 @@ void Trainer::check_finite(const StepResult& result) {
   const double loss = result.mean_loss();
   if (!std::isfinite(loss)) fail_diverged(fmt::format("the loss is {} at step {}", loss, at));
   if (!std::isfinite(result.grad_norm))
-    fail_diverged(fmt::format("the gradient norm is {} at step {} (loss {:.4f})", result.grad_norm, at, loss));
+    fail_diverged(fmt::format("the gradient norm is {} at step {} (loss {:.4f})", result.grad_norm,
+                              at, loss));
 }
 
 double Trainer::divergence_bound() const {
@@ -356,9 +362,11 @@ bool Trainer::above_bound(double mean_loss) const { return mean_loss > divergenc
 void Trainer::count_divergence(bool above, double mean_loss) {
   state_.diverging_steps = above ? state_.diverging_steps + 1 : 0;
   if (state_.diverging_steps < t_.divergence_patience) return;
-  fail_diverged(fmt::format("the loss has exceeded {:.2f} = {} x ln({}) for the last {} step(s) (at "
-                            "step {}: {:.4f})", t_.divergence_factor * std::log(static_cast<double>(vocab_)),
-                            t_.divergence_factor, vocab_, state_.diverging_steps, state_.step + 1, mean_loss));
+  fail_diverged(fmt::format(
+      "the loss has exceeded {:.2f} = {} x ln({}) for the last {} step(s) (at "
+      "step {}: {:.4f})",
+      t_.divergence_factor * std::log(static_cast<double>(vocab_)), t_.divergence_factor, vocab_,
+      state_.diverging_steps, state_.step + 1, mean_loss));
 }
 
 // A checkpoint is good when the weights it holds gave a finite loss afterwards: checkpoint_last
@@ -373,7 +381,8 @@ void Trainer::fail_diverged(const std::string& what) {
     good = fmt::format("{} (step {}, valid loss {:.4f})", (dir_ / kBestCheckpoint).string(),
                        state_.best_step, state_.best_valid_loss);
     if (last_ckpt_step_ >= 0)
-      good += fmt::format("; {} (step {}) holds the weights that gave this loss", kLastCheckpoint, last_ckpt_step_);
+      good += fmt::format("; {} (step {}) holds the weights that gave this loss", kLastCheckpoint,
+                          last_ckpt_step_);
   }
   TXL_FAIL("training diverged: ", what, ". The last good checkpoint is ", good,
            ". Try a lower train.lr, a warm-up (train.warmup_steps) or train.clip, and start "
@@ -396,7 +405,8 @@ void Trainer::log_progress(double lr) {
     metrics_->write(r);
   }
   if (!options_.quiet) {
-    log::info("train", "step {:>6}{} | {:>7.0f} tok/s | loss {:.4f} | ppl {:>8.2f} | lr {:.3g} | ETA {}",
+    log::info("train",
+              "step {:>6}{} | {:>7.0f} tok/s | loss {:.4f} | ppl {:>8.2f} | lr {:.3g} | ETA {}",
               state_.step, t_.max_steps > 0 ? fmt::format("/{}", t_.max_steps) : std::string(), tps,
               loss, std::exp(loss), lr, format_duration(eta));
   }
@@ -415,7 +425,8 @@ bool Trainer::validate() {
     eval::Settings documents = valid_settings_;
     documents.documents = true;
     auto d = eval::evaluate(model_, dataset_.valid, documents);
-    log::info("eval", "step {} | valid loss {:.4f} with documents on their own", state_.step, d.loss);
+    log::info("eval", "step {} | valid loss {:.4f} with documents on their own", state_.step,
+              d.loss);
   }
   r.split = "valid";
   const Schedule::Validation v = schedule_.record_validation(state_, r.loss, divergence_bound());
@@ -430,8 +441,10 @@ bool Trainer::validate() {
             r.recall_tokens > 0 ? fmt::format(" | recall loss {:.3f}", r.recall_loss) : "",
             v.improved ? " | best" : "");
   if (r.loss > divergence_bound()) {
-    log::warn("train", "step {}: the valid loss {:.4g} is above the divergence bound {:.2f}; these "
-              "weights are not kept as {}", state_.step, r.loss, divergence_bound(), kBestCheckpoint);
+    log::warn("train",
+              "step {}: the valid loss {:.4g} is above the divergence bound {:.2f}; these "
+              "weights are not kept as {}",
+              state_.step, r.loss, divergence_bound(), kBestCheckpoint);
   }
   if (v.improved) save(dir_ / kBestCheckpoint);
   return v.early_stop;
@@ -446,12 +459,13 @@ void Trainer::save(const stdfs::path& path, const Snapshot& snapshot) {
   TrainState state = state_;
   state.elapsed_seconds = elapsed();
   state.stream_state = snapshot.stream_state;
-  const models::Memory memory = gather_memory(*group_, models::Memory::join_rows(snapshot.memory));  // every row
+  const models::Memory memory =
+      gather_memory(*group_, models::Memory::join_rows(snapshot.memory));  // every row
   const torch::Tensor rng = group_->distributed() ? torch::stack(group_->all_gather(snapshot.rng))
                                                   : snapshot.rng.unsqueeze(0);  // [W, S]
   if (main_rank_) {
-    auto checkpoint = models::model_checkpoint(config_, model_, *dataset_.tokenizer,
-                                               dataset_.corpus_fingerprint);
+    auto checkpoint =
+        models::model_checkpoint(config_, model_, *dataset_.tokenizer, dataset_.corpus_fingerprint);
     add_training_state(checkpoint, state, memory, rng, *optimizer_, model_);
     models::write_checkpoint(path, checkpoint);
   }
@@ -459,17 +473,19 @@ void Trainer::save(const stdfs::path& path, const Snapshot& snapshot) {
 }
 
 void Trainer::log_start() const {
-  log::info("train", "{}: {} layers, d_model {}, {} heads of {}, attn {}, {:.2f}M parameters, "
+  log::info("train",
+            "{}: {} layers, d_model {}, {} heads of {}, attn {}, {:.2f}M parameters, "
             "vocab {}, {} train tokens, batch {} x {} (mem {}), {}{}{}",
             config_.run.name, config_.model.n_layer, config_.model.d_model, config_.model.n_head,
-            config_.model.d_head, config::to_string(config_.model.attn_type),
-            summary_.params / 1e6, vocab_,
-            dataset_.train.ids.numel(), t_.batch_size, config_.model.tgt_len, config_.model.mem_len,
+            config_.model.d_head, config::to_string(config_.model.attn_type), summary_.params / 1e6,
+            vocab_, dataset_.train.ids.numel(), t_.batch_size, config_.model.tgt_len,
+            config_.model.mem_len,
             device_.is_cuda() ? device_.str() : fmt::format("{} threads", threads_),
             config_.run.precision == config::Precision::kBf16 ? ", bf16 autocast" : "",
-            group_->distributed() ? fmt::format(", {} processes ({} rows each, gradients in {} buckets)",
-                                                group_->world_size(), mine_.size(), step_->gradient_buckets())
-                                  : std::string());
+            group_->distributed()
+                ? fmt::format(", {} processes ({} rows each, gradients in {} buckets)",
+                              group_->world_size(), mine_.size(), step_->gradient_buckets())
+                : std::string());
 }
 
 // A signal or a pause checkpoints where training stands; any other stop validates the final
@@ -485,7 +501,8 @@ void Trainer::finish(const std::string& reason) {
     if (last_ckpt_step_ != state_.step) save(dir_ / kLastCheckpoint);
     checkpoint_due_ = false;
     log::info("train", "done: {} steps, {} tokens, best valid loss {:.4f} (ppl {:.2f}), stop: {}",
-              state_.step, state_.tokens, state_.best_valid_loss, std::exp(state_.best_valid_loss), reason);
+              state_.step, state_.tokens, state_.best_valid_loss, std::exp(state_.best_valid_loss),
+              reason);
   }
   summary_.step = state_.step;
   summary_.tokens = state_.tokens;

@@ -110,10 +110,11 @@ DeviceTraffic::DeviceTraffic() {
   t_host_only_depth = 0;
   t_backward_depth = 0;
   t_op_depth = 0;
-  handle_ = at::addThreadLocalCallback(at::RecordFunctionCallback(on_start, on_end)
-                                           .needsInputs(true)
-                                           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
-                                                    at::RecordScope::USER_SCOPE}));
+  handle_ = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(on_start, on_end)
+          .needsInputs(true)
+          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
+                   at::RecordScope::USER_SCOPE}));
 }
 
 DeviceTraffic::~DeviceTraffic() {

@@ -37,7 +37,8 @@ bool spinning_chosen() {
 }
 
 void check_argv(char** argv) {
-  TXL_CHECK(argv != nullptr, "ProcessSetup::apply: limit_openmp_spinning and choose_openblas_core "
+  TXL_CHECK(argv != nullptr,
+            "ProcessSetup::apply: limit_openmp_spinning and choose_openblas_core "
             "re-execute the program and need main's argv (or set them to false)");
 }
 
@@ -76,9 +77,10 @@ int ProcessSetup::resolved_threads() const {
 
 int ProcessSetup::apply(char** argv) const {
   const bool spin = limit_openmp_spinning && !spinning_chosen();
-  const std::string core = choose_openblas_core && std::getenv("OPENBLAS_CORETYPE") == nullptr
-                               ? detail::openblas_core_override(util::openblas_core(), util::cpu_features().avx512)
-                               : "";
+  const std::string core =
+      choose_openblas_core && std::getenv("OPENBLAS_CORETYPE") == nullptr
+          ? detail::openblas_core_override(util::openblas_core(), util::cpu_features().avx512)
+          : "";
   if (spin || !core.empty()) {
     check_argv(argv);  // before the environment changes
     bool changed = spin && setenv("GOMP_SPINCOUNT", kSpinCount, 1) == 0;

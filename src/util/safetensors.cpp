@@ -148,8 +148,10 @@ std::string json_text(const Json& value) {
 // The header as JSON. nlohmann keeps the last of duplicate keys silently, so a parse callback
 // tracks the keys of every open object and reports the first repeated one.
 Json parse_json(std::string_view text, const std::string& origin) {
-  TXL_CHECK(!json::nested_deeper_than(text), origin, ": the safetensors header nests arrays or "
-            "objects deeper than ", json::kMaxDepth, " levels (a safetensors header has 3)");
+  TXL_CHECK(!json::nested_deeper_than(text), origin,
+            ": the safetensors header nests arrays or "
+            "objects deeper than ",
+            json::kMaxDepth, " levels (a safetensors header has 3)");
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
   Json::parser_callback_t track = [&](int, Json::parse_event_t event, Json& parsed) {

@@ -41,8 +41,8 @@ std::uint32_t load_be32(const std::uint8_t* p) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TXL_SHA_NI 1
 __attribute__((target("sha,sse4.1"))) void compress_sha_ni(std::uint32_t* state,
-                                                             const std::uint8_t* data,
-                                                             std::size_t blocks) {
+                                                           const std::uint8_t* data,
+                                                           std::size_t blocks) {
   const __m128i byte_swap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
   __m128i dcba = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state));
   __m128i hgfe = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state + 4));

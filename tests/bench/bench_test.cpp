@@ -71,8 +71,8 @@ BenchOptions tiny_options() {
 // no number.
 double json_number(const nlohmann::json& json, const std::string& key) {
   const auto it = json.find(key);
-  EXPECT_TRUE(it != json.end() && it->is_number()) << "no number under " << key << " in "
-                                                   << json.dump();
+  EXPECT_TRUE(it != json.end() && it->is_number())
+      << "no number under " << key << " in " << json.dump();
   return it != json.end() && it->is_number() ? it->get<double>() : 0.0;
 }
 

@@ -51,7 +51,8 @@ TEST(BenchTool, QuickJsonIsOneObjectWithTheKeysOfRecord) {
        {"train_tokens_per_s", "train_tokens_per_s_bf16", "eval_tokens_per_s", "flops_per_token",
         "peak_gflops_fp32", "peak_gflops_bf16", "mfu", "peak_rss_mb",
         "sliding_over_memory_cost_512", "sliding_over_memory_cost_800", "generate_tokens_per_s_b1",
-        "generate_tokens_per_s_b16", "generate_ms_per_token_ctx128", "generate_ms_per_token_ctx1024"}) {
+        "generate_tokens_per_s_b16", "generate_ms_per_token_ctx128",
+        "generate_ms_per_token_ctx1024"}) {
     EXPECT_TRUE(json.contains(key) && json[key].is_number()) << key;
   }
   EXPECT_EQ(json["d_model"], 16) << "--set reached the model";
@@ -67,7 +68,9 @@ TEST(BenchTool, ProfilePrintsOpsAndCopyShare) {
   EXPECT_NE(r.out.find("one training step"), std::string::npos) << r.out;
   const auto both = run_bench("--profile --profile-eval --top 5 " + kTiny);
   ASSERT_EQ(both.status, 0) << both.out;
-  EXPECT_LT(both.out.find("one training step"), both.out.find("one evaluation segment (memory mode)")) << both.out;
+  EXPECT_LT(both.out.find("one training step"),
+            both.out.find("one evaluation segment (memory mode)"))
+      << both.out;
 }
 
 TEST(BenchTool, GenerateAloneAndItsProfile) {

@@ -116,8 +116,9 @@ TEST_F(LoadAblation, VariantsShareTheProcesssThreads) {
   const std::string path = write(
       "name: threads\nbase: ../experiments/base.yaml\nrun: {threads: 1}\n"
       "variants:\n  one: {}\n  two: {run.threads: 2}\n");
-  TXL_EXPECT_THROW_WITH(load_ablation(path),
-                        "abl.yaml:6:22: run.threads: variant 'two' asks for 2, variant 'one' for 1");
+  TXL_EXPECT_THROW_WITH(
+      load_ablation(path),
+      "abl.yaml:6:22: run.threads: variant 'two' asks for 2, variant 'one' for 1");
   for (const auto& [name, config] : load_ablation(path, {"run.threads=3"}).variants)
     EXPECT_EQ(config.run.threads, 3) << name;
   const std::string same = write(
@@ -219,8 +220,9 @@ TEST_F(LoadAblation, FileLevelErrors) {
 // Variant and ablation names make up run.name "<ablation>/<variant>", a folder under runs/: a
 // name that is not a plain folder name is refused where the ablation file writes it.
 TEST_F(LoadAblation, NamesThatAreNotPlainFolderNamesAreRefusedWhereWritten) {
-  const std::string rule = " must be letters, digits, '_', '-' or '.' only (it names a folder "
-                           "under runs/): ";
+  const std::string rule =
+      " must be letters, digits, '_', '-' or '.' only (it names a folder "
+      "under runs/): ";
   struct Case {
     std::string variants;  // the variants: line's mapping
     std::string message;   // after "<path>:"
@@ -229,9 +231,9 @@ TEST_F(LoadAblation, NamesThatAreNotPlainFolderNamesAreRefusedWhereWritten) {
       {"{-x: {}}", "2:12: variant name '-x'" + rule + "it starts with '-'"},
       {"{'..': {}}", "2:12: variant name '..'" + rule + "it is '..'"},
       {"{'a b': {}}", "2:12: variant name 'a b'" + rule + "it holds ' '"},
-      {"{" + std::string(201, 'v') + ": {}}",
-       "2:12: variant name '" + std::string(60, 'v') + "...' (201 bytes)" + rule +
-           "it is longer than 200 bytes"},
+      {"{" + std::string(201, 'v') + ": {}}", "2:12: variant name '" + std::string(60, 'v') +
+                                                  "...' (201 bytes)" + rule +
+                                                  "it is longer than 200 bytes"},
   };
   for (const Case& c : cases) {
     const std::string path = write("name: x\nvariants: " + c.variants + "\n");
@@ -246,16 +248,18 @@ TEST_F(LoadAblation, NamesThatAreNotPlainFolderNamesAreRefusedWhereWritten) {
   const std::string variant_name = std::string(60, 'v');
   const std::string path =
       write("name: " + long_name + "\nvariants:\n  ok: {}\n  " + variant_name + ": {}\n");
-  TXL_EXPECT_THROW_WITH(
-      load_ablation(path),
-      path + ":4:3: variant '" + variant_name + "': run.name: must be a plain name: letters, "
-      "digits, '.', '_' and '-', with '/' only between parts (e.g. kjv_xl or kjv_ablation/xl; set "
-      "run.output_dir for another folder), got '" + std::string(60, 'a') +
-      "...' (211 bytes): it is longer than 200 bytes");
+  TXL_EXPECT_THROW_WITH(load_ablation(path), path + ":4:3: variant '" + variant_name +
+                                                 "': run.name: must be a plain name: letters, "
+                                                 "digits, '.', '_' and '-', with '/' only between "
+                                                 "parts (e.g. kjv_xl or kjv_ablation/xl; set "
+                                                 "run.output_dir for another folder), got '" +
+                                                 std::string(60, 'a') +
+                                                 "...' (211 bytes): it is longer than 200 bytes");
   // A variant naming its own run is held to the run.name rule where it does so.
   const std::string own = write("name: x\nvariants:\n  a: {run.name: ../../x}\n");
-  TXL_EXPECT_THROW_WITH(load_ablation(own), own + ":3:17: variant 'a': run.name: must be a plain "
-                                            "name");
+  TXL_EXPECT_THROW_WITH(load_ablation(own), own +
+                                                ":3:17: variant 'a': run.name: must be a plain "
+                                                "name");
 }
 
 TEST(LoadAblationFixture, CommittedAblationLoads) {

@@ -39,8 +39,8 @@ class CommandLineTest : public ::testing::Test {
 
 TEST_F(CommandLineTest, ReachesTheLoaderInOrder) {
   const auto path = write("model: {n_layer: 3, d_model: 64, n_head: 2}\n");
-  const auto line = parse({"-c", path, "--set", "model.n_layer=5", "--set", "model.n_layer=6",
-                           "--dump-config"});
+  const auto line =
+      parse({"-c", path, "--set", "model.n_layer=5", "--set", "model.n_layer=6", "--dump-config"});
   EXPECT_EQ(line.config_path, path);
   EXPECT_EQ(line.overrides, (std::vector<std::string>{"model.n_layer=5", "model.n_layer=6"}));
   EXPECT_TRUE(line.dump);
@@ -85,9 +85,9 @@ TEST_F(CommandLineTest, AShorthandIsItsSet) {
 
 // A shorthand is its --set, after every --set whatever the order on the command line.
 TEST_F(CommandLineTest, ShorthandsAreSetsThatComeLast) {
-  for (const auto& args : std::vector<std::vector<std::string>>{
-           {"--threads", "3", "--set", "run.threads=2"},
-           {"--set", "run.threads=2", "--threads", "3"}}) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"--threads", "3", "--set", "run.threads=2"},
+                                             {"--set", "run.threads=2", "--threads", "3"}}) {
     const auto line = parse(args);
     EXPECT_EQ(line.overrides, (std::vector<std::string>{"run.threads=2", "run.threads=3"}));
     EXPECT_EQ(line.experiment().run.threads, 3);
@@ -112,8 +112,8 @@ TEST_F(CommandLineTest, OverridesOfAStoredExperimentChangeOnlyWhatIsAllowed) {
   stored.model.n_layer = 2;
   stored.train.lr = 0.5;
   const std::vector<std::string> allowed = {"eval.", "data.", "run.threads"};
-  const auto changed = parse({"--set", "eval.mem_len=32", "--set", "data.path=/corpus",
-                              "--set", "run.threads=1", "--set", "model.n_layer=2"})
+  const auto changed = parse({"--set", "eval.mem_len=32", "--set", "data.path=/corpus", "--set",
+                              "run.threads=1", "--set", "model.n_layer=2"})
                            .experiment_over(stored, "ckpt.safetensors", allowed);
   EXPECT_EQ(changed.eval.mem_len, 32);
   EXPECT_EQ(changed.data.path, "/corpus");

@@ -103,8 +103,7 @@ TEST(DumpExperiment, WritesEveryKeyInStructOrderAsNestedYaml) {
   EXPECT_NE(text.find("\n  lr: 0.00025\n"), std::string::npos) << text;
   EXPECT_NE(text.find("\n  output_dir: \"\"\n"), std::string::npos) << text;
   EXPECT_NE(text.find("\n  splits: [valid, test]\n"), std::string::npos) << text;
-  EXPECT_NE(text.find("\n  divergence_factor: 3.0\n  divergence_patience: 20\n"),
-            std::string::npos)
+  EXPECT_NE(text.find("\n  divergence_factor: 3.0\n  divergence_patience: 20\n"), std::string::npos)
       << text;
   EXPECT_EQ(text.find("source"), std::string::npos) << text;
 }

@@ -4,9 +4,9 @@
 
 #include "support/test_support.h"
 #include "txl/config/load.h"
-#include "txl/util/fs.h"
 #include "txl/models/flops.h"
 #include "txl/models/transformer_lm.h"
+#include "txl/util/fs.h"
 
 namespace {
 

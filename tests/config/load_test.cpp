@@ -50,8 +50,9 @@ TEST(LoadExperiment, FileWithoutSettingsIsAnError) {
   for (const char* text : {"", "# nothing yet\n", "\n\n", "model:\n", "model: {}\n"}) {
     const std::string path = write_yaml(dir, "empty.yaml", text);
     const std::string expected =
-        path + ": holds no settings (it is empty, or only comments or empty sections); an "
-               "experiment file needs at least one setting or a base:";
+        path +
+        ": holds no settings (it is empty, or only comments or empty sections); an "
+        "experiment file needs at least one setting or a base:";
     EXPECT_EQ(error_of([&] { load_experiment(path); }), expected) << "text: " << text;
     // --set does not make the file right: it was most likely not the file meant.
     EXPECT_EQ(error_of([&] { load_experiment(path, {"model.n_layer=2"}); }), expected);
@@ -74,9 +75,12 @@ TEST(LoadExperiment, EmptyBaseFileIsAnErrorNamingItAndItsBase) {
   const std::string empty = write_yaml(dir, "empty.yaml", "# to do\n");
   const std::string path = write_yaml(dir, "exp.yaml", "base: empty.yaml\nmodel: {n_layer: 3}\n");
   EXPECT_EQ(error_of([&] { load_experiment(path); }),
-            empty + ": holds no settings (it is empty, or only comments or empty sections); it is "
-                    "the base named at " + path + ":1:7; an experiment file needs at least one "
-                    "setting or a base:");
+            empty +
+                ": holds no settings (it is empty, or only comments or empty sections); it is "
+                "the base named at " +
+                path +
+                ":1:7; an experiment file needs at least one "
+                "setting or a base:");
 }
 
 // Text (not a file) may hold nothing: txl-bench builds experiments from "{}" and --set.
@@ -450,9 +454,9 @@ TEST(LoadExperiment, OutOfRangeValuesAreRejectedWhereTheyWereSet) {
   EXPECT_NO_THROW(parse_experiment_string(
       "model: {attn_type: vanilla, mem_len: 0}\neval: {mem_len: 0}\n", "x.yaml"));
   // divergence_factor 0 turns the guard off.
-  EXPECT_EQ(parse_experiment_string("train: {divergence_factor: 0}\n", "x.yaml")
-                .train.divergence_factor,
-            0.0);
+  EXPECT_EQ(
+      parse_experiment_string("train: {divergence_factor: 0}\n", "x.yaml").train.divergence_factor,
+      0.0);
 }
 
 TEST(LoadExperiment, AllProblemsOfAFileAreReportedTogether) {
@@ -488,15 +492,17 @@ TEST(LoadExperiment, HugeValuesAndKeysAreQuotedShortened) {
   EXPECT_EQ(load_error("train: {schedule: " + big + "}\n"),
             "x.yaml:1:19: train.schedule: " + shown +
                 " is not one of cosine | inv_sqrt | constant | plateau");
-  EXPECT_EQ(load_error("run: {seed: \"" + big + "\"}\n"),
-            "x.yaml:1:13: run.seed: expected a non-negative integer, got the quoted string " +
-                shown);
+  EXPECT_EQ(
+      load_error("run: {seed: \"" + big + "\"}\n"),
+      "x.yaml:1:13: run.seed: expected a non-negative integer, got the quoted string " + shown);
   // Keys (YAML wants `? key` for one over 1024 characters): quoted short, and no suggestion is
   // looked for.
   const std::string key_shown = "'model." + std::string(54, 'x') + "...' (1048582 bytes)";
   const std::string unknown = load_error("model:\n  ? " + big + "\n  : 1\n");
-  EXPECT_EQ(unknown.rfind("x.yaml:2:5: unknown key " + key_shown + "; valid keys in 'model': "
-                          "attn_type, ", 0),
+  EXPECT_EQ(unknown.rfind("x.yaml:2:5: unknown key " + key_shown +
+                              "; valid keys in 'model': "
+                              "attn_type, ",
+                          0),
             0u)
       << unknown.substr(0, 1000);
   EXPECT_LT(unknown.size(), 1000u);
@@ -516,8 +522,10 @@ TEST(LoadExperiment, HugeSetOverridesAreQuotedShortened) {
   const std::string big(1 << 20, '7');
   const std::string value = "train.lr=1e" + big;  // 1048587 bytes
   EXPECT_EQ(load_error("", {value}),
-            "--set train.lr=1e" + std::string(49, '7') + "... (1048587 bytes): train.lr: "
-            "expected a number, got '1e" + std::string(58, '7') +
+            "--set train.lr=1e" + std::string(49, '7') +
+                "... (1048587 bytes): train.lr: "
+                "expected a number, got '1e" +
+                std::string(58, '7') +
                 "...' (1048578 bytes) (beyond a double's range, about 1.8e308)");
   const std::string key = "model." + big + "=1";  // 1048584 bytes
   const std::string message = load_error("", {key});
@@ -534,9 +542,9 @@ TEST(LoadExperiment, QuotedTextsUpTo80BytesStayWholeAndCutsKeepUtf8Characters) {
   const std::string eighty(80, 'a');
   EXPECT_EQ(load_error("train: {lr: " + eighty + "}\n"),
             "x.yaml:1:13: train.lr: expected a number, got '" + eighty + "'");
-  EXPECT_EQ(load_error("train: {lr: " + eighty + "b}\n"),
-            "x.yaml:1:13: train.lr: expected a number, got '" + std::string(60, 'a') +
-                "...' (81 bytes)");
+  EXPECT_EQ(
+      load_error("train: {lr: " + eighty + "b}\n"),
+      "x.yaml:1:13: train.lr: expected a number, got '" + std::string(60, 'a') + "...' (81 bytes)");
   // "a" then 50 two-byte characters: byte 60 is inside the 30th; the cut keeps 29 whole ones.
   std::string accents = "a";
   for (int i = 0; i < 50; ++i) accents += "\xc3\xa9";  // é
@@ -567,8 +575,8 @@ TEST(LoadExperiment, SettingsBeyondFloat32NameTheKey) {
   EXPECT_EQ(load_error("train: {optimizer: adamw, lr: 0.5, weight_decay: 2}\n"),
             "x.yaml:1:50: train.weight_decay: adamw needs train.lr * train.weight_decay < 1 (each "
             "step multiplies the weights by 1 - lr * weight_decay), got 0.5 * 2.0");
-  EXPECT_NO_THROW(parse_experiment_string("train: {optimizer: adam, lr: 0.5, weight_decay: 2}\n",
-                                          "x.yaml"));
+  EXPECT_NO_THROW(
+      parse_experiment_string("train: {optimizer: adam, lr: 0.5, weight_decay: 2}\n", "x.yaml"));
   // The largest allowed values load.
   const ExperimentConfig edge = parse_experiment_string(
       "train: {lr: 1e30, clip: 1e30, weight_decay: 1e30, divergence_factor: 1e30}\n"
@@ -668,15 +676,16 @@ TEST(LoadExperiment, RunNameMustBeAPlainName) {
     const std::string text = "run.name='" + name + "'";  // single quotes: no YAML escapes
     EXPECT_EQ(load_error("", {text}), "--set " + shortened(text) + ": " + rule + problem) << name;
   }
-  EXPECT_EQ(load_error("run:\n  name: ../../x\n"), "x.yaml:2:9: " + rule + "'../../x': a part is '..'");
-  for (const std::string& name : {std::string("kjv_xl"), std::string("kjv_ablation/xl"),
-                                  std::string("a.b-c_D9/e/f"), std::string("x..y"),
-                                  std::string(200, 'n')}) {
+  EXPECT_EQ(load_error("run:\n  name: ../../x\n"),
+            "x.yaml:2:9: " + rule + "'../../x': a part is '..'");
+  for (const std::string& name :
+       {std::string("kjv_xl"), std::string("kjv_ablation/xl"), std::string("a.b-c_D9/e/f"),
+        std::string("x..y"), std::string(200, 'n')}) {
     EXPECT_EQ(parse_experiment_string("", "x.yaml", {"run.name=" + name}).run.name, name);
   }
   // run.output_dir is the user's explicit choice of folder: any path.
-  const ExperimentConfig elsewhere = parse_experiment_string(
-      "run: {name: ok, output_dir: ../../elsewhere/-x}\n", "x.yaml");
+  const ExperimentConfig elsewhere =
+      parse_experiment_string("run: {name: ok, output_dir: ../../elsewhere/-x}\n", "x.yaml");
   EXPECT_EQ(elsewhere.run.output_dir, "../../elsewhere/-x");
   // Configs built in code are held to the same rule.
   ExperimentConfig code;

@@ -17,12 +17,21 @@ using test::kEveryField;
 // The decision for every key, written out: a key added to config.h fails
 // EveryKeyIsClassified until it is put in one of these lists (and, if resumable, in the table of
 // src/config/keys.cpp).
-const std::vector<std::string> kResumable = {
-    "run.threads",         "run.device",          "run.log_interval",   "run.dist_timeout",
-    "run.output_dir",      "data.cache_dir",      "train.max_steps",    "train.max_tokens",
-    "train.max_minutes",   "train.eval_interval", "train.checkpoint_interval",
-    "train.patience",      "train.eval_max_tokens", "train.divergence_factor",
-    "train.divergence_patience"};  // and every eval.* key
+const std::vector<std::string> kResumable = {"run.threads",
+                                             "run.device",
+                                             "run.log_interval",
+                                             "run.dist_timeout",
+                                             "run.output_dir",
+                                             "data.cache_dir",
+                                             "train.max_steps",
+                                             "train.max_tokens",
+                                             "train.max_minutes",
+                                             "train.eval_interval",
+                                             "train.checkpoint_interval",
+                                             "train.patience",
+                                             "train.eval_max_tokens",
+                                             "train.divergence_factor",
+                                             "train.divergence_patience"};  // and every eval.* key
 
 const std::vector<std::string> kFixed = {"run.name",
                                          "run.seed",

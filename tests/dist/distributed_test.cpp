@@ -1,6 +1,6 @@
 // Whole data-parallel jobs: txl-train and txl-eval started as 1 and 2 processes over loopback,
-// as torchrun or srun would start them (issue 6). Dropout is off where runs of different world sizes are
-// compared: each rank draws its own dropout masks, so only a dropout-free run can match.
+// as torchrun or srun would start them (issue 6). Dropout is off where runs of different world
+// sizes are compared: each rank draws its own dropout masks, so only a dropout-free run can match.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -93,7 +93,6 @@ int wait_exit(pid_t pid, std::chrono::seconds timeout = std::chrono::seconds(120
   return -1;
 }
 
-
 // Waits (up to a minute) until rank 0 has written its first metrics record.
 void wait_for_first_record(const stdfs::path& metrics) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -106,7 +105,8 @@ void wait_for_first_record(const stdfs::path& metrics) {
 // Waits for every rank of `job` and expects each to exit with `code`.
 void expect_exits(Job& job, int code) {
   for (size_t r = 0; r < job.pids.size(); ++r)
-    ASSERT_EQ(wait_exit(job.pids[r]), code) << "rank " << r << ":\n" << txl::fs::read_file(job.logs[r]);
+    ASSERT_EQ(wait_exit(job.pids[r]), code) << "rank " << r << ":\n"
+                                            << txl::fs::read_file(job.logs[r]);
 }
 
 // Runs a training job to its end and expects every rank to exit with `code`.
@@ -121,7 +121,7 @@ void run_job(int world, const stdfs::path& config, const std::vector<std::string
 txl::config::Device test_device() {
   const char* value = std::getenv("TXL_TEST_DEVICE");
   return value != nullptr && std::string(value) == "cuda" ? txl::config::Device::kCuda
-                                                         : txl::config::Device::kCpu;
+                                                          : txl::config::Device::kCpu;
 }
 
 stdfs::path write_config(const TempDir& dir, const std::string& name, double dropout,
@@ -152,10 +152,12 @@ std::vector<nlohmann::json> json_lines(const std::string& text) {
 }
 
 // The values of `field` in metrics.jsonl records of `kind` ("train" or "eval").
-std::vector<double> metric(const stdfs::path& run, const std::string& kind, const std::string& field) {
+std::vector<double> metric(const stdfs::path& run, const std::string& kind,
+                           const std::string& field) {
   std::vector<double> out;
   for (const auto& record : json_lines(txl::fs::read_file(run / "metrics.jsonl"))) {
-    if (record.at("kind") == kind && record.contains(field)) out.push_back(record.at(field).get<double>());
+    if (record.at("kind") == kind && record.contains(field))
+      out.push_back(record.at(field).get<double>());
   }
   return out;
 }
@@ -175,7 +177,8 @@ void expect_near_all(const std::vector<double>& a, const std::vector<double>& b,
                      const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   ASSERT_FALSE(a.empty()) << what;
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], rel * std::abs(b[i])) << what << " #" << i;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(a[i], b[i], rel * std::abs(b[i])) << what << " #" << i;
 }
 
 TEST(DataParallel, TwoRanksReachTheParametersAndPerplexityOfOne) {
@@ -185,7 +188,8 @@ TEST(DataParallel, TwoRanksReachTheParametersAndPerplexityOfOne) {
   run_job(0, config, {"--set", "run.output_dir=" + (runs / "one").string()}, dir / "log1");
   run_job(2, config, {"--set", "run.output_dir=" + (runs / "two").string()}, dir / "log2");
   // Two ranks pause at step 10; one rank resumes their checkpoint (memory re-sharded).
-  run_job(2, config, {"--set", "run.output_dir=" + (runs / "mixed").string(), "--pause-at-step", "10"},
+  run_job(2, config,
+          {"--set", "run.output_dir=" + (runs / "mixed").string(), "--pause-at-step", "10"},
           dir / "log3");
   run_job(1, config, {"--set", "run.output_dir=" + (runs / "mixed").string(), "--resume"},
           dir / "log4");
@@ -194,13 +198,14 @@ TEST(DataParallel, TwoRanksReachTheParametersAndPerplexityOfOne) {
       << "rank 1 must leave the logging to rank 0";
 
   for (const std::string other : {"two", "mixed"}) {
-    expect_same_parameters(runs / "one" / "checkpoint_last.safetensors", runs / other / "checkpoint_last.safetensors", 1e-5);
+    expect_same_parameters(runs / "one" / "checkpoint_last.safetensors",
+                           runs / other / "checkpoint_last.safetensors", 1e-5);
     expect_near_all(metric(runs / other, "eval", "ppl"), metric(runs / "one", "eval", "ppl"), 1e-5,
                     other + " valid ppl");
     expect_near_all(metric(runs / other, "train", "loss"), metric(runs / "one", "train", "loss"),
                     1e-5, other + " train loss");
-    expect_near_all(metric(runs / other, "train", "tokens"), metric(runs / "one", "train", "tokens"),
-                    0, other + " tokens");
+    expect_near_all(metric(runs / other, "train", "tokens"),
+                    metric(runs / "one", "train", "tokens"), 0, other + " tokens");
   }
 }
 
@@ -229,7 +234,8 @@ void expect_two_ranks_resume_on_one(const std::string& name, int cmem_len,
   EXPECT_EQ(rows, 4) << "every rank's " << gathered << " belongs in the checkpoint";
   run_job(1, config, with({"--set", "run.output_dir=" + (runs / "mixed").string(), "--resume"}),
           dir / "log3");
-  expect_same_parameters(runs / "one" / "checkpoint_last.safetensors", runs / "mixed" / "checkpoint_last.safetensors", 1e-5);
+  expect_same_parameters(runs / "one" / "checkpoint_last.safetensors",
+                         runs / "mixed" / "checkpoint_last.safetensors", 1e-5);
   expect_near_all(metric(runs / "mixed", "eval", "ppl"), metric(runs / "one", "eval", "ppl"), 1e-5,
                   "valid ppl");
 }
@@ -253,14 +259,16 @@ TEST(DataParallel, AResumedTwoRankRunContinuesExactly) {
   const auto config = write_config(dir, "resume", 0.1);  // dropout on: each rank's RNG returns
   const auto runs = dir / "runs";
   run_job(2, config, {"--set", "run.output_dir=" + (runs / "whole").string()}, dir / "log1");
-  run_job(2, config, {"--set", "run.output_dir=" + (runs / "split").string(), "--pause-at-step", "7"},
+  run_job(2, config,
+          {"--set", "run.output_dir=" + (runs / "split").string(), "--pause-at-step", "7"},
           dir / "log2");
   EXPECT_TRUE(stdfs::exists(runs / "split" / "checkpoint_last.safetensors"));
   run_job(2, config, {"--set", "run.output_dir=" + (runs / "split").string(), "--resume"},
           dir / "log3");
-  expect_same_parameters(runs / "whole" / "checkpoint_last.safetensors", runs / "split" / "checkpoint_last.safetensors", 0);
-  expect_near_all(metric(runs / "split", "train", "loss"), metric(runs / "whole", "train", "loss"), 0,
-                  "train loss");
+  expect_same_parameters(runs / "whole" / "checkpoint_last.safetensors",
+                         runs / "split" / "checkpoint_last.safetensors", 0);
+  expect_near_all(metric(runs / "split", "train", "loss"), metric(runs / "whole", "train", "loss"),
+                  0, "train loss");
   expect_near_all(metric(runs / "split", "eval", "ppl"), metric(runs / "whole", "eval", "ppl"), 0,
                   "valid ppl");
 }
@@ -269,8 +277,9 @@ TEST(DataParallel, ARankThatDiesStopsTheOthersWithAClearError) {
   for (int victim : {1, 0}) {
     TempDir dir;
     const auto config = write_config(dir, "dies", 0.0);
-    auto job = start_job(2, config, {"--set", "train.max_steps=1000000", "--set", "train.eval_interval=0"},
-                         dir / "log");
+    auto job =
+        start_job(2, config, {"--set", "train.max_steps=1000000", "--set", "train.eval_interval=0"},
+                  dir / "log");
     const auto metrics = dir / "runs" / "dies" / "metrics.jsonl";
     wait_for_first_record(metrics);
     ASSERT_TRUE(stdfs::exists(metrics)) << txl::fs::read_file(job.logs[0]);
@@ -278,12 +287,15 @@ TEST(DataParallel, ARankThatDiesStopsTheOthersWithAClearError) {
     const int survivor = 1 - victim;
     const auto start = std::chrono::steady_clock::now();
     const int code = wait_exit(job.pids[static_cast<size_t>(survivor)], std::chrono::seconds(30));
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     wait_exit(job.pids[static_cast<size_t>(victim)]);
     const auto log = txl::fs::read_file(job.logs[static_cast<size_t>(survivor)]);
     EXPECT_EQ(code, 1) << "rank " << survivor << " after rank " << victim << " died:\n" << log;
     EXPECT_LT(seconds, 30.0);
-    EXPECT_NE(log.find("error: rank " + std::to_string(survivor) + ": distributed"), std::string::npos) << log;
+    EXPECT_NE(log.find("error: rank " + std::to_string(survivor) + ": distributed"),
+              std::string::npos)
+        << log;
     EXPECT_NE(log.find("died"), std::string::npos) << log;
   }
 }
@@ -291,21 +303,24 @@ TEST(DataParallel, ARankThatDiesStopsTheOthersWithAClearError) {
 TEST(DataParallel, ASignalToOneRankStopsEveryRankAtTheSameStepWithACheckpoint) {
   TempDir dir;
   const auto config = write_config(dir, "signal", 0.0);
-  auto job = start_job(2, config, {"--set", "train.max_steps=1000000", "--set", "train.eval_interval=0"},
-                       dir / "log");
+  auto job =
+      start_job(2, config, {"--set", "train.max_steps=1000000", "--set", "train.eval_interval=0"},
+                dir / "log");
   const auto run = dir / "runs" / "signal";
   wait_for_first_record(run / "metrics.jsonl");
   kill(job.pids[1], SIGINT);  // rank 1 only, as a user's kill of one process would
   EXPECT_EQ(wait_exit(job.pids[0]), 130) << txl::fs::read_file(job.logs[0]);
   EXPECT_EQ(wait_exit(job.pids[1]), 130) << txl::fs::read_file(job.logs[1]);
-  auto resumed = txl::models::load_model(run / "checkpoint_last.safetensors");  // written and loadable
+  auto resumed =
+      txl::models::load_model(run / "checkpoint_last.safetensors");  // written and loadable
   EXPECT_NE(txl::fs::read_file(job.logs[0]).find("resume with"), std::string::npos);
 }
 
 // The float32 values of a NumPy .npy file as txl-eval writes it (format 1.0).
 std::vector<float> read_npy(const stdfs::path& path) {
   const std::string bytes = txl::fs::read_file(path);
-  const size_t header = 10 + static_cast<unsigned char>(bytes[8]) + 256 * static_cast<unsigned char>(bytes[9]);
+  const size_t header =
+      10 + static_cast<unsigned char>(bytes[8]) + 256 * static_cast<unsigned char>(bytes[9]);
   std::vector<float> out((bytes.size() - header) / sizeof(float));
   std::memcpy(out.data(), bytes.data() + header, out.size() * sizeof(float));
   return out;
@@ -322,12 +337,15 @@ TEST(DataParallel, TwoRankEvaluationGivesTheFiguresOfOne) {
   const std::string checkpoint = (run / "checkpoint_last.safetensors").string();
   for (const std::string mode : {"memory", "sliding"}) {
     SCOPED_TRACE(mode);
-    std::vector<std::string> args{checkpoint, "--split", "valid,test", "--mode", mode, "--json", "--batch-size", "5"};
-    if (mode == "sliding") args.insert(args.end(), {"--window", "12", "--stride", "4", "--max-tokens", "300"});
+    std::vector<std::string> args{checkpoint, "--split", "valid,test",   "--mode",
+                                  mode,       "--json",  "--batch-size", "5"};
+    if (mode == "sliding")
+      args.insert(args.end(), {"--window", "12", "--stride", "4", "--max-tokens", "300"});
     std::map<int, std::string> out;
     for (int world : {0, 2}) {
       auto a = args;
-      if (mode == "memory") a.insert(a.end(), {"--token-losses", (dir / ("losses" + std::to_string(world))).string()});
+      if (mode == "memory")
+        a.insert(a.end(), {"--token-losses", (dir / ("losses" + std::to_string(world))).string()});
       const auto logs = dir / (mode + std::to_string(world));
       auto job = start_tool(world, "txl-eval", a, logs);
       expect_exits(job, 0);
@@ -347,7 +365,8 @@ TEST(DataParallel, TwoRankEvaluationGivesTheFiguresOfOne) {
       EXPECT_EQ(r0[i].at("tokens"), r2[i].at("tokens")) << "the same tokens scored";
     if (mode == "memory") {
       for (const std::string split : {"valid", "test"}) {
-        const auto one = read_npy(dir / ("losses0." + split)), two = read_npy(dir / ("losses2." + split));
+        const auto one = read_npy(dir / ("losses0." + split)),
+                   two = read_npy(dir / ("losses2." + split));
         ASSERT_EQ(one.size(), two.size()) << split;
         ASSERT_GT(one.size(), 100u) << split;
         for (size_t i = 0; i < one.size(); ++i)
@@ -367,13 +386,13 @@ std::string find_torchrun() {
 
 TEST(DataParallel, TorchrunStartsAJob) {
   const std::string torchrun = find_torchrun();
-  if (access(torchrun.c_str(), X_OK) != 0) GTEST_SKIP() << "no torchrun (Debian package python3-torch)";
+  if (access(torchrun.c_str(), X_OK) != 0)
+    GTEST_SKIP() << "no torchrun (Debian package python3-torch)";
   TempDir dir;
   const auto config = write_config(dir, "torchrun", 0.0);
   const auto binary = txl::test::bin_dir() / "txl-train";
   // --redirects 1 --tee 1: Debian's torchrun 1.13 under Python 3.11 fails without them.
-  const std::string command = torchrun +
-                              " --no_python --nproc_per_node 2 --master_port " +
+  const std::string command = torchrun + " --no_python --nproc_per_node 2 --master_port " +
                               std::to_string(txl::test::free_port()) + " --redirects 1 --tee 1 " +
                               binary.string() + " --config " + config.string() + " --quiet > " +
                               (dir / "torchrun.log").string() + " 2>&1";
@@ -393,15 +412,16 @@ TEST(DataParallel, SrunStartsAJob) {
   const auto config = write_config(dir, "srun", 0.0);
   const auto binary = txl::test::bin_dir() / "txl-train";
   const std::string command = "timeout 300 srun --ntasks 2 --cpus-per-task 1 " + binary.string() +
-                              " --config " + config.string() + " > " + (dir / "srun.log").string() + " 2>&1";
+                              " --config " + config.string() + " > " + (dir / "srun.log").string() +
+                              " 2>&1";
   ASSERT_EQ(std::system(command.c_str()), 0) << txl::fs::read_file(dir / "srun.log");
   const auto log = txl::fs::read_file(dir / "srun.log");
   EXPECT_NE(log.find("(slurm)"), std::string::npos) << log;
   EXPECT_NE(log.find("2 processes"), std::string::npos) << log;
   // The same run in one process: the same validation perplexity.
   run_job(0, config, {"--set", "run.output_dir=" + (dir / "one").string()}, dir / "log1");
-  expect_near_all(metric(dir / "runs" / "srun", "eval", "ppl"), metric(dir / "one", "eval", "ppl"), 1e-5,
-                  "srun valid ppl");
+  expect_near_all(metric(dir / "runs" / "srun", "eval", "ppl"), metric(dir / "one", "eval", "ppl"),
+                  1e-5, "srun valid ppl");
 }
 
 }  // namespace

@@ -48,10 +48,11 @@ TEST(Group, BroadcastAndGatherRowsOfDifferentCounts) {
     EXPECT_TRUE(txl::test::tensor_equal(t, torch::full({2, 2}, 2.f)));
     // rank r contributes r rows [r, 100 + r]: 0 + 1 + 2 rows in rank order
     auto rows = torch::stack({torch::full({g.rank()}, static_cast<float>(g.rank())),
-                              torch::full({g.rank()}, 100.f + g.rank())}, 1);  // [r, 2]
+                              torch::full({g.rank()}, 100.f + g.rank())},
+                             1);  // [r, 2]
     auto all = g.all_gather_rows(rows);
-    EXPECT_TRUE(txl::test::tensor_equal(
-        all, torch::tensor({{1.f, 101.f}, {2.f, 102.f}, {2.f, 102.f}})));
+    EXPECT_TRUE(
+        txl::test::tensor_equal(all, torch::tensor({{1.f, 101.f}, {2.f, 102.f}, {2.f, 102.f}})));
     g.barrier();
   });
 }
@@ -71,7 +72,8 @@ TEST(GradientReducer, ShardedLossesSumToTheWholeBatchGradient) {
   };
   auto params = [&] {
     return std::vector<torch::Tensor>{w0.clone().requires_grad_(), b0.clone().requires_grad_(),
-                                      u0.clone().requires_grad_(), torch::zeros({3}).requires_grad_()};
+                                      u0.clone().requires_grad_(),
+                                      torch::zeros({3}).requires_grad_()};
   };
   auto reference = params();
   loss_of(x, reference, false).backward();
@@ -204,7 +206,8 @@ TEST(ShardedEvaluation, EveryRankScoresItsOwnRowsAndEveryRankGetsTheSum) {
   run_ranks(2, [&](Group& g) {
     auto options = o;
     options.group = &g;
-    got[static_cast<size_t>(g.rank())] = txl::eval::evaluate(models[static_cast<size_t>(g.rank())], text, options).loss;
+    got[static_cast<size_t>(g.rank())] =
+        txl::eval::evaluate(models[static_cast<size_t>(g.rank())], text, options).loss;
   });
   EXPECT_EQ(got[0], got[1]);
   EXPECT_GT(std::abs(got[0] - alone), 1e-3);

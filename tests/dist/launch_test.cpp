@@ -25,9 +25,13 @@ TEST(LaunchEnv, NoLauncherIsOneProcess) {
 }
 
 TEST(LaunchEnv, TorchrunVariables) {
-  auto e = env_of({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                   {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.7"},
-                   {"MASTER_PORT", "29911"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+  auto e = env_of({{"RANK", "3"},
+                   {"WORLD_SIZE", "8"},
+                   {"LOCAL_RANK", "1"},
+                   {"LOCAL_WORLD_SIZE", "2"},
+                   {"MASTER_ADDR", "10.0.0.7"},
+                   {"MASTER_PORT", "29911"},
+                   {"TORCHELASTIC_USE_AGENT_STORE", "True"},
                    {"TORCHELASTIC_RESTART_COUNT", "2"}});
   EXPECT_EQ(e.launcher, "torchrun");
   EXPECT_EQ(e.rank, 3);
@@ -41,8 +45,11 @@ TEST(LaunchEnv, TorchrunVariables) {
 }
 
 TEST(LaunchEnv, SlurmVariablesAndTheFirstNodeAsMaster) {
-  auto e = env_of({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "2"},
-                   {"SLURM_TASKS_PER_NODE", "3(x2)"}, {"SLURM_JOB_NODELIST", "gpu[07-08]"}});
+  auto e = env_of({{"SLURM_PROCID", "5"},
+                   {"SLURM_NTASKS", "6"},
+                   {"SLURM_LOCALID", "2"},
+                   {"SLURM_TASKS_PER_NODE", "3(x2)"},
+                   {"SLURM_JOB_NODELIST", "gpu[07-08]"}});
   EXPECT_EQ(e.launcher, "slurm");
   EXPECT_EQ(e.rank, 5);
   EXPECT_EQ(e.world_size, 6);
@@ -52,16 +59,21 @@ TEST(LaunchEnv, SlurmVariablesAndTheFirstNodeAsMaster) {
   EXPECT_EQ(e.master_port, 29500);
   EXPECT_FALSE(e.agent_store);
   // MASTER_ADDR wins over the node list; the step's node list over the job's.
-  auto f = env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NODELIST", "a1,a2"},
+  auto f = env_of({{"SLURM_PROCID", "0"},
+                   {"SLURM_NTASKS", "2"},
+                   {"SLURM_STEP_NODELIST", "a1,a2"},
                    {"SLURM_JOB_NODELIST", "b[1-2]"}});
   EXPECT_EQ(f.master_addr, "a1");
-  auto g = env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"MASTER_ADDR", "head"},
+  auto g = env_of({{"SLURM_PROCID", "0"},
+                   {"SLURM_NTASKS", "2"},
+                   {"MASTER_ADDR", "head"},
                    {"SLURM_JOB_NODELIST", "b[1-2]"}});
   EXPECT_EQ(g.master_addr, "head");
 }
 
 TEST(LaunchEnv, TorchrunTakesPrecedenceOverSlurm) {
-  auto e = env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}});
+  auto e =
+      env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}});
   EXPECT_EQ(e.launcher, "torchrun");
   EXPECT_EQ(e.world_size, 2);
 }

@@ -10,10 +10,10 @@
 namespace {
 
 using txl::config::AttnType;
+using txl::eval::evaluate;
 using txl::eval::Extras;
 using txl::eval::Mode;
 using txl::eval::Settings;
-using txl::eval::evaluate;
 
 constexpr int64_t kVocab = 50;
 
@@ -165,7 +165,8 @@ TEST(Evaluator, CachedKeysAndValuesGiveTheLossesOfRecomputingThem) {
 
 TEST(Evaluator, MaxTokensScoresTheSamePrefixInEveryMode) {
   auto f = make(AttnType::kXl, 400);
-  for (auto o : {options(Mode::kMemory, 16, 16, 2), options(Mode::kSegments, 16, 0, 3), options(Mode::kSliding, 16, 0, 2)}) {
+  for (auto o : {options(Mode::kMemory, 16, 16, 2), options(Mode::kSegments, 16, 0, 3),
+                 options(Mode::kSliding, 16, 0, 2)}) {
     o.max_tokens = 64;
     Extras extras;
     extras.token_losses = true;
@@ -202,8 +203,9 @@ TEST(Evaluator, ResolveInheritsFromTheModel) {
 
 TEST(Evaluator, BadInputIsAClearError) {
   auto f = make(AttnType::kXl, 50);
-  TXL_EXPECT_THROW_WITH(evaluate(f.model, text(f.ids.narrow(0, 0, 1)), options(Mode::kMemory, 8, 8, 1)),
-                        "at least 2 tokens");
+  TXL_EXPECT_THROW_WITH(
+      evaluate(f.model, text(f.ids.narrow(0, 0, 1)), options(Mode::kMemory, 8, 8, 1)),
+      "at least 2 tokens");
   // A mode is one of the table's names, checked where the experiment is read.
   TXL_EXPECT_THROW_WITH(txl::config::parse_experiment_string("eval: {mode: beam}\n", "x.yaml"),
                         "memory | segments | sliding");
@@ -264,7 +266,8 @@ TEST(Evaluator, ExtLenEqualsSegmentsReadWithTheirPrecedingTokens) {
   }
   EXPECT_TRUE(txl::test::tensor_near(losses, torch::cat(direct), 1e-5, 1e-5));
   // The context matters (otherwise the comparison above proves little).
-  EXPECT_FALSE(txl::test::tensor_near(losses, losses_of(f.model, f.ids, options(Mode::kMemory, q, m, 1)), 1e-4, 1e-4));
+  EXPECT_FALSE(txl::test::tensor_near(
+      losses, losses_of(f.model, f.ids, options(Mode::kMemory, q, m, 1)), 1e-4, 1e-4));
 }
 
 // Without memory, segments of Q that also read the Q tokens before them are windows of 2Q
@@ -279,7 +282,8 @@ TEST(Evaluator, SegmentsWithExtLenQEqualSlidingWindowsOfTwoQ) {
     sliding.window = 16;
     sliding.stride = 8;
     EXPECT_TRUE(txl::test::tensor_near(losses_of(f.model, f.ids, segments),
-                                       losses_of(f.model, f.ids, sliding), 1e-5, 1e-5)) << attn;
+                                       losses_of(f.model, f.ids, sliding), 1e-5, 1e-5))
+        << attn;
   }
 }
 
@@ -344,10 +348,12 @@ TEST(Evaluator, ScoredPrefixProratesBytesToTheNearest) {
   EXPECT_EQ(prefix.ids.numel(), 65);
   EXPECT_EQ(prefix.n_bytes, 160);
   EXPECT_EQ(prefix.n_chars, 160);
-  EXPECT_TRUE(txl::test::tensor_equal(prefix.doc_starts, torch::tensor({0, 10, 63}, torch::kInt64)));
+  EXPECT_TRUE(
+      txl::test::tensor_equal(prefix.doc_starts, torch::tensor({0, 10, 63}, torch::kInt64)));
   split.n_bytes = 1001;  // x 64 / 399 = 160.56
   EXPECT_EQ(txl::eval::scored_prefix(split, 64).n_bytes, 161);
-  for (int64_t all : {0, 399, 1000}) EXPECT_EQ(txl::eval::scored_prefix(split, all).ids.numel(), 400);
+  for (int64_t all : {0, 399, 1000})
+    EXPECT_EQ(txl::eval::scored_prefix(split, all).ids.numel(), 400);
   // The evaluator's bits per byte divide by the prefix's bytes.
   auto f = make(AttnType::kXl, 400);
   auto o = options(Mode::kSegments, 16, 0, 3);
@@ -392,7 +398,8 @@ TEST(Evaluator, LossByPositionIsTheMeanOfEveryQthTokenLoss) {
     std::int64_t tokens = 0;
     double sum = 0.0;
     for (std::int64_t p = 0; p < 16; ++p) {
-      const auto every_qth = r.token_losses.slice(0, p, r.token_losses.size(0), 16).to(torch::kDouble);  // [~N / Q]
+      const auto every_qth =
+          r.token_losses.slice(0, p, r.token_losses.size(0), 16).to(torch::kDouble);  // [~N / Q]
       EXPECT_EQ(r.tokens_by_position[p], every_qth.numel()) << p;
       EXPECT_NEAR(r.loss_by_position[p], every_qth.mean().item<double>(), 1e-6) << p;
       tokens += r.tokens_by_position[p];

@@ -2,10 +2,10 @@
 // the checkpoint alone, and per-token losses come out as a NumPy file.
 #include "txl-eval/eval_program.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
@@ -21,9 +21,9 @@
 #include "txl/config/load.h"
 #include "txl/train/trainer.h"
 #include "txl/util/fs.h"
-#include "txl/util/process.h"
 #include "txl/util/log.h"
 #include "txl/util/plot.h"
+#include "txl/util/process.h"
 
 namespace {
 
@@ -55,7 +55,8 @@ TEST(EvalRun, TokenLossesAreANumpyFileInTextOrder) {
   const std::string npy = txl::fs::read_file(dir / "losses.npy");
   ASSERT_GT(npy.size(), 10u);
   EXPECT_EQ(npy.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
-  const size_t header_len = static_cast<unsigned char>(npy[8]) | (static_cast<unsigned char>(npy[9]) << 8);
+  const size_t header_len =
+      static_cast<unsigned char>(npy[8]) | (static_cast<unsigned char>(npy[9]) << 8);
   EXPECT_EQ((10 + header_len) % 64, 0u);
   const std::string header = npy.substr(10, header_len);
   EXPECT_NE(header.find("'descr': '<f4'"), std::string::npos) << header;
@@ -248,7 +249,8 @@ TEST(EvalRun, FlagsAreOverridesOfEvalKeys) {
   TXL_EXPECT_THROW_WITH(
       txl::config::parse_experiment_string("{}", "flags", eval_overrides({mode.flag, "beam"})),
       "eval.mode");
-  auto c = txl::config::parse_experiment_string("{}", "flags", eval_overrides({sweep.flag, "0,64"}));
+  auto c =
+      txl::config::parse_experiment_string("{}", "flags", eval_overrides({sweep.flag, "0,64"}));
   EXPECT_EQ(c.eval.sweep_mem_lens, std::vector<int>({0, 64}));
 }
 
@@ -270,7 +272,8 @@ ToolResult txl_eval(std::vector<std::string> args) {
 }
 
 // The last checkpoint of the tiny experiment `name` trained for `steps` steps in `dir`.
-std::string trained_tiny(const txl::test::TempDir& dir, const std::string& name = "tiny", int steps = 3) {
+std::string trained_tiny(const txl::test::TempDir& dir, const std::string& name = "tiny",
+                         int steps = 3) {
   auto config = txl::test::tiny_experiment(dir.path(), name);
   config.train.max_steps = steps;
   txl::train::train(config, txl::test::quiet_run());
@@ -285,9 +288,9 @@ TEST(EvalTool, FlagsAndSetAreOneGrammar) {
   const std::string ckpt = trained_tiny(dir);
   const auto flags = txl_eval({ckpt, "--split", "valid", "--json", "--mode", "sliding", "--stride",
                                "4", "--max-tokens", "64", "--threads", "1"});
-  const auto sets = txl_eval({ckpt, "--split", "valid", "--json", "--set", "eval.mode=sliding",
-                              "--set", "eval.stride=4", "--set", "eval.max_tokens=64", "--set",
-                              "run.threads=1"});
+  const auto sets =
+      txl_eval({ckpt, "--split", "valid", "--json", "--set", "eval.mode=sliding", "--set",
+                "eval.stride=4", "--set", "eval.max_tokens=64", "--set", "run.threads=1"});
   ASSERT_EQ(flags.status, 0) << flags.output;
   ASSERT_EQ(sets.status, 0) << sets.output;
   const auto a = nlohmann::json::parse(flags.out), b = nlohmann::json::parse(sets.out);
@@ -297,7 +300,8 @@ TEST(EvalTool, FlagsAndSetAreOneGrammar) {
   for (const char* key : {"mode", "tgt_len", "mem_len", "window", "stride", "tokens", "loss"})
     EXPECT_EQ(a[key], b[key]) << key;
 
-  const auto dump = txl_eval({ckpt, "--mem-len", "5", "--set", "data.path=/corpus", "--dump-config"});
+  const auto dump =
+      txl_eval({ckpt, "--mem-len", "5", "--set", "data.path=/corpus", "--dump-config"});
   ASSERT_EQ(dump.status, 0) << dump.output;
   auto expected = txl::models::load_model(ckpt).config;
   expected.eval.mem_len = 5;
@@ -331,7 +335,8 @@ TEST(EvalTool, ByPositionGivesTheLossAtEachPositionOfTheSegment) {
   txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
   txl::test::TempDir dir;
   const std::string ckpt = trained_tiny(dir);
-  const auto json = txl_eval({ckpt, "--split", "valid", "--json", "--by-position", "--threads", "1"});
+  const auto json =
+      txl_eval({ckpt, "--split", "valid", "--json", "--by-position", "--threads", "1"});
   ASSERT_EQ(json.status, 0) << json.output;
   const auto r = nlohmann::json::parse(json.out);
   const auto losses = r.at("loss_by_position").get<std::vector<double>>();
@@ -348,7 +353,8 @@ TEST(EvalTool, ByPositionGivesTheLossAtEachPositionOfTheSegment) {
   EXPECT_NEAR(sum / static_cast<double>(count), r.at("loss").get<double>(), 1e-6);
   const auto table = txl_eval({ckpt, "--split", "valid", "--by-position", "--threads", "1"});
   ASSERT_EQ(table.status, 0) << table.output;
-  EXPECT_NE(table.out.find("loss by position in the segment (0..15)"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("loss by position in the segment (0..15)"), std::string::npos)
+      << table.out;
   const auto sliding = txl_eval({ckpt, "--split", "valid", "--by-position", "--mode", "sliding"});
   EXPECT_EQ(sliding.status, 1);
   EXPECT_NE(sliding.output.find("not sliding windows"), std::string::npos) << sliding.output;
@@ -377,16 +383,20 @@ TEST(EvalTool, CompareGivesTheRatioOfTwoCheckpointsWithItsInterval) {
   ASSERT_EQ(records.size(), 3u) << r.out;
   const auto& c = records[2].at("compare");
   const double ratio = c.at("ratio").get<double>();
-  EXPECT_NEAR(ratio, std::exp(records[0].at("loss").get<double>() - records[1].at("loss").get<double>()), 1e-9);
+  EXPECT_NEAR(ratio,
+              std::exp(records[0].at("loss").get<double>() - records[1].at("loss").get<double>()),
+              1e-9);
   EXPECT_EQ(records[0].at("tokens"), records[1].at("tokens"));
   EXPECT_LE(c.at("low").get<double>(), ratio);
   EXPECT_GE(c.at("high").get<double>(), ratio);
   EXPECT_EQ(c.at("block"), 64);
   const auto self = txl_eval({ca, "--compare", ca, "--split", "valid", "--threads", "1"});
   ASSERT_EQ(self.status, 0) << self.output;
-  EXPECT_NE(self.out.find("= 1.0000, 95% interval [1.0000, 1.0000]"), std::string::npos) << self.out;
+  EXPECT_NE(self.out.find("= 1.0000, 95% interval [1.0000, 1.0000]"), std::string::npos)
+      << self.out;
   EXPECT_NE(self.out.find("not significant"), std::string::npos) << self.out;
-  const auto refused = txl_eval({ca, "--compare", (dir / "runs/other/checkpoint_last.safetensors").string()});
+  const auto refused =
+      txl_eval({ca, "--compare", (dir / "runs/other/checkpoint_last.safetensors").string()});
   EXPECT_EQ(refused.status, 1);
   EXPECT_NE(refused.output.find("has another tokenizer"), std::string::npos) << refused.output;
 }

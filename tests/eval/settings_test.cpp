@@ -56,7 +56,8 @@ TEST(Settings, WarmUpWithExtLenInMemoryModeIsAnError) {
   auto c = txl::test::tiny_experiment(dir.path());
   c.model.ext_len = 4;
   c.eval.warmup = 32;
-  TXL_EXPECT_THROW_WITH(txl::eval::resolve_settings(c), "eval.warmup = 32 is not supported with model.ext_len = 4");
+  TXL_EXPECT_THROW_WITH(txl::eval::resolve_settings(c),
+                        "eval.warmup = 32 is not supported with model.ext_len = 4");
   c.eval.mode = txl::config::EvalMode::kSegments;  // no memory to warm up
   EXPECT_EQ(txl::eval::resolve_settings(c).warmup, 32);
 }
@@ -140,7 +141,7 @@ TEST(Settings, StreamOptionsFromTheExperimentConfig) {
   EXPECT_EQ(eval.batch_size, 5);
   EXPECT_EQ(eval.tgt_len, 64);  // eval.tgt_len = 0 means model.tgt_len
   EXPECT_EQ(eval.ext_len, 3);
-  EXPECT_EQ(eval.warmup, 0);    // nothing to warm up without memory
+  EXPECT_EQ(eval.warmup, 0);  // nothing to warm up without memory
   auto sliding = txl::eval::sliding_stream_options(txl::eval::resolve_settings(experiment));
   EXPECT_EQ(sliding.window, 64);  // eval.window = 0 means the evaluation tgt_len
   EXPECT_EQ(sliding.stride, 4);
@@ -160,13 +161,16 @@ TEST(Settings, ShapeNamesOnlyTheLengthsTheModeUses) {
   s.window = 48;
   s.stride = 2;
   auto shape = txl::eval::shape_of(s);
-  EXPECT_EQ(std::vector<int>({shape.tgt_len, shape.mem_len, shape.window, shape.stride}), std::vector<int>({32, 64, 0, 0}));
+  EXPECT_EQ(std::vector<int>({shape.tgt_len, shape.mem_len, shape.window, shape.stride}),
+            std::vector<int>({32, 64, 0, 0}));
   s.mode = Mode::kSliding;
   shape = txl::eval::shape_of(s);
-  EXPECT_EQ(std::vector<int>({shape.tgt_len, shape.mem_len, shape.window, shape.stride}), std::vector<int>({32, 0, 48, 2}));
+  EXPECT_EQ(std::vector<int>({shape.tgt_len, shape.mem_len, shape.window, shape.stride}),
+            std::vector<int>({32, 0, 48, 2}));
   s.mode = Mode::kSegments;
   shape = txl::eval::shape_of(s);
-  EXPECT_EQ(std::vector<int>({shape.tgt_len, shape.mem_len, shape.window, shape.stride}), std::vector<int>({32, 0, 0, 0}));
+  EXPECT_EQ(std::vector<int>({shape.tgt_len, shape.mem_len, shape.window, shape.stride}),
+            std::vector<int>({32, 0, 0, 0}));
 }
 
 }  // namespace

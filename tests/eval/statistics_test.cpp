@@ -9,8 +9,8 @@
 namespace {
 
 using txl::eval::paired_bootstrap_ppl_ratio;
-using txl::eval::relative_effective_context;
 using txl::eval::ReclOptions;
+using txl::eval::relative_effective_context;
 
 const std::vector<std::int64_t> kGrid = {64, 128, 192, 256};
 
@@ -19,8 +19,9 @@ torch::Tensor table(const std::vector<std::vector<std::vector<double>>>& rows) {
   std::vector<torch::Tensor> models;
   for (const auto& model : rows) {
     std::vector<torch::Tensor> contexts;
-    for (const auto& losses : model) contexts.push_back(torch::tensor(losses, torch::kDouble));  // [T]
-    models.push_back(torch::stack(contexts));  // [C, T]
+    for (const auto& losses : model)
+      contexts.push_back(torch::tensor(losses, torch::kDouble));  // [T]
+    models.push_back(torch::stack(contexts));                     // [C, T]
   }
   return torch::stack(models);  // [I, C, T]
 }
@@ -43,20 +44,27 @@ TEST(Recl, StopsWhereTheGainEnds) {
   const auto r = relative_effective_context(table({flat({4.0, 3.9, 3.8, 3.8}, 10)}), kGrid);
   EXPECT_EQ(r.recl[0], (std::vector<std::int64_t>{192, 192, 192}));
   EXPECT_EQ(r.ratios, (std::vector<double>{0.1, 0.5, 1.0}));
-  EXPECT_EQ(relative_effective_context(table({flat({4.0, 3.9, 3.8, 3.7}, 10)}), kGrid).recl[0][2], 256)
+  EXPECT_EQ(relative_effective_context(table({flat({4.0, 3.9, 3.8, 3.7}, 10)}), kGrid).recl[0][2],
+            256)
       << "a gain at every step ends at the grid's last point";
 }
 
 // A gain of 1.01% extends c, one of 0.99% does not (g = 1 - exp(-delta)).
 TEST(Recl, TheOnePercentThreshold) {
   const double above = -std::log(1.0 - 0.0101), below = -std::log(1.0 - 0.0099);
-  EXPECT_EQ(relative_effective_context(table({flat({3.0, 3.0 - above, 3.0 - above - below, 2.0}, 5)}), kGrid)
+  EXPECT_EQ(relative_effective_context(
+                table({flat({3.0, 3.0 - above, 3.0 - above - below, 2.0}, 5)}), kGrid)
                 .recl[0][0],
             128);
-  EXPECT_EQ(relative_effective_context(table({flat({3.0, 3.0 - below, 2.0, 1.0}, 5)}), kGrid).recl[0][0], 64);
+  EXPECT_EQ(
+      relative_effective_context(table({flat({3.0, 3.0 - below, 2.0, 1.0}, 5)}), kGrid).recl[0][0],
+      64);
   ReclOptions strict = ratios({1.0});
   strict.threshold = 0.02;
-  EXPECT_EQ(relative_effective_context(table({flat({3.0, 3.0 - above, 2.0, 2.0}, 5)}), kGrid, strict).recl[0][0], 64);
+  EXPECT_EQ(
+      relative_effective_context(table({flat({3.0, 3.0 - above, 2.0, 2.0}, 5)}), kGrid, strict)
+          .recl[0][0],
+      64);
 }
 
 // 10 hard tokens (loss 6) gain nothing from context, 90 easy ones (loss 1) gain to 192 tokens:
@@ -65,7 +73,8 @@ TEST(Recl, TheRatioChoosesTheHardestTokens) {
   std::vector<std::vector<double>> model;
   for (double easy : {1.0, 0.8, 0.6, 0.6}) {
     std::vector<double> losses(100, easy);
-    for (int t = 0; t < 100; t += 10) losses[static_cast<size_t>(t)] = 6.0;  // spread through the text
+    for (int t = 0; t < 100; t += 10)
+      losses[static_cast<size_t>(t)] = 6.0;  // spread through the text
     model.push_back(losses);
   }
   const auto r = relative_effective_context(table({model}), kGrid);
@@ -91,8 +100,10 @@ TEST(Recl, Ties) {
   const auto r = relative_effective_context(table({m, m}), kGrid);
   EXPECT_EQ(r.recl[0], r.recl[1]);
   EXPECT_EQ(r.recl[0], (std::vector<std::int64_t>{192, 192, 192}));
-  const std::vector<std::vector<double>> early = {{3, 3, 3, 3}, {2, 2, 3, 3}, {2, 2, 3, 3}, {2, 2, 3, 3}};
-  const std::vector<std::vector<double>> late = {{3, 3, 3, 3}, {3, 3, 2, 2}, {3, 3, 2, 2}, {3, 3, 2, 2}};
+  const std::vector<std::vector<double>> early = {
+      {3, 3, 3, 3}, {2, 2, 3, 3}, {2, 2, 3, 3}, {2, 2, 3, 3}};
+  const std::vector<std::vector<double>> late = {
+      {3, 3, 3, 3}, {3, 3, 2, 2}, {3, 3, 2, 2}, {3, 3, 2, 2}};
   EXPECT_EQ(relative_effective_context(table({early}), kGrid, ratios({0.5})).recl[0][0], 128);
   EXPECT_EQ(relative_effective_context(table({late}), kGrid, ratios({0.5})).recl[0][0], 64);
 }
@@ -105,7 +116,8 @@ TEST(Recl, RejectsABadTableGridOrRatio) {
   auto nan = t.clone();
   nan[0][1][2] = NAN;
   TXL_EXPECT_THROW_WITH(relative_effective_context(nan, kGrid), "not finite");
-  TXL_EXPECT_THROW_WITH(relative_effective_context(torch::zeros({4, 4}), kGrid), "[models, contexts, tokens]");
+  TXL_EXPECT_THROW_WITH(relative_effective_context(torch::zeros({4, 4}), kGrid),
+                        "[models, contexts, tokens]");
 }
 
 // --- paired bootstrap ---------------------------------------------------------------------
@@ -133,12 +145,14 @@ TEST(PairedBootstrap, NoRealDifferenceIsRarelySignificantAndMoreTokensNarrowTheI
   int holds_one = 0;
   for (int seed = 0; seed < 20; ++seed) {
     torch::manual_seed(100 + seed);
-    const auto a = torch::rand({6400}, torch::kDouble) * 4, b = torch::rand({6400}, torch::kDouble) * 4;
+    const auto a = torch::rand({6400}, torch::kDouble) * 4,
+               b = torch::rand({6400}, torch::kDouble) * 4;
     holds_one += paired_bootstrap_ppl_ratio(a, b, 64, 1000, seed).significant() ? 0 : 1;
   }
   EXPECT_GE(holds_one, 18);
   torch::manual_seed(7);
-  const auto a = torch::rand({25600}, torch::kDouble) * 4, b = torch::rand({25600}, torch::kDouble) * 4;
+  const auto a = torch::rand({25600}, torch::kDouble) * 4,
+             b = torch::rand({25600}, torch::kDouble) * 4;
   const auto quarter = paired_bootstrap_ppl_ratio(a.narrow(0, 0, 6400), b.narrow(0, 0, 6400));
   const auto whole = paired_bootstrap_ppl_ratio(a, b);
   const double narrowing = (whole.high - whole.low) / (quarter.high - quarter.low);
@@ -151,8 +165,8 @@ TEST(PairedBootstrap, NoRealDifferenceIsRarelySignificantAndMoreTokensNarrowTheI
 TEST(PairedBootstrap, BlocksWidenTheIntervalForCorrelatedTokens) {
   torch::manual_seed(3);
   const auto signs = torch::randint(0, 2, {100, 1}, torch::kDouble) * 2 - 1;  // [100, 1]
-  const auto d = (signs * 0.05).expand({100, 64}).reshape({6400});             // [6400]
-  const auto b = torch::rand({6400}, torch::kDouble) * 4;                      // [6400]
+  const auto d = (signs * 0.05).expand({100, 64}).reshape({6400});            // [6400]
+  const auto b = torch::rand({6400}, torch::kDouble) * 4;                     // [6400]
   const auto blocks = paired_bootstrap_ppl_ratio(b + d, b, 64);
   const auto tokens = paired_bootstrap_ppl_ratio(b + d, b, 1);
   EXPECT_DOUBLE_EQ(blocks.ratio, tokens.ratio);
@@ -162,7 +176,8 @@ TEST(PairedBootstrap, BlocksWidenTheIntervalForCorrelatedTokens) {
 TEST(PairedBootstrap, IsDeterministicForASeedAndRejectsBadInput) {
   torch::manual_seed(5);
   const auto a = torch::rand({500}, torch::kDouble), b = torch::rand({500}, torch::kDouble);
-  const auto x = paired_bootstrap_ppl_ratio(a, b, 32, 200, 9), y = paired_bootstrap_ppl_ratio(a, b, 32, 200, 9);
+  const auto x = paired_bootstrap_ppl_ratio(a, b, 32, 200, 9),
+             y = paired_bootstrap_ppl_ratio(a, b, 32, 200, 9);
   EXPECT_EQ(x.low, y.low);
   EXPECT_EQ(x.high, y.high);
   EXPECT_NE(paired_bootstrap_ppl_ratio(a, b, 32, 200, 10).low, x.low);
@@ -186,13 +201,13 @@ TEST(LossByDocumentPosition, GroupsPositionsInPowersOfTwo) {
   std::vector<std::int64_t> counts;
   const auto three = txl::eval::loss_by_document_position(losses, starts, 3, &counts);
   EXPECT_EQ(counts, (std::vector<std::int64_t>{1, 4, 3}));
-  EXPECT_DOUBLE_EQ(three[0], 50.0);                          // position 0: offset 5
-  EXPECT_DOUBLE_EQ(three[1], (10.0 + 20 + 60 + 70) / 4);     // positions 1-2
-  EXPECT_DOUBLE_EQ(three[2], (30.0 + 40 + 80) / 3);          // positions 3-6
+  EXPECT_DOUBLE_EQ(three[0], 50.0);                       // position 0: offset 5
+  EXPECT_DOUBLE_EQ(three[1], (10.0 + 20 + 60 + 70) / 4);  // positions 1-2
+  EXPECT_DOUBLE_EQ(three[2], (30.0 + 40 + 80) / 3);       // positions 3-6
   const auto two = txl::eval::loss_by_document_position(losses, starts, 2, &counts);
-  EXPECT_EQ(counts, (std::vector<std::int64_t>{1, 7}));      // the last bucket is open
+  EXPECT_EQ(counts, (std::vector<std::int64_t>{1, 7}));  // the last bucket is open
   const auto many = txl::eval::loss_by_document_position(losses, starts, 6, &counts);
-  EXPECT_TRUE(std::isnan(many[5]));                          // no target that far in
+  EXPECT_TRUE(std::isnan(many[5]));  // no target that far in
   EXPECT_EQ(counts[5], 0);
   TXL_EXPECT_THROW_WITH(txl::eval::loss_by_document_position(losses, starts, 0), "buckets");
 }

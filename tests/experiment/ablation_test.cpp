@@ -13,12 +13,12 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
-#include <tuple>
 #include <limits>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
+#include <tuple>
 
 #include "support/process_as_program.h"
 #include "support/test_support.h"
@@ -227,7 +227,8 @@ TEST_F(Ablation, RerunSkipsFinishedWorkAndRedoesOnlyWhatChanged) {
   ASSERT_EQ(third.status, AblationStatus::kCompleted);
   EXPECT_EQ(read(run_dir(a, "vanilla") / "metrics.jsonl"), metrics["vanilla"]);
   EXPECT_EQ(read(run_dir(a, "vanilla") / "checkpoint_last.safetensors"), checkpoints["vanilla"]);
-  EXPECT_EQ(read(run_dir(a, "rel_no_memory") / "checkpoint_last.safetensors"), checkpoints["rel_no_memory"]);
+  EXPECT_EQ(read(run_dir(a, "rel_no_memory") / "checkpoint_last.safetensors"),
+            checkpoints["rel_no_memory"]);
   EXPECT_NE(read(run_dir(a, "xl") / "metrics.jsonl"), metrics["xl"]);
   for (size_t i = 0; i < third.records.size(); ++i) {
     const auto& r = third.records[i];
@@ -386,18 +387,17 @@ TEST_F(Ablation, SeedsAndSweepGiveIntervalsSweepsAndRecl) {
   const auto mean = [&](const std::string& v) {
     return (headline_loss[v][0] + headline_loss[v][1]) / 2;
   };
-  EXPECT_NEAR(pair["ratio"].get<double>(), std::exp(mean("vanilla") - mean("rel_no_memory")),
-              1e-5);
+  EXPECT_NEAR(pair["ratio"].get<double>(), std::exp(mean("vanilla") - mean("rel_no_memory")), 1e-5);
   EXPECT_LE(pair["low"].get<double>(), pair["ratio"].get<double>());
   EXPECT_GE(pair["high"].get<double>(), pair["ratio"].get<double>());
   EXPECT_EQ(analysis["sweeps"].size(), 3u);
   EXPECT_EQ(analysis["recl"]["variants"].size(), 3u);
   EXPECT_EQ(analysis["recl"]["contexts"], nlohmann::json({4, 8, 16}));
   const std::string md = read(stdfs::path(a.output_dir) / "report.md");
-  for (const char* section : {"## Significance (test)", "## Context sweep (test)",
-                              "## Relative effective context length (test)", " ± ",
-                              "blocks of 64 contiguous tokens", "2 seeds (1, 2)",
-                              "## Loss by position in the document (test)"}) {
+  for (const char* section :
+       {"## Significance (test)", "## Context sweep (test)",
+        "## Relative effective context length (test)", " ± ", "blocks of 64 contiguous tokens",
+        "2 seeds (1, 2)", "## Loss by position in the document (test)"}) {
     EXPECT_NE(md.find(section), std::string::npos) << section << "\n" << md;
   }
   EXPECT_TRUE(stdfs::exists(stdfs::path(a.output_dir) / "results_summary.csv"));
@@ -439,8 +439,8 @@ TEST_F(Ablation, AFailedJobIsReportedAndTheOthersFinish) {
 std::map<std::string, std::string> training_files(const txl::config::AblationConfig& a) {
   std::map<std::string, std::string> out;
   for (const auto& [name, cfg] : a.variants) {
-    for (const char* file : {"checkpoint_last.safetensors", "checkpoint_best.safetensors",
-                             "metrics.jsonl"}) {
+    for (const char* file :
+         {"checkpoint_last.safetensors", "checkpoint_best.safetensors", "metrics.jsonl"}) {
       const auto path = stdfs::path(cfg.run.output_dir) / file;
       if (stdfs::exists(path)) out[name + "/" + file] = read(path);
     }
@@ -508,7 +508,8 @@ TEST_F(Ablation, ARerunWithAKeyThatCannotChangeTheRunTrainsNothing) {
   moved.output_dir = (dir / "moved" / "tiny").string();
   stdfs::create_directories(dir / "moved");
   stdfs::rename(a.output_dir, moved.output_dir);
-  for (auto& [name, cfg] : moved.variants) cfg.run.output_dir = (dir / "moved" / "tiny" / name).string();
+  for (auto& [name, cfg] : moved.variants)
+    cfg.run.output_dir = (dir / "moved" / "tiny" / name).string();
   const auto there = txl::experiment::run_ablation(moved, quiet_options());
   ASSERT_EQ(there.status, AblationStatus::kCompleted);
   EXPECT_EQ(training_files(moved), files);
@@ -519,7 +520,8 @@ TEST_F(Ablation, ARerunWithAKeyThatCannotChangeTheRunTrainsNothing) {
   txl::experiment::run_ablation(moved, quiet_options());
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("variant xl changed since it was trained (train.lr: 0.001 -> 0.002)"),
-            std::string::npos) << err;
+            std::string::npos)
+      << err;
 }
 
 // Issue 32: eval_results.json and token_losses.safetensors were trusted unchecked: an edited ppl
@@ -556,34 +558,44 @@ TEST_F(Ablation, EditedOrDamagedCachedEvaluationsAreFoundAndRunAgain) {
   auto signed_for = [&](const txl::safetensors::File& f) {
     auto j = json();
     for (size_t i = 0; i < j["keys"].size(); ++i)
-      if (j["keys"][i] == f.tensors[0].first) j["token_losses_sha256"][i] = losses_sha256(f.tensors[0].second);
+      if (j["keys"][i] == f.tensors[0].first)
+        j["token_losses_sha256"][i] = losses_sha256(f.tensors[0].second);
     write_signed(json_file, j);
   };
-  const std::vector<std::tuple<std::string, std::function<void()>, std::string, std::string>> cases = {
-      {"an edited ppl", [&] {
-         auto j = json();
-         j["records"][0]["ppl"] = 1.5;
-         txl::fs::write_atomic(json_file, j.dump(2));
-       }, json_file, "fails its checksum"},
-      {"an edited ppl, signed", [&] {
-         auto j = json();
-         j["records"][0]["ppl"] = 1.5;
-         write_signed(json_file, j);
-       }, json_file, "is not exp(loss"},
-      {"halved losses", [&] { write_losses(halve()); }, losses_file, "fail their checksum"},
-      {"halved losses, signed", [&] {
-         const auto f = halve();
-         write_losses(f);
-         signed_for(f);
-       }, losses_file, "is not the record's loss"},
-      {"a NaN loss, signed", [&] {
-         const auto f = with_nan();
-         write_losses(f);
-         signed_for(f);
-       }, losses_file, "a loss that is not finite"},
-      {"a cut file", [&] { txl::fs::write_atomic(losses_file, losses_bytes.substr(0, 100)); },
-       losses_file, losses_file},
-  };
+  const std::vector<std::tuple<std::string, std::function<void()>, std::string, std::string>>
+      cases = {
+          {"an edited ppl",
+           [&] {
+             auto j = json();
+             j["records"][0]["ppl"] = 1.5;
+             txl::fs::write_atomic(json_file, j.dump(2));
+           },
+           json_file, "fails its checksum"},
+          {"an edited ppl, signed",
+           [&] {
+             auto j = json();
+             j["records"][0]["ppl"] = 1.5;
+             write_signed(json_file, j);
+           },
+           json_file, "is not exp(loss"},
+          {"halved losses", [&] { write_losses(halve()); }, losses_file, "fail their checksum"},
+          {"halved losses, signed",
+           [&] {
+             const auto f = halve();
+             write_losses(f);
+             signed_for(f);
+           },
+           losses_file, "is not the record's loss"},
+          {"a NaN loss, signed",
+           [&] {
+             const auto f = with_nan();
+             write_losses(f);
+             signed_for(f);
+           },
+           losses_file, "a loss that is not finite"},
+          {"a cut file", [&] { txl::fs::write_atomic(losses_file, losses_bytes.substr(0, 100)); },
+           losses_file, losses_file},
+      };
   for (const auto& [what, damage, file, reason] : cases) {
     SCOPED_TRACE(what);
     damage();
@@ -609,8 +621,7 @@ TEST_F(Ablation, ADamagedDoneJsonIsRebuiltFromTheCheckpoint) {
   const auto first = txl::experiment::run_ablation(a, quiet_options());
   ASSERT_EQ(first.status, AblationStatus::kCompleted);
   const auto done = run_dir(a, "xl") / "done.json";
-  for (const std::string damaged : {read(done).substr(0, 40), std::string("{}"),
-                                    [&] {
+  for (const std::string damaged : {read(done).substr(0, 40), std::string("{}"), [&] {
                                       auto j = nlohmann::ordered_json::parse(read(done));
                                       j["params"] = 0;  // checksum left as it was
                                       return j.dump(2);
@@ -801,7 +812,8 @@ TEST(TxlAblate, ARerunWithASafeKeyOrFromAMovedFolderTrainsNothing) {
   ASSERT_TRUE(WIFEXITED(first.status) && WEXITSTATUS(first.status) == 0) << first.err;
   const auto files = finished_files(dir / "runs" / "cli");
   const auto results = results_without_timing(dir / "runs" / "cli" / "results.json");
-  Child again = run_ablate(yaml + " --no-plots --quiet --no-sweep --jobs 1 --set run.log_interval=20");
+  Child again =
+      run_ablate(yaml + " --no-plots --quiet --no-sweep --jobs 1 --set run.log_interval=20");
   ASSERT_TRUE(WIFEXITED(again.status) && WEXITSTATUS(again.status) == 0) << again.err;
   EXPECT_EQ(again.err.find("training it again"), std::string::npos) << again.err;
   EXPECT_EQ(finished_files(dir / "runs" / "cli"), files);
@@ -838,12 +850,13 @@ TEST(TxlAblate, JobLogsKeepEveryRunAndWarningsReachTheParent) {
   txl::fs::write_atomic(xl / "eval_results.json", cache);
   Child again = run_ablate(yaml + " --no-plots --quiet --no-sweep --jobs 2");
   ASSERT_TRUE(WIFEXITED(again.status) && WEXITSTATUS(again.status) == 0) << again.err;
-  EXPECT_NE(again.err.find("[ablate] job xl: [ablate] warning: " + (xl / "eval_results.json").string() +
-                           " fails its checksum"),
+  EXPECT_NE(again.err.find("[ablate] job xl: [ablate] warning: " +
+                           (xl / "eval_results.json").string() + " fails its checksum"),
             std::string::npos)
       << again.err;
   EXPECT_NE(again.err.find("job vanilla: trained and evaluated earlier; nothing to do"),
-            std::string::npos) << again.err;
+            std::string::npos)
+      << again.err;
   EXPECT_EQ(read(dir / "runs" / "cli" / "vanilla" / "job.log"), vanilla_log);
   const std::string both = read(xl / "job.log");
   EXPECT_EQ(both.rfind(xl_log, 0), 0u) << "the first run's log is gone:\n" << both;
@@ -858,17 +871,18 @@ TEST(TxlAblate, SlurmSubmitsAnArrayAndTheReportAfterIt) {
   const auto yaml = write_yaml(dir, 4);
   const stdfs::path bin = dir / "fake_bin";
   stdfs::create_directories(bin);
-  txl::test::write_text(bin / "sbatch",
-                        "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done >> " +
-                            (dir / "calls").string() + "\necho ---- >> " +
-                            (dir / "calls").string() + "\necho 4242\n");
+  txl::test::write_text(
+      bin / "sbatch", "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done >> " +
+                          (dir / "calls").string() + "\necho ---- >> " + (dir / "calls").string() +
+                          "\necho 4242\n");
   stdfs::permissions(bin / "sbatch", stdfs::perms::owner_all);
   Child c = run_ablate(yaml + " --slurm --sbatch=--time=5 --no-sweep",
                        "PATH=" + bin.string() + ":\"$PATH\"");
   ASSERT_TRUE(WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) << c.err;
   const std::string calls = read(dir / "calls");
   EXPECT_NE(calls.find("--parsable\n--time=5\n" + (dir / "runs/cli/slurm/jobs.sh").string()),
-            std::string::npos) << calls;
+            std::string::npos)
+      << calls;
   EXPECT_NE(calls.find("--dependency=afterany:4242\n--time=5\n"), std::string::npos) << calls;
   const std::string script = read(dir / "runs/cli/slurm/jobs.sh");
   EXPECT_NE(script.find("#SBATCH --array=0-1"), std::string::npos) << script;

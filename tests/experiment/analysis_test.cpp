@@ -31,7 +31,7 @@ ResultRecord record(const std::string& variant, std::int64_t seed, const torch::
   r.train_tgt_len = 8;
   r.train_mem_len = attn == AttnType::kXl ? 8 : 0;
   r.sweep = sweep;
-  r.token_losses = losses.to(torch::kFloat);                 // float [T]
+  r.token_losses = losses.to(torch::kFloat);  // float [T]
   r.tokens = losses.size(0);
   r.loss = losses.to(torch::kDouble).mean().item<double>();
   r.ppl = std::exp(r.loss);
@@ -56,9 +56,10 @@ TEST(MeanStd, IsTheSampleStatisticOfTheFiniteValues) {
 
 TEST(SummarizeSeeds, GroupsTheSeedsOfOneEvaluationApart) {
   const auto t = noisy(2.0, 50, 1);
-  std::vector<ResultRecord> records = {record("xl", 1, t), record("xl", 2, t + 0.2),
-                                       record("xl", 1, t, AttnType::kXl, EvalMode::kMemory, 16),
-                                       record("xl", 1, t, AttnType::kXl, EvalMode::kMemory, 8, true)};
+  std::vector<ResultRecord> records = {
+      record("xl", 1, t), record("xl", 2, t + 0.2),
+      record("xl", 1, t, AttnType::kXl, EvalMode::kMemory, 16),
+      record("xl", 1, t, AttnType::kXl, EvalMode::kMemory, 8, true)};
   const auto s = txl::experiment::summarize_seeds(records);
   ASSERT_EQ(s.size(), 3u);  // M=8 over two seeds, M=16, the sweep point
   EXPECT_EQ(s[0].seeds, (std::vector<std::int64_t>{1, 2}));
@@ -88,8 +89,8 @@ TEST(ComparePairs, RatioOfSeedAveragedLossesWithItsInterval) {
   EXPECT_EQ(pairs[0].a, "vanilla");
   EXPECT_EQ(pairs[0].b, "xl");
   EXPECT_EQ(pairs[0].seeds_a, 2);
-  const double expected = std::exp((records[0].loss + records[1].loss) / 2 -
-                                   (records[3].loss + records[4].loss) / 2);
+  const double expected =
+      std::exp((records[0].loss + records[1].loss) / 2 - (records[3].loss + records[4].loss) / 2);
   EXPECT_NEAR(pairs[0].interval.ratio, expected, 1e-6);
   EXPECT_NEAR(pairs[0].interval.ratio, std::exp(0.3), 1e-5);  // a constant gap: every resample
   EXPECT_TRUE(pairs[0].interval.significant());
@@ -118,7 +119,7 @@ ResultRecord at(const std::string& variant, std::int64_t c, double loss, std::in
 
 TEST(ContextSweeps, TableSixFiguresFromTheGrid) {
   // xl trained with Q 8 + M 8 = 16: init at c = 16; best 2.0 first reached at c = 24.
-  std::vector<ResultRecord> records = {at("xl", 8, 3.0),  at("xl", 16, 2.5), at("xl", 24, 2.0),
+  std::vector<ResultRecord> records = {at("xl", 8, 3.0), at("xl", 16, 2.5), at("xl", 24, 2.0),
                                        at("xl", 32, 2.0), at("xl", 16, 2.7, 2)};
   // vanilla (Q 8): init at c = 8, best there, worse beyond its training length.
   for (auto [c, l] : std::vector<std::pair<int, double>>{{8, 2.8}, {16, 3.5}, {24, 4.0}})
@@ -144,7 +145,8 @@ TEST(ContextSweeps, TableSixFiguresFromTheGrid) {
 // the shared grid: xl keeps gaining up to c = 24, vanilla (absolute positions, Q 8) stays at 8.
 TEST(GroupRecl, IsReclOfTheSeedAveragedLossesOnTheSharedGrid) {
   std::vector<ResultRecord> records;
-  for (auto [c, l] : std::vector<std::pair<int, double>>{{8, 3.0}, {16, 2.5}, {24, 2.0}, {32, 2.0}}) {
+  for (auto [c, l] :
+       std::vector<std::pair<int, double>>{{8, 3.0}, {16, 2.5}, {24, 2.0}, {32, 2.0}}) {
     records.push_back(at("xl", c, l - 0.1, 1));
     records.push_back(at("xl", c, l + 0.1, 2));  // mean l
     // Past its training length (Q 8) vanilla's windows run on positions it never saw; their
@@ -171,8 +173,11 @@ TEST(GroupRecl, IsReclOfTheSeedAveragedLossesOnTheSharedGrid) {
 
 TEST(Analysis, JsonAndCsvHoldEveryFigure) {
   std::vector<ResultRecord> records = {record("a", 1, noisy(2.0, 128, 6)),
-                                       record("b", 1, noisy(2.2, 128, 7)), at("a", 8, 2.0),
-                                       at("a", 16, 1.5), at("b", 8, 2.0), at("b", 16, 2.0)};
+                                       record("b", 1, noisy(2.2, 128, 7)),
+                                       at("a", 8, 2.0),
+                                       at("a", 16, 1.5),
+                                       at("b", 8, 2.0),
+                                       at("b", 16, 2.0)};
   const auto a = txl::experiment::analyse(records, "test");
   const auto j = nlohmann::json::parse(txl::experiment::analysis_json(a));
   EXPECT_EQ(j["pairs"].size(), 1u);

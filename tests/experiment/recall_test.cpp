@@ -39,7 +39,7 @@ TEST(SyntheticRecall, XlsReclCoversTheRecallAndVanillasStaysWithinItsSegment) {
   const std::int64_t segment = a.base.model.tgt_len;
   for (size_t k = 0; k < table.recl.ratios.size(); ++k) {
     SCOPED_TRACE("r = " + std::to_string(table.recl.ratios[k]));
-    EXPECT_LE(table.recl.recl[0][k], segment);         // vanilla
+    EXPECT_LE(table.recl.recl[0][k], segment);          // vanilla
     EXPECT_GE(table.recl.recl[1][k], kRecallDistance);  // xl
   }
 }

@@ -53,16 +53,16 @@ std::vector<ResultRecord> sample_records() {
   std::vector<ResultRecord> records;
   for (const std::string split : {"valid", "test"}) {
     double shift = split == "test" ? 1.0 : 0.0;
-    records.push_back(make("vanilla", AttnType::kVanilla, EvalMode::kSegments,
-                           split, 0, 0, 60.0 + shift, 0.5));
-    records.push_back(make("vanilla", AttnType::kVanilla, EvalMode::kSliding,
-                           split, 0, 128, 48.0 + shift, 20.0));
-    records.push_back(make("xl", AttnType::kXl, EvalMode::kMemory,
-                           split, 128, 0, 42.0 + shift, 0.8));
-    records.push_back(make("xl", AttnType::kXl, EvalMode::kMemory,
-                           split, 256, 0, 40.5 + shift, 1.0));
-    records.push_back(make("xl", AttnType::kXl, EvalMode::kSegments,
-                           split, 0, 0, 58.0 + shift, 0.5));
+    records.push_back(
+        make("vanilla", AttnType::kVanilla, EvalMode::kSegments, split, 0, 0, 60.0 + shift, 0.5));
+    records.push_back(
+        make("vanilla", AttnType::kVanilla, EvalMode::kSliding, split, 0, 128, 48.0 + shift, 20.0));
+    records.push_back(
+        make("xl", AttnType::kXl, EvalMode::kMemory, split, 128, 0, 42.0 + shift, 0.8));
+    records.push_back(
+        make("xl", AttnType::kXl, EvalMode::kMemory, split, 256, 0, 40.5 + shift, 1.0));
+    records.push_back(
+        make("xl", AttnType::kXl, EvalMode::kSegments, split, 0, 0, 58.0 + shift, 0.5));
   }
   return records;
 }
@@ -535,8 +535,10 @@ TEST(Report, LossByPositionIsKeptAndTabulated) {
     if (r.variant == "xl" && r.mem_len == 128) r.loss_by_position = xl;
     if (r.variant == "vanilla" && r.eval_mode == EvalMode::kSegments) r.loss_by_position = vanilla;
   }
-  txl::experiment::write_report(dir.path(), "toy_ablation", records, sample_curves(dir), no_plots());
-  const auto back = txl::experiment::records_from_json(txl::fs::read_file(dir / "results.json"), "x");
+  txl::experiment::write_report(dir.path(), "toy_ablation", records, sample_curves(dir),
+                                no_plots());
+  const auto back =
+      txl::experiment::records_from_json(txl::fs::read_file(dir / "results.json"), "x");
   ASSERT_EQ(back.size(), records.size());
   for (size_t i = 0; i < back.size(); ++i) {
     ASSERT_EQ(back[i].loss_by_position.size(), records[i].loss_by_position.size()) << i;

@@ -34,7 +34,8 @@ std::string resealed(std::string_view bytes) {
     auto file = txl::safetensors::parse(bytes, "fuzz");
     auto record = file.metadata.find("record");
     if (record == file.metadata.end()) return "";
-    file.metadata["sha256"] = txl::models::detail::checkpoint_checksum(record->second, file.tensors);
+    file.metadata["sha256"] =
+        txl::models::detail::checkpoint_checksum(record->second, file.tensors);
     return txl::safetensors::serialize(file.tensors, file.metadata);
   } catch (const txl::Error&) {
     return "";

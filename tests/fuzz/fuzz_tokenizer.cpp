@@ -15,8 +15,8 @@
 #include "txl/data/corpus.h"
 #include "txl/data/tokenizer.h"
 #include "txl/util/error.h"
-#include "txl/util/text.h"
 #include "txl/util/log.h"
+#include "txl/util/text.h"
 
 namespace {
 

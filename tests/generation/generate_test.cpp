@@ -45,7 +45,8 @@ GenerateOptions greedy(int64_t tgt_len, int64_t mem_len, int64_t max_new = 20) {
   return o;
 }
 
-std::vector<std::vector<int64_t>> random_prompts(const std::vector<int64_t>& lengths, uint64_t seed) {
+std::vector<std::vector<int64_t>> random_prompts(const std::vector<int64_t>& lengths,
+                                                 uint64_t seed) {
   torch::manual_seed(seed);
   std::vector<std::vector<int64_t>> prompts;
   for (auto n : lengths) {
@@ -117,7 +118,8 @@ TEST(Generate, ABatchGivesWhatEachPromptGivesAlone) {
     // Keeping finished rows in the batch changes nothing but the work.
     o.drop_finished = false;
     const auto kept = generate(model, prompts, o);
-    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(kept.rows[i].tokens, batch.rows[i].tokens);
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(kept.rows[i].tokens, batch.rows[i].tokens);
   }
 }
 
@@ -140,7 +142,8 @@ TEST(Generate, AContextReadOnceGivesWhatItGivesBeforeEachPrompt) {
       o.batch_size = batch;
       const auto r = generate(model, prompts, o);
       for (size_t i = 0; i < prompts.size(); ++i) {
-        EXPECT_EQ(r.rows[i].tokens, expected.rows[i].tokens) << "prompt " << i << ", batch " << batch;
+        EXPECT_EQ(r.rows[i].tokens, expected.rows[i].tokens)
+            << "prompt " << i << ", batch " << batch;
         EXPECT_NEAR(r.rows[i].log_prob, expected.rows[i].log_prob, 1e-9) << "prompt " << i;
         EXPECT_EQ(r.rows[i].finish, expected.rows[i].finish) << "prompt " << i;
       }
@@ -259,7 +262,8 @@ TEST(Generate, DrawsAreUniformAndIndependentOfTheBatch) {
   EXPECT_LT(t.max().item<double>(), 1.0);
   EXPECT_NEAR(t.mean().item<double>(), 0.5, 0.03);
   auto sorted = std::get<0>(t.sort());
-  EXPECT_TRUE((sorted.narrow(0, 1, t.numel() - 1) > sorted.narrow(0, 0, t.numel() - 1)).all().item<bool>());
+  EXPECT_TRUE(
+      (sorted.narrow(0, 1, t.numel() - 1) > sorted.narrow(0, 0, t.numel() - 1)).all().item<bool>());
   EXPECT_EQ(draw_uniform(7, 2, 9), draw_uniform(7, 2, 9));
   EXPECT_NE(draw_uniform(7, 2, 9), draw_uniform(8, 2, 9));
 }

@@ -4,12 +4,12 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
-#include <algorithm>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -110,9 +110,9 @@ TEST(GenerateTool, PromptsFromAFileAStreamAndAContext) {
                                                  words(*loaded.tokenizer, 9, 3) + "\n");
   txl::test::write_text(dir / "book.txt", words(*loaded.tokenizer, 4, 40) + "\n" +
                                               words(*loaded.tokenizer, 6, 30) + "\n");
-  const auto r = txl_generate({checkpoint(), "--prompts", (dir / "prompts.txt").string(),
-                               "--context-file", (dir / "book.txt").string(), "--json",
-                               "--max-new-tokens", "5", "--seed", "3"});
+  const auto r =
+      txl_generate({checkpoint(), "--prompts", (dir / "prompts.txt").string(), "--context-file",
+                    (dir / "book.txt").string(), "--json", "--max-new-tokens", "5", "--seed", "3"});
   ASSERT_EQ(r.status, 0) << r.output;
   std::istringstream lines(r.out);
   std::vector<nlohmann::json> rows;
@@ -144,7 +144,8 @@ TEST(GenerateTool, PromptsFromAFileAStreamAndAContext) {
 
 // Its flags are the --set they stand for: the same resolved experiment, the same text.
 TEST(GenerateTool, FlagsAndSetAreOneGrammar) {
-  const auto dump = txl_generate({checkpoint(), "--mem-len", "5", "--tgt-len", "3", "--dump-config"});
+  const auto dump =
+      txl_generate({checkpoint(), "--mem-len", "5", "--tgt-len", "3", "--dump-config"});
   ASSERT_EQ(dump.status, 0) << dump.output;
   auto expected = txl::models::load_model(checkpoint()).config;
   expected.eval.mem_len = 5;
@@ -153,9 +154,9 @@ TEST(GenerateTool, FlagsAndSetAreOneGrammar) {
   EXPECT_EQ(dump.out, txl::config::dump_experiment(expected));
   const auto flags = txl_generate({checkpoint(), "--prompt", "x", "--mem-len", "5", "--tgt-len",
                                    "3", "--temperature", "0", "--max-new-tokens", "9", "--json"});
-  const auto sets = txl_generate({checkpoint(), "--prompt", "x", "--set", "eval.mem_len=5", "--set",
-                                  "eval.tgt_len=3", "--temperature", "0", "--max-new-tokens", "9",
-                                  "--json"});
+  const auto sets =
+      txl_generate({checkpoint(), "--prompt", "x", "--set", "eval.mem_len=5", "--set",
+                    "eval.tgt_len=3", "--temperature", "0", "--max-new-tokens", "9", "--json"});
   ASSERT_EQ(flags.status, 0) << flags.output;
   EXPECT_EQ(flags.out.substr(0, flags.out.find("\"seconds\"")),
             sets.out.substr(0, sets.out.find("\"seconds\"")));
@@ -255,8 +256,9 @@ TEST(GenerateTool, PromptsOfDifferentLengthsInOneTokenSegments) {
   const auto loaded = txl::models::load_model(checkpoint());
   const std::string short_prompt = words(*loaded.tokenizer, 5, 2);
   const std::string long_prompt = words(*loaded.tokenizer, 3, 9);
-  const std::vector<std::string> common = {"--tgt-len", "1", "--mem-len", "6", "--temperature",
-                                           "0", "--max-new-tokens", "5", "--ignore-eos", "--json"};
+  const std::vector<std::string> common = {"--tgt-len",     "1",     "--mem-len",        "6",
+                                           "--temperature", "0",     "--max-new-tokens", "5",
+                                           "--ignore-eos",  "--json"};
   auto run = [&](std::vector<std::string> prompts) {
     std::vector<std::string> args = {checkpoint()};
     for (const auto& p : prompts) args.insert(args.end(), {"--prompt", p});
@@ -267,7 +269,8 @@ TEST(GenerateTool, PromptsOfDifferentLengthsInOneTokenSegments) {
     std::istringstream lines(r.out);
     for (std::string line; std::getline(lines, line);) {
       const auto row = nlohmann::json::parse(line);
-      if (row.contains("index")) tokens[row.at("index").get<int>()] = row.at("tokens").get<std::vector<std::int64_t>>();
+      if (row.contains("index"))
+        tokens[row.at("index").get<int>()] = row.at("tokens").get<std::vector<std::int64_t>>();
     }
     return tokens;
   };
@@ -286,14 +289,17 @@ TEST(GenerateTool, EdgeCasesGiveDefinedResultsOrClearErrors) {
   const auto unknown = txl_generate({checkpoint(), "--prompt", "qqq zzz", "--max-new-tokens", "3"});
   ASSERT_EQ(unknown.status, 0) << unknown.output;
   EXPECT_NE(unknown.output.find("prompt 0: 2 token(s) of characters the tokenizer does not know"),
-            std::string::npos) << unknown.output;
+            std::string::npos)
+      << unknown.output;
   // A prompt far longer than the memory is read in segments.
   const std::string long_prompt(3000, 'a');
-  EXPECT_EQ(txl_generate({checkpoint(), "--prompt", long_prompt, "--max-new-tokens", "2"}).status, 0);
+  EXPECT_EQ(txl_generate({checkpoint(), "--prompt", long_prompt, "--max-new-tokens", "2"}).status,
+            0);
   // No prompt at all (stdin is empty).
   const auto empty = txl_generate({checkpoint()});
   EXPECT_EQ(empty.status, 1);
-  EXPECT_NE(empty.output.find("error: no prompt: give --prompt TEXT"), std::string::npos) << empty.output;
+  EXPECT_NE(empty.output.find("error: no prompt: give --prompt TEXT"), std::string::npos)
+      << empty.output;
   const auto bad = txl_generate({checkpoint(), "--prompt", "x", "--top-p", "0"});
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.output.find("top_p = 0 must be in (0, 1]"), std::string::npos) << bad.output;
@@ -316,13 +322,14 @@ TEST(GenerateTool, EdgeCasesGiveDefinedResultsOrClearErrors) {
   std::filesystem::create_directories(dir / "xl" / "seed1");
   const auto seed1 = dir / "xl" / "seed1" / "checkpoint_best.safetensors";
   std::filesystem::copy_file(checkpoint(), seed1);
-  const auto seeded = txl_generate({(dir / "xl" / "checkpoint_best.pt").string(), "--prompt",
-                                    "x", "--json", "--max-new-tokens", "3", "--ignore-eos"});
+  const auto seeded = txl_generate({(dir / "xl" / "checkpoint_best.pt").string(), "--prompt", "x",
+                                    "--json", "--max-new-tokens", "3", "--ignore-eos"});
   EXPECT_EQ(seeded.status, 0) << seeded.output;
   EXPECT_NE(seeded.output.find("does not exist: reading " + seed1.string()), std::string::npos)
       << seeded.output;
   EXPECT_NE(seeded.output.find("\"new_tokens\":3"), std::string::npos) << seeded.output;
-  const auto nothing = txl_generate({(dir / "rel" / "checkpoint_best.pt").string(), "--prompt", "x"});
+  const auto nothing =
+      txl_generate({(dir / "rel" / "checkpoint_best.pt").string(), "--prompt", "x"});
   EXPECT_EQ(nothing.status, 1);
   EXPECT_NE(nothing.output.find("checkpoint not found: "), std::string::npos) << nothing.output;
   txl::test::write_text(dir / "notes.txt", "hello");

@@ -49,7 +49,7 @@ struct Case {
   bool same_length = false;
   int clamp_len = -1;
   bool pre_norm = false;
-  bool adaptive = false;  // adaptive input and softmax, untied u and v per layer
+  bool adaptive = false;     // adaptive input and softmax, untied u and v per layer
   bool zero_memory = false;  // rows start from mem_len zero vectors (model.mem_init: zeros)
 };
 
@@ -109,12 +109,13 @@ TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
       // The zeros change what the model gives: a decoder that ignored them would fail.
       DecodeOptions empty = o;
       empty.zero_memory = false;
-      ASSERT_FALSE(tensor_near(expected, txl::test::reference_log_probs(model, tokens, empty),
-                               1e-6, 1e-6));
+      ASSERT_FALSE(
+          tensor_near(expected, txl::test::reference_log_probs(model, tokens, empty), 1e-6, 1e-6));
     }
     if (c.mem_len >= tokens.size(1)) {
       // A memory longer than the text is one long pass.
-      ASSERT_TRUE(tensor_near(expected, txl::test::one_pass_log_probs(model, tokens), 1e-10, 1e-10));
+      ASSERT_TRUE(
+          tensor_near(expected, txl::test::one_pass_log_probs(model, tokens), 1e-10, 1e-10));
     }
     for (int64_t prompt : {1, 3, 7, 12}) {
       SCOPED_TRACE("prompt of " + std::to_string(prompt));
@@ -130,50 +131,58 @@ TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
 // one query per row, as a generated token is read.
 TEST(IncrementalDecoder, LeftPaddedRowsEqualRowsAlone) {
   for (int tgt_len : {5, 1}) {
-  for (auto [attn_type, zero_memory] : std::vector<std::pair<AttnType, bool>>{
-           {AttnType::kXl, false}, {AttnType::kXl, true}, {AttnType::kShaw, false},
-           {AttnType::kShaw, true}, {AttnType::kVanilla, false}, {AttnType::kRope, false},
-           {AttnType::kRope, true}, {AttnType::kAlibi, false}, {AttnType::kAlibi, true}}) {
-    SCOPED_TRACE(config::to_string(attn_type) + (zero_memory ? ", zero memory" : "") +
-                 ", tgt_len " + std::to_string(tgt_len));
-    const int mem_len = attn_type == AttnType::kVanilla ? 0 : 4;
-    auto config = tiny(attn_type, tgt_len, mem_len);
-    config.pre_norm = zero_memory;  // zero memory's keys and values are then not zero
-    auto model = make(config, 12);
-    shift_layer_norms(model, 20);
-    DecodeOptions o{tgt_len, mem_len, -1, false, zero_memory};
-    const auto text = random_tokens(3, 20, 4);
-    const std::vector<int64_t> prompt_len = {9, 2, 6};
-    const int64_t longest = 9, steps = 8;
-    auto padded = torch::zeros({3, longest}, torch::kLong);
-    auto real = torch::zeros({3, longest}, torch::kBool);
-    for (int64_t b = 0; b < 3; ++b) {
-      const int64_t pad = longest - prompt_len[b];
-      padded[b].narrow(0, pad, prompt_len[b]).copy_(text[b].narrow(0, 0, prompt_len[b]));
-      real[b].narrow(0, pad, prompt_len[b]).fill_(true);
-    }
-    std::vector<torch::Tensor> alone;  // [1, steps + 1, V] each
-    for (int64_t b = 0; b < 3; ++b) {
-      alone.push_back(decoded(model, text[b].narrow(0, 0, prompt_len[b] + steps).unsqueeze(0),
-                              prompt_len[b], o));
-    }
-    IncrementalDecoder decoder(model, o, 3);
-    auto lp = decoder.read(padded, real);  // [3, V]
-    std::vector<int64_t> rows = {0, 1, 2};
-    for (int64_t s = 0; s <= steps; ++s) {
-      for (size_t i = 0; i < rows.size(); ++i) {
-        EXPECT_TRUE(tensor_near(lp[i], alone[rows[i]][0][s], 1e-10, 1e-10)) << "row " << rows[i] << " step " << s;
+    for (auto [attn_type, zero_memory] :
+         std::vector<std::pair<AttnType, bool>>{{AttnType::kXl, false},
+                                                {AttnType::kXl, true},
+                                                {AttnType::kShaw, false},
+                                                {AttnType::kShaw, true},
+                                                {AttnType::kVanilla, false},
+                                                {AttnType::kRope, false},
+                                                {AttnType::kRope, true},
+                                                {AttnType::kAlibi, false},
+                                                {AttnType::kAlibi, true}}) {
+      SCOPED_TRACE(config::to_string(attn_type) + (zero_memory ? ", zero memory" : "") +
+                   ", tgt_len " + std::to_string(tgt_len));
+      const int mem_len = attn_type == AttnType::kVanilla ? 0 : 4;
+      auto config = tiny(attn_type, tgt_len, mem_len);
+      config.pre_norm = zero_memory;  // zero memory's keys and values are then not zero
+      auto model = make(config, 12);
+      shift_layer_norms(model, 20);
+      DecodeOptions o{tgt_len, mem_len, -1, false, zero_memory};
+      const auto text = random_tokens(3, 20, 4);
+      const std::vector<int64_t> prompt_len = {9, 2, 6};
+      const int64_t longest = 9, steps = 8;
+      auto padded = torch::zeros({3, longest}, torch::kLong);
+      auto real = torch::zeros({3, longest}, torch::kBool);
+      for (int64_t b = 0; b < 3; ++b) {
+        const int64_t pad = longest - prompt_len[b];
+        padded[b].narrow(0, pad, prompt_len[b]).copy_(text[b].narrow(0, 0, prompt_len[b]));
+        real[b].narrow(0, pad, prompt_len[b]).fill_(true);
       }
-      if (s == steps) break;
-      if (s == 3) {  // row 1 leaves
-        decoder.keep_rows(torch::tensor(std::vector<int64_t>{0, 2}));
-        rows = {0, 2};
+      std::vector<torch::Tensor> alone;  // [1, steps + 1, V] each
+      for (int64_t b = 0; b < 3; ++b) {
+        alone.push_back(decoded(model, text[b].narrow(0, 0, prompt_len[b] + steps).unsqueeze(0),
+                                prompt_len[b], o));
       }
-      auto next = torch::empty({static_cast<int64_t>(rows.size()), 1}, torch::kLong);
-      for (size_t i = 0; i < rows.size(); ++i) next[i][0] = text[rows[i]][prompt_len[rows[i]] + s];
-      lp = decoder.read(next);
+      IncrementalDecoder decoder(model, o, 3);
+      auto lp = decoder.read(padded, real);  // [3, V]
+      std::vector<int64_t> rows = {0, 1, 2};
+      for (int64_t s = 0; s <= steps; ++s) {
+        for (size_t i = 0; i < rows.size(); ++i) {
+          EXPECT_TRUE(tensor_near(lp[i], alone[rows[i]][0][s], 1e-10, 1e-10))
+              << "row " << rows[i] << " step " << s;
+        }
+        if (s == steps) break;
+        if (s == 3) {  // row 1 leaves
+          decoder.keep_rows(torch::tensor(std::vector<int64_t>{0, 2}));
+          rows = {0, 2};
+        }
+        auto next = torch::empty({static_cast<int64_t>(rows.size()), 1}, torch::kLong);
+        for (size_t i = 0; i < rows.size(); ++i)
+          next[i][0] = text[rows[i]][prompt_len[rows[i]] + s];
+        lp = decoder.read(next);
+      }
     }
-  }
   }
 }
 
@@ -285,8 +294,8 @@ TEST(IncrementalDecoder, DecodersFromOnePreparationAreIndependent) {
     IncrementalDecoder one(weights, 1), two(weights, 2);
     const auto alone_one = decoded(model, tokens.narrow(0, 0, 1), 3, o);  // [1, 12, V]
     const auto alone_two = decoded(model, tokens.narrow(0, 1, 2), 3, o);  // [2, 12, V]
-    auto a = one.read(tokens.narrow(0, 0, 1).narrow(1, 0, 3));  // [1, V]
-    auto b = two.read(tokens.narrow(0, 1, 2).narrow(1, 0, 3));  // [2, V]
+    auto a = one.read(tokens.narrow(0, 0, 1).narrow(1, 0, 3));            // [1, V]
+    auto b = two.read(tokens.narrow(0, 1, 2).narrow(1, 0, 3));            // [2, V]
     for (int64_t t = 3;; ++t) {
       EXPECT_TRUE(torch::equal(a, alone_one.select(1, t - 3))) << t;
       EXPECT_TRUE(torch::equal(b, alone_two.select(1, t - 3))) << t;
@@ -311,7 +320,8 @@ TEST(IncrementalDecoder, ClonedAndStackedRowsEqualRowsAlone) {
       const int64_t context = 12, steps = 9;
       const std::vector<int64_t> prompt_len = {3, 0, 7};  // the second row: the context alone
       const auto text = random_tokens(3, context + 7 + steps, 8);
-      for (int64_t b = 1; b < 3; ++b) text[b].narrow(0, 0, context).copy_(text[0].narrow(0, 0, context));
+      for (int64_t b = 1; b < 3; ++b)
+        text[b].narrow(0, 0, context).copy_(text[0].narrow(0, 0, context));
       const auto weights = prepare_decoder(model, o);
       IncrementalDecoder primed(weights, 1);
       const auto after_context = primed.read(text.narrow(0, 0, 1).narrow(1, 0, context));  // [1, V]
@@ -321,16 +331,18 @@ TEST(IncrementalDecoder, ClonedAndStackedRowsEqualRowsAlone) {
         const int64_t n = context + prompt_len[b];
         alone.push_back(decoded(model, text[b].narrow(0, 0, n + steps).unsqueeze(0), n, o));
         parts.push_back(primed.clone());
-        first.push_back(prompt_len[b] == 0
-                            ? after_context
-                            : parts.back().read(text[b].narrow(0, context, prompt_len[b]).unsqueeze(0)));
+        first.push_back(
+            prompt_len[b] == 0
+                ? after_context
+                : parts.back().read(text[b].narrow(0, context, prompt_len[b]).unsqueeze(0)));
       }
       auto decoder = IncrementalDecoder::stack(parts);
       ASSERT_EQ(decoder.rows(), 3);
       auto lp = torch::cat(first, 0);  // [3, V]
       for (int64_t s = 0;; ++s) {
         for (int64_t b = 0; b < 3; ++b) {
-          EXPECT_TRUE(tensor_near(lp[b], alone[b][0][s], 1e-10, 1e-10)) << "row " << b << " step " << s;
+          EXPECT_TRUE(tensor_near(lp[b], alone[b][0][s], 1e-10, 1e-10))
+              << "row " << b << " step " << s;
         }
         if (s == steps) break;
         auto next = torch::empty({3, 1}, torch::kLong);
@@ -348,7 +360,8 @@ TEST(IncrementalDecoder, StackRefusesWhatItCannotAlign) {
   auto model = make(tiny(AttnType::kXl, 4, 4), 18);
   DecodeOptions o{4, 4, -1, false};
   const auto tokens = random_tokens(1, 3, 9);
-  IncrementalDecoder read(model, o, 1), unread(model, o, 1), other(model, DecodeOptions{4, 5, -1, false}, 1);
+  IncrementalDecoder read(model, o, 1), unread(model, o, 1),
+      other(model, DecodeOptions{4, 5, -1, false}, 1);
   read.read(tokens);
   other.read(tokens);
   TXL_EXPECT_THROW_WITH(IncrementalDecoder::stack({}), "at least one decoder");

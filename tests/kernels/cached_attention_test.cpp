@@ -3,8 +3,8 @@
 // of 1e-12, fp32 with 2e-5, through both kernels (kBest: AVX-512 for float heads of 16 N where the
 // CPU has it; kPortable); the new key and value land in their slot; bad inputs are errors.
 #include "txl/kernels/cached_attention.h"
-#include "txl/kernels/vector_loops.h"
 #include "txl/kernels/blas_threads.h"
+#include "txl/kernels/vector_loops.h"
 
 #include <gtest/gtest.h>
 
@@ -16,8 +16,8 @@ namespace {
 using txl::test::tensor_near;
 
 struct Inputs {
-  torch::Tensor qkv;     // [B, 3, H, D]
-  CachedKeys keys;       // buffer [2, H, B, C, D]
+  torch::Tensor qkv;  // [B, 3, H, D]
+  CachedKeys keys;    // buffer [2, H, B, C, D]
   int64_t k_len = 0;
   std::vector<int64_t> first;
 };
@@ -27,8 +27,8 @@ Inputs random_inputs(int64_t batch, int64_t heads, int64_t d, int64_t capacity, 
   torch::manual_seed(seed);
   auto opts = torch::dtype(dtype);
   Inputs in;
-  in.qkv = torch::randn({batch, 3, heads, d}, opts);                 // [B, 3, H, D]
-  in.keys.buffer = torch::randn({2, heads, batch, capacity, d}, opts);  // [2, H, B, C, D]
+  in.qkv = torch::randn({batch, 3, heads, d}, opts);                        // [B, 3, H, D]
+  in.keys.buffer = torch::randn({2, heads, batch, capacity, d}, opts);      // [2, H, B, C, D]
   if (rel) in.keys.by_distance = torch::randn({heads, capacity, d}, opts);  // [H, C, D]
   if (biases) {
     in.keys.u = torch::randn({heads, d}, opts);  // [H, D]
@@ -43,23 +43,23 @@ Inputs random_inputs(int64_t batch, int64_t heads, int64_t d, int64_t capacity, 
 torch::Tensor reference(const Inputs& in) {
   const int64_t batch = in.qkv.size(0), heads = in.qkv.size(2), d = in.qkv.size(3);
   const int64_t k_len = in.k_len;
-  auto buffer = in.keys.buffer.clone();                                   // [2, H, B, C, D]
+  auto buffer = in.keys.buffer.clone();  // [2, H, B, C, D]
   buffer.select(3, k_len - 1).copy_(in.qkv.narrow(1, 1, 2).permute({1, 2, 0, 3}));
-  auto keys = buffer[0].narrow(2, 0, k_len);                              // [H, B, K, D]
-  auto values = buffer[1].narrow(2, 0, k_len);                            // [H, B, K, D]
-  auto q = in.qkv.select(1, 0).transpose(0, 1).unsqueeze(2);              // [H, B, 1, D]
+  auto keys = buffer[0].narrow(2, 0, k_len);                                 // [H, B, K, D]
+  auto values = buffer[1].narrow(2, 0, k_len);                               // [H, B, K, D]
+  auto q = in.qkv.select(1, 0).transpose(0, 1).unsqueeze(2);                 // [H, B, 1, D]
   auto qc = in.keys.u.defined() ? q + in.keys.u.view({heads, 1, 1, d}) : q;  // [H, B, 1, D]
   auto qp = in.keys.v.defined() ? q + in.keys.v.view({heads, 1, 1, d}) : q;  // [H, B, 1, D]
-  auto scores = torch::matmul(qc, keys.transpose(-1, -2));               // [H, B, 1, K]
+  auto scores = torch::matmul(qc, keys.transpose(-1, -2));                   // [H, B, 1, K]
   if (in.keys.by_distance.defined()) {
-    auto distance = (k_len - 1) - torch::arange(k_len, torch::kLong);     // [K]
-    auto r = in.keys.by_distance.index_select(1, distance);                // [H, K, D]
+    auto distance = (k_len - 1) - torch::arange(k_len, torch::kLong);       // [K]
+    auto r = in.keys.by_distance.index_select(1, distance);                 // [H, K, D]
     scores = scores + torch::matmul(qp, r.unsqueeze(1).transpose(-1, -2));  // [H, B, 1, K]
   }
-  auto first = torch::tensor(in.first, torch::kLong).view({1, batch, 1, 1});  // [1, B, 1, 1]
+  auto first = torch::tensor(in.first, torch::kLong).view({1, batch, 1, 1});        // [1, B, 1, 1]
   auto hidden = torch::arange(k_len, torch::kLong).view({1, 1, 1, k_len}) < first;  // [1, B, 1, K]
   scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
-  auto out = torch::matmul(torch::softmax(scores, -1), values);  // [H, B, 1, D]
+  auto out = torch::matmul(torch::softmax(scores, -1), values);       // [H, B, 1, D]
   return out.squeeze(2).transpose(0, 1).reshape({batch, heads * d});  // [B, H D]
 }
 
@@ -69,11 +69,11 @@ TEST(AttendCached, EqualsTheDefinition) {
     bool rel, biases;
   };
   const std::vector<Case> cases = {
-      {1, 1, 4, 8, 1, true, true},     // the new key alone
-      {3, 2, 8, 12, 7, true, true},    // xl: u, v and encodings
+      {1, 1, 4, 8, 1, true, true},       // the new key alone
+      {3, 2, 8, 12, 7, true, true},      // xl: u, v and encodings
       {2, 4, 64, 300, 260, true, true},  // bench-like head size, long context
-      {4, 2, 5, 9, 9, true, false},    // shaw: encodings, no biases; a full buffer
-      {2, 3, 7, 10, 6, false, false},  // no positions
+      {4, 2, 5, 9, 9, true, false},      // shaw: encodings, no biases; a full buffer
+      {2, 3, 7, 10, 6, false, false},    // no positions
       // Float heads of 16 N (N <= 8) take the AVX-512 kernel where the CPU has it.
       {3, 2, 16, 40, 33, true, true},    // N = 1, an odd number of keys
       {2, 2, 48, 50, 47, false, false},  // N = 3, no positions
@@ -88,11 +88,11 @@ TEST(AttendCached, EqualsTheDefinition) {
     for (auto dtype : {torch::kDouble, torch::kFloat}) {
       const double tol = dtype == torch::kDouble ? 1e-12 : 2e-5;
       for (const auto& c : cases) {
-        SCOPED_TRACE(::testing::Message() << "B " << c.batch << " H " << c.heads << " D " << c.d
-                                          << " K " << c.k_len << " " << dtype << " kernel "
-                                          << static_cast<int>(kernel));
-        auto in = random_inputs(c.batch, c.heads, c.d, c.capacity, c.k_len, c.rel, c.biases,
-                                dtype, 17);
+        SCOPED_TRACE(::testing::Message()
+                     << "B " << c.batch << " H " << c.heads << " D " << c.d << " K " << c.k_len
+                     << " " << dtype << " kernel " << static_cast<int>(kernel));
+        auto in =
+            random_inputs(c.batch, c.heads, c.d, c.capacity, c.k_len, c.rel, c.biases, dtype, 17);
         auto expected = reference(in);
         auto before = in.keys.buffer.clone();
         auto got = attend_cached(in.qkv, in.keys, in.k_len, in.first, kernel);  // [B, H D]

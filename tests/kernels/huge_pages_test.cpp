@@ -109,7 +109,7 @@ TEST(EmptyHuge, BlocksBelowAMegabyteAreTorchEmptys) {
   const int64_t below = kHugePageMinBytes / 4 - 1;  // floats
   auto small = empty_huge({below}, torch::kFloat);  // [below]: 4 bytes under 1 MB
   EXPECT_EQ(small.numel(), below);
-  EXPECT_TRUE(small.storage().resizable());  // the allocator's
+  EXPECT_TRUE(small.storage().resizable());                            // the allocator's
   auto doubles = empty_huge({kHugePageMinBytes / 8}, torch::kDouble);  // [131072]: 1 MB
   EXPECT_EQ(doubles.scalar_type(), torch::kDouble);
 #if defined(__linux__)
@@ -167,7 +167,7 @@ TEST(ShareHugeBlock, MixedDtypesAndUndefinedTensorsAreErrors) {
   EXPECT_THROW(share_huge_block({&a, &b}), c10::Error);
   EXPECT_THROW(share_huge_block({&none, &a}), c10::Error);
   EXPECT_THROW(share_huge_block({&a, nullptr}), c10::Error);
-  share_huge_block({});  // nothing to do
+  share_huge_block({});                              // nothing to do
   auto empty = torch::zeros({0, 3}, torch::kFloat);  // [0, 3]
   share_huge_block({&empty, &a});
   EXPECT_EQ(empty.sizes(), (std::vector<int64_t>{0, 3}));

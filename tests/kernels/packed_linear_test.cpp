@@ -1,8 +1,8 @@
-// kernels::linear_packed equals torch::linear (+ relu) against a reference in fp64: the fp64 product
-// to 1e-12, the fp32 one to 1e-5 sqrt(in) (sums of `in` unit-sized products in another order).
-// Row counts cover every block size of both kernels and their remainders (1 .. 17, 33), widths
-// that are and are not multiples of a panel (out 1, 15, 16, 17, 12871), and inputs with an odd
-// number of features (the split sums' remainder). The AVX-512 and portable kernels agree; the
+// kernels::linear_packed equals torch::linear (+ relu) against a reference in fp64: the fp64
+// product to 1e-12, the fp32 one to 1e-5 sqrt(in) (sums of `in` unit-sized products in another
+// order). Row counts cover every block size of both kernels and their remainders (1 .. 17, 33),
+// widths that are and are not multiples of a panel (out 1, 15, 16, 17, 12871), and inputs with an
+// odd number of features (the split sums' remainder). The AVX-512 and portable kernels agree; the
 // threads' split of the panels changes no bit; packing pads with zeros; bad inputs are errors.
 #include "txl/kernels/packed_linear.h"
 

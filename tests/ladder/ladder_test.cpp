@@ -31,7 +31,7 @@ namespace {
 namespace stdfs = std::filesystem;
 
 struct Ladder {
-  std::vector<std::string> levels;                      // table order, bottom first
+  std::vector<std::string> levels;                       // table order, bottom first
   std::map<std::string, std::set<std::string>> may_use;  // level -> levels below it it may use
   std::map<std::string, std::string> owner;              // private level -> the one level above
   std::vector<std::string> errors;  // a row naming itself, a row above it, or another's floor
@@ -199,9 +199,10 @@ TEST(Ladder, AWrongWayIncludeIsFoundByFileAndLine) {
 // A row that names a level above it breaks the ladder.
 TEST(Ladder, ARowNamingALevelAboveItIsAnError) {
   txl::test::TempDir dir;
-  txl::test::write_text(dir / kContributing.string(),
-                        "## Levels of abstraction\n\n| level | what | may use |\n| --- | --- | --- |\n"
-                        "| `util` | errors | std, `ops` |\n| `ops` | masks | util |\n");
+  txl::test::write_text(
+      dir / kContributing.string(),
+      "## Levels of abstraction\n\n| level | what | may use |\n| --- | --- | --- |\n"
+      "| `util` | errors | std, `ops` |\n| `ops` | masks | util |\n");
   const auto ladder = read_ladder(dir / kContributing.string());
   ASSERT_EQ(ladder.errors.size(), 1u) << lines(ladder.errors);
   EXPECT_EQ(ladder.errors[0], "`util` may use `ops`, not a row above it");
@@ -212,14 +213,15 @@ TEST(Ladder, ARowNamingALevelAboveItIsAnError) {
 // brings the owner's other levels, not its floor), and a row naming another's floor is an error.
 TEST(Ladder, APrivateFloorServesItsOwnerAlone) {
   txl::test::TempDir dir;
-  txl::test::write_text(dir / kContributing.string(),
-                        "## Levels of abstraction\n\n| level | what | may use |\n| --- | --- | --- |\n"
-                        "| `util` | errors | std |\n"
-                        "| `kernels` | Private to `ops`: loops | util |\n"
-                        "| `ops` | masks | kernels, util |\n"
-                        "| `modules` | attention | ops |\n"
-                        "| `models` | the model | everything below |\n"
-                        "| `eval` | evaluation | models, kernels |\n");
+  txl::test::write_text(
+      dir / kContributing.string(),
+      "## Levels of abstraction\n\n| level | what | may use |\n| --- | --- | --- |\n"
+      "| `util` | errors | std |\n"
+      "| `kernels` | Private to `ops`: loops | util |\n"
+      "| `ops` | masks | kernels, util |\n"
+      "| `modules` | attention | ops |\n"
+      "| `models` | the model | everything below |\n"
+      "| `eval` | evaluation | models, kernels |\n");
   const auto ladder = read_ladder(dir / kContributing.string());
   EXPECT_EQ(ladder.may_use.at("ops"), (std::set<std::string>{"kernels", "util"}));
   EXPECT_EQ(ladder.may_use.at("modules"), (std::set<std::string>{"ops", "util"}));
@@ -230,7 +232,9 @@ TEST(Ladder, APrivateFloorServesItsOwnerAlone) {
   txl::test::write_text(dir / "src/modules/b.cpp", "#include \"txl/kernels/loops.h\"\n");
   const auto wrong = wrong_way_includes(dir.path(), ladder);
   ASSERT_EQ(wrong.size(), 1u) << lines(wrong);
-  EXPECT_EQ(wrong[0], "src/modules/b.cpp:1: `modules` includes txl/kernels/loops.h, but may not use `kernels`");
+  EXPECT_EQ(
+      wrong[0],
+      "src/modules/b.cpp:1: `modules` includes txl/kernels/loops.h, but may not use `kernels`");
 }
 
 // The project's own table: ops alone uses the kernels' floor.

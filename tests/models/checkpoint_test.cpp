@@ -29,7 +29,6 @@ txl::models::Inputs inputs_of(const torch::Tensor& tokens, const torch::Tensor& 
   return inputs;
 }
 
-
 namespace stdfs = std::filesystem;
 using txl::test::TempDir;
 
@@ -47,7 +46,8 @@ txl::models::Checkpoint tiny_checkpoint(const stdfs::path& dir, int seed) {
   config.model.div_val = 2;
   torch::manual_seed(seed);
   txl::models::TransformerLM model(config.model, 30);
-  return txl::models::model_checkpoint(config, model, *txl::test::word_tokenizer(), "00c0ffee00c0ffee");
+  return txl::models::model_checkpoint(config, model, *txl::test::word_tokenizer(),
+                                       "00c0ffee00c0ffee");
 }
 
 TEST(Checkpoint, TheModelAndItsTokenizerAreRebuiltFromTheFileAlone) {
@@ -99,11 +99,13 @@ TEST(Checkpoint, AFailedWriteLeavesThePreviousCheckpointIntact) {
 
 TEST(Checkpoint, MissingJunkAndTruncatedFilesAreClearErrors) {
   TempDir dir;
-  TXL_EXPECT_THROW_WITH(txl::models::load_model(dir / "missing.safetensors"), "checkpoint not found");
+  TXL_EXPECT_THROW_WITH(txl::models::load_model(dir / "missing.safetensors"),
+                        "checkpoint not found");
   txl::test::write_text(dir / "junk.safetensors", "not a checkpoint at all");
   TXL_EXPECT_THROW_WITH(txl::models::load_model(dir / "junk.safetensors"), "junk.safetensors");
   const std::string bytes = txl::models::serialize_checkpoint(tiny_checkpoint(dir.path(), 5));
-  for (size_t keep : {size_t{0}, size_t{7}, size_t{8}, size_t{100}, bytes.size() / 2, bytes.size() - 1})
+  for (size_t keep :
+       {size_t{0}, size_t{7}, size_t{8}, size_t{100}, bytes.size() / 2, bytes.size() - 1})
     TXL_EXPECT_THROW_WITH(txl::models::parse_checkpoint(bytes.substr(0, keep), "cut"), "cut");
 }
 
@@ -115,8 +117,10 @@ TEST(Checkpoint, AFlippedBitAnywhereIsDetected) {
   size_t header = 0;  // the end of the JSON header: 8 + its little-endian length
   for (int i = 7; i >= 0; --i) header = header * 256 + static_cast<unsigned char>(bytes[i]);
   header += 8;
-  std::vector<size_t> positions = {8, 20, header - 30, header + 3, bytes.size() / 2, bytes.size() - 1};
-  for (size_t p = header; p < bytes.size(); p += (bytes.size() - header) / 37) positions.push_back(p);
+  std::vector<size_t> positions = {
+      8, 20, header - 30, header + 3, bytes.size() / 2, bytes.size() - 1};
+  for (size_t p = header; p < bytes.size(); p += (bytes.size() - header) / 37)
+    positions.push_back(p);
   for (size_t p = 9; p < header; p += header / 23) positions.push_back(p);
   for (size_t p : positions) {
     std::string damaged = bytes;
@@ -127,7 +131,8 @@ TEST(Checkpoint, AFlippedBitAnywhereIsDetected) {
     } catch (const txl::Error& e) {
       refused = std::string(e.what()).find("damaged") != std::string::npos;
     }
-    EXPECT_TRUE(refused) << "a flipped bit at byte " << p << " of " << bytes.size() << " went unnoticed";
+    EXPECT_TRUE(refused) << "a flipped bit at byte " << p << " of " << bytes.size()
+                         << " went unnoticed";
   }
 }
 
@@ -213,10 +218,12 @@ TEST(Checkpoint, AnOldTorchScriptArchiveIsRefusedWithoutRunningIt) {
                         "torch.jit.save(torch.jit.script(M()), sys.argv[1])\n");
   if (access("/usr/bin/python3", X_OK) != 0 ||
       run_program({"/usr/bin/python3", script.string(), archive.string()}) != 0)
-    GTEST_SKIP() << "/usr/bin/python3 with torch (Debian python3-torch) is needed to craft the file";
+    GTEST_SKIP()
+        << "/usr/bin/python3 with torch (Debian python3-torch) is needed to craft the file";
   const std::string marker = "CODE FROM THE FILE RAN";
   EXPECT_NE(stdout_of([&] { torch::jit::load(archive.string()); }, dir / "out1").find(marker),
-            std::string::npos) << "the crafted file does not run code under LibTorch's loader";
+            std::string::npos)
+      << "the crafted file does not run code under LibTorch's loader";
   const std::string ours = stdout_of(
       [&] {
         TXL_EXPECT_THROW_WITH(txl::models::load_model(archive), "can run code");
@@ -235,7 +242,8 @@ TEST(Checkpoint, PythonSafetensorsReadsIt) {
   const std::string python = txl::test::python();
   if (access(python.c_str(), X_OK) != 0 ||
       run_program({python, "-c", "import safetensors.numpy"}) != 0)
-    GTEST_SKIP() << "no Python with the safetensors package (tools/setup.sh installs it into build/venv)";
+    GTEST_SKIP()
+        << "no Python with the safetensors package (tools/setup.sh installs it into build/venv)";
   TempDir dir;
   const auto path = dir / "c.safetensors";
   const auto c = tiny_checkpoint(dir.path(), 5);
@@ -249,9 +257,11 @@ TEST(Checkpoint, PythonSafetensorsReadsIt) {
       "    record = json.loads(meta['record'])\n"
       "    assert record['vocab_size'] == 30 and 'model:' in record['config']\n"
       "    names = list(f.keys())\n"
-      "    assert 'tokenizer' in names and all(n.startswith('model/') or n == 'tokenizer' for n in names)\n"
+      "    assert 'tokenizer' in names and all(n.startswith('model/') or n == 'tokenizer' for n in "
+      "names)\n"
       "    first = f.get_tensor(sys.argv[2])\n"
-      "    assert abs(float(first.sum()) - float(sys.argv[3])) < 1e-3 * (1 + abs(float(sys.argv[3]))), first.sum()\n";
+      "    assert abs(float(first.sum()) - float(sys.argv[3])) < 1e-3 * (1 + "
+      "abs(float(sys.argv[3]))), first.sum()\n";
   EXPECT_EQ(run_program({python, "-c", script, path.string(), c.tensors.front().first,
                          std::to_string(c.tensors.front().second.sum().item<double>())}),
             0);

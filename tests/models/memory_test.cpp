@@ -12,20 +12,22 @@ Memory sample(bool with_mask) {
   torch::manual_seed(3);
   Memory m;
   m.layers = {torch::randn({6, 5, 3}), torch::randn({6, 5, 3})};  // [B, M, d]
-  if (with_mask) m.key_mask = torch::rand({6, 5}) > 0.3;           // [B, M]
+  if (with_mask) m.key_mask = torch::rand({6, 5}) > 0.3;          // [B, M]
   return m;
 }
 
 void expect_same(const Memory& a, const Memory& b) {
   ASSERT_EQ(a.layers.size(), b.layers.size());
-  for (size_t l = 0; l < a.layers.size(); ++l) EXPECT_TRUE(txl::test::tensor_equal(a.layers[l], b.layers[l])) << l;
+  for (size_t l = 0; l < a.layers.size(); ++l)
+    EXPECT_TRUE(txl::test::tensor_equal(a.layers[l], b.layers[l])) << l;
   EXPECT_TRUE(txl::test::tensor_equal(a.mask_or_ones(), b.mask_or_ones()));
 }
 
 TEST(Memory, NarrowedPiecesJoinBackToTheWhole) {
   for (bool masked : {false, true}) {
     const Memory m = sample(masked);
-    const Memory joined = Memory::join_rows({m.narrow_rows(0, 2), m.narrow_rows(2, 1), m.narrow_rows(3, 3)});
+    const Memory joined =
+        Memory::join_rows({m.narrow_rows(0, 2), m.narrow_rows(2, 1), m.narrow_rows(3, 3)});
     expect_same(joined, m);
     EXPECT_EQ(joined.key_mask.defined(), masked);
   }
@@ -66,13 +68,16 @@ TEST(Memory, NamedTensorsThatDoNotFitTheModelAreRefused) {
                         "expected one floating shape [B, M, 4]");
   auto bad_mask = named;
   bad_mask[2].second = torch::ones({6, 4}, torch::kBool);
-  TXL_EXPECT_THROW_WITH(Memory::from_tensors(bad_mask, "memory/", 2, 3, torch::kCPU, "ckpt"), "key mask");
+  TXL_EXPECT_THROW_WITH(Memory::from_tensors(bad_mask, "memory/", 2, 3, torch::kCPU, "ckpt"),
+                        "key mask");
   auto gap = named;
   gap[1].first = "memory/layer.7";
-  TXL_EXPECT_THROW_WITH(Memory::from_tensors(gap, "memory/", 2, 3, torch::kCPU, "ckpt"), "numbered up to 7");
+  TXL_EXPECT_THROW_WITH(Memory::from_tensors(gap, "memory/", 2, 3, torch::kCPU, "ckpt"),
+                        "numbered up to 7");
   auto stray = named;
   stray.emplace_back("memory/bogus", torch::zeros({1}));
-  TXL_EXPECT_THROW_WITH(Memory::from_tensors(stray, "memory/", 2, 3, torch::kCPU, "ckpt"), "memory/bogus");
+  TXL_EXPECT_THROW_WITH(Memory::from_tensors(stray, "memory/", 2, 3, torch::kCPU, "ckpt"),
+                        "memory/bogus");
 }
 
 }  // namespace

@@ -291,9 +291,9 @@ TEST(TransformerLM, MemoryGradLetsTheLossReachTheEarlierSegment) {
     auto emb_grad = model->word_emb->table(0).grad();  // [V, d]
     EXPECT_GT(emb_grad.narrow(0, 0, 5).abs().sum().item<double>(), 0.0);
     // Without the flag, a memory in the graph is refused.
-    TXL_EXPECT_THROW_WITH(run(model, torch::randint(5, 11, {2, 5}, torch::kLong), first.memory,
-                              ctx_with(5)),
-                          "memory must be detached");
+    TXL_EXPECT_THROW_WITH(
+        run(model, torch::randint(5, 11, {2, 5}, torch::kLong), first.memory, ctx_with(5)),
+        "memory must be detached");
   }
 }
 
@@ -634,7 +634,8 @@ TEST(TransformerLM, CachedKeysAndValuesGiveTheSameNumbers) {
     TXL_EXPECT_THROW_WITH(run(model, tokens, shorter, cached), "cached keys and values must be");
     Memory other_dtype = m_cached;
     for (auto& kv : other_dtype.kv) kv = kv.to(torch::kFloat);
-    TXL_EXPECT_THROW_WITH(run(model, tokens, other_dtype, cached), "cached keys and values are Float");
+    TXL_EXPECT_THROW_WITH(run(model, tokens, other_dtype, cached),
+                          "cached keys and values are Float");
   }
 }
 
@@ -643,7 +644,8 @@ TEST(TransformerLM, CachedKeysAndValuesAreForEvaluationOnly) {
   Context ctx = ctx_with(4);
   ctx.cache_kv = true;
   auto tokens = random_tokens(2, 5, 51);
-  TXL_EXPECT_THROW_WITH(run(model, tokens, {}, ctx), "cache_kv is for evaluation without gradients");
+  TXL_EXPECT_THROW_WITH(run(model, tokens, {}, ctx),
+                        "cache_kv is for evaluation without gradients");
   auto c = tiny(AttnType::kVanillaLearned, 0);
   auto learned = make(c, 33);
   EXPECT_FALSE(learned->can_cache_kv());

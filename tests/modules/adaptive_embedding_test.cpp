@@ -25,7 +25,8 @@ AdaptiveEmbeddingOptions options(std::int64_t n_token, std::int64_t d_embed, std
 
 std::map<std::string, std::vector<std::int64_t>> parameter_shapes(const torch::nn::Module& module) {
   std::map<std::string, std::vector<std::int64_t>> shapes;
-  for (const auto& item : module.named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+  for (const auto& item : module.named_parameters())
+    shapes[item.key()] = item.value().sizes().vec();
   return shapes;
 }
 
@@ -33,7 +34,8 @@ std::map<std::string, std::vector<std::int64_t>> parameter_shapes(const torch::n
 // pinned here for the three layouts.
 TEST(AdaptiveEmbedding, ParameterNamesAndShapesArePinned) {
   using Shapes = std::map<std::string, std::vector<std::int64_t>>;
-  EXPECT_EQ(parameter_shapes(*AdaptiveEmbedding(options(12, 8, 8, {}, 1))), (Shapes{{"emb_layers.0.weight", {12, 8}}}));
+  EXPECT_EQ(parameter_shapes(*AdaptiveEmbedding(options(12, 8, 8, {}, 1))),
+            (Shapes{{"emb_layers.0.weight", {12, 8}}}));
   EXPECT_EQ(parameter_shapes(*AdaptiveEmbedding(options(12, 8, 6, {4, 8}, 1))),
             (Shapes{{"emb_layers.0.weight", {12, 8}}, {"emb_projs.0", {6, 8}}}));
   EXPECT_EQ(parameter_shapes(*AdaptiveEmbedding(options(12, 8, 6, {4, 8}, 2))),
@@ -54,13 +56,15 @@ TEST(AdaptiveEmbedding, OutputIsTheClusterRowProjectedAndScaled) {
     std::vector<std::int64_t> cutoffs;
     std::int64_t div_val;
   };
-  const std::vector<Case> cases{{8, 8, {}, 1}, {8, 6, {5}, 1}, {8, 6, {4, 9, 15}, 2}, {16, 6, {3, 11}, 4}, {8, 8, {}, 2}};
+  const std::vector<Case> cases{
+      {8, 8, {}, 1}, {8, 6, {5}, 1}, {8, 6, {4, 9, 15}, 2}, {16, 6, {3, 11}, 4}, {8, 8, {}, 2}};
   const std::int64_t n_token = 20;
   for (const auto& c : cases) {
-    SCOPED_TRACE("div_val " + std::to_string(c.div_val) + ", " + std::to_string(c.cutoffs.size()) + " cutoffs, d_proj " +
-                 std::to_string(c.d_proj));
+    SCOPED_TRACE("div_val " + std::to_string(c.div_val) + ", " + std::to_string(c.cutoffs.size()) +
+                 " cutoffs, d_proj " + std::to_string(c.d_proj));
     AdaptiveEmbedding emb(options(n_token, c.d_embed, c.d_proj, c.cutoffs, c.div_val));
-    const torch::Tensor ids = torch::cat({torch::randperm(n_token, torch::kLong), torch::randint(n_token, {12}, torch::kLong)})
+    const torch::Tensor ids = torch::cat({torch::randperm(n_token, torch::kLong),
+                                          torch::randint(n_token, {12}, torch::kLong)})
                                   .view({4, 8});  // [B, T]
     const torch::Tensor out = emb(ids);           // [B, T, d_proj]
     ASSERT_EQ(out.sizes(), (std::vector<std::int64_t>{4, 8, c.d_proj}));
@@ -84,7 +88,8 @@ TEST(AdaptiveEmbedding, OutputIsTheClusterRowProjectedAndScaled) {
         proj = emb->projection(k);
       }
       torch::Tensor expected = proj.defined() ? torch::mv(proj, row) : row;  // [d_proj]
-      ASSERT_TRUE(txl::test::tensor_near(flat_out[i], expected * scale, 1e-6, 1e-5)) << "token " << id;
+      ASSERT_TRUE(txl::test::tensor_near(flat_out[i], expected * scale, 1e-6, 1e-5))
+          << "token " << id;
     }
   }
 }
@@ -105,7 +110,8 @@ TEST(AdaptiveEmbedding, WidthsShrinkByDivVal) {
 TEST(AdaptiveEmbedding, GradientsReachExactlyTheUsedClusters) {
   torch::manual_seed(2);
   AdaptiveEmbedding emb(options(30, 8, 6, {10, 20}, 2));
-  const torch::Tensor ids = torch::tensor({{0, 5, 25}, {29, 9, 3}}, torch::kLong);  // clusters 0 and 2 only
+  const torch::Tensor ids =
+      torch::tensor({{0, 5, 25}, {29, 9, 3}}, torch::kLong);  // clusters 0 and 2 only
   emb(ids).pow(2).sum().backward();
   for (std::int64_t k : {0, 2}) {
     for (const auto& p : {emb->table(k), emb->projection(k)}) {
@@ -125,8 +131,10 @@ TEST(AdaptiveEmbedding, OutOfRangeIdsNameTheIdAndTheVocabulary) {
   AdaptiveEmbedding single(options(12, 8, 8, {}, 1));
   AdaptiveEmbedding clustered(options(12, 8, 6, {4, 8}, 2));
   for (auto* emb : {&single, &clustered}) {
-    TXL_EXPECT_THROW_WITH((*emb)(torch::tensor({{1, 12, 3}}, torch::kLong)), "token id 12 is outside the vocabulary [0, 12)");
-    TXL_EXPECT_THROW_WITH((*emb)(torch::tensor({{1, 2, -3}}, torch::kLong)), "token id -3 is outside the vocabulary [0, 12)");
+    TXL_EXPECT_THROW_WITH((*emb)(torch::tensor({{1, 12, 3}}, torch::kLong)),
+                          "token id 12 is outside the vocabulary [0, 12)");
+    TXL_EXPECT_THROW_WITH((*emb)(torch::tensor({{1, 2, -3}}, torch::kLong)),
+                          "token id -3 is outside the vocabulary [0, 12)");
     TXL_EXPECT_THROW_WITH((*emb)(torch::tensor({{1, 2}}, torch::kInt)), "token ids must be int64");
   }
   // The boundary ids themselves are valid.
@@ -134,15 +142,19 @@ TEST(AdaptiveEmbedding, OutOfRangeIdsNameTheIdAndTheVocabulary) {
 }
 
 TEST(AdaptiveEmbedding, BadOptionsAreRejectedWithTheFix) {
-  TXL_EXPECT_THROW_WITH(AdaptiveEmbedding(options(12, 8, 8, {8, 4}, 1)), "must be strictly increasing");
-  TXL_EXPECT_THROW_WITH(AdaptiveEmbedding(options(12, 8, 8, {4, 12}, 1)), "inside (0, n_token = 12)");
+  TXL_EXPECT_THROW_WITH(AdaptiveEmbedding(options(12, 8, 8, {8, 4}, 1)),
+                        "must be strictly increasing");
+  TXL_EXPECT_THROW_WITH(AdaptiveEmbedding(options(12, 8, 8, {4, 12}, 1)),
+                        "inside (0, n_token = 12)");
   TXL_EXPECT_THROW_WITH(AdaptiveEmbedding(options(12, 8, 8, {0}, 1)), "cutoffs = [0]");
-  TXL_EXPECT_THROW_WITH(AdaptiveEmbedding(options(12, 8, 8, {3, 6, 9}, 4)), "leaves cluster 2 a width of d_embed / 4^2 = 0");
+  TXL_EXPECT_THROW_WITH(AdaptiveEmbedding(options(12, 8, 8, {3, 6, 9}, 4)),
+                        "leaves cluster 2 a width of d_embed / 4^2 = 0");
   TXL_EXPECT_THROW_WITH(AdaptiveEmbedding(options(0, 8, 8, {}, 1)), "n_token = 0 must be positive");
   TXL_EXPECT_THROW_WITH(AdaptiveEmbedding(options(12, 8, 8, {}, 0)), "div_val = 0 must be >= 1");
   auto bad_init = options(12, 8, 8, {}, 1);
   bad_init.init = "xavier";
-  TXL_EXPECT_THROW_WITH(AdaptiveEmbedding{bad_init}, "init = \"xavier\" is not one of: normal, uniform");
+  TXL_EXPECT_THROW_WITH(AdaptiveEmbedding{bad_init},
+                        "init = \"xavier\" is not one of: normal, uniform");
 }
 
 // init = normal draws N(0, init_std) tables and N(0, proj_init_std) projections; uniform draws

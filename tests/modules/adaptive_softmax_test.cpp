@@ -28,8 +28,9 @@ struct Layout {
 };
 
 std::string describe(const Layout& l) {
-  std::string text = "V " + std::to_string(l.n_token) + ", d_embed " + std::to_string(l.d_embed) + ", d_proj " +
-                     std::to_string(l.d_proj) + ", div_val " + std::to_string(l.div_val) + ", cutoffs [";
+  std::string text = "V " + std::to_string(l.n_token) + ", d_embed " + std::to_string(l.d_embed) +
+                     ", d_proj " + std::to_string(l.d_proj) + ", div_val " +
+                     std::to_string(l.div_val) + ", cutoffs [";
   for (auto c : l.cutoffs) text += std::to_string(c) + " ";
   return text + "]";
 }
@@ -44,7 +45,8 @@ AdaptiveEmbedding make_embedding(const Layout& l) {
   return AdaptiveEmbedding(o);
 }
 
-AdaptiveSoftmaxOptions softmax_options(const Layout& l, bool tie_weight = true, bool tie_projs = true) {
+AdaptiveSoftmaxOptions softmax_options(const Layout& l, bool tie_weight = true,
+                                       bool tie_projs = true) {
   AdaptiveSoftmaxOptions o;
   o.n_token = l.n_token;
   o.d_embed = l.d_embed;
@@ -71,13 +73,15 @@ torch::Tensor param(const torch::nn::Module& module, const std::string& name) {
 
 std::map<std::string, std::vector<std::int64_t>> parameter_shapes(const torch::nn::Module& module) {
   std::map<std::string, std::vector<std::int64_t>> shapes;
-  for (const auto& item : module.named_parameters()) shapes[item.key()] = item.value().sizes().vec();
+  for (const auto& item : module.named_parameters())
+    shapes[item.key()] = item.value().sizes().vec();
   return shapes;
 }
 
 // Every id once, then random ones: [V + extra].
 torch::Tensor all_targets(std::int64_t n_token, std::int64_t extra) {
-  return torch::cat({torch::arange(n_token, torch::kLong), torch::randint(n_token, {extra}, torch::kLong)});
+  return torch::cat(
+      {torch::arange(n_token, torch::kLong), torch::randint(n_token, {extra}, torch::kLong)});
 }
 
 const std::vector<Layout>& normalisation_layouts() {
@@ -103,16 +107,18 @@ TEST(AdaptiveLogSoftmax, LogProbSumsToOneAndNllIsItsTargetEntry) {
     AdaptiveLogSoftmax crit(softmax_options(layout), emb);
     randomize(*emb, 0.3);
     randomize(*crit, 0.3);
-    const torch::Tensor target = all_targets(layout.n_token, 10);              // [N]
+    const torch::Tensor target = all_targets(layout.n_token, 10);                // [N]
     const torch::Tensor hidden = torch::randn({target.size(0), layout.d_proj});  // [N, d_proj]
     torch::NoGradGuard no_grad;
     const torch::Tensor log_prob = crit->log_prob(hidden);  // [N, V]
     ASSERT_EQ(log_prob.sizes(), (std::vector<std::int64_t>{target.size(0), layout.n_token}));
-    EXPECT_TRUE(txl::test::tensor_near(log_prob.exp().sum(1), torch::ones({target.size(0)}), 1e-5, 0));
+    EXPECT_TRUE(
+        txl::test::tensor_near(log_prob.exp().sum(1), torch::ones({target.size(0)}), 1e-5, 0));
     // Far from uniform, or the check above would be weak.
     EXPECT_GT(log_prob.exp().max().item<double>(), 5.0 / layout.n_token);
     const torch::Tensor nll = crit->nll(hidden, target);  // [N]
-    EXPECT_TRUE(txl::test::tensor_near(nll, -log_prob.gather(1, target.unsqueeze(1)).squeeze(1), 1e-5, 1e-5));
+    EXPECT_TRUE(txl::test::tensor_near(nll, -log_prob.gather(1, target.unsqueeze(1)).squeeze(1),
+                                       1e-5, 1e-5));
   }
 }
 
@@ -126,14 +132,17 @@ TEST(AdaptiveLogSoftmax, NoCutoffsIsThePlainSoftmaxOfTheTiedTable) {
     AdaptiveLogSoftmax crit(softmax_options(layout), emb);
     randomize(*emb, 0.3);
     randomize(*crit, 0.3);
-    const torch::Tensor target = all_targets(50, 14);               // [N]
-    const torch::Tensor hidden = torch::randn({64, d_proj});        // [N, d_proj]
-    torch::Tensor projected = hidden;                                // [N, d_embed]
+    const torch::Tensor target = all_targets(50, 14);         // [N]
+    const torch::Tensor hidden = torch::randn({64, d_proj});  // [N, d_proj]
+    torch::Tensor projected = hidden;                         // [N, d_embed]
     if (d_proj != 16) projected = hidden.matmul(param(*crit, "out_projs.0"));
-    const torch::Tensor logits = projected.matmul(emb->table(0).t()) + param(*crit, "out_layers.0.bias");  // [N, V]
-    const torch::Tensor expected = -torch::log_softmax(logits, 1).gather(1, target.unsqueeze(1)).squeeze(1);
+    const torch::Tensor logits =
+        projected.matmul(emb->table(0).t()) + param(*crit, "out_layers.0.bias");  // [N, V]
+    const torch::Tensor expected =
+        -torch::log_softmax(logits, 1).gather(1, target.unsqueeze(1)).squeeze(1);
     EXPECT_TRUE(txl::test::tensor_near(crit->nll(hidden, target), expected, 1e-5, 1e-5));
-    EXPECT_TRUE(txl::test::tensor_near(crit->log_prob(hidden), torch::log_softmax(logits, 1), 1e-5, 1e-5));
+    EXPECT_TRUE(
+        txl::test::tensor_near(crit->log_prob(hidden), torch::log_softmax(logits, 1), 1e-5, 1e-5));
   }
 }
 
@@ -150,9 +159,13 @@ TEST(AdaptiveLogSoftmax, ClusteredLogProbMatchesTheTwoLevelFormula) {
   randomize(*crit, 0.3);
   const torch::Tensor hidden = torch::randn({5, 12});  // [N, d_proj]
   torch::NoGradGuard no_grad;
-  const torch::Tensor head_weight = torch::cat({param(*emb, "emb_layers.0.weight"), param(*crit, "cluster_weight")});
-  const torch::Tensor head_bias = torch::cat({param(*crit, "out_layers.0.bias"), param(*crit, "cluster_bias")});
-  const torch::Tensor head = torch::log_softmax(hidden.matmul(param(*crit, "out_projs.0")).matmul(head_weight.t()) + head_bias, 1);  // [N, 4 + 3]
+  const torch::Tensor head_weight =
+      torch::cat({param(*emb, "emb_layers.0.weight"), param(*crit, "cluster_weight")});
+  const torch::Tensor head_bias =
+      torch::cat({param(*crit, "out_layers.0.bias"), param(*crit, "cluster_bias")});
+  const torch::Tensor head = torch::log_softmax(
+      hidden.matmul(param(*crit, "out_projs.0")).matmul(head_weight.t()) + head_bias,
+      1);  // [N, 4 + 3]
   torch::Tensor expected = torch::empty({5, 30});
   for (std::int64_t k = 0; k < 4; ++k) {
     const std::string i = std::to_string(k);
@@ -160,15 +173,18 @@ TEST(AdaptiveLogSoftmax, ClusteredLogProbMatchesTheTwoLevelFormula) {
       expected.narrow(1, 0, 4).copy_(head.narrow(1, 0, 4));
       continue;
     }
-    const torch::Tensor tail = torch::log_softmax(
-        hidden.matmul(param(*emb, "emb_projs." + i)).matmul(param(*emb, "emb_layers." + i + ".weight").t()) +
-            param(*crit, "out_layers." + i + ".bias"),
-        1);  // [N, V_k]
-    expected.narrow(1, bounds[k], bounds[k + 1] - bounds[k]).copy_(tail + head.narrow(1, 4 + 3 - k, 1));
+    const torch::Tensor tail =
+        torch::log_softmax(hidden.matmul(param(*emb, "emb_projs." + i))
+                                   .matmul(param(*emb, "emb_layers." + i + ".weight").t()) +
+                               param(*crit, "out_layers." + i + ".bias"),
+                           1);  // [N, V_k]
+    expected.narrow(1, bounds[k], bounds[k + 1] - bounds[k])
+        .copy_(tail + head.narrow(1, 4 + 3 - k, 1));
   }
   EXPECT_TRUE(txl::test::tensor_near(crit->log_prob(hidden), expected, 1e-5, 1e-5));
   const torch::Tensor target = torch::tensor({0, 5, 12, 29, 19}, torch::kLong);
-  EXPECT_TRUE(txl::test::tensor_near(crit->nll(hidden, target), -expected.gather(1, target.unsqueeze(1)).squeeze(1), 1e-5, 1e-5));
+  EXPECT_TRUE(txl::test::tensor_near(
+      crit->nll(hidden, target), -expected.gather(1, target.unsqueeze(1)).squeeze(1), 1e-5, 1e-5));
 }
 
 TEST(AdaptiveLogSoftmax, ParameterNamesAndShapesArePinned) {
@@ -198,14 +214,19 @@ TEST(AdaptiveLogSoftmax, ParameterNamesAndShapesArePinned) {
   EXPECT_EQ(parameter_shapes(*AdaptiveLogSoftmax(softmax_options(plain), make_embedding(plain))),
             (Shapes{{"out_layers.0.bias", {12}}}));
   const Layout single_table{12, 8, 6, {4, 8}, 1};
-  EXPECT_EQ(parameter_shapes(*AdaptiveLogSoftmax(softmax_options(single_table), make_embedding(single_table))),
-            (Shapes{{"out_layers.0.bias", {12}}, {"out_projs.0", {6, 8}}, {"cluster_weight", {2, 8}}, {"cluster_bias", {2}}}));
+  EXPECT_EQ(parameter_shapes(
+                *AdaptiveLogSoftmax(softmax_options(single_table), make_embedding(single_table))),
+            (Shapes{{"out_layers.0.bias", {12}},
+                    {"out_projs.0", {6, 8}},
+                    {"cluster_weight", {2, 8}},
+                    {"cluster_bias", {2}}}));
 }
 
 // Tied tables are the embedding's tensors (same storage); tail projections are shared, the head
 // projection is the softmax's own; a model's parameter list holds every tensor once.
 TEST(AdaptiveLogSoftmax, TyingSharesTheEmbeddingTensors) {
-  for (const Layout& layout : {Layout{12, 8, 6, {4, 8}, 2}, Layout{12, 8, 6, {4, 8}, 1}, Layout{12, 8, 8, {}, 1}}) {
+  for (const Layout& layout :
+       {Layout{12, 8, 6, {4, 8}, 2}, Layout{12, 8, 6, {4, 8}, 1}, Layout{12, 8, 8, {}, 1}}) {
     SCOPED_TRACE(describe(layout));
     auto emb = make_embedding(layout);
     AdaptiveLogSoftmax crit(softmax_options(layout), emb);
@@ -226,7 +247,8 @@ TEST(AdaptiveLogSoftmax, TyingSharesTheEmbeddingTensors) {
     std::set<const void*> seen;
     std::vector<torch::Tensor> all = emb->parameters();
     for (const auto& p : crit->parameters()) all.push_back(p);
-    for (const auto& p : all) EXPECT_TRUE(seen.insert(p.unsafeGetTensorImpl()).second) << "a parameter is listed twice";
+    for (const auto& p : all)
+      EXPECT_TRUE(seen.insert(p.unsafeGetTensorImpl()).second) << "a parameter is listed twice";
 
     AdaptiveLogSoftmax untied(softmax_options(layout, false, false));
     EXPECT_FALSE(untied->weight_tied());
@@ -243,7 +265,9 @@ TEST(AdaptiveLogSoftmax, TiedGradientAccumulatesBothUsesAndAStepMovesBoth) {
   AdaptiveLogSoftmax crit(softmax_options(layout), emb);
   const torch::Tensor tokens = torch::randint(30, {4, 6}, torch::kLong);  // [B, T]
   const torch::Tensor target = torch::randint(30, {4, 6}, torch::kLong);  // [B, T]
-  auto loss_of = [&](AdaptiveEmbedding& e, AdaptiveLogSoftmax& c) { return c->nll(e(tokens), target).mean(); };
+  auto loss_of = [&](AdaptiveEmbedding& e, AdaptiveLogSoftmax& c) {
+    return c->nll(e(tokens), target).mean();
+  };
 
   // The same numbers, untied: separate copies of the table for input and output.
   auto emb_copy = make_embedding(layout);
@@ -255,7 +279,8 @@ TEST(AdaptiveLogSoftmax, TiedGradientAccumulatesBothUsesAndAStepMovesBoth) {
     param(*crit_copy, "cluster_weight").copy_(param(*crit, "cluster_weight"));
   }
   loss_of(emb_copy, crit_copy).backward();
-  const torch::Tensor expected = emb_copy->table(0).grad() + param(*crit_copy, "out_layers.0.weight").grad();
+  const torch::Tensor expected =
+      emb_copy->table(0).grad() + param(*crit_copy, "out_layers.0.weight").grad();
 
   std::vector<torch::Tensor> params = emb->parameters();
   for (const auto& p : crit->parameters()) params.push_back(p);
@@ -278,10 +303,11 @@ TEST(AdaptiveLogSoftmax, GradientsAreFiniteAndNonzeroEverywhere) {
     const Layout layout{30, 16, 12, {4, 10, 20}, 2};
     auto emb = make_embedding(layout);
     AdaptiveLogSoftmax crit(softmax_options(layout, tie, tie), emb);
-    const torch::Tensor tokens = all_targets(30, 10).view({5, 8});   // [B, T]
+    const torch::Tensor tokens = all_targets(30, 10).view({5, 8});  // [B, T]
     const torch::Tensor target = all_targets(30, 10).flip(0).view({5, 8});
     crit->nll(emb(tokens), target).sum().backward();
-    for (const auto* module : {static_cast<torch::nn::Module*>(emb.get()), static_cast<torch::nn::Module*>(crit.get())}) {
+    for (const auto* module : {static_cast<torch::nn::Module*>(emb.get()),
+                               static_cast<torch::nn::Module*>(crit.get())}) {
       for (const auto& item : module->named_parameters()) {
         const torch::Tensor& grad = item.value().grad();
         ASSERT_TRUE(grad.defined()) << item.key();
@@ -299,13 +325,14 @@ TEST(AdaptiveLogSoftmax, NllComputesATailOnlyForItsTargets) {
   const Layout layout{30, 16, 12, {4, 10, 20}, 2};
   auto emb = make_embedding(layout);
   AdaptiveLogSoftmax crit(softmax_options(layout), emb);
-  const torch::Tensor hidden = torch::randn({6, 12});                       // [N, d_proj]
+  const torch::Tensor hidden = torch::randn({6, 12});  // [N, d_proj]
   const torch::Tensor target = torch::tensor({0, 3, 4, 9, 1, 5}, torch::kLong);
   const torch::Tensor nll = crit->nll(hidden, target);
   nll.sum().backward();
   for (std::int64_t k : {2, 3}) {
     for (const auto& p : {crit->cluster_words(k), crit->cluster_words_bias(k)}) {
-      EXPECT_TRUE(!p.grad().defined() || p.grad().abs().max().item<double>() == 0.0) << "cluster " << k;
+      EXPECT_TRUE(!p.grad().defined() || p.grad().abs().max().item<double>() == 0.0)
+          << "cluster " << k;
     }
   }
   ASSERT_TRUE(param(*crit, "out_layers.1.bias").grad().defined());
@@ -332,15 +359,17 @@ TEST(AdaptiveLogSoftmax, GradientsMatchFiniteDifferencesInDouble) {
   randomize(*emb, 0.5);
   randomize(*crit, 0.5);
   ASSERT_EQ(crit->table(1).scalar_type(), torch::kDouble);
-  const torch::Tensor tokens = torch::tensor({0, 3, 4, 6, 7, 9, 2, 8}, torch::kLong);   // [N]
-  const torch::Tensor target = torch::tensor({9, 7, 0, 5, 3, 4, 8, 1}, torch::kLong);   // [N]
+  const torch::Tensor tokens = torch::tensor({0, 3, 4, 6, 7, 9, 2, 8}, torch::kLong);  // [N]
+  const torch::Tensor target = torch::tensor({9, 7, 0, 5, 3, 4, 8, 1}, torch::kLong);  // [N]
   const torch::Tensor weights = torch::rand({8}, torch::kDouble) + 0.5;                // [N]
-  torch::Tensor h0 = torch::randn({8, 3}, torch::kDouble).requires_grad_(true);        // [N, d_proj]
+  torch::Tensor h0 = torch::randn({8, 3}, torch::kDouble).requires_grad_(true);  // [N, d_proj]
   auto loss = [&] { return (crit->nll(h0 + emb(tokens), target) * weights).sum(); };
 
   std::vector<std::pair<std::string, torch::Tensor>> inputs{{"hidden", h0}};
-  for (const auto& item : emb->named_parameters()) inputs.emplace_back("emb." + item.key(), item.value());
-  for (const auto& item : crit->named_parameters()) inputs.emplace_back("crit." + item.key(), item.value());
+  for (const auto& item : emb->named_parameters())
+    inputs.emplace_back("emb." + item.key(), item.value());
+  for (const auto& item : crit->named_parameters())
+    inputs.emplace_back("crit." + item.key(), item.value());
   loss().backward();
   const double eps = 1e-6;
   std::int64_t checked = 0;
@@ -472,10 +501,12 @@ TEST(AdaptiveLogSoftmax, AcceptsLeadingDimensions) {
   torch::NoGradGuard no_grad;
   const torch::Tensor nll = crit->nll(hidden, target);
   ASSERT_EQ(nll.sizes(), (std::vector<std::int64_t>{2, 5}));
-  EXPECT_TRUE(txl::test::tensor_equal(nll.view(-1), crit->nll(hidden.view({10, 12}), target.view(-1))));
+  EXPECT_TRUE(
+      txl::test::tensor_equal(nll.view(-1), crit->nll(hidden.view({10, 12}), target.view(-1))));
   EXPECT_EQ(crit->log_prob(hidden).sizes(), (std::vector<std::int64_t>{2, 5, 30}));
   // Empty batches pass through with empty results.
-  EXPECT_EQ(crit->nll(torch::randn({0, 12}), torch::zeros({0}, torch::kLong)).sizes(), (std::vector<std::int64_t>{0}));
+  EXPECT_EQ(crit->nll(torch::randn({0, 12}), torch::zeros({0}, torch::kLong)).sizes(),
+            (std::vector<std::int64_t>{0}));
   EXPECT_EQ(emb(torch::zeros({2, 0}, torch::kLong)).sizes(), (std::vector<std::int64_t>{2, 0, 12}));
 }
 
@@ -484,14 +515,20 @@ TEST(AdaptiveLogSoftmax, BadInputsAndOptionsGiveTheMessage) {
   auto emb = make_embedding(layout);
   AdaptiveLogSoftmax crit(softmax_options(layout), emb);
   const torch::Tensor hidden = torch::randn({3, 12});
-  TXL_EXPECT_THROW_WITH(crit->nll(hidden, torch::tensor({1, 30, 2}, torch::kLong)), "token id 30 is outside the vocabulary [0, 30)");
-  TXL_EXPECT_THROW_WITH(crit->nll(hidden, torch::tensor({-1, 3, 2}, torch::kLong)), "token id -1 is outside the vocabulary [0, 30)");
-  TXL_EXPECT_THROW_WITH(crit->nll(hidden, torch::tensor({1, 2}, torch::kLong)), "must have the leading shape of hidden");
-  TXL_EXPECT_THROW_WITH(crit->nll(torch::randn({3, 16}), torch::tensor({1, 2, 3}, torch::kLong)), "hidden must be [N, 12]");
+  TXL_EXPECT_THROW_WITH(crit->nll(hidden, torch::tensor({1, 30, 2}, torch::kLong)),
+                        "token id 30 is outside the vocabulary [0, 30)");
+  TXL_EXPECT_THROW_WITH(crit->nll(hidden, torch::tensor({-1, 3, 2}, torch::kLong)),
+                        "token id -1 is outside the vocabulary [0, 30)");
+  TXL_EXPECT_THROW_WITH(crit->nll(hidden, torch::tensor({1, 2}, torch::kLong)),
+                        "must have the leading shape of hidden");
+  TXL_EXPECT_THROW_WITH(crit->nll(torch::randn({3, 16}), torch::tensor({1, 2, 3}, torch::kLong)),
+                        "hidden must be [N, 12]");
   TXL_EXPECT_THROW_WITH(crit->log_prob(torch::randn({3, 16})), "hidden must be [N, 12]");
-  TXL_EXPECT_THROW_WITH(AdaptiveLogSoftmax{softmax_options(layout)}, "needs the AdaptiveEmbedding to tie to");
+  TXL_EXPECT_THROW_WITH(AdaptiveLogSoftmax{softmax_options(layout)},
+                        "needs the AdaptiveEmbedding to tie to");
   const Layout other{30, 16, 12, {4, 10}, 2};
-  TXL_EXPECT_THROW_WITH(AdaptiveLogSoftmax(softmax_options(other), emb), "cannot tie to an AdaptiveEmbedding with another layout");
+  TXL_EXPECT_THROW_WITH(AdaptiveLogSoftmax(softmax_options(other), emb),
+                        "cannot tie to an AdaptiveEmbedding with another layout");
   auto bad = softmax_options(layout, false, false);
   bad.init = "zeros";
   TXL_EXPECT_THROW_WITH(AdaptiveLogSoftmax{bad}, "init = \"zeros\" is not one of: normal, uniform");
@@ -536,12 +573,14 @@ TEST(AdaptiveLogSoftmax, LearnsAFixedTokenMapping) {
 // --gtest_filter='*Benchmark*'. nll forward and forward+backward for N = 2048, d = 256, V = 12871.
 TEST(AdaptiveLogSoftmax, DISABLED_BenchmarkNll) {
   torch::manual_seed(21);
-  for (const Layout& layout : {Layout{12871, 256, 256, {}, 1}, Layout{12871, 256, 256, {2000, 6000}, 2}}) {
+  for (const Layout& layout :
+       {Layout{12871, 256, 256, {}, 1}, Layout{12871, 256, 256, {2000, 6000}, 2}}) {
     auto emb = make_embedding(layout);
     AdaptiveLogSoftmax crit(softmax_options(layout), emb);
     const torch::Tensor hidden = torch::randn({2048, 256}).requires_grad_(true);
     // Zipf-like targets: most in the head, as in real text.
-    const torch::Tensor target = (torch::rand({2048}).pow(4) * 12871).to(torch::kLong).clamp_max(12870);
+    const torch::Tensor target =
+        (torch::rand({2048}).pow(4) * 12871).to(torch::kLong).clamp_max(12870);
     auto time_ms = [&](bool backward) {
       const int reps = 10;
       for (int i = 0; i < 2; ++i) crit->nll(hidden, target).sum().backward();
@@ -554,7 +593,9 @@ TEST(AdaptiveLogSoftmax, DISABLED_BenchmarkNll) {
           crit->nll(hidden, target);
         }
       }
-      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / reps;
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                 .count() /
+             reps;
     };
     // The floor: the logits of the full vocabulary alone, one [N, d] x [d, V] product.
     const torch::Tensor full_table = torch::randn({12871, 256});  // [V, d]
@@ -564,9 +605,14 @@ TEST(AdaptiveLogSoftmax, DISABLED_BenchmarkNll) {
       torch::linear(hidden, full_table);  // [N, V]
     }
     const double full_logits_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / 10;
-    std::printf("[bench] %s threads %d: nll %.1f ms, nll+backward %.1f ms (full [N, V] logits alone %.1f ms)\n",
-                describe(layout).c_str(), torch::get_num_threads(), time_ms(false), time_ms(true), full_logits_ms);
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count() /
+        10;
+    std::printf(
+        "[bench] %s threads %d: nll %.1f ms, nll+backward %.1f ms (full [N, V] logits alone %.1f "
+        "ms)\n",
+        describe(layout).c_str(), torch::get_num_threads(), time_ms(false), time_ms(true),
+        full_logits_ms);
   }
 }
 

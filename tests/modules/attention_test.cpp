@@ -8,10 +8,10 @@
 #include "support/test_support.h"
 #include "txl/ops/masks.h"
 #include "txl/ops/rotary.h"
+#include "txl/ops/sinusoid.h"
 #include "txl/util/fs.h"
 #include "txl/util/process.h"
 #include "txl/util/safetensors.h"
-#include "txl/ops/sinusoid.h"
 
 namespace txl::modules {
 namespace {
@@ -211,8 +211,8 @@ TEST(Attention, RotaryQueriesSitAfterTheMemory) {
 // tools/requirements-torch2.txt installs them; skipped where they are missing).
 TEST(Attention, RotaryAndAlibiEqualPyPIsReferences) {
   const std::string python = txl::test::python();
-  const std::vector<std::string> probe = {
-      python, "-c", "import rotary_embedding_torch, x_transformers"};
+  const std::vector<std::string> probe = {python, "-c",
+                                          "import rotary_embedding_torch, x_transformers"};
   if (!txl::process::run_program(probe).ok())
     GTEST_SKIP() << "no rotary-embedding-torch and x-transformers in " << python
                  << " (TXL_TORCH=pip tools/setup.sh installs them)";

@@ -15,14 +15,16 @@ TEST(Dropout, KeepsAFractionOneMinusPScaledUp) {
     SCOPED_TRACE(c10::toString(type));
     for (double p : {0.1, 0.5, 0.9}) {
       const std::int64_t n = 200001;  // odd: the last element is the low half of a pair
-      const torch::Tensor x = (torch::rand({n}, torch::kDouble) + 1).to(type).requires_grad_();  // [n]
-      const torch::Tensor y = ops::dropout(x, p, true);                                               // [n]
+      const torch::Tensor x =
+          (torch::rand({n}, torch::kDouble) + 1).to(type).requires_grad_();  // [n]
+      const torch::Tensor y = ops::dropout(x, p, true);                      // [n]
       ASSERT_EQ(y.scalar_type(), type);
       const torch::Tensor kept = y.ne(0);
       const double fraction = kept.to(torch::kDouble).mean().item<double>();
       EXPECT_NEAR(fraction, 1 - p, 5 * std::sqrt(p * (1 - p) / n)) << "p " << p;
       const torch::Tensor scale = torch::full({}, 1.0 / (1 - p), torch::dtype(type));
-      EXPECT_TRUE(txl::test::tensor_equal(y.masked_select(kept), x.detach().masked_select(kept) * scale));
+      EXPECT_TRUE(
+          txl::test::tensor_equal(y.masked_select(kept), x.detach().masked_select(kept) * scale));
       const torch::Tensor grad = torch::autograd::grad({y.sum()}, {x})[0];
       EXPECT_TRUE(txl::test::tensor_equal(grad, kept.to(type) * scale));
     }
@@ -35,9 +37,11 @@ TEST(Dropout, NeighboursAreIndependent) {
   torch::manual_seed(2);
   const double p = 0.3;
   const std::int64_t n = 400000;
-  const torch::Tensor kept = ops::dropout(torch::ones({n}), p, true).ne(0).to(torch::kDouble);  // [n]
+  const torch::Tensor kept =
+      ops::dropout(torch::ones({n}), p, true).ne(0).to(torch::kDouble);  // [n]
   for (std::int64_t lag : {1, 2, 3, 64, 32768}) {
-    const double both = (kept.narrow(0, 0, n - lag) * kept.narrow(0, lag, n - lag)).mean().item<double>();
+    const double both =
+        (kept.narrow(0, 0, n - lag) * kept.narrow(0, lag, n - lag)).mean().item<double>();
     EXPECT_NEAR(both, (1 - p) * (1 - p), 5 * std::sqrt(0.49 * 0.51 / (n - lag))) << "lag " << lag;
   }
 }

@@ -11,13 +11,13 @@ namespace txl::ops {
 namespace {
 
 // The unfused output layer: log_softmax (in fp32 for bf16 logits) then nll_loss.
-torch::Tensor reference(const torch::Tensor& hidden, const torch::Tensor& weight, const torch::Tensor& bias,
-                        const torch::Tensor& target) {
+torch::Tensor reference(const torch::Tensor& hidden, const torch::Tensor& weight,
+                        const torch::Tensor& bias, const torch::Tensor& target) {
   const torch::Tensor logits = torch::linear(hidden, weight, bias);  // [N, V]
   const torch::Tensor log_prob = logits.scalar_type() == torch::kBFloat16
                                      ? torch::log_softmax(logits, -1, torch::kFloat)
                                      : torch::log_softmax(logits, -1);  // [N, V]
-  return torch::nll_loss(log_prob, target, {}, at::Reduction::None);     // [N]
+  return torch::nll_loss(log_prob, target, {}, at::Reduction::None);    // [N]
 }
 
 struct Case {
@@ -26,7 +26,8 @@ struct Case {
 
 // Random inputs with leaf parameters; the upstream gradient has zeros (masked rows) and varied
 // weights, as the trainer's masked mean gives.
-Case make_case(std::int64_t rows, std::int64_t width, std::int64_t classes, torch::ScalarType type) {
+Case make_case(std::int64_t rows, std::int64_t width, std::int64_t classes,
+               torch::ScalarType type) {
   auto opts = torch::dtype(type);
   Case c;
   c.hidden = (torch::randn({rows, width}, opts) * 1.5).requires_grad_();
@@ -39,11 +40,13 @@ Case make_case(std::int64_t rows, std::int64_t width, std::int64_t classes, torc
 
 // nll and the gradients of sum(upstream * nll) with respect to hidden, weight, bias.
 std::vector<torch::Tensor> run(const Case& c, bool fused, std::int64_t chunk_rows = 0) {
-  const torch::Tensor nll = fused ? linear_cross_entropy(c.hidden, c.weight, c.bias, c.target, chunk_rows)
-                                  : reference(c.hidden, c.weight, c.bias, c.target);
+  const torch::Tensor nll =
+      fused ? linear_cross_entropy(c.hidden, c.weight, c.bias, c.target, chunk_rows)
+            : reference(c.hidden, c.weight, c.bias, c.target);
   const torch::Tensor loss = (nll.to(c.upstream.scalar_type()) * c.upstream).sum();
   std::vector<torch::Tensor> out{nll};
-  for (const auto& g : torch::autograd::grad({loss}, {c.hidden, c.weight, c.bias})) out.push_back(g);
+  for (const auto& g : torch::autograd::grad({loss}, {c.hidden, c.weight, c.bias}))
+    out.push_back(g);
   return out;
 }
 
@@ -72,11 +75,12 @@ TEST(LinearCrossEntropy, MatchesUnfusedPath) {
 TEST(LinearCrossEntropy, ProbabilitiesOverAllTargetsSumToOne) {
   torch::manual_seed(2);
   const std::int64_t classes = 41;
-  const torch::Tensor row = torch::randn({1, 8}) * 3;                   // [1, d]
-  const torch::Tensor hidden = row.expand({classes, 8});                // [V, d]
-  const torch::Tensor weight = torch::randn({classes, 8});              // [V, d]
-  const torch::Tensor bias = torch::randn({classes});                   // [V]
-  const torch::Tensor nll = linear_cross_entropy(hidden, weight, bias, torch::arange(classes), 3);  // [V]
+  const torch::Tensor row = torch::randn({1, 8}) * 3;       // [1, d]
+  const torch::Tensor hidden = row.expand({classes, 8});    // [V, d]
+  const torch::Tensor weight = torch::randn({classes, 8});  // [V, d]
+  const torch::Tensor bias = torch::randn({classes});       // [V]
+  const torch::Tensor nll =
+      linear_cross_entropy(hidden, weight, bias, torch::arange(classes), 3);  // [V]
   EXPECT_TRUE((nll > 0).all().item<bool>());
   EXPECT_NEAR(nll.neg().exp().sum().item<double>(), 1.0, 1e-5);
 }
@@ -112,7 +116,8 @@ TEST(LinearCrossEntropy, MaskedRowsContributeNothing) {
   const auto part = run(only, true, 3);
   EXPECT_TRUE(txl::test::tensor_near(all[1].index_select(0, scored), part[1], 1e-12, 1e-12));
   const torch::Tensor masked = c.upstream.eq(0).nonzero().reshape({-1});
-  EXPECT_TRUE(txl::test::tensor_equal(all[1].index_select(0, masked), torch::zeros({masked.numel(), 8})));
+  EXPECT_TRUE(
+      txl::test::tensor_equal(all[1].index_select(0, masked), torch::zeros({masked.numel(), 8})));
   EXPECT_TRUE(txl::test::tensor_near(all[2], part[2], 1e-12, 1e-12));
   EXPECT_TRUE(txl::test::tensor_near(all[3], part[3], 1e-12, 1e-12));
 }
@@ -141,10 +146,13 @@ TEST(LinearCrossEntropy, NoGradGivesTheSameNll) {
 TEST(LinearCrossEntropy, BackwardTwiceAgrees) {
   torch::manual_seed(5);
   const Case c = make_case(12, 4, 9, torch::kFloat);
-  const torch::Tensor loss = (linear_cross_entropy(c.hidden, c.weight, c.bias, c.target, 5) * c.upstream).sum();
-  const auto first = torch::autograd::grad({loss}, {c.hidden, c.weight, c.bias}, {}, /*retain_graph=*/true);
+  const torch::Tensor loss =
+      (linear_cross_entropy(c.hidden, c.weight, c.bias, c.target, 5) * c.upstream).sum();
+  const auto first =
+      torch::autograd::grad({loss}, {c.hidden, c.weight, c.bias}, {}, /*retain_graph=*/true);
   const auto second = torch::autograd::grad({loss}, {c.hidden, c.weight, c.bias});
-  for (size_t i = 0; i < first.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(first[i], second[i]));
+  for (size_t i = 0; i < first.size(); ++i)
+    EXPECT_TRUE(txl::test::tensor_equal(first[i], second[i]));
 }
 
 // Under bf16 autocast the products run in bf16 and the statistics in fp32, as the unfused path
@@ -203,11 +211,13 @@ TEST(LinearCrossEntropy, Bfloat16ConfidentTargetsKeepTheirGradient) {
   ASSERT_NEAR(want, -0.00446, 0.0001);
   EXPECT_NEAR(got, want, 0.01 * std::abs(want));
   // The other classes: p of about 4.5e-5 each, a relative error of bf16 rounding.
-  EXPECT_TRUE(txl::test::tensor_near(fused[3].narrow(0, 1, classes - 1), fp32[3].narrow(0, 1, classes - 1), 0, 0.01));
+  EXPECT_TRUE(txl::test::tensor_near(fused[3].narrow(0, 1, classes - 1),
+                                     fp32[3].narrow(0, 1, classes - 1), 0, 0.01));
   // d_weight of the target class is the target column of the bf16 d_logits times hidden: it
   // shows the column as written down, not only the fp32 sum d_bias is taken from.
   const torch::Tensor want_row = fp32[2][0], got_row = fused[2][0];  // [d]
-  EXPECT_LT((got_row - want_row).abs().max().item<double>(), 0.02 * want_row.abs().max().item<double>())
+  EXPECT_LT((got_row - want_row).abs().max().item<double>(),
+            0.02 * want_row.abs().max().item<double>())
       << got_row << want_row;
 }
 
@@ -226,7 +236,8 @@ TEST(LinearCrossEntropy, Bfloat16InputsGiveFp32Nll) {
   for (size_t i = 1; i < got.size(); ++i) {
     EXPECT_EQ(got[i].scalar_type(), torch::kBFloat16) << kNames[i];
     const double scale = fp32[i].abs().max().item<double>();
-    EXPECT_TRUE(txl::test::tensor_near(got[i].to(torch::kFloat), fp32[i], 0.03 * scale, 0.03)) << kNames[i];
+    EXPECT_TRUE(txl::test::tensor_near(got[i].to(torch::kFloat), fp32[i], 0.03 * scale, 0.03))
+        << kNames[i];
   }
 }
 
@@ -235,7 +246,8 @@ TEST(LinearCrossEntropy, RejectsBadShapes) {
   const torch::Tensor t = torch::zeros({4}, torch::kLong);
   TXL_EXPECT_THROW_WITH(linear_cross_entropy(h, torch::randn({5, 2}), b, t), "weight [V, d]");
   TXL_EXPECT_THROW_WITH(linear_cross_entropy(h, w, torch::randn({4}), t), "bias must be [V]");
-  TXL_EXPECT_THROW_WITH(linear_cross_entropy(h, w, b, torch::zeros({3}, torch::kLong)), "target must be int64 [N]");
+  TXL_EXPECT_THROW_WITH(linear_cross_entropy(h, w, b, torch::zeros({3}, torch::kLong)),
+                        "target must be int64 [N]");
   TXL_EXPECT_THROW_WITH(linear_cross_entropy(h, w, b, t, -1), "chunk_rows");
 }
 

@@ -28,12 +28,12 @@ TEST(Sampling, TopPKeepsTheSmallestSetWithMassAtLeastP) {
   auto scores = torch::cat({probs.log(), probs.log() + 3.0}, 0);  // [2, 5]
   using V = std::vector<int64_t>;
   for (int64_t row : {0, 1}) {
-    EXPECT_EQ(kept(top_p_filter(scores, 0.5), row), (V{1}));        // 1/2 >= 0.5
+    EXPECT_EQ(kept(top_p_filter(scores, 0.5), row), (V{1}));  // 1/2 >= 0.5
     EXPECT_EQ(kept(top_p_filter(scores, 0.3), row), (V{1}));
-    EXPECT_EQ(kept(top_p_filter(scores, 0.75), row), (V{1, 3}));    // 3/4 exactly
+    EXPECT_EQ(kept(top_p_filter(scores, 0.75), row), (V{1, 3}));     // 3/4 exactly
     EXPECT_EQ(kept(top_p_filter(scores, 0.76), row), (V{0, 1, 3}));  // 7/8
     EXPECT_EQ(kept(top_p_filter(scores, 0.875), row), (V{0, 1, 3}));
-    EXPECT_EQ(kept(top_p_filter(scores, 0.9), row).size(), 4u);      // one of the two 1/16
+    EXPECT_EQ(kept(top_p_filter(scores, 0.9), row).size(), 4u);  // one of the two 1/16
     EXPECT_EQ(kept(top_p_filter(scores, 1.0), row).size(), 5u);
   }
   // Kept entries keep their scores.

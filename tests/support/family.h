@@ -27,11 +27,11 @@ inline const std::vector<config::AttnType>& memory_attn_types() {
 struct MemoryMember {
   std::string name;
   config::AttnType attn_type;
-  int cmem_len = 0;           // compressed rows (0 = Transformer-XL's memory alone)
+  int cmem_len = 0;  // compressed rows (0 = Transformer-XL's memory alone)
   // The compression function (conv | mean | max); none = the configuration's own.
   std::optional<config::Compression> compress = std::nullopt;
-  int mem_tokens = 0;         // recurrent memory tokens m (0 = none)
-  int mem_len = -1;           // memory positions kept (-1 = the configuration's own)
+  int mem_tokens = 0;  // recurrent memory tokens m (0 = none)
+  int mem_len = -1;    // memory positions kept (-1 = the configuration's own)
   // Sets the member on a model configuration (groups of 2 positions compressed).
   void apply(config::ModelConfig& c) const {
     c.attn_type = attn_type;

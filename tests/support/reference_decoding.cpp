@@ -61,8 +61,8 @@ torch::Tensor reference_log_probs(models::TransformerLM& model, const torch::Ten
                  : segmented_log_probs(model, tokens, o);
 }
 
-torch::Tensor decoded(models::TransformerLM& model, const torch::Tensor& tokens,
-                      int64_t prompt_len, const generation::DecodeOptions& o) {
+torch::Tensor decoded(models::TransformerLM& model, const torch::Tensor& tokens, int64_t prompt_len,
+                      const generation::DecodeOptions& o) {
   generation::IncrementalDecoder decoder(model, o, tokens.size(0));
   std::vector<torch::Tensor> out{decoder.read(tokens.narrow(1, 0, prompt_len)).unsqueeze(1)};
   for (int64_t t = prompt_len; t < tokens.size(1); ++t)
@@ -141,7 +141,9 @@ SizedDecodingErrors sized_decoding_errors(const SizedDecodingCase& c, const torc
   auto padded = torch::zeros({kRows, longest}, torch::kLong);
   auto real = torch::zeros({kRows, longest}, torch::kBool);
   for (int64_t b = 0; b < kRows; ++b) {
-    padded[b].narrow(0, longest - kPrompt - b, kPrompt + b).copy_(text[b].narrow(0, 0, kPrompt + b));
+    padded[b]
+        .narrow(0, longest - kPrompt - b, kPrompt + b)
+        .copy_(text[b].narrow(0, 0, kPrompt + b));
     real[b].narrow(0, longest - kPrompt - b, kPrompt + b).fill_(true);
   }
   auto lp = batch.read(padded.to(device), real.to(device));  // [16, V]

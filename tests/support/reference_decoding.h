@@ -33,8 +33,8 @@ torch::Tensor reference_log_probs(models::TransformerLM& model, const torch::Ten
 // The decoder's log-probabilities of rows tokens [B, N] (on any device of the model's) after
 // every position from prompt_len - 1 on, reading the prompt at once and then one token at a
 // time: [B, N - prompt_len + 1, V], on the CPU.
-torch::Tensor decoded(models::TransformerLM& model, const torch::Tensor& tokens,
-                      int64_t prompt_len, const generation::DecodeOptions& o);
+torch::Tensor decoded(models::TransformerLM& model, const torch::Tensor& tokens, int64_t prompt_len,
+                      const generation::DecodeOptions& o);
 
 // Decoding at the sizes users run, in fp32: d_model 256, heads of 64, a vocabulary of 10,000,
 // 2 layers, segments of 16, a prompt of 21 and 35 decoded tokens. One case per attention type

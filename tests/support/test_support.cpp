@@ -102,14 +102,15 @@ std::string index_string(int64_t flat, at::IntArrayRef sizes) {
       double max_diff = (a - e).abs().nan_to_num(0, 0, 0).max().item<double>();
       return ::testing::AssertionFailure()
              << "first mismatch at " << index_string(i, actual.sizes()) << ": " << x
-             << " vs expected " << y << " (atol " << atol << ", rtol " << rtol
-             << "; max |diff| " << max_diff << ")";
+             << " vs expected " << y << " (atol " << atol << ", rtol " << rtol << "; max |diff| "
+             << max_diff << ")";
     }
   }
   return ::testing::AssertionSuccess();
 }
 
-::testing::AssertionResult tensor_equal(const torch::Tensor& actual, const torch::Tensor& expected) {
+::testing::AssertionResult tensor_equal(const torch::Tensor& actual,
+                                        const torch::Tensor& expected) {
   return tensor_near(actual, expected, 0.0, 0.0);
 }
 
@@ -128,7 +129,8 @@ void remove_tree(const std::filesystem::path& path) {
   // Children first (FTW_DEPTH), links removed rather than followed (FTW_PHYS); an entry that
   // cannot be removed is left and the walk goes on.
   ::nftw(
-      path.c_str(), [](const char* entry, const struct stat*, int, struct FTW*) {
+      path.c_str(),
+      [](const char* entry, const struct stat*, int, struct FTW*) {
         (void)std::remove(entry);
         return 0;
       },
@@ -157,7 +159,8 @@ std::filesystem::path source_dir() {
 
 std::filesystem::path bin_dir() {
   const char* dir = std::getenv("TXL_BIN_DIR");
-  return dir != nullptr && *dir != '\0' ? std::filesystem::path(dir) : std::filesystem::path(TXL_TEST_BIN_DIR);
+  return dir != nullptr && *dir != '\0' ? std::filesystem::path(dir)
+                                        : std::filesystem::path(TXL_TEST_BIN_DIR);
 }
 
 std::string python() {

@@ -82,15 +82,15 @@ class OpenBlasThreads {
 
 // Expects `statement` to throw an exception (any std::exception or c10::Error) whose what()
 // contains `substring`.
-#define TXL_EXPECT_THROW_WITH(statement, substring)                                     \
-  do {                                                                                  \
-    bool txl_thrown_ = false;                                                           \
-    try {                                                                               \
-      statement;                                                                        \
-    } catch (const std::exception& txl_e_) {                                            \
-      txl_thrown_ = true;                                                               \
-      EXPECT_NE(std::string(txl_e_.what()).find(substring), std::string::npos)         \
-          << "message was: " << txl_e_.what();                                          \
-    }                                                                                   \
+#define TXL_EXPECT_THROW_WITH(statement, substring)                                           \
+  do {                                                                                        \
+    bool txl_thrown_ = false;                                                                 \
+    try {                                                                                     \
+      statement;                                                                              \
+    } catch (const std::exception& txl_e_) {                                                  \
+      txl_thrown_ = true;                                                                     \
+      EXPECT_NE(std::string(txl_e_.what()).find(substring), std::string::npos)                \
+          << "message was: " << txl_e_.what();                                                \
+    }                                                                                         \
     EXPECT_TRUE(txl_thrown_) << "expected an exception containing \"" << (substring) << "\""; \
   } while (0)

@@ -2,7 +2,8 @@
 
 namespace txl::test {
 
-config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir, const std::string& name) {
+config::ExperimentConfig tiny_experiment(const std::filesystem::path& dir,
+                                         const std::string& name) {
   config::ExperimentConfig c;
   c.run.name = name;
   c.run.output_dir = (dir / "runs" / name).string();
@@ -48,9 +49,9 @@ data::Batch random_batch(std::uint64_t seed) {
   data::Batch b;
   b.tokens = torch::randint(30, {4, 12}, torch::kInt64);   // [4, 12]
   b.targets = torch::randint(30, {4, 12}, torch::kInt64);  // [4, 12]
-  b.input_mask = torch::ones({4, 12}, torch::kBool);        // [4, 12]
-  b.target_mask = torch::ones({4, 12}, torch::kBool);       // [4, 12]
-  b.reset = torch::zeros({4}, torch::kBool);                // [4]
+  b.input_mask = torch::ones({4, 12}, torch::kBool);       // [4, 12]
+  b.target_mask = torch::ones({4, 12}, torch::kBool);      // [4, 12]
+  b.reset = torch::zeros({4}, torch::kBool);               // [4]
   b.n_scored = 48;
   return b;
 }

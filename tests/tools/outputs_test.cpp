@@ -48,8 +48,8 @@ class Program {
     posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
                                      0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path_.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                     0644);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -108,7 +108,8 @@ Trained trained(const TempDir& dir,
     config.data.path = (dir / "corpus").string();
     for (const char* split : {"train", "valid", "test"}) {
       std::string text;
-      for (int i = 0; i < 40; ++i) text += "caf\xC3\xA9 na\xC3\xAFve \xE2\x82\xAC" + std::to_string(i) + "\n";
+      for (int i = 0; i < 40; ++i)
+        text += "caf\xC3\xA9 na\xC3\xAFve \xE2\x82\xAC" + std::to_string(i) + "\n";
       txl::test::write_text(dir / "corpus" / (std::string(split) + ".txt"), text);
     }
   }
@@ -170,8 +171,9 @@ TEST(Outputs, LongGenerationStreamsAndASignalEndsItWithWhatItHas) {
   TempDir dir;
   const Trained t = trained(dir);
   const stdfs::path out = dir / "stream.txt";
-  Program text("txl-generate", {t.checkpoint, "--prompt", "w", "--max-new-tokens", "1000000000",
-                                "--ignore-eos", "--threads", "1"},
+  Program text("txl-generate",
+               {t.checkpoint, "--prompt", "w", "--max-new-tokens", "1000000000", "--ignore-eos",
+                "--threads", "1"},
                out.string());
   ASSERT_TRUE(grows_past(out, 40)) << "nothing streamed: " << text.err();
   text.signal(SIGINT);
@@ -184,9 +186,9 @@ TEST(Outputs, LongGenerationStreamsAndASignalEndsItWithWhatItHas) {
   // JSON: the prompt in progress ends "interrupted" with its tokens, the one not started has
   // none, and the summary says which signal.
   const stdfs::path json_out = dir / "stream.json";
-  Program json("txl-generate", {t.checkpoint, "--prompt", "w", "--prompt", "v", "--batch-size",
-                                "1", "--max-new-tokens", "1000000000", "--ignore-eos", "--json",
-                                "--threads", "1"},
+  Program json("txl-generate",
+               {t.checkpoint, "--prompt", "w", "--prompt", "v", "--batch-size", "1",
+                "--max-new-tokens", "1000000000", "--ignore-eos", "--json", "--threads", "1"},
                json_out.string());
   // Its handlers are installed before it says it generates: no guess at how long loading takes.
   ASSERT_TRUE(json.err_shows("[generate] 2 prompt(s), up to 1000000000 new tokens each"))
@@ -216,15 +218,19 @@ TEST(Outputs, JsonOfAByteLevelModelHoldsAnyBytes) {
   for (int seed = 1; seed <= 8; ++seed) {
     SCOPED_TRACE(seed);
     const std::string out = (dir / "bytes.json").string();
-    Program p("txl-generate", {t.checkpoint, "--prompt", "ab", "--max-new-tokens", "24", "--seed",
-                               std::to_string(seed), "--json", "--ignore-eos", "--threads", "1"},
+    Program p("txl-generate",
+              {t.checkpoint, "--prompt", "ab", "--max-new-tokens", "24", "--seed",
+               std::to_string(seed), "--json", "--ignore-eos", "--threads", "1"},
               out);
     ASSERT_EQ(p.wait(), 0) << p.err();
-    const auto row = nlohmann::json::parse(txl::fs::read_file(out).substr(
-        0, txl::fs::read_file(out).find('\n')));
+    const auto row = nlohmann::json::parse(
+        txl::fs::read_file(out).substr(0, txl::fs::read_file(out).find('\n')));
     std::string bytes;
     for (auto id : row.at("tokens").get<std::vector<std::int64_t>>())
-      if (id < 256) bytes += static_cast<char>(id); else if (id == 257) bytes += '\n';
+      if (id < 256)
+        bytes += static_cast<char>(id);
+      else if (id == 257)
+        bytes += '\n';
     EXPECT_EQ(row.at("text").get<std::string>(), txl::util::replace_invalid_utf8(bytes));
     if (txl::util::find_invalid_utf8(bytes)) {
       ++not_text;
@@ -252,9 +258,9 @@ TEST(Outputs, AModelWithWeightsThatAreNotFiniteIsRefusedByEveryProgram) {
   ASSERT_TRUE(poisoned);
   const std::string nan_path = (dir / "nan.safetensors").string();
   txl::models::write_checkpoint(nan_path, checkpoint);
-  for (const Case& c : std::vector<Case>{
-           {"txl-generate", {nan_path, "--prompt", "w", "--max-new-tokens", "3"}},
-           {"txl-eval", {nan_path, "--split", "valid"}}}) {
+  for (const Case& c :
+       std::vector<Case>{{"txl-generate", {nan_path, "--prompt", "w", "--max-new-tokens", "3"}},
+                         {"txl-eval", {nan_path, "--split", "valid"}}}) {
     SCOPED_TRACE(c.program);
     const std::string out = (dir / "nan.out").string();
     Program p(c.program, c.args, out);

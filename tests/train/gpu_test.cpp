@@ -60,7 +60,8 @@ TEST(Gpu, TrainsOnTheGpuLikeOnTheCpu) {
   auto a = parameters_of(dir / "runs/cpu/checkpoint_last.safetensors");
   auto b = parameters_of(dir / "runs/gpu/checkpoint_last.safetensors");
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_near(b[i], a[i], 1e-4, 1e-3)) << i;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(txl::test::tensor_near(b[i], a[i], 1e-4, 1e-3)) << i;
 
   auto whole = txl::test::tiny_experiment(dir.path(), "gpu_whole");  // dropout on
   whole.run.device = txl::config::Device::kCuda;
@@ -70,7 +71,8 @@ TEST(Gpu, TrainsOnTheGpuLikeOnTheCpu) {
   auto pause = txl::test::quiet_run(txl::train::StartMode::kNew, 9);
   txl::train::train(split, pause);
   txl::train::train(split, txl::test::quiet_run(txl::train::StartMode::kResume));
-  EXPECT_EQ(metrics_without_timing(dir / "runs/gpu_whole"), metrics_without_timing(dir / "runs/gpu_split"));
+  EXPECT_EQ(metrics_without_timing(dir / "runs/gpu_whole"),
+            metrics_without_timing(dir / "runs/gpu_split"));
 }
 
 // Compressive memory (conv compressors, trained by the reconstruction loss) trains on the GPU
@@ -92,11 +94,13 @@ TEST(Gpu, CompressiveMemoryTrainsOnTheGpuLikeOnTheCpu) {
   auto a = parameters_of(dir / "runs/cpu/checkpoint_last.safetensors");
   auto b = parameters_of(dir / "runs/gpu/checkpoint_last.safetensors");
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_near(b[i], a[i], 1e-4, 1e-3)) << i;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(txl::test::tensor_near(b[i], a[i], 1e-4, 1e-3)) << i;
   auto split = compressive("gpu_split", txl::config::Device::kCuda);
   txl::train::train(split, txl::test::quiet_run(txl::train::StartMode::kNew, 9));
   txl::train::train(split, txl::test::quiet_run(txl::train::StartMode::kResume));
-  EXPECT_EQ(metrics_without_timing(dir / "runs/gpu"), metrics_without_timing(dir / "runs/gpu_split"));
+  EXPECT_EQ(metrics_without_timing(dir / "runs/gpu"),
+            metrics_without_timing(dir / "runs/gpu_split"));
 }
 
 // A CPU checkpoint loads onto the GPU (every parameter there, the same values) and evaluates

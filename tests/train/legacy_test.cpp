@@ -20,12 +20,13 @@ txl::models::Inputs inputs_of(const torch::Tensor& tokens, const torch::Tensor& 
   return inputs;
 }
 
-
 namespace stdfs = std::filesystem;
 using torch::serialize::OutputArchive;
 using txl::test::TempDir;
 
-void put(OutputArchive& a, const std::string& key, std::int64_t v) { a.write(key, torch::tensor(v)); }
+void put(OutputArchive& a, const std::string& key, std::int64_t v) {
+  a.write(key, torch::tensor(v));
+}
 void put(OutputArchive& a, const std::string& key, double v) {
   a.write(key, torch::tensor(v, torch::kDouble));
 }
@@ -52,7 +53,8 @@ void write_version_1(const stdfs::path& path, const txl::config::ExperimentConfi
   s.write("stream_state", c10::IValue(std::string("opaque")));
   put(s, "memory_size", std::int64_t{2 + static_cast<std::int64_t>(memory.layers.size())});
   s.write("memory_0", torch::tensor(static_cast<std::int64_t>(memory.layers.size())));
-  for (size_t l = 0; l < memory.layers.size(); ++l) s.write("memory_" + std::to_string(l + 1), memory.layers[l]);
+  for (size_t l = 0; l < memory.layers.size(); ++l)
+    s.write("memory_" + std::to_string(l + 1), memory.layers[l]);
   s.write("memory_" + std::to_string(memory.layers.size() + 1),
           memory.empty() ? torch::zeros({0}, torch::kBool) : memory.mask_or_ones());
   put(s, "elapsed_seconds", 1.5);
@@ -81,12 +83,15 @@ TEST(Legacy, AVersion1CheckpointConvertsToOneThatResumesExactly) {
   }
   write_version_1(dir / "old.pt", config, model, *optimizer, memory);
 
-  const auto converted = txl::train::convert_legacy_checkpoint(dir / "old.pt", *txl::test::word_tokenizer());
-  const auto parsed = txl::models::parse_checkpoint(txl::models::serialize_checkpoint(converted), "new");
+  const auto converted =
+      txl::train::convert_legacy_checkpoint(dir / "old.pt", *txl::test::word_tokenizer());
+  const auto parsed =
+      txl::models::parse_checkpoint(txl::models::serialize_checkpoint(converted), "new");
   torch::manual_seed(4);
   txl::models::TransformerLM restored(config.model, 30);
   auto restored_optimizer = txl::train::make_optimizer(config.train, restored->parameters());
-  auto point = txl::train::restore_training(parsed, config, restored, *restored_optimizer, torch::kCPU, "new");
+  auto point = txl::train::restore_training(parsed, config, restored, *restored_optimizer,
+                                            torch::kCPU, "new");
   EXPECT_EQ(point.state.step, 2);
   EXPECT_EQ(point.state.stream_state, "opaque");
   ASSERT_EQ(point.memory.layers.size(), memory.layers.size());
@@ -100,8 +105,9 @@ TEST(Legacy, AVersion1CheckpointConvertsToOneThatResumesExactly) {
   auto a = model->parameters(), b = restored->parameters();
   for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(b[i], a[i])) << i;
 
-  TXL_EXPECT_THROW_WITH(txl::train::convert_legacy_checkpoint(dir / "old.pt", *txl::data::make_byte_tokenizer()),
-                        "not the tokenizer it was trained with");
+  TXL_EXPECT_THROW_WITH(
+      txl::train::convert_legacy_checkpoint(dir / "old.pt", *txl::data::make_byte_tokenizer()),
+      "not the tokenizer it was trained with");
 }
 
 // Runs txl-convert with `args`; returns its exit status.
@@ -129,10 +135,12 @@ TEST(Legacy, TheToolConvertsOnlyOnTheUsersWord) {
   write_version_1(dir / "old.pt", config, model, *optimizer, {});
   txl::test::word_tokenizer()->save(dir / "tok");
   const auto out = (dir / "new.safetensors").string();
-  EXPECT_EQ(convert_tool({(dir / "old.pt").string(), out, "--tokenizer", (dir / "tok").string()}), 1);
+  EXPECT_EQ(convert_tool({(dir / "old.pt").string(), out, "--tokenizer", (dir / "tok").string()}),
+            1);
   EXPECT_FALSE(stdfs::exists(out));
   EXPECT_EQ(convert_tool({"--trust-old-format", (dir / "old.pt").string(), out, "--tokenizer",
-                          (dir / "tok").string()}), 0);
+                          (dir / "tok").string()}),
+            0);
   auto loaded = txl::models::load_model(out);
   EXPECT_EQ(loaded.tokenizer->fingerprint(), txl::test::word_tokenizer()->fingerprint());
   auto a = model->parameters(), b = loaded.model->parameters();

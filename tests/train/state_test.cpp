@@ -16,7 +16,6 @@ txl::models::Inputs inputs_of(const torch::Tensor& tokens, const torch::Tensor& 
   return inputs;
 }
 
-
 using txl::test::TempDir;
 
 TEST(TrainState, JsonRoundTripKeepsEveryField) {
@@ -67,17 +66,20 @@ void expect_exact_continuation(Optimizer optimizer_kind, double momentum) {
   txl::train::TrainState state;
   state.step = 3;
   txl::train::add_training_state(checkpoint, state, {}, {}, *optimizer, model);
-  const auto parsed = txl::models::parse_checkpoint(txl::models::serialize_checkpoint(checkpoint), "c");
+  const auto parsed =
+      txl::models::parse_checkpoint(txl::models::serialize_checkpoint(checkpoint), "c");
 
   torch::manual_seed(8);  // other initial weights: everything must come from the checkpoint
   txl::models::TransformerLM restored(config.model, 30);
   auto restored_optimizer = txl::train::make_optimizer(config.train, restored->parameters());
-  auto point = txl::train::restore_training(parsed, config, restored, *restored_optimizer, torch::kCPU, "c");
+  auto point =
+      txl::train::restore_training(parsed, config, restored, *restored_optimizer, torch::kCPU, "c");
   EXPECT_EQ(point.state.step, 3);
   one_step(model, *optimizer);
   one_step(restored, *restored_optimizer);
   auto a = model->parameters(), b = restored->parameters();
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_equal(b[i], a[i])) << optimizer_kind << " " << i;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(txl::test::tensor_equal(b[i], a[i])) << optimizer_kind << " " << i;
 }
 
 TEST(TrainState, AdamStateContinuesExactly) { expect_exact_continuation(Optimizer::kAdam, 0.0); }

@@ -20,8 +20,8 @@ txl::data::Batch batch_of_four() {
   txl::data::Batch b;
   b.tokens = torch::randint(30, {4, 12}, torch::kInt64);   // [4, 12]
   b.targets = torch::randint(30, {4, 12}, torch::kInt64);  // [4, 12]
-  b.input_mask = torch::ones({4, 12}, torch::kBool);        // [4, 12]
-  b.target_mask = torch::ones({4, 12}, torch::kBool);       // [4, 12]
+  b.input_mask = torch::ones({4, 12}, torch::kBool);       // [4, 12]
+  b.target_mask = torch::ones({4, 12}, torch::kBool);      // [4, 12]
   b.target_mask[2].narrow(0, 9, 3).fill_(false);
   b.reset = torch::zeros({4}, torch::kBool);  // [4]
   b.n_scored = b.target_mask.sum().item<std::int64_t>();
@@ -133,7 +133,7 @@ TEST(Step, BackPropagationThroughSegmentsIsTheGradientOfOneLongPass) {
   in.targets = torch::cat({first.targets, second.targets}, 1);  // [4, 24]
   auto ctx = whole->default_context();
   ctx.mem_len = 0;
-  const auto nll = whole->forward(in, {}, ctx).nll;                        // [4, 24]
+  const auto nll = whole->forward(in, {}, ctx).nll;                          // [4, 24]
   const auto mask = torch::cat({first.target_mask, second.target_mask}, 1);  // [4, 24]
   const auto loss = nll.masked_select(mask).mean();
   loss.backward();

@@ -1,13 +1,13 @@
 #include "txl/train/trainer.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
-#include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -94,7 +94,8 @@ TEST(Trainer, ResumeEqualsAnUninterruptedRun) {
   EXPECT_DOUBLE_EQ(summary.final_train_loss, train_records.back().at("loss").get<double>());
   EXPECT_DOUBLE_EQ(resumed.final_train_loss, summary.final_train_loss);
   double best_ppl = INFINITY;
-  for (const auto& r : records_of(dir / "runs/whole", "eval")) best_ppl = std::min(best_ppl, r.at("ppl").get<double>());
+  for (const auto& r : records_of(dir / "runs/whole", "eval"))
+    best_ppl = std::min(best_ppl, r.at("ppl").get<double>());
   ASSERT_TRUE(std::isfinite(best_ppl));
   EXPECT_NEAR(std::exp(summary.best_valid_loss), best_ppl, 1e-9 * best_ppl);
   EXPECT_DOUBLE_EQ(resumed.best_valid_loss, summary.best_valid_loss);
@@ -122,7 +123,8 @@ std::vector<txl::train::TrainSummary> expect_resume_equals_whole(
       EXPECT_EQ(txl::train::train(c, pause).status, txl::train::TrainStatus::kInterrupted);
       if (at_pause) at_pause(dir / "runs" / name);
     }
-    const auto mode = name == "split" ? txl::train::StartMode::kResume : txl::train::StartMode::kNew;
+    const auto mode =
+        name == "split" ? txl::train::StartMode::kResume : txl::train::StartMode::kNew;
     summaries.push_back(txl::train::train(c, txl::test::quiet_run(mode)));
     EXPECT_EQ(summaries.back().step, 10) << name;
     weights.push_back(parameters_of(dir / "runs" / name / "checkpoint_last.safetensors"));
@@ -232,7 +234,8 @@ TEST(Trainer, GradientAccumulationEqualsOneBatch) {
   txl::train::train(two, txl::test::quiet_run());
   auto a = parameters_of(dir / "runs/one/checkpoint_last.safetensors");
   auto b = parameters_of(dir / "runs/two/checkpoint_last.safetensors");
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(txl::test::tensor_near(a[i], b[i], 1e-6, 1e-5)) << i;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(txl::test::tensor_near(a[i], b[i], 1e-6, 1e-5)) << i;
 }
 
 // Every file of a folder, by name, with its bytes.
@@ -245,7 +248,8 @@ std::map<std::string, std::string> folder_bytes(const stdfs::path& dir) {
 
 // Trains `c` until it diverges; returns the checkpoint the error names as the last good one, as
 // "path (step s)" ("" when it names none), after checking that the error says `expected`.
-std::string named_good_checkpoint(const txl::config::ExperimentConfig& c, const std::string& expected) {
+std::string named_good_checkpoint(const txl::config::ExperimentConfig& c,
+                                  const std::string& expected) {
   std::string message;
   try {
     txl::train::train(c, txl::test::quiet_run());
@@ -257,7 +261,8 @@ std::string named_good_checkpoint(const txl::config::ExperimentConfig& c, const 
   const std::string marker = "The last good checkpoint is ";
   const auto at = message.find(marker);
   if (at == std::string::npos || message.compare(at + marker.size(), 4, "none") == 0) return "";
-  return message.substr(at + marker.size(), message.find(')', at) + 1 - at - marker.size());  // "path (step s)"
+  return message.substr(at + marker.size(),
+                        message.find(')', at) + 1 - at - marker.size());  // "path (step s)"
 }
 
 // The named checkpoint evaluates to a finite loss, below the divergence bound.
@@ -265,7 +270,8 @@ void expect_good(const std::string& checkpoint) {
   ASSERT_TRUE(stdfs::exists(checkpoint)) << checkpoint;
   auto loaded = txl::models::load_model(checkpoint);
   auto data = txl::data::load_dataset(loaded.config.data, loaded.tokenizer);
-  auto r = txl::eval::evaluate(loaded.model, data.valid, txl::eval::resolve_settings(loaded.config));
+  auto r =
+      txl::eval::evaluate(loaded.model, data.valid, txl::eval::resolve_settings(loaded.config));
   EXPECT_TRUE(std::isfinite(r.loss)) << checkpoint;
   EXPECT_LT(r.loss, 3 * std::log(static_cast<double>(loaded.vocab_size))) << checkpoint;
 }
@@ -306,7 +312,8 @@ TEST(Trainer, DivergenceNamesACheckpointThatEvaluatesToAFiniteLoss) {
   c.train.divergence_patience = 1;
   const std::string good = named_good_checkpoint(c, "training diverged");
   ASSERT_FALSE(good.empty());
-  EXPECT_EQ(good.find("(step 0)"), std::string::npos) << "no sound step before the divergence: " << good;
+  EXPECT_EQ(good.find("(step 0)"), std::string::npos)
+      << "no sound step before the divergence: " << good;
   expect_good(good.substr(0, good.find(" (step")));
 }
 
@@ -369,8 +376,9 @@ TEST(Trainer, ResumeWithAChangedModelKeyNamesItAndTouchesNothing) {
   const auto before = folder_bytes(run);
   auto wider = c;
   wider.model.d_inner = 128;
-  TXL_EXPECT_THROW_WITH(txl::train::train(wider, txl::test::quiet_run(txl::train::StartMode::kResume)),
-                        "model.d_inner: 64 -> 128");
+  TXL_EXPECT_THROW_WITH(
+      txl::train::train(wider, txl::test::quiet_run(txl::train::StartMode::kResume)),
+      "model.d_inner: 64 -> 128");
   auto other_optimizer = c;
   other_optimizer.train.optimizer = txl::config::Optimizer::kSgd;
   TXL_EXPECT_THROW_WITH(
@@ -381,7 +389,8 @@ TEST(Trainer, ResumeWithAChangedModelKeyNamesItAndTouchesNothing) {
   auto longer = c;
   longer.train.max_steps = 24;
   longer.run.log_interval = 3;
-  EXPECT_EQ(txl::train::train(longer, txl::test::quiet_run(txl::train::StartMode::kResume)).step, 24);
+  EXPECT_EQ(txl::train::train(longer, txl::test::quiet_run(txl::train::StartMode::kResume)).step,
+            24);
 }
 
 TEST(Trainer, ResumeWithoutACheckpointSaysSo) {

@@ -26,7 +26,9 @@ TEST(CpuLevel, TheSwitchLowersTheLevelAndNeverRaisesIt) {
 // of each level set (tests/ops/CMakeLists.txt).
 TEST(CpuLevel, ThisProcessRunsAtTheCpusLevelOrTheOneAskedFor) {
   const auto& f = cpu_features();
-  const CpuLevel best = f.avx512 ? CpuLevel::kAvx512 : f.avx2 ? CpuLevel::kAvx2 : CpuLevel::kBaseline;
+  const CpuLevel best = f.avx512 ? CpuLevel::kAvx512
+                        : f.avx2 ? CpuLevel::kAvx2
+                                 : CpuLevel::kBaseline;
   EXPECT_EQ(kernel_level(), lowered_level(best, std::getenv("TXL_CPU_CAPABILITY")));
   EXPECT_TRUE(!f.avx512 || f.avx2);  // every AVX-512 CPU has AVX2
   ::testing::Test::RecordProperty("kernel_level", to_string(kernel_level()));

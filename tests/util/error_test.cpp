@@ -6,7 +6,8 @@ namespace {
 
 TEST(Error, CheckStreamsTheMessage) {
   int value = 7;
-  TXL_EXPECT_THROW_WITH(TXL_CHECK(value < 5, "value ", value, " must be < ", 5), "value 7 must be < 5");
+  TXL_EXPECT_THROW_WITH(TXL_CHECK(value < 5, "value ", value, " must be < ", 5),
+                        "value 7 must be < 5");
   EXPECT_NO_THROW(TXL_CHECK(value > 5, "unused"));
 }
 

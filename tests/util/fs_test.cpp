@@ -45,7 +45,8 @@ TEST(Fs, FailedWriteKeepsPreviousFile) {
 }
 
 TEST(Fs, ReadMissingFileNamesIt) {
-  TXL_EXPECT_THROW_WITH(txl::fs::read_file("/nonexistent/txl/file.txt"), "/nonexistent/txl/file.txt");
+  TXL_EXPECT_THROW_WITH(txl::fs::read_file("/nonexistent/txl/file.txt"),
+                        "/nonexistent/txl/file.txt");
 }
 
 TEST(Fs, FingerprintDependsOnContent) {

@@ -306,10 +306,10 @@ TEST(Safetensors, DeepNestingIsRefusedBeforeParsing) {
   EXPECT_REFUSED(file_with(nested(129), eight), "deeper than 128 levels");
   // Brackets inside strings (escaped quotes too) are text, not nesting.
   const std::string name = std::string(200, '[') + "\\\"" + std::string(200, '{');
-  const st::File file = parse_exact(file_with(
-      "{" + entry(name, "U8", "[1]", "[0,1]") + ",\"__metadata__\":{\"k\":\"" +
-          std::string(300, '[') + "\"}}",
-      "x"));
+  const st::File file =
+      parse_exact(file_with("{" + entry(name, "U8", "[1]", "[0,1]") +
+                                ",\"__metadata__\":{\"k\":\"" + std::string(300, '[') + "\"}}",
+                            "x"));
   ASSERT_EQ(file.tensors.size(), 1u);
   EXPECT_EQ(file.tensors[0].first, std::string(200, '[') + "\"" + std::string(200, '{'));
   EXPECT_EQ(file.metadata.at("k"), std::string(300, '['));

@@ -23,10 +23,10 @@ TEST(Text, Base64IsRfc4648) {
 TEST(Text, Utf8EdgesOfWellFormedness) {
   EXPECT_FALSE(txl::util::find_invalid_utf8("").has_value());
   EXPECT_FALSE(txl::util::find_invalid_utf8("\xF4\x8F\xBF\xBF").has_value());  // U+10FFFF
-  EXPECT_EQ(txl::util::find_invalid_utf8("\xF4\x90\x80\x80").value(), 0u);      // past U+10FFFF
-  EXPECT_EQ(txl::util::find_invalid_utf8("ok\xE0\x80\x80").value(), 2u);        // overlong
-  EXPECT_EQ(txl::util::find_invalid_utf8("\xC1\xBF").value(), 0u);              // overlong
-  EXPECT_EQ(txl::util::find_invalid_utf8("a\x80").value(), 1u);                 // lone continuation
+  EXPECT_EQ(txl::util::find_invalid_utf8("\xF4\x90\x80\x80").value(), 0u);     // past U+10FFFF
+  EXPECT_EQ(txl::util::find_invalid_utf8("ok\xE0\x80\x80").value(), 2u);       // overlong
+  EXPECT_EQ(txl::util::find_invalid_utf8("\xC1\xBF").value(), 0u);             // overlong
+  EXPECT_EQ(txl::util::find_invalid_utf8("a\x80").value(), 1u);                // lone continuation
 }
 
 TEST(Text, InvalidBytesBecomeReplacementCharacters) {

@@ -39,12 +39,13 @@ int main(int argc, char** argv) {
     }
     txl::ProcessSetup setup;
     setup.threads = loaded.config.run.threads;
-    setup.apply(argv);  // may re-execute this program: before reading stdin
+    setup.apply(argv);                   // may re-execute this program: before reading stdin
     txl::util::install_stop_handlers();  // Ctrl-C, SIGTERM: the text so far, then exit 130, 143
     const int signal = txl::generation::run_generate(request, loaded, std::cin, std::cout,
-                                               &txl::util::stop_signal());
+                                                     &txl::util::stop_signal());
     txl::fs::flush_output(std::cout, "standard output");
-    if (signal != 0) std::fprintf(stderr, "interrupted by signal %d; the output ends there\n", signal);
+    if (signal != 0)
+      std::fprintf(stderr, "interrupted by signal %d; the output ends there\n", signal);
     return signal != 0 ? 128 + signal : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", txl::error_message(e).c_str());

@@ -51,7 +51,7 @@ struct BenchOptions {
 
 struct BenchReport {
   // what was measured
-  std::string source;  // the experiment file ("" = built-in bench model)
+  std::string source;     // the experiment file ("" = built-in bench model)
   std::string attn_type;  // model.attn_type's name, as the JSON report writes it
   int n_layer = 0, d_model = 0, n_head = 0, d_head = 0, d_inner = 0;
   std::int64_t tgt_len = 0, mem_len = 0, batch_size = 0, vocab = 0;

@@ -1,6 +1,6 @@
 #pragma once
-// The speed of generation (generation::generate): new tokens per second at a batch size, and the time
-// per new token at a memory length, on a model of random weights (speed does not depend on
+// The speed of generation (generation::generate): new tokens per second at a batch size, and the
+// time per new token at a memory length, on a model of random weights (speed does not depend on
 // them) reading random prompts, greedy (no draw), no <eos>: every row generates every token.
 //
 // Legend: B rows, C context (prompt tokens per row, and the memory length when given), N new
@@ -27,8 +27,8 @@ struct GenerationOptions {
 
 struct GenerationResult {
   std::int64_t batch_size = 0, context = 0, tgt_len = 0, mem_len = 0, new_tokens = 0;
-  double tokens_per_s = 0.0;  // B N / median generation time (prompt reading excluded)
-  double ms_per_token = 0.0;  // median generation time / N: one step of the whole batch
+  double tokens_per_s = 0.0;       // B N / median generation time (prompt reading excluded)
+  double ms_per_token = 0.0;       // median generation time / N: one step of the whole batch
   double read_tokens_per_s = 0.0;  // prompt tokens read per second (median run)
 };
 

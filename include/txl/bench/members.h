@@ -19,12 +19,12 @@
 namespace txl::bench {
 
 struct MemberCost {
-  std::string name;                 // e.g. xl, xl_bptt1, rope
-  std::string change;               // what differs from the experiment, e.g. "attn_type rope"
-  double tokens_per_s = 0.0;        // training tokens per second (median step)
-  double us_per_token = 0.0;        // microseconds per training token
-  double memory_mb = 0.0;           // peak resident memory above the phase's start
-  std::int64_t state_bytes = 0;     // the recurrent state of one stream: (L (M + N) + m) d numbers
+  std::string name;                  // e.g. xl, xl_bptt1, rope
+  std::string change;                // what differs from the experiment, e.g. "attn_type rope"
+  double tokens_per_s = 0.0;         // training tokens per second (median step)
+  double us_per_token = 0.0;         // microseconds per training token
+  double memory_mb = 0.0;            // peak resident memory above the phase's start
+  std::int64_t state_bytes = 0;      // the recurrent state of one stream: (L (M + N) + m) d numbers
   std::int64_t tokens_per_step = 0;  // B Q times the segments a step reads
 };
 

@@ -1,8 +1,8 @@
 #pragma once
-// Where one training step or one evaluation segment spends its time: it runs under LibTorch's autograd profiler
-// (the legacy CPU profiler, present in 1.13 and 2.x) and every op is charged its self time
-// (its own time minus the ops nested inside it: aten::matmul -> aten::bmm, backward nodes ->
-// aten ops), so the column adds up to the profiled time of the calling thread.
+// Where one training step or one evaluation segment spends its time: it runs under LibTorch's
+// autograd profiler (the legacy CPU profiler, present in 1.13 and 2.x) and every op is charged its
+// self time (its own time minus the ops nested inside it: aten::matmul -> aten::bmm, backward nodes
+// -> aten ops), so the column adds up to the profiled time of the calling thread.
 
 #include <cstdint>
 #include <functional>
@@ -27,7 +27,7 @@ struct StepProfile {
   double copy_share = 0.0;  // aten::copy_, contiguous, clone, cat, _to_copy, constant_pad_nd
   double fill_share = 0.0;  // aten::fill_, zero_, zeros, zeros_like, full, full_like, ones
   double masked_fill_share = 0.0;  // aten::masked_fill(_), the attention masks
-  std::string what;  // "one training step", "one evaluation segment (memory mode)"
+  std::string what;                // "one training step", "one evaluation segment (memory mode)"
   bool bf16 = false;
 };
 

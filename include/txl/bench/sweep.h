@@ -51,8 +51,8 @@ struct SweepResult {
 };
 
 // Measures every point (training as measure_training, fp32) and writes into out_dir:
-// sweep.md (the tables, ready for docs/performance.md), sweep.csv, sweep.json and, when matplotlib is
-// available, sweep.png (redraw it with `plot_report.py bench-sweep sweep.json sweep.png`).
+// sweep.md (the tables, ready for docs/performance.md), sweep.csv, sweep.json and, when matplotlib
+// is available, sweep.png (redraw it with `plot_report.py bench-sweep sweep.json sweep.png`).
 // Throws txl::Error when out_dir cannot be written; a missing plotter is a warning.
 SweepResult run_sweep(const config::ExperimentConfig& config, const SweepOptions& options);
 

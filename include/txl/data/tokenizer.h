@@ -50,8 +50,8 @@ class Tokenizer {
 
 // The tokenizer of kind `kind` ("sentencepiece" | "byte" | "word") from Tokenizer::serialize
 // bytes, checked against `expected_fingerprint`. Throws txl::Error naming `origin` (a file or
-// "checkpoint runs/x/checkpoint_best.safetensors") for an unknown kind, malformed bytes or a fingerprint
-// mismatch; never crashes on arbitrary bytes (fuzzed: tests/fuzz/fuzz_tokenizer.cpp).
+// "checkpoint runs/x/checkpoint_best.safetensors") for an unknown kind, malformed bytes or a
+// fingerprint mismatch; never crashes on arbitrary bytes (fuzzed: tests/fuzz/fuzz_tokenizer.cpp).
 std::shared_ptr<Tokenizer> deserialize_tokenizer(const std::string& kind, std::string_view bytes,
                                                  const std::string& expected_fingerprint,
                                                  const std::string& origin);

@@ -9,13 +9,13 @@
 namespace txl::dist {
 
 struct LaunchEnv {
-  int rank = 0;                          // this process, 0 .. world_size - 1
-  int world_size = 1;                    // processes in the job
-  int local_rank = 0;                    // this process on its node (picks the GPU)
-  int local_world_size = 1;              // processes on this node (shares its cores)
-  std::string master_addr = "127.0.0.1"; // rank 0's host: the TCPStore rendezvous
-  int master_port = 29500;               // rank 0's TCPStore port
-  std::string launcher = "none";         // torchrun | slurm | none
+  int rank = 0;                           // this process, 0 .. world_size - 1
+  int world_size = 1;                     // processes in the job
+  int local_rank = 0;                     // this process on its node (picks the GPU)
+  int local_world_size = 1;               // processes on this node (shares its cores)
+  std::string master_addr = "127.0.0.1";  // rank 0's host: the TCPStore rendezvous
+  int master_port = 29500;                // rank 0's TCPStore port
+  std::string launcher = "none";          // torchrun | slurm | none
   // torchrun's agent already serves the TCPStore at master_addr:master_port
   // (TORCHELASTIC_USE_AGENT_STORE=True): every rank is then a client, and keys live under
   // store_prefix ("/worker/attempt_<TORCHELASTIC_RESTART_COUNT>"), as PyTorch's own workers do.

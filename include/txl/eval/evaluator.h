@@ -21,23 +21,23 @@
 namespace txl::eval {
 
 struct EvalResult {
-  std::string split;              // "valid", "test" or a file name (set by the caller)
-  Mode mode = Mode::kMemory;      // the mode evaluated
-  int tgt_len = 0;                // Q used (sliding: the window L)
-  int mem_len = 0;                // M used (0 for segments and sliding)
-  int window = 0;                 // sliding window L (0 otherwise)
-  int stride = 0;                 // sliding stride (0 otherwise)
-  double loss = 0.0;              // mean negative log-likelihood per scored token, nats
-  double ppl = 0.0;               // exp(loss)
-  double bits_per_token = 0.0;    // loss / ln 2
-  double bits_per_byte = 0.0;     // total bits / UTF-8 bytes of the scored text
-  double bits_per_char = 0.0;     // total bits / characters (byte and char corpora; else 0)
-  std::int64_t tokens = 0;        // scored tokens
-  double seconds = 0.0;           // wall time
-  double tokens_per_s = 0.0;      // scored tokens per second
+  std::string split;            // "valid", "test" or a file name (set by the caller)
+  Mode mode = Mode::kMemory;    // the mode evaluated
+  int tgt_len = 0;              // Q used (sliding: the window L)
+  int mem_len = 0;              // M used (0 for segments and sliding)
+  int window = 0;               // sliding window L (0 otherwise)
+  int stride = 0;               // sliding stride (0 otherwise)
+  double loss = 0.0;            // mean negative log-likelihood per scored token, nats
+  double ppl = 0.0;             // exp(loss)
+  double bits_per_token = 0.0;  // loss / ln 2
+  double bits_per_byte = 0.0;   // total bits / UTF-8 bytes of the scored text
+  double bits_per_char = 0.0;   // total bits / characters (byte and char corpora; else 0)
+  std::int64_t tokens = 0;      // scored tokens
+  double seconds = 0.0;         // wall time
+  double tokens_per_s = 0.0;    // scored tokens per second
   // Recall tokens (synthetic corpus): mean loss on the targets a recall mask selects, and how
   // many there were; 0 when no mask was given.
-  double recall_loss = 0.0;          // nats per recall token; ln 64 = 4.159 = no recall
+  double recall_loss = 0.0;  // nats per recall token; ln 64 = 4.159 = no recall
   std::int64_t recall_tokens = 0;
   torch::Tensor token_losses;  // float [tokens] in text order, when asked (Extras); else undefined
   // When asked (Extras::by_position): the mean loss at each position 0..Q-1 of a segment (NaN
@@ -78,10 +78,10 @@ torch::Tensor masked_sum(const torch::Tensor& nll, const torch::Tensor& mask);
 // One batch scored: the per-position nll and its masked sum over the batch's target_mask, both
 // left on the evaluation's device (an evaluation reads its sum once, at the end).
 struct BatchScore {
-  torch::Tensor nll;        // float [B, T] on the device; meaningful where target_mask is true
-  torch::Tensor sum;        // double [] on the device: masked_sum(nll, target_mask), nats
+  torch::Tensor nll;          // float [B, T] on the device; meaningful where target_mask is true
+  torch::Tensor sum;          // double [] on the device: masked_sum(nll, target_mask), nats
   torch::Tensor target_mask;  // bool [B, T] on the device
-  std::int64_t count = 0;   // scored targets (the batch's n_scored)
+  std::int64_t count = 0;     // scored targets (the batch's n_scored)
 
   double sum_value() const;  // `sum` read to the host (waits for the device)
 };

@@ -17,13 +17,13 @@ namespace txl::eval {
 
 struct ReclOptions {
   std::vector<double> ratios = {0.1, 0.5, 1.0};  // r: the fraction of hardest tokens, in (0, 1]
-  double threshold = 0.01;                        // the least relative gain that extends c
+  double threshold = 0.01;                       // the least relative gain that extends c
 };
 
 struct Recl {
-  std::vector<double> ratios;                    // as asked
-  std::vector<std::int64_t> contexts;            // the grid
-  std::vector<std::vector<std::int64_t>> recl;   // [I][ratios]: a context of the grid, in tokens
+  std::vector<double> ratios;                   // as asked
+  std::vector<std::int64_t> contexts;           // the grid
+  std::vector<std::vector<std::int64_t>> recl;  // [I][ratios]: a context of the grid, in tokens
 };
 
 // RECL of every model of a group. losses: [I, C, T] (any floating type): l_i(c, t), model i's
@@ -41,11 +41,12 @@ struct Recl {
 // stops (the last grid point at most). Gains count only below the group's best loss, so a model
 // does not gain RECL by being bad at short contexts. Throws txl::Error for a bad shape, grid,
 // ratio or a non-finite loss.
-Recl relative_effective_context(const torch::Tensor& losses, const std::vector<std::int64_t>& contexts,
+Recl relative_effective_context(const torch::Tensor& losses,
+                                const std::vector<std::int64_t>& contexts,
                                 const ReclOptions& options = {});
 
 struct RatioInterval {
-  double ratio = 1.0;          // ppl(a) / ppl(b) = exp(mean(a) - mean(b))
+  double ratio = 1.0;            // ppl(a) / ppl(b) = exp(mean(a) - mean(b))
   double low = 1.0, high = 1.0;  // the bootstrap interval of the ratio
   double confidence = 0.95;
   std::int64_t tokens = 0, block = 0, blocks = 0;

@@ -58,15 +58,16 @@ std::vector<std::int64_t> sweep_contexts(const config::AblationConfig& ablation)
 
 // The sweep's evaluations of a variant, on every split, one per context c of `contexts`, each
 // the variant at eval::at_context(c) (memory M = c with same_length for relative positions, a
-// sliding window L = c at stride c/8 for absolute ones). All score the same prefix (eval.max_tokens), so their per-token losses line up for RECL.
+// sliding window L = c at stride c/8 for absolute ones). All score the same prefix
+// (eval.max_tokens), so their per-token losses line up for RECL.
 std::vector<PlannedEval> sweep_plan(const config::ExperimentConfig& variant,
                                     const std::vector<std::int64_t>& contexts);
 
 // One training run of an ablation: a variant at one seed.
 struct Job {
   std::string variant;
-  std::int64_t seed = 0;     // run.seed
-  bool replicate = false;    // one of the ablation's `seeds:`, in <variant>/seed<k>/
+  std::int64_t seed = 0;            // run.seed
+  bool replicate = false;           // one of the ablation's `seeds:`, in <variant>/seed<k>/
   config::ExperimentConfig config;  // the variant with that seed and folder
 
   std::string label() const;  // "xl", or "xl@2" for a replicate

@@ -28,8 +28,8 @@ MeanStd mean_std(const std::vector<double>& values);
 // One evaluation of one variant summed up over its seeds: the records that share variant,
 // split, mode, lengths and sweep flag.
 struct SeedSummary {
-  ResultRecord first;                // the first seed's record (without its token losses)
-  std::vector<std::int64_t> seeds;   // in record order
+  ResultRecord first;               // the first seed's record (without its token losses)
+  std::vector<std::int64_t> seeds;  // in record order
   MeanStd ppl, loss, bits_per_byte, recall_loss;  // over the seeds
 };
 std::vector<SeedSummary> summarize_seeds(const std::vector<ResultRecord>& records);
@@ -84,8 +84,8 @@ std::vector<ContextSweep> context_sweeps(const std::vector<ResultRecord>& record
 // RECL of the group of variants whose sweeps on `split` cover the grid shared by all of them,
 // each from its per-token losses averaged over seeds. An absolute-position model has no
 // positions beyond its training length Q, so at a context c > Q its losses are those at the
-// longest grid point within Q (the last Q tokens are the most it can use). `note` says why it was not computed
-// (fewer than two contexts shared, missing token losses, different token counts).
+// longest grid point within Q (the last Q tokens are the most it can use). `note` says why it was
+// not computed (fewer than two contexts shared, missing token losses, different token counts).
 struct ReclTable {
   std::string split;
   std::vector<std::string> variants;  // the group, in record order

@@ -62,9 +62,9 @@ struct ReportOptions {
   // Per variant, in order: what it changes relative to the ablation's base, e.g.
   // {"vanilla", "model.attn_type: xl -> vanilla; model.mem_len: 128 -> 0"} ("" = the base).
   std::vector<std::pair<std::string, std::string>> variant_changes;
-  std::vector<std::string> failed;      // "job: why" of jobs that failed (listed first)
-  std::vector<std::int64_t> contexts;   // the context sweep's grid (stated in the report)
-  std::int64_t eval_max_tokens = 0;     // the scored prefix of each split (0 = the whole split)
+  std::vector<std::string> failed;        // "job: why" of jobs that failed (listed first)
+  std::vector<std::int64_t> contexts;     // the context sweep's grid (stated in the report)
+  std::int64_t eval_max_tokens = 0;       // the scored prefix of each split (0 = the whole split)
   std::int64_t sweep_stride_divisor = 8;  // sliding sweep stride = c / this (stated)
 };
 

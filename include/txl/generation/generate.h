@@ -28,14 +28,14 @@ namespace txl::generation {
 
 struct Generation {
   std::vector<std::int64_t> tokens;  // the generated ids, a stopping <eos> included
-  std::string text;  // their text after the prompt's (with a tokenizer), cut before a stop
-                     // string, without a stopping <eos>
-  double log_prob = 0.0;     // sum over the tokens of log p(token | context) under the model
-                             // (temperature 1, no filter): the text's own likelihood
-  std::string finish;        // "eos", "stop" (a stop string), "length" (max_new_tokens) or
-                             // "interrupted" (GenerateOptions::interrupt)
-  double seconds = 0.0;      // from the start of its batch (reading included) to its last token
-  double tokens_per_s = 0.0; // tokens / the time spent generating them (reading excluded)
+  std::string text;           // their text after the prompt's (with a tokenizer), cut before a stop
+                              // string, without a stopping <eos>
+  double log_prob = 0.0;      // sum over the tokens of log p(token | context) under the model
+                              // (temperature 1, no filter): the text's own likelihood
+  std::string finish;         // "eos", "stop" (a stop string), "length" (max_new_tokens) or
+                              // "interrupted" (GenerateOptions::interrupt)
+  double seconds = 0.0;       // from the start of its batch (reading included) to its last token
+  double tokens_per_s = 0.0;  // tokens / the time spent generating them (reading excluded)
 };
 
 struct GenerateOptions {
@@ -49,7 +49,7 @@ struct GenerateOptions {
   std::int64_t batch_size = 16;       // prompts decoded together
   bool drop_finished = true;          // a stopped row leaves the batch (false: it is still
                                       // computed, and its outputs ignored; for measurement)
-  generation::DecodeOptions lengths;      // segments, memory, clamp_len, same_length
+  generation::DecodeOptions lengths;  // segments, memory, clamp_len, same_length
   // Token ids every row reads before its prompt (a book, say), read once for all prompts with
   // memory: each prompt then reads on from a copy of that memory, and may be empty. A sliding
   // window reads only its last tgt_len tokens: there it goes before each prompt.
@@ -71,16 +71,16 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
-  std::vector<Generation> rows;       // one per prompt, in the prompts' order
-  std::int64_t read_tokens = 0;       // prompt tokens read (padding excluded)
-  double read_seconds = 0.0;          // time spent reading them
-  std::int64_t context_tokens = 0;    // options.context's tokens
-  bool context_once = false;          // read once with memory (false: a sliding window, where
-                                      // they count in read_tokens and read_seconds)
-  double context_seconds = 0.0;       // time spent reading them once
-  std::int64_t new_tokens = 0;        // tokens generated
-  double generate_seconds = 0.0;      // time spent generating them (reading excluded)
-  int stopped_by = 0;                 // the signal GenerateOptions::interrupt held (0: it never did)
+  std::vector<Generation> rows;     // one per prompt, in the prompts' order
+  std::int64_t read_tokens = 0;     // prompt tokens read (padding excluded)
+  double read_seconds = 0.0;        // time spent reading them
+  std::int64_t context_tokens = 0;  // options.context's tokens
+  bool context_once = false;        // read once with memory (false: a sliding window, where
+                                    // they count in read_tokens and read_seconds)
+  double context_seconds = 0.0;     // time spent reading them once
+  std::int64_t new_tokens = 0;      // tokens generated
+  double generate_seconds = 0.0;    // time spent generating them (reading excluded)
+  int stopped_by = 0;               // the signal GenerateOptions::interrupt held (0: it never did)
 };
 
 // Continues every prompt (token ids of the model's vocabulary, at least one each unless there
@@ -92,8 +92,7 @@ struct GenerateResult {
 // decoder refuses.
 GenerateResult generate(models::TransformerLM& model,
                         const std::vector<std::vector<std::int64_t>>& prompts,
-                        const GenerateOptions& options,
-                        const data::Tokenizer* tokenizer = nullptr);
+                        const GenerateOptions& options, const data::Tokenizer* tokenizer = nullptr);
 
 // The uniform in [0, 1) of draw `step` of prompt `index` under `seed` (53 bits of SplitMix64).
 double draw_uniform(std::uint64_t seed, std::int64_t index, std::int64_t step);

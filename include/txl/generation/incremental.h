@@ -64,8 +64,8 @@ struct DecodeOptions {
 
 // What a decoder derives from its model and lengths whatever its rows: the model's prepared
 // step weights (query weights scaled by 1/sqrt(D), the relative encodings of every distance,
-// packed panels). Decoders made from one share its tensors (generation::generate prepares it once for
-// all its batches). The prepared weights are copies, while the decoder reads the other
+// packed panels). Decoders made from one share its tensors (generation::generate prepares it once
+// for all its batches). The prepared weights are copies, while the decoder reads the other
 // parameters from the model: prepare again after the parameters change.
 struct DecoderWeights {
   models::TransformerLM model{nullptr};
@@ -76,7 +76,7 @@ struct DecoderWeights {
   bool zero_memory = false;  // rows start from zero vectors (memory and forward modes)
   bool forward = false;      // the forward mode (memory tokens or compressive memory)
   torch::Tensor slots;       // int64 [C]: 0 .. C-1
-  models::LMStep step;               // the modules' prepared weights
+  models::LMStep step;       // the modules' prepared weights
 };
 
 // Throws txl::Error for lengths out of range (tgt_len < 1, mem_len < 0, clamp_len < -1) or a
@@ -146,14 +146,14 @@ class IncrementalDecoder {
   // Per layer an uninitialised [2, H, rows, C, D] buffer, views of one block of 2 MB pages.
   std::vector<torch::Tensor> key_value_buffers(int64_t rows) const;
 
-  DecoderWeights w_;                  // the model, lengths and weights, shared with other decoders
-  std::vector<torch::Tensor> kv_;     // per layer [2, H, B, C, D]
-  modules::SoftmaxStep softmax_;      // the softmax's step weights for this decoder's rows
-  torch::Tensor window_;              // sliding: int64 [B, <= tgt_len] the last tokens
-  std::vector<int64_t> first_;        // per row: time of its first real token
-  int64_t time_ = 0;                  // time steps read
-  int64_t base_ = 0;                  // time of buffer slot 0
-  int64_t used_ = 0;                  // buffer slots holding keys
+  DecoderWeights w_;               // the model, lengths and weights, shared with other decoders
+  std::vector<torch::Tensor> kv_;  // per layer [2, H, B, C, D]
+  modules::SoftmaxStep softmax_;   // the softmax's step weights for this decoder's rows
+  torch::Tensor window_;           // sliding: int64 [B, <= tgt_len] the last tokens
+  std::vector<int64_t> first_;     // per row: time of its first real token
+  int64_t time_ = 0;               // time steps read
+  int64_t base_ = 0;               // time of buffer slot 0
+  int64_t used_ = 0;               // buffer slots holding keys
   // The forward mode, per row: the memory its completed segments left, its segment so far, and
   // the log-probabilities [1, V] after its last token when that ended a segment.
   struct RowState {

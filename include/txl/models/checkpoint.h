@@ -6,8 +6,9 @@
 //
 // Format version 2:
 //   tensors    model/<name>        every parameter and buffer of the model (named_parameters)
-//              tokenizer           uint8 [n]: the tokenizer's own bytes (data::Tokenizer::serialize)
-//              anything else       the trainer's named state (optimizer/..., memory/..., rng/...)
+//              tokenizer           uint8 [n]: the tokenizer's own bytes
+//              (data::Tokenizer::serialize) anything else       the trainer's named state
+//              (optimizer/..., memory/..., rng/...)
 //   metadata   format  "txl-checkpoint"
 //              version "2"
 //              record  JSON {"config": the resolved experiment as YAML, "vocab_size": N,
@@ -45,10 +46,10 @@ struct Checkpoint {
   std::int64_t vocab_size = 0;      // the model's vocabulary (= the tokenizer's)
   std::string tokenizer_kind;       // data::Tokenizer::kind()
   std::string tokenizer_fingerprint;
-  std::string tokenizer_bytes;      // data::Tokenizer::serialize()
-  std::string corpus_fingerprint;   // of the corpus the model was trained on ("" = unknown)
-  std::string train_state;          // JSON object of the trainer's state; "" = model only
-  NamedTensors tensors;             // model/..., and the trainer's named tensors (CPU)
+  std::string tokenizer_bytes;     // data::Tokenizer::serialize()
+  std::string corpus_fingerprint;  // of the corpus the model was trained on ("" = unknown)
+  std::string train_state;         // JSON object of the trainer's state; "" = model only
+  NamedTensors tensors;            // model/..., and the trainer's named tensors (CPU)
 
   // The tensor called `name`, or nullptr.
   const torch::Tensor* find(const std::string& name) const;

@@ -39,6 +39,7 @@ struct FlopsPerToken {
 // segment's rows only (vanilla_learned never caches). Throws txl::Error for a negative length
 // or vocabulary.
 FlopsPerToken count_flops_per_token(const config::ModelConfig& config, int64_t vocab,
-                                    int64_t tgt_len, int64_t mem_len, bool memory_kv_cached = false);
+                                    int64_t tgt_len, int64_t mem_len,
+                                    bool memory_kv_cached = false);
 
 }  // namespace txl::models

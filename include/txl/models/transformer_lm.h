@@ -161,10 +161,10 @@ class TransformerLMImpl : public torch::nn::Module {
   const std::vector<modules::DecoderLayer>& layer_list() const { return layer_list_; }
 
   modules::AdaptiveEmbedding word_emb{nullptr};
-  torch::nn::ModuleList layers{nullptr};  // L DecoderLayer
+  torch::nn::ModuleList layers{nullptr};       // L DecoderLayer
   torch::nn::ModuleList compressors{nullptr};  // model.cmem_len > 0: L Compressor
   modules::AdaptiveLogSoftmax crit{nullptr};
-  torch::Tensor u_bias, v_bias;              // xl, shared by all layers (not untie_r): [H, D]
+  torch::Tensor u_bias, v_bias;  // xl, shared by all layers (not untie_r): [H, D]
   // model.mem_tokens = m > 0: [m, d] each. memory_read_emb is added to the tokens read (alone at
   // a stream's start or reset); memory_write_emb are the tokens written after the segment.
   torch::Tensor memory_read_emb, memory_write_emb;

@@ -17,19 +17,21 @@
 namespace txl::modules {
 
 struct AdaptiveEmbeddingOptions {
-  std::int64_t n_token = 0;            // vocabulary size V
-  std::int64_t d_embed = 0;            // width of the head cluster's table
-  std::int64_t d_proj = 0;             // model width d the embedding is projected to
-  std::vector<std::int64_t> cutoffs;   // cluster split points, e.g. [20000, 40000, 200000]; empty = one cluster
-  std::int64_t div_val = 1;            // cluster k has width d_embed / div_val^k (floor)
-  double init_std = 0.02;              // tables: std (init = normal) or range (init = uniform)
-  double proj_init_std = 0.01;         // projections: std of a normal
-  std::string init = "normal";         // normal | uniform
+  std::int64_t n_token = 0;  // vocabulary size V
+  std::int64_t d_embed = 0;  // width of the head cluster's table
+  std::int64_t d_proj = 0;   // model width d the embedding is projected to
+  std::vector<std::int64_t>
+      cutoffs;  // cluster split points, e.g. [20000, 40000, 200000]; empty = one cluster
+  std::int64_t div_val = 1;     // cluster k has width d_embed / div_val^k (floor)
+  double init_std = 0.02;       // tables: std (init = normal) or range (init = uniform)
+  double proj_init_std = 0.01;  // projections: std of a normal
+  std::string init = "normal";  // normal | uniform
 };
 
 // The cluster layout shared by the adaptive input and the adaptive softmax.
 struct AdaptiveLayout {
-  std::vector<std::int64_t> bounds;  // [0, c_1, ..., c_n, V]: cluster k holds ids [bounds[k], bounds[k+1])
+  std::vector<std::int64_t>
+      bounds;  // [0, c_1, ..., c_n, V]: cluster k holds ids [bounds[k], bounds[k+1])
   std::vector<std::int64_t> widths;  // d_k = d_embed / div_val^k for div_val > 1, d_embed otherwise
 
   std::int64_t n_clusters() const { return static_cast<std::int64_t>(widths.size()); }
@@ -91,10 +93,11 @@ class AdaptiveEmbeddingImpl : public torch::nn::Module {
   AdaptiveEmbeddingOptions options_;
   AdaptiveLayout layout_;
   double scale_;
-  torch::nn::ModuleList emb_layers_;           // registered as emb_layers: Embedding per table
-  std::shared_ptr<torch::nn::Module> emb_projs_;  // registered as emb_projs: parameters "0", "1", ...
-  std::vector<torch::Tensor> tables_;          // emb_layers.k.weight
-  std::vector<torch::Tensor> projs_;           // emb_projs.k or undefined
+  torch::nn::ModuleList emb_layers_;  // registered as emb_layers: Embedding per table
+  std::shared_ptr<torch::nn::Module>
+      emb_projs_;                      // registered as emb_projs: parameters "0", "1", ...
+  std::vector<torch::Tensor> tables_;  // emb_layers.k.weight
+  std::vector<torch::Tensor> projs_;   // emb_projs.k or undefined
 };
 TORCH_MODULE(AdaptiveEmbedding);
 

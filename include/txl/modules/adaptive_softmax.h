@@ -38,16 +38,16 @@
 namespace txl::modules {
 
 struct AdaptiveSoftmaxOptions {
-  std::int64_t n_token = 0;            // vocabulary size V
-  std::int64_t d_embed = 0;            // width of the head cluster's table
-  std::int64_t d_proj = 0;             // width of the hidden states scored
-  std::vector<std::int64_t> cutoffs;   // cluster split points; empty = plain softmax
-  std::int64_t div_val = 1;            // cluster k has width d_embed / div_val^k (floor)
-  bool tie_weight = true;              // word tables are the embedding's tables
-  bool tie_projs = true;               // tail projections are the embedding's projections
-  double init_std = 0.02;              // own tables and cluster_weight: std (normal) or range (uniform)
-  double proj_init_std = 0.01;         // own projections: std of a normal
-  std::string init = "normal";         // normal | uniform
+  std::int64_t n_token = 0;           // vocabulary size V
+  std::int64_t d_embed = 0;           // width of the head cluster's table
+  std::int64_t d_proj = 0;            // width of the hidden states scored
+  std::vector<std::int64_t> cutoffs;  // cluster split points; empty = plain softmax
+  std::int64_t div_val = 1;           // cluster k has width d_embed / div_val^k (floor)
+  bool tie_weight = true;             // word tables are the embedding's tables
+  bool tie_projs = true;              // tail projections are the embedding's projections
+  double init_std = 0.02;       // own tables and cluster_weight: std (normal) or range (uniform)
+  double proj_init_std = 0.01;  // own projections: std of a normal
+  std::string init = "normal";  // normal | uniform
 };
 
 // A plain softmax's weights prepared for decoding (ops::Projection); undefined `words` for an
@@ -63,7 +63,8 @@ class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
   // `embedding` is the AdaptiveEmbedding to tie to; it must be given (and have the same n_token,
   // d_embed, d_proj, cutoffs and div_val) when tie_weight is set or a tail projection is to be
   // tied, otherwise txl::Error says so. Pass nullptr for an untied layer.
-  explicit AdaptiveLogSoftmaxImpl(AdaptiveSoftmaxOptions options, AdaptiveEmbedding embedding = nullptr);
+  explicit AdaptiveLogSoftmaxImpl(AdaptiveSoftmaxOptions options,
+                                  AdaptiveEmbedding embedding = nullptr);
 
   // hidden [N, d_proj], target int64 [N] -> [N] negative log-likelihood of each target.
   // Any leading shape S works: hidden S + [d_proj], target S -> S. Without cutoffs it is one
@@ -110,13 +111,13 @@ class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
   AdaptiveSoftmaxOptions options_;
   AdaptiveLayout layout_;
   bool weight_tied_ = false;
-  torch::nn::ModuleList out_layers_;             // registered as out_layers: "t.bias" (+ "t.weight" untied)
+  torch::nn::ModuleList out_layers_;  // registered as out_layers: "t.bias" (+ "t.weight" untied)
   std::shared_ptr<torch::nn::Module> out_projs_;  // registered as out_projs: own projections "k"
-  std::vector<torch::Tensor> tables_;            // per table: [V_t, d_t]
-  std::vector<torch::Tensor> biases_;            // per table: [V_t]
-  std::vector<torch::Tensor> projs_;             // per cluster: [d_proj, d_k] or undefined
-  torch::Tensor cluster_weight_;                 // [n, d_embed]
-  torch::Tensor cluster_bias_;                   // [n]
+  std::vector<torch::Tensor> tables_;             // per table: [V_t, d_t]
+  std::vector<torch::Tensor> biases_;             // per table: [V_t]
+  std::vector<torch::Tensor> projs_;              // per cluster: [d_proj, d_k] or undefined
+  torch::Tensor cluster_weight_;                  // [n, d_embed]
+  torch::Tensor cluster_bias_;                    // [n]
 };
 TORCH_MODULE(AdaptiveLogSoftmax);
 

@@ -46,6 +46,7 @@ torch::Tensor linear_cross_entropy(const torch::Tensor& hidden, const torch::Ten
 // LibTorch's reduced-precision products do not go through oneDNN and accumulate in the reduced
 // type: on a Zen 3 (AVX2) a bf16 [8000 x 1024] x [1024 x 256] product was 2% off over 64 rows
 // and took 0.88 s, against 0.066 s cast to fp32 and back.
-torch::ScalarType linear_cross_entropy_dtype(const torch::Tensor& hidden, const torch::Tensor& weight);
+torch::ScalarType linear_cross_entropy_dtype(const torch::Tensor& hidden,
+                                             const torch::Tensor& weight);
 
 }  // namespace txl::ops

@@ -40,7 +40,8 @@ class Projection {
   // The same, with W packed once for products of a few rows where the CPU has the packed
   // AVX-512 kernel (decoding: prepared once, shared by every decoder of the model). The panels
   // are a copy: prepare again after the weights change.
-  static Projection packed_for_decoding(const torch::Tensor& weight, const torch::Tensor& bias = {});
+  static Projection packed_for_decoding(const torch::Tensor& weight,
+                                        const torch::Tensor& bias = {});
 
   // x [..., in] -> x W^T + b [..., out], relu after when asked.
   torch::Tensor operator()(const torch::Tensor& x, bool relu = false) const;

@@ -38,18 +38,21 @@ struct StepSettings {
 };
 
 struct StepResult {
-  double loss_sum = 0.0;       // summed nll over the global batch's scored tokens (every rank)
-  std::int64_t scored = 0;     // scored tokens of the global batch
-  double grad_norm = 0.0;      // total gradient norm before clipping (2-norm over parameters)
-  double mean_loss() const { return loss_sum / static_cast<double>(std::max<std::int64_t>(scored, 1)); }
+  double loss_sum = 0.0;    // summed nll over the global batch's scored tokens (every rank)
+  std::int64_t scored = 0;  // scored tokens of the global batch
+  double grad_norm = 0.0;   // total gradient norm before clipping (2-norm over parameters)
+  double mean_loss() const {
+    return loss_sum / static_cast<double>(std::max<std::int64_t>(scored, 1));
+  }
 };
 
 class Step {
  public:
   // `rows`: this rank's rows of every global batch (all of them in one process). `group` null =
   // this process alone. The model and optimizer are shared with the caller.
-  Step(models::TransformerLM model, torch::optim::Optimizer& optimizer, const StepSettings& settings,
-       dist::RowRange rows, std::shared_ptr<dist::Group> group = nullptr);
+  Step(models::TransformerLM model, torch::optim::Optimizer& optimizer,
+       const StepSettings& settings, dist::RowRange rows,
+       std::shared_ptr<dist::Group> group = nullptr);
 
   // Forward and backward of this rank's rows of `global`, chunk by chunk, the gradients summed
   // over the ranks, the norm measured and clipped. The weights are not changed yet: the caller

@@ -36,19 +36,19 @@ enum class TrainStatus {
 
 struct TrainSummary {
   TrainStatus status = TrainStatus::kCompleted;
-  std::int64_t step = 0;          // optimizer steps done
-  std::int64_t tokens = 0;        // training tokens seen
-  double best_valid_loss = 0.0;   // best validation loss (nats per token), 0 if never evaluated
-  std::int64_t best_step = -1;    // the step of checkpoint_best (-1 = none)
+  std::int64_t step = 0;         // optimizer steps done
+  std::int64_t tokens = 0;       // training tokens seen
+  double best_valid_loss = 0.0;  // best validation loss (nats per token), 0 if never evaluated
+  std::int64_t best_step = -1;   // the step of checkpoint_best (-1 = none)
   double final_train_loss = std::nan("");  // mean loss of the last progress record (NaN = none)
   std::int64_t final_train_step = -1;      // its step
-  double seconds = 0.0;           // wall time of this invocation
-  double total_seconds = 0.0;     // training wall time of every invocation of the run
-  double tokens_per_s = 0.0;      // training throughput of this invocation
-  std::int64_t params = 0;        // the model's parameters
-  std::string stop_reason;        // e.g. "max_steps", "early stop", "signal 2"
-  int signal = 0;                 // the signal that stopped training (any rank's), else 0
-  std::filesystem::path run_dir;  // where everything was written
+  double seconds = 0.0;                    // wall time of this invocation
+  double total_seconds = 0.0;              // training wall time of every invocation of the run
+  double tokens_per_s = 0.0;               // training throughput of this invocation
+  std::int64_t params = 0;                 // the model's parameters
+  std::string stop_reason;                 // e.g. "max_steps", "early stop", "signal 2"
+  int signal = 0;                          // the signal that stopped training (any rank's), else 0
+  std::filesystem::path run_dir;           // where everything was written
 };
 
 struct TrainOptions {

@@ -14,8 +14,7 @@ namespace txl::compat {
 // The key of a parameter's entry in torch::optim::Optimizer::state(): the parameter's
 // TensorImpl address, spelled as a string in LibTorch 1.13 and as the pointer itself in later
 // releases.
-using OptimizerStateMap =
-    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
+using OptimizerStateMap = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;
 using OptimizerStateKey = typename OptimizerStateMap::key_type;
 
 // (A template so that only the branch of the LibTorch at hand is compiled.)

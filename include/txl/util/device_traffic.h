@@ -24,8 +24,12 @@ struct DeviceTrafficCounts {
   std::int64_t moves = 0;  // `aten::to` calls given a device, outside any other operation
   std::int64_t reads = 0;  // scalar reads to the host (`aten::_local_scalar_dense`, i.e. item())
 
-  bool operator==(const DeviceTrafficCounts& o) const { return moves == o.moves && reads == o.reads; }
-  DeviceTrafficCounts operator-(const DeviceTrafficCounts& o) const { return {moves - o.moves, reads - o.reads}; }
+  bool operator==(const DeviceTrafficCounts& o) const {
+    return moves == o.moves && reads == o.reads;
+  }
+  DeviceTrafficCounts operator-(const DeviceTrafficCounts& o) const {
+    return {moves - o.moves, reads - o.reads};
+  }
 };
 
 // Counting on the calling thread from construction to destruction; one at a time per process.

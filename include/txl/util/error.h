@@ -30,8 +30,8 @@ std::string error_message(const std::exception& error);
 }  // namespace txl
 
 // Throws txl::Error with the streamed message when `cond` is false.
-#define TXL_CHECK(cond, ...)                                         \
-  do {                                                               \
+#define TXL_CHECK(cond, ...)                                             \
+  do {                                                                   \
     if (!(cond)) throw ::txl::Error(::txl::detail::concat(__VA_ARGS__)); \
   } while (0)
 

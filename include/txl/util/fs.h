@@ -45,8 +45,9 @@ void write_atomic(const stdfs::path& path, const std::function<void(std::ostream
 // Flushes `out` (and C's stdout when `out` is std::cout, which shares its buffer) and throws
 // txl::Error naming `what` and the OS reason ("No space left on device") when any byte written to
 // it since the start did not get through: a program's output on a full disk or /dev/full is an
-// error, never an empty file and exit status 0 (a closed pipe ends the program with SIGPIPE). E.g. flush_output(std::cout,
-// "standard output") before a main returns 0, and after each piece of streamed output.
+// error, never an empty file and exit status 0 (a closed pipe ends the program with SIGPIPE). E.g.
+// flush_output(std::cout, "standard output") before a main returns 0, and after each piece of
+// streamed output.
 void flush_output(std::ostream& out, const std::string& what);
 
 // Creates the directory and its parents; throws txl::Error naming it on failure.

@@ -46,7 +46,7 @@ inline bool nested_deeper_than(std::string_view text, int max_depth = kMaxDepth)
   return false;
 }
 
-using Json = nlohmann::json;                // keys sorted
+using Json = nlohmann::json;                 // keys sorted
 using OrderedJson = nlohmann::ordered_json;  // keys in insertion order
 
 // record[key] = value, or null with record["null_because"][key] = "nan" | "+inf" | "-inf".

@@ -30,7 +30,7 @@ class Sha256 {
   void use_portable_rounds() { portable_ = true; }
 
  private:
-  void compress(const std::uint8_t* block);                          // portable rounds
+  void compress(const std::uint8_t* block);                            // portable rounds
   void compress_blocks(const std::uint8_t* data, std::size_t blocks);  // SHA-NI when present
 
   std::array<std::uint32_t, 8> state_;
