@@ -4,6 +4,7 @@
 #include <sstream>
 #include <utility>
 
+#include "txl/config/enums.h"
 #include "txl/util/device_traffic.h"
 #include "txl/util/error.h"
 
@@ -56,7 +57,7 @@ AdaptiveLayout make_adaptive_layout(std::int64_t n_token, std::int64_t d_embed, 
 
 void check_adaptive_init(const std::string& init, double init_std, double proj_init_std,
                          const std::string& who) {
-  TXL_CHECK(init == "normal" || init == "uniform", who, ": init = \"", init,
+  TXL_CHECK(config::parse_enum<config::WeightInit>(init).has_value(), who, ": init = \"", init,
             "\" is not one of: normal, uniform");
   TXL_CHECK(std::isfinite(init_std) && init_std > 0, who, ": init_std = ", init_std,
             " must be positive");
@@ -66,7 +67,7 @@ void check_adaptive_init(const std::string& init, double init_std, double proj_i
 
 void adaptive_init_weight(torch::Tensor& weight, const std::string& init, double scale) {
   torch::NoGradGuard no_grad;
-  if (init == "uniform") {
+  if (config::parse_enum<config::WeightInit>(init) == config::WeightInit::kUniform) {
     weight.uniform_(-scale, scale);
   } else {
     weight.normal_(0.0, scale);

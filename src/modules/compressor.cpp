@@ -1,16 +1,27 @@
 #include "txl/modules/compressor.h"
 
 #include <limits>
+#include <optional>
 
+#include "txl/config/enums.h"
 #include "txl/util/error.h"
 
 namespace txl::modules {
 
+namespace {
+
+// model.cmem_compress's value through its name table (config/enums.h).
+std::optional<config::Compression> compression(const CompressorOptions& options) {
+  return config::parse_enum<config::Compression>(options.kind);
+}
+
+}  // namespace
+
 CompressorImpl::CompressorImpl(const CompressorOptions& options) : options_(options) {
   TXL_CHECK(options.rate >= 1, "model.cmem_rate = ", options.rate, " must be >= 1");
-  TXL_CHECK(options.kind == "conv" || options.kind == "mean" || options.kind == "max",
-            "model.cmem_compress: unknown value \"", options.kind, "\" (allowed: conv, mean, max)");
-  if (options.kind != "conv") return;
+  TXL_CHECK(compression(options).has_value(), "model.cmem_compress: unknown value \"", options.kind,
+            "\" (allowed: conv, mean, max)");
+  if (compression(options) != config::Compression::kConv) return;
   const int64_t d = options.d_model, c = options.rate;
   conv = register_module("conv",
                          torch::nn::Conv1d(torch::nn::Conv1dOptions(d, d, c).stride(c).bias(true)));
@@ -33,7 +44,7 @@ std::pair<torch::Tensor, torch::Tensor> CompressorImpl::forward(const torch::Ten
     return {out, group_mask};
   }
   const auto grouped = zeroed.view({batch, groups, c, d});  // [B, G, c, d]
-  if (options_.kind == "mean") {
+  if (compression(options_) == config::Compression::kMean) {
     const auto count = real.sum(2, /*keepdim=*/true).clamp_min(1).to(rows.scalar_type());
     return {grouped.sum(2) / count, group_mask};  // [B, G, d]
   }

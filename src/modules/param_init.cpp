@@ -1,28 +1,32 @@
 #include "txl/modules/param_init.h"
 
+#include "txl/config/enums.h"
 #include "txl/util/error.h"
 
 namespace txl::modules {
 
 void init_weight(torch::Tensor weight, const InitOptions& options) {
   torch::NoGradGuard no_grad;
-  if (options.init == "normal") {
-    weight.normal_(0.0, options.std);
-  } else if (options.init == "uniform") {
+  // The name through model.init's table (config/enums.h), the one spelling of its values.
+  const auto init = config::parse_enum<config::WeightInit>(options.init);
+  TXL_CHECK(init.has_value(), "model.init: unknown value \"", options.init,
+            "\" (allowed: normal, uniform)");
+  if (*init == config::WeightInit::kUniform) {
     weight.uniform_(-options.std, options.std);
   } else {
-    TXL_FAIL("model.init: unknown value \"", options.init, "\" (allowed: normal, uniform)");
+    weight.normal_(0.0, options.std);
   }
 }
 
 void init_layer_norm(torch::nn::LayerNorm& norm, const InitOptions& options) {
   torch::NoGradGuard no_grad;
-  if (options.norm_init == "normal") {
-    norm->weight.normal_(1.0, options.std);
-  } else if (options.norm_init == "ones") {
+  const auto norm_init = config::parse_enum<config::NormInit>(options.norm_init);
+  TXL_CHECK(norm_init.has_value(), "model.norm_init: unknown value \"", options.norm_init,
+            "\" (allowed: normal, ones)");
+  if (*norm_init == config::NormInit::kOnes) {
     norm->weight.fill_(1.0);
   } else {
-    TXL_FAIL("model.norm_init: unknown value \"", options.norm_init, "\" (allowed: normal, ones)");
+    norm->weight.normal_(1.0, options.std);
   }
   norm->bias.zero_();
 }
