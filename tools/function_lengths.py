@@ -5,10 +5,11 @@ that (a file of one job: split it along its jobs); the ctests Style.FunctionsFit
 Style.FilesDoOneJob and Style.MainsAreShort run it.
 
   function_lengths.py --max 80 --exempt src/config/fields.cpp:fields_of src tools
-  function_lengths.py --max-file 599 src include tools
+  function_lengths.py --max-file 599 --exclude tests/style src include tools tests
   function_lengths.py --max-file 60 --only main.cpp tools
 
 --exempt FILE:NAME leaves out one function that is a declarative table (CONTRIBUTING.md).
+--exclude FOLDER leaves out a folder (relative to --root), such as the style checks' own fixtures.
 Comments, string literals and preprocessor lines are blanked first; a brace block is a function
 when its header has a parameter list and is not a control statement, a lambda or a type.
 """
@@ -66,12 +67,16 @@ def main():
     parser.add_argument("--only", default="", help="check only the files of this name (main.cpp)")
     parser.add_argument("--exempt", action="append", default=[], help="FILE:NAME")
     parser.add_argument("--root", default=".", help="the paths are relative to this folder")
+    parser.add_argument("--exclude", action="append", default=[],
+                        help="FOLDER (relative to --root) to leave out; repeatable")
     parser.add_argument("folders", nargs="+")
     args = parser.parse_args()
     exempt = set(args.exempt)
+    excluded = {os.path.normpath(os.path.join(args.root, e)) for e in args.exclude}
     long = []
     for folder in args.folders:
-        for path, _, files in os.walk(os.path.join(args.root, folder)):
+        for path, dirs, files in os.walk(os.path.join(args.root, folder)):
+            dirs[:] = sorted(d for d in dirs if os.path.normpath(os.path.join(path, d)) not in excluded)
             for name in sorted(files):
                 if not name.endswith((".cpp", ".h")) or (args.only and name != args.only):
                     continue
