@@ -328,11 +328,11 @@ AttentionCostFit attention_cost_by_mem_len(const config::ModelConfig& model_conf
     TXL_CHECK(m >= 0, "attention_cost_by_mem_len: memory length ", m, " must be >= 0");
     auto x = torch::randn({batch, tgt_len, c.d_model});                           // [B, Q, d]
     auto memory = m > 0 ? torch::randn({batch, m, c.d_model}) : torch::Tensor();  // [B, M, d]
-    models::Context context;
-    context.mem_len = m;
-    context.clamp_len = c.clamp_len;
+    models::Lookback lookback;
+    lookback.mem_len = m;
+    lookback.clamp_len = c.clamp_len;
     auto inputs =
-        model->segment_inputs(tgt_len, m, {}, context, torch::kFloat, torch::Device(torch::kCPU));
+        model->segment_inputs(tgt_len, m, {}, lookback, torch::kFloat, torch::Device(torch::kCPU));
     auto t = time_repeated([&] { attention->forward(x, memory, inputs); }, warmup, repetitions);
     fit.points.push_back({m, 1e6 * t.median_s / static_cast<double>(batch * tgt_len)});
   }

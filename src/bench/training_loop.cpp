@@ -73,7 +73,7 @@ EvalLoop::EvalLoop(models::TransformerLM model, std::int64_t vocab, const eval::
   stream_ = std::make_unique<data::EvalStream>(
       random_ids(b * (segments + 1) * q + 1, vocab, options.seed),
       eval::eval_stream_options(settings_));
-  const std::int64_t m = eval::segment_context(settings_, model_).mem_len;  // as the evaluator
+  const std::int64_t m = eval::segment_lookback(settings_, model_).mem_len;  // as the evaluator
   for (int l = 0; m > 0 && l < model_->config().n_layer; ++l) {
     memory_.layers.push_back(
         torch::randn({b, m, model_->config().d_model}).to(options.device));  // [B, M, d]

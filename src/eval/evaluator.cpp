@@ -27,7 +27,7 @@ BatchScore score_batch(models::TransformerLM& model, const data::Batch& cpu_batc
   {
     AutocastGuard autocast(settings.bf16, settings.device);
     out = model->forward(models::Inputs::of(batch), memory ? *memory : models::Memory(),
-                         segment_context(settings, model));
+                         segment_lookback(settings, model));
   }
   if (memory) *memory = std::move(out.memory);  // stays on the device
   BatchScore score;
@@ -270,7 +270,7 @@ EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& spli
     score_windows(model, text.ids, settings, acc);
   } else {
     result.tgt_len = settings.tgt_len;
-    result.mem_len = segment_context(settings, model).mem_len;
+    result.mem_len = segment_lookback(settings, model).mem_len;
     score_segments(model, text, settings, acc);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

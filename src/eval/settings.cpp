@@ -45,17 +45,17 @@ Settings validation_settings(const config::ExperimentConfig& config, dist::Group
   return s;
 }
 
-models::Context segment_context(const Settings& settings, const models::TransformerLM& model) {
+models::Lookback segment_lookback(const Settings& settings, const models::TransformerLM& model) {
   const bool with_memory = settings.mode == Mode::kMemory && settings.mem_len > 0;
-  models::Context context;
-  context.mem_len = with_memory ? settings.mem_len : 0;
-  context.clamp_len = settings.clamp_len;
-  context.same_length = with_memory && settings.same_length;
-  context.ext_len = with_memory ? settings.ext_len : 0;
-  context.zero_memory = with_memory && settings.zero_memory;
-  context.cache_kv = with_memory && settings.cache_kv && model->can_cache_kv();
-  context.cmem_len = with_memory ? model->config().cmem_len : 0;
-  return context;
+  models::Lookback lookback;
+  lookback.mem_len = with_memory ? settings.mem_len : 0;
+  lookback.clamp_len = settings.clamp_len;
+  lookback.same_length = with_memory && settings.same_length;
+  lookback.ext_len = with_memory ? settings.ext_len : 0;
+  lookback.zero_memory = with_memory && settings.zero_memory;
+  lookback.cache_kv = with_memory && settings.cache_kv && model->can_cache_kv();
+  lookback.cmem_len = with_memory ? model->config().cmem_len : 0;
+  return lookback;
 }
 
 bool carries_memory(const Settings& settings, const models::TransformerLM& model) {

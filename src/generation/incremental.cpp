@@ -218,7 +218,7 @@ torch::Tensor IncrementalDecoder::forward_segment(const std::vector<int64_t>& to
                                                   const models::Memory& memory,
                                                   models::Memory* next) {
   const auto& o = w_.options;
-  models::Context ctx = w_.model->default_context();
+  models::Lookback ctx = w_.model->default_lookback();
   ctx.mem_len = o.mem_len;
   ctx.clamp_len = o.clamp_len;
   ctx.same_length = o.same_length;

@@ -14,7 +14,7 @@ Memory TransformerLMImpl::update_memory(const Memory& memory,
                                         const std::vector<torch::Tensor>& kv,
                                         const torch::Tensor& key_mask,
                                         const torch::Tensor& compressed_keys, int64_t q_len,
-                                        const Context& ctx, torch::Tensor* aux_loss) {
+                                        const Lookback& ctx, torch::Tensor* aux_loss) {
   Memory next;
   if (ctx.mem_len == 0) return next;
   const int64_t m_len = memory.length();
@@ -27,7 +27,7 @@ Memory TransformerLMImpl::update_memory(const Memory& memory,
   const int64_t length = end - begin;
   {
     // Paper 3.2: the memory takes no part in the backward pass (stop-gradient), unless the
-    // caller back-propagates through segments (Context::memory_grad).
+    // caller back-propagates through segments (Lookback::memory_grad).
     std::optional<torch::NoGradGuard> no_grad;
     if (!ctx.memory_grad) no_grad.emplace();
     for (size_t l = 0; l < hiddens.size(); ++l) {
@@ -55,7 +55,7 @@ void TransformerLMImpl::compress_evicted(const Memory& memory,
                                          const std::vector<torch::Tensor>& hiddens,
                                          const torch::Tensor& key_mask,
                                          const torch::Tensor& compressed_keys, int64_t evicted,
-                                         int64_t q_len, const Context& ctx, Memory& next,
+                                         int64_t q_len, const Lookback& ctx, Memory& next,
                                          torch::Tensor* aux_loss) {
   const int64_t m_len = memory.length(), n_len = memory.compressed_length();
   const bool with_loss = aux_loss != nullptr && is_training() && torch::GradMode::is_enabled() &&
@@ -113,7 +113,7 @@ torch::Tensor on(const torch::Tensor& t, const torch::Device& device) {
 }  // namespace
 
 Memory TransformerLMImpl::zero_started(const Memory& memory, const torch::Tensor& reset,
-                                       int64_t batch, const Context& ctx,
+                                       int64_t batch, const Lookback& ctx,
                                        const torch::TensorOptions& options) const {
   if (memory.layers.empty()) {
     Memory zeros;

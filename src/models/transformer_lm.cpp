@@ -91,8 +91,8 @@ void check_config(const config::ModelConfig& config, int64_t n_token) {
 
 }  // namespace
 
-Context Context::from_config(const config::ModelConfig& config) {
-  Context ctx;
+Lookback Lookback::from_config(const config::ModelConfig& config) {
+  Lookback ctx;
   ctx.mem_len = config.mem_len;
   ctx.clamp_len = config.clamp_len;
   ctx.same_length = config.same_length;
@@ -202,7 +202,8 @@ void check_compressed(const Memory& memory, int64_t batch, int64_t d, const torc
 
 }  // namespace
 
-void TransformerLMImpl::check_memory_tokens(const Memory& memory, int64_t batch, const Context& ctx,
+void TransformerLMImpl::check_memory_tokens(const Memory& memory, int64_t batch,
+                                            const Lookback& ctx,
                                             const torch::Device& device) const {
   if (!memory.tokens.defined()) return;
   const auto& t = memory.tokens;
@@ -218,7 +219,7 @@ void TransformerLMImpl::check_memory_tokens(const Memory& memory, int64_t batch,
 }
 
 void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
-                                     const Context& ctx) const {
+                                     const Lookback& ctx) const {
   const auto& [tokens, targets, input_mask, reset] = in;
   TXL_CHECK(tokens.defined() && tokens.dim() == 2 && tokens.scalar_type() == torch::kLong &&
                 tokens.size(0) > 0 && tokens.size(1) > 0,
@@ -328,7 +329,7 @@ torch::Tensor with_memory_tokens(const torch::Tensor& allowed, const torch::Tens
 }  // namespace
 
 modules::AttentionInputs TransformerLMImpl::segment_inputs(
-    int64_t q_len, int64_t m_len, const torch::Tensor& key_mask, const Context& ctx,
+    int64_t q_len, int64_t m_len, const torch::Tensor& key_mask, const Lookback& ctx,
     torch::ScalarType dtype, torch::Device device, const torch::Tensor& compressed_keys) {
   const int64_t n_len = compressed_keys.defined() ? compressed_keys.size(1) : 0;
   const int64_t m = config_.mem_tokens;
@@ -359,7 +360,7 @@ modules::AttentionInputs TransformerLMImpl::segment_inputs(
   return in;
 }
 
-LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const Context& ctx,
+LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const Lookback& ctx,
                                     bool want_logits) {
   check_inputs(in, given, ctx);
   const auto& [tokens, targets, input_mask, given_reset] = in;

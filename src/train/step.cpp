@@ -46,7 +46,7 @@ Step::Step(models::TransformerLM model, torch::optim::Optimizer& optimizer,
       rows_(rows),
       group_(or_alone(std::move(group))),
       reducer_(group_, model_->parameters()),
-      context_(models::Context::from_config(model_->config())) {
+      lookback_(models::Lookback::from_config(model_->config())) {
   TXL_CHECK(settings.batch_chunk >= 1 && rows.size() % settings.batch_chunk == 0,
             "train.batch_chunk = ", settings.batch_chunk, " must divide the rows of each process (",
             rows.size(), ")");
@@ -61,20 +61,20 @@ StepResult Step::backward(const data::Batch& global) {
 torch::Tensor Step::chunk_backward(const std::vector<data::Batch>& rank_batches, std::int64_t c,
                                    double scored) {
   auto& memory = memory_[static_cast<size_t>(c)];
-  models::Context context = context_;
-  context.memory_grad = rank_batches.size() > 1;
+  models::Lookback lookback = lookback_;
+  lookback.memory_grad = rank_batches.size() > 1;
   torch::Tensor nll_sum;  // [] over the chunk's scored tokens of every batch of the unroll
   torch::Tensor aux;      // [] the model's auxiliary losses (compressive memory), summed
   for (const auto& batch : rank_batches) {
     const data::Batch chunk = batch.narrow_rows(c * chunk_rows_, chunk_rows_).to(settings_.device);
     AutocastGuard autocast(settings_.bf16, settings_.device);
-    auto out = model_->forward(models::Inputs::of(chunk), memory, context);
+    auto out = model_->forward(models::Inputs::of(chunk), memory, lookback);
     auto sum = out.nll.to(torch::kFloat).masked_fill(chunk.target_mask.logical_not(), 0.0).sum();
     nll_sum = nll_sum.defined() ? nll_sum + sum : sum;
     if (out.aux_loss.defined()) aux = aux.defined() ? aux + out.aux_loss : out.aux_loss;
     memory = std::move(out.memory);
   }
-  if (context.memory_grad) memory = memory.detached();  // the next step's gradient stops here
+  if (lookback.memory_grad) memory = memory.detached();  // the next step's gradient stops here
   auto objective = nll_sum / scored;
   // Compressive memory's reconstruction loss, which reaches only the compressors: its mean over
   // the step's segments and rows (this chunk's share of the rows).

@@ -247,9 +247,9 @@ TEST(Evaluator, ExtLenEqualsSegmentsReadWithTheirPrecedingTokens) {
 
   torch::NoGradGuard no_grad;
   f.model->eval();
-  txl::models::Context context;
-  context.mem_len = m;
-  context.ext_len = e;
+  txl::models::Lookback lookback;
+  lookback.mem_len = m;
+  lookback.ext_len = e;
   txl::models::Memory memory;
   std::vector<torch::Tensor> direct;
   for (int64_t s = 0; s < f.ids.size(0) - 1; s += q) {
@@ -260,7 +260,7 @@ TEST(Evaluator, ExtLenEqualsSegmentsReadWithTheirPrecedingTokens) {
     inputs.tokens = tokens;
     inputs.targets = targets;
     inputs.reset = torch::full({1}, s == 0, torch::kBool);  // bool [1]
-    auto out = f.model->forward(inputs, memory, context);
+    auto out = f.model->forward(inputs, memory, lookback);
     memory = std::move(out.memory);
     direct.push_back(out.nll[0].narrow(0, c, n));  // [n]: the context is not scored
   }

@@ -89,19 +89,19 @@ TEST(Settings, SegmentContextHasMemoryOnlyInMemoryMode) {
   c.model.clamp_len = 20;
   c.model.same_length = true;
   txl::models::TransformerLM model(c.model, 50);
-  auto context = txl::eval::segment_context(txl::eval::resolve_settings(c), model);
-  EXPECT_EQ(context.mem_len, 16);
-  EXPECT_EQ(context.ext_len, 3);
-  EXPECT_TRUE(context.same_length);
-  EXPECT_TRUE(context.cache_kv);
-  EXPECT_EQ(context.clamp_len, 20);
+  auto lookback = txl::eval::segment_lookback(txl::eval::resolve_settings(c), model);
+  EXPECT_EQ(lookback.mem_len, 16);
+  EXPECT_EQ(lookback.ext_len, 3);
+  EXPECT_TRUE(lookback.same_length);
+  EXPECT_TRUE(lookback.cache_kv);
+  EXPECT_EQ(lookback.clamp_len, 20);
   for (const Mode mode : {Mode::kSegments, Mode::kSliding}) {
     c.eval.mode = mode;
-    context = txl::eval::segment_context(txl::eval::resolve_settings(c), model);
-    EXPECT_EQ(context.mem_len, 0) << mode;
-    EXPECT_EQ(context.ext_len, 0) << mode;
-    EXPECT_FALSE(context.same_length || context.cache_kv) << mode;
-    EXPECT_EQ(context.clamp_len, 20) << mode;
+    lookback = txl::eval::segment_lookback(txl::eval::resolve_settings(c), model);
+    EXPECT_EQ(lookback.mem_len, 0) << mode;
+    EXPECT_EQ(lookback.ext_len, 0) << mode;
+    EXPECT_FALSE(lookback.same_length || lookback.cache_kv) << mode;
+    EXPECT_EQ(lookback.clamp_len, 20) << mode;
   }
 }
 
@@ -112,7 +112,7 @@ TEST(Settings, MemInitIsTheModelsUnlessTheEvaluationSaysOtherwise) {
   auto c = txl::test::tiny_experiment(dir.path());
   txl::models::TransformerLM model(c.model, 50);
   auto zero = [&]() {
-    return txl::eval::segment_context(txl::eval::resolve_settings(c), model).zero_memory;
+    return txl::eval::segment_lookback(txl::eval::resolve_settings(c), model).zero_memory;
   };
   EXPECT_FALSE(zero());
   c.model.mem_init = txl::config::MemInit::kZeros;

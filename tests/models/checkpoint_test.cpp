@@ -36,7 +36,7 @@ torch::Tensor logits_of(txl::models::TransformerLM& model) {
   torch::NoGradGuard no_grad;
   model->eval();
   auto tokens = torch::arange(24, torch::kInt64).remainder(30).view({2, 12});  // [2, 12]
-  return model->forward(inputs_of(tokens, tokens), {}, model->default_context(), true).logits;
+  return model->forward(inputs_of(tokens, tokens), {}, model->default_lookback(), true).logits;
 }
 
 txl::models::Checkpoint tiny_checkpoint(const stdfs::path& dir, int seed) {

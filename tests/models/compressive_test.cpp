@@ -187,7 +187,7 @@ TEST(CompressiveMemory, RowsLeaveFromTheSegmentWhenTheMemoryIsShorter) {
   auto tokens = tokens_of(2, 2, 15);
   auto first = run(model, tokens.narrow(1, 0, kSeg), {});
   // The same segment's layer inputs, all kept: a context with a longer memory and no compression.
-  auto ctx = model->default_context();
+  auto ctx = model->default_lookback();
   ctx.mem_len = kSeg;
   ctx.cmem_len = 0;
   Inputs in;
@@ -347,7 +347,7 @@ TEST(CompressiveMemory, SettingsThatCannotWorkAreClearErrorsAndSameLengthKeepsTh
   auto model = make(tiny(AttnType::kXl, Compression::kConv));
   auto memory = read(model, tokens_of(2, 3, 13), 3).outs.back().memory;
   // same_length windows the memory and the segment; the compressed rows stay visible.
-  auto ctx = model->default_context();
+  auto ctx = model->default_lookback();
   ctx.same_length = true;
   Inputs in;
   in.tokens = tokens_of(2, 1, 14);

@@ -70,7 +70,7 @@ TEST(MemoryTokens, TheMaskIsCausalOverTokensReadSegmentAndTokensWritten) {
   c.mem_tokens = 1;
   auto model = make(c);
   auto key_mask = torch::tensor({true, false, true, true, true}).view({1, 5});
-  auto ctx = model->default_context();
+  auto ctx = model->default_lookback();
   auto in = model->segment_inputs(3, 2, key_mask, ctx, torch::kDouble, torch::kCPU);
   const auto visible = in.blocked.logical_not().squeeze(0).squeeze(0).to(torch::kLong);  // [5, 7]
   const auto expected = torch::tensor({{1, 0, 1, 0, 0, 0, 0},                            // read
@@ -209,7 +209,7 @@ TEST(MemoryTokens, TheMemoryRoundTripsThroughNamedTensorsAndIsChecked) {
   auto plain = make(txl::test::tiny_model_config(AttnType::kXl, kSeg, kSeg));
   Inputs in;
   in.tokens = tokens_of(3, 1, 4);
-  TXL_EXPECT_THROW_WITH(plain->forward(in, memory, plain->default_context()),
+  TXL_EXPECT_THROW_WITH(plain->forward(in, memory, plain->default_lookback()),
                         "holds memory tokens but the model has model.mem_tokens 0");
 }
 

@@ -149,7 +149,7 @@ TEST(TransformerLM, StopGradientThroughMemory) {
   }
 }
 
-// Context::memory_grad (back-propagation through segments): the memory keeps its graph, and the
+// Lookback::memory_grad (back-propagation through segments): the memory keeps its graph, and the
 // second segment's loss reaches the embedding rows of ids seen only in the first segment, which
 // the stop-gradient leaves at zero (above).
 TEST(TransformerLM, MemoryGradLetsTheLossReachTheEarlierSegment) {
@@ -286,11 +286,11 @@ TEST(TransformerLM, ZeroMemoryStartIsAnExplicitMemoryOfZeros) {
   // From the model's config too.
   auto c = tiny(AttnType::kXl, 3);
   c.mem_init = config::MemInit::kZeros;
-  EXPECT_TRUE(Context::from_config(c).zero_memory);
-  EXPECT_FALSE(Context::from_config(tiny(AttnType::kXl, 3)).zero_memory);
+  EXPECT_TRUE(Lookback::from_config(c).zero_memory);
+  EXPECT_FALSE(Lookback::from_config(tiny(AttnType::kXl, 3)).zero_memory);
 }
 
-// Evaluation with the memory's keys and values carried between segments (Context::cache_kv)
+// Evaluation with the memory's keys and values carried between segments (Lookback::cache_kv)
 // gives the numbers of projecting them anew, segment after segment, for every scheme that can
 // cache, post- and pre-norm, with ext_len, a reset row and padding; and the cache is really
 // used: changing it changes the output.
@@ -312,9 +312,9 @@ TEST(TransformerLM, CachedKeysAndValuesGiveTheSameNumbers) {
     c.allow_abs_with_memory = k.attn == AttnType::kVanilla;
     auto model = make(c, 31, torch::kDouble);
     ASSERT_TRUE(model->can_cache_kv());
-    Context plain = ctx_with(7);
+    Lookback plain = ctx_with(7);
     plain.ext_len = k.ext_len;
-    Context cached = plain;
+    Lookback cached = plain;
     cached.cache_kv = true;
     Memory m_plain, m_cached;
     auto reset = torch::tensor({false, true});  // row 1 starts a new stream at segment 2
@@ -353,7 +353,7 @@ TEST(TransformerLM, CachedKeysAndValuesGiveTheSameNumbers) {
 
 TEST(TransformerLM, CachedKeysAndValuesAreForEvaluationOnly) {
   auto model = make(tiny(AttnType::kXl, 4), 32);
-  Context ctx = ctx_with(4);
+  Lookback ctx = ctx_with(4);
   ctx.cache_kv = true;
   auto tokens = random_tokens(2, 5, 51);
   TXL_EXPECT_THROW_WITH(run(model, tokens, {}, ctx),
@@ -363,7 +363,7 @@ TEST(TransformerLM, CachedKeysAndValuesAreForEvaluationOnly) {
   EXPECT_FALSE(learned->can_cache_kv());
   torch::NoGradGuard no_grad;
   EXPECT_NO_THROW(run(learned, tokens, {}, ctx_with(0)));  // without the cache it runs
-  Context bad = ctx_with(0);
+  Lookback bad = ctx_with(0);
   bad.cache_kv = true;
   TXL_EXPECT_THROW_WITH(run(learned, tokens, {}, bad), "cache_kv with learned absolute positions");
 }

@@ -24,8 +24,8 @@ inline TransformerLM make(const config::ModelConfig& c, uint64_t seed = 1,
   return model;
 }
 
-inline Context ctx_with(int64_t mem_len, int64_t clamp_len = -1, bool same_length = false) {
-  Context ctx;
+inline Lookback ctx_with(int64_t mem_len, int64_t clamp_len = -1, bool same_length = false) {
+  Lookback ctx;
   ctx.mem_len = mem_len;
   ctx.clamp_len = clamp_len;
   ctx.same_length = same_length;
@@ -33,7 +33,7 @@ inline Context ctx_with(int64_t mem_len, int64_t clamp_len = -1, bool same_lengt
 }
 
 inline LMOutput run(TransformerLM& model, const torch::Tensor& tokens, const Memory& memory,
-                    const Context& ctx, const torch::Tensor& input_mask = {},
+                    const Lookback& ctx, const torch::Tensor& input_mask = {},
                     const torch::Tensor& reset = {}) {
   auto targets = (tokens * 3 + 1).remainder(kVocab);  // any fixed function of the input
   txl::models::Inputs inputs;

@@ -11,7 +11,7 @@ namespace txl::test {
 torch::Tensor segmented_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,
                                   const generation::DecodeOptions& o) {
   torch::NoGradGuard no_grad;
-  models::Context ctx;
+  models::Lookback ctx;
   ctx.mem_len = o.mem_len;
   ctx.clamp_len = o.clamp_len;
   ctx.same_length = o.same_length;
@@ -32,7 +32,7 @@ torch::Tensor segmented_log_probs(models::TransformerLM& model, const torch::Ten
 torch::Tensor windowed_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,
                                  int64_t window, int64_t clamp_len) {
   torch::NoGradGuard no_grad;
-  models::Context ctx;
+  models::Lookback ctx;
   ctx.clamp_len = clamp_len;
   std::vector<torch::Tensor> out;
   for (int64_t t = 0; t < tokens.size(1); ++t) {
@@ -48,7 +48,7 @@ torch::Tensor one_pass_log_probs(models::TransformerLM& model, const torch::Tens
   torch::NoGradGuard no_grad;
   models::Inputs in;
   in.tokens = tokens;
-  return model->forward(in, {}, models::Context{}, true).logits;  // [1, N, V]
+  return model->forward(in, {}, models::Lookback{}, true).logits;  // [1, N, V]
 }
 
 torch::Tensor reference_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,

@@ -61,7 +61,7 @@ inline models::LMOutput run_segment(models::TransformerLM& model, const torch::T
   in.targets = (tokens * 3 + 1).remainder(vocab);
   in.input_mask = input_mask;
   in.reset = reset;
-  auto ctx = model->default_context();
+  auto ctx = model->default_lookback();
   ctx.memory_grad = memory_grad;
   return model->forward(in, memory, ctx, /*want_logits=*/true);
 }

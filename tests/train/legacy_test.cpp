@@ -76,7 +76,7 @@ TEST(Legacy, AVersion1CheckpointConvertsToOneThatResumesExactly) {
   txl::models::Memory memory;
   for (int i = 0; i < 2; ++i) {
     optimizer->zero_grad();
-    auto out = model->forward(inputs_of(tokens, tokens), memory, model->default_context());
+    auto out = model->forward(inputs_of(tokens, tokens), memory, model->default_lookback());
     out.nll.mean().backward();
     optimizer->step();
     memory = out.memory;
@@ -99,7 +99,7 @@ TEST(Legacy, AVersion1CheckpointConvertsToOneThatResumesExactly) {
   for (auto* m : {&model, &restored}) {  // one more step each: the same weights
     auto& o = m == &model ? *optimizer : *restored_optimizer;
     o.zero_grad();
-    (*m)->forward(inputs_of(tokens, tokens), {}, (*m)->default_context()).nll.mean().backward();
+    (*m)->forward(inputs_of(tokens, tokens), {}, (*m)->default_lookback()).nll.mean().backward();
     o.step();
   }
   auto a = model->parameters(), b = restored->parameters();

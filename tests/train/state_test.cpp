@@ -57,7 +57,7 @@ void expect_exact_continuation(Optimizer optimizer_kind, double momentum) {
   auto tokens = torch::randint(30, {2, 12}, torch::kInt64);  // [2, 12]
   auto one_step = [&](txl::models::TransformerLM& m, torch::optim::Optimizer& o) {
     o.zero_grad();
-    m->forward(inputs_of(tokens, tokens), {}, m->default_context()).nll.mean().backward();
+    m->forward(inputs_of(tokens, tokens), {}, m->default_lookback()).nll.mean().backward();
     o.step();
   };
   for (int i = 0; i < 3; ++i) one_step(model, *optimizer);

@@ -49,7 +49,7 @@ TEST(Step, LossIsTheMaskedMeanAndTheNormIsMeasuredBeforeClipping) {
   const auto r = step.backward(b);
   torch::manual_seed(3);
   txl::models::TransformerLM twin(c.model, 30);
-  auto out = twin->forward(txl::models::Inputs::of(b), {}, twin->default_context());
+  auto out = twin->forward(txl::models::Inputs::of(b), {}, twin->default_lookback());
   auto loss = out.nll.masked_select(b.target_mask).mean();  // []
   loss.backward();
   double squares = 0.0;
@@ -108,7 +108,7 @@ TEST(Step, BackPropagationThroughSegmentsIsTheGradientOfOneLongPass) {
       EXPECT_FALSE(step.memory()[0].layers[0].requires_grad());
       EXPECT_EQ(step.memory()[0].length(), 12);
     } else {  // the same loss, the paper's stop-gradient between the segments
-      const auto ctx = model->default_context();
+      const auto ctx = model->default_lookback();
       const auto one = model->forward(txl::models::Inputs::of(first), {}, ctx);
       const auto two = model->forward(txl::models::Inputs::of(second), one.memory, ctx);
       const auto sum = one.nll.masked_select(first.target_mask).sum() +
@@ -131,7 +131,7 @@ TEST(Step, BackPropagationThroughSegmentsIsTheGradientOfOneLongPass) {
   txl::models::Inputs in;
   in.tokens = torch::cat({first.tokens, second.tokens}, 1);     // [4, 24]
   in.targets = torch::cat({first.targets, second.targets}, 1);  // [4, 24]
-  auto ctx = whole->default_context();
+  auto ctx = whole->default_lookback();
   ctx.mem_len = 0;
   const auto nll = whole->forward(in, {}, ctx).nll;                          // [4, 24]
   const auto mask = torch::cat({first.target_mask, second.target_mask}, 1);  // [4, 24]

@@ -87,7 +87,7 @@ struct BatchScore {
 };
 
 // The evaluation forward, the only one: `batch` (on the CPU) is moved to settings.device and
-// run through the model with segment_context(settings, model), under bf16 autocast when
+// run through the model with segment_lookback(settings, model), under bf16 autocast when
 // settings.bf16. `memory` (memory mode) holds the memory of the previous batch and receives the
 // new one; null = no memory. No gradient is recorded; the caller puts the model in eval mode.
 BatchScore score_batch(models::TransformerLM& model, const data::Batch& batch,

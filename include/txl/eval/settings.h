@@ -32,7 +32,7 @@ struct Settings {
   int clamp_len = -1;           // distances above it share one encoding; -1 = no clamp
   bool same_length = false;     // every query sees the same number of keys (memory mode)
   bool zero_memory = false;     // eval.mem_init (model = model.mem_init) is zeros: streams start
-                                // from mem_len zero vectors (memory mode, models::Context)
+                                // from mem_len zero vectors (memory mode, models::Lookback)
   int ext_len = 0;              // model.ext_len: E preceding tokens as unscored input of every
                                 // segment (memory, segments); the memory ends E positions before
                                 // the segment's end, as in training
@@ -43,7 +43,7 @@ struct Settings {
   std::int64_t max_tokens = 0;  // score only the text's first max_tokens targets (0 = all), bytes
                                 // and characters prorated (scored_prefix)
   bool cache_kv = true;         // memory: carry the memory's keys and values between segments
-                                // (models::Context::cache_kv); false projects them anew each time
+                                // (models::Lookback::cache_kv); false projects them anew each time
   bool documents = false;       // data.document_mode: each document on its own (memory reset at
                                 // its start, its first token not scored), from the split's
                                 // doc_starts; memory and segments modes only
@@ -86,7 +86,7 @@ Settings validation_settings(const config::ExperimentConfig& config, dist::Group
 // The model's per-forward context of an evaluation, for every mode: memory (mem_len,
 // same_length, ext_len and the carried keys and values) only in memory mode with mem_len > 0,
 // clamp_len always.
-models::Context segment_context(const Settings& settings, const models::TransformerLM& model);
+models::Lookback segment_lookback(const Settings& settings, const models::TransformerLM& model);
 
 // Whether an evaluation carries state from each segment to the next: in memory mode, with memory
 // positions (mem_len > 0) or the model's recurrent memory tokens (model.mem_tokens > 0).

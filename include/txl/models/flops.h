@@ -35,7 +35,7 @@ struct FlopsPerToken {
   double training = 0.0;  // forward + backward = 3 x forward
 };
 
-// memory_kv_cached: evaluation with Context::cache_kv, which projects keys and values for the
+// memory_kv_cached: evaluation with Lookback::cache_kv, which projects keys and values for the
 // segment's rows only (vanilla_learned never caches). Throws txl::Error for a negative length
 // or vocabulary.
 FlopsPerToken count_flops_per_token(const config::ModelConfig& config, int64_t vocab,

@@ -23,7 +23,7 @@ struct Memory {
   // bool [B, M], true = a real token; padding that moved into memory stays invisible.
   // Undefined with non-empty layers = all real.
   torch::Tensor key_mask;
-  // With Context::cache_kv: L tensors [2, H, B, M, D], each layer's keys and values of the same
+  // With Lookback::cache_kv: L tensors [2, H, B, M, D], each layer's keys and values of the same
   // M positions, so that the next segment does not project them again. Empty = not cached.
   // Never saved: evaluation rebuilds it.
   std::vector<torch::Tensor> kv;

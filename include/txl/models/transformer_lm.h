@@ -40,8 +40,11 @@
 
 namespace txl::models {
 
-// Run-time settings of one forward pass; evaluation may use other values than training.
-struct Context {
+// How one forward pass looks back over what came before its segment: the memory it keeps and
+// reads (length, compressed rows, zero start, cached keys and values, gradient through it) and
+// the distances it encodes. Run-time settings; evaluation may use other values than training.
+// (Not "context": in txl that word means the tokens a prediction sees.)
+struct Lookback {
   int64_t mem_len = 0;       // positions kept in the returned memory (0 = none)
   int64_t clamp_len = -1;    // distances above it share one encoding; -1 = no clamp
   bool same_length = false;  // every query sees the last mem_len keys (needs mem_len > 0)
@@ -68,7 +71,7 @@ struct Context {
   // Compressed memory rows kept (model.cmem_len; 0 = positions leaving the memory are dropped).
   int64_t cmem_len = 0;
 
-  static Context from_config(const config::ModelConfig& config);
+  static Lookback from_config(const config::ModelConfig& config);
 };
 
 // What one forward pass reads besides the memory: a segment of B rows of T tokens.
@@ -114,7 +117,7 @@ class TransformerLMImpl : public torch::nn::Module {
   // One segment: `in` (see Inputs), the memory as returned by the previous call (empty at the
   // start) and the run-time context. Throws txl::Error naming the value and the expectation on
   // bad input.
-  LMOutput forward(const Inputs& in, const Memory& memory, const Context& ctx,
+  LMOutput forward(const Inputs& in, const Memory& memory, const Lookback& ctx,
                    bool want_logits = false);
 
   // The masks and position inputs of one segment, shared by every layer (public for tests).
@@ -124,7 +127,7 @@ class TransformerLMImpl : public torch::nn::Module {
   // every query. With memory tokens the queries are concat(read, segment, written) and the keys
   // concat(compressed, memory, read, segment, written) (see with_memory_tokens).
   modules::AttentionInputs segment_inputs(int64_t q_len, int64_t m_len,
-                                          const torch::Tensor& key_mask, const Context& ctx,
+                                          const torch::Tensor& key_mask, const Lookback& ctx,
                                           torch::ScalarType dtype, torch::Device device,
                                           const torch::Tensor& compressed_keys = {});
 
@@ -148,7 +151,7 @@ class TransformerLMImpl : public torch::nn::Module {
                          int64_t n) const;
 
   const config::ModelConfig& config() const { return config_; }
-  // Whether Context::cache_kv is allowed: every attn_type but vanilla_learned, whose layers add
+  // Whether Lookback::cache_kv is allowed: every attn_type but vanilla_learned, whose layers add
   // learned positions to the memory anew each segment, and not with compressive memory, whose
   // new compressed rows would need keys and values the cache does not hold, nor with memory
   // tokens, whose keys sit between the memory's and the segment's.
@@ -157,7 +160,7 @@ class TransformerLMImpl : public torch::nn::Module {
            config_.mem_tokens == 0;
   }
   int64_t n_token() const { return n_token_; }
-  Context default_context() const { return Context::from_config(config_); }
+  Lookback default_lookback() const { return Lookback::from_config(config_); }
   const std::vector<modules::DecoderLayer>& layer_list() const { return layer_list_; }
 
   modules::AdaptiveEmbedding word_emb{nullptr};
@@ -172,8 +175,8 @@ class TransformerLMImpl : public torch::nn::Module {
   modules::Dropout drop{nullptr};
 
  private:
-  void check_inputs(const Inputs& in, const Memory& memory, const Context& ctx) const;
-  void check_memory_tokens(const Memory& memory, int64_t batch, const Context& ctx,
+  void check_inputs(const Inputs& in, const Memory& memory, const Lookback& ctx) const;
+  void check_memory_tokens(const Memory& memory, int64_t batch, const Lookback& ctx,
                            const torch::Device& device) const;
   // Which keys are real: bool [B, M + Q] over concat(memory, segment) (a reset row forgets its
   // memory; input_mask undefined = every token real) and bool [B, N] over the compressed memory
@@ -191,24 +194,24 @@ class TransformerLMImpl : public torch::nn::Module {
   // Embedded tokens x [S..., d] with the absolute positions of vanilla (Vaswani et al.'s
   // sinusoids) added: positions int64 of shape S or a shape that broadcasts to it.
   torch::Tensor with_positions(const torch::Tensor& x, const torch::Tensor& positions) const;
-  // Context::zero_memory: `memory`, or mem_len zero vectors when it is empty, with every reset
+  // Lookback::zero_memory: `memory`, or mem_len zero vectors when it is empty, with every reset
   // row's memory zeroed and visible again (its cached keys and values are then dropped).
   Memory zero_started(const Memory& memory, const torch::Tensor& reset, int64_t batch,
-                      const Context& ctx, const torch::TensorOptions& options) const;
+                      const Lookback& ctx, const torch::TensorOptions& options) const;
   // The next memory: the last mem_len positions of concat(memory, segment) (whole groups of
   // cmem_rate leave it with compressive memory), and the compressed memory with the rows that
   // left compressed (compress_evicted). key_mask bool [B, M + Q] over concat(memory, segment);
   // compressed_keys bool [B, N] over the given compressed memory (reset rows hidden).
   Memory update_memory(const Memory& memory, const std::vector<torch::Tensor>& hiddens,
                        const std::vector<torch::Tensor>& kv, const torch::Tensor& key_mask,
-                       const torch::Tensor& compressed_keys, int64_t q_len, const Context& ctx,
+                       const torch::Tensor& compressed_keys, int64_t q_len, const Lookback& ctx,
                        torch::Tensor* aux_loss);
   // Compresses positions [0, evicted) of every layer's concat(memory, segment) into `next`'s
   // compressed memory (after the given one's, the last ctx.cmem_len rows kept) and, in
   // training, sets *aux_loss to the layers' mean reconstruction loss times its weight.
   void compress_evicted(const Memory& memory, const std::vector<torch::Tensor>& hiddens,
                         const torch::Tensor& key_mask, const torch::Tensor& compressed_keys,
-                        int64_t evicted, int64_t q_len, const Context& ctx, Memory& next,
+                        int64_t evicted, int64_t q_len, const Lookback& ctx, Memory& next,
                         torch::Tensor* aux_loss);
 
   config::ModelConfig config_;

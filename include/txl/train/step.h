@@ -91,7 +91,7 @@ class Step {
   dist::RowRange rows_;
   std::shared_ptr<dist::Group> group_;
   dist::GradientReducer reducer_;
-  models::Context context_;
+  models::Lookback lookback_;
   std::int64_t chunk_rows_ = 0;
   std::int64_t global_rows_ = 0;  // rows of the global batch being read (every rank's)
   std::vector<models::Memory> memory_;
