@@ -12,6 +12,7 @@
 
 #include "txl/util/error.h"
 #include "txl/util/json.h"
+#include "txl/util/record.h"
 
 namespace txl::experiment {
 
@@ -411,8 +412,10 @@ std::string analysis_csv(const Analysis& a) {
   auto row = [&](const std::string& table, const std::string& variant, const std::string& versus,
                  const std::string& eval, std::int64_t context, const std::string& figure,
                  double value) {
-    out += fmt::format("{},{},{},{},{},{},{},{}\n", table, variant, versus, a.split, eval, context,
-                       figure, fmt::format("{}", value));
+    out +=
+        fmt::format("{},{},{},{},{},{},{},{}\n", record::csv_text(table), record::csv_text(variant),
+                    record::csv_text(versus), record::csv_text(a.split), record::csv_text(eval),
+                    context, figure, record::csv_number(value));
   };
   for (const auto& s : a.summaries) {
     const std::string e = eval_name(s.first);

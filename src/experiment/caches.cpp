@@ -112,13 +112,8 @@ std::optional<DoneMarker> read_done(const stdfs::path& dir) {
   std::optional<Json> checked =
       read_checked_json(path, "the variant's training figures are taken again from its checkpoint");
   if (!checked) return std::nullopt;
-  if (!checked->contains("fingerprint") || !checked->contains("stage")) {
-    cache_warn("{} is not a txl progress marker; the variant is treated as unfinished",
-               path.string());
-    return std::nullopt;
-  }
   DoneMarker d;
-  try {
+  try {  // a marker lacking its stage or fingerprint, or a mistyped field: unfinished
     done_fields(d, record::JsonReader<Json>(*checked, path.string(), "progress marker",
                                             "the variant is treated as unfinished"));
   } catch (const Error& e) {
