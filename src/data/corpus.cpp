@@ -44,6 +44,17 @@ std::int64_t count_utf8_chars(std::string_view text) {
   return n;
 }
 
+std::int64_t count_words(std::string_view text) {
+  std::int64_t n = 0;
+  bool in_word = false;
+  for (unsigned char c : text) {
+    const bool space = c == ' ' || (c >= '\t' && c <= '\r');
+    n += !space && !in_word;
+    in_word = !space;
+  }
+  return n;
+}
+
 std::optional<VerseLine> parse_verse_line(std::string_view line) {
   // Book: an optional leading digit ("1Sm"), then letters; then chapter ':' verse ' '.
   size_t i = 0;
@@ -82,6 +93,7 @@ ByteSplit byte_corpus_split(std::int64_t size) {
 namespace {
 
 constexpr const char* kReadme = "data/README.md";
+constexpr const char* kBooksFolder = "data/corpora/books";
 
 // Fills n_bytes / n_chars of a split from the text its lines stand for (lines + newlines).
 void count_text(CorpusSplit* split) {
@@ -239,6 +251,7 @@ class SplitFilesReader : public CorpusReader {
       CorpusSplit& split = *splits[s];
       split.n_bytes = static_cast<std::int64_t>(bytes.size());
       split.n_chars = count_utf8_chars(bytes);
+      split.line_end_is_word = docs_ != Docs::kBlankLines;  // WikiText and PTB count <eos>
       auto lines = split_lines(bytes);
       bytes.clear();
       bytes.shrink_to_fit();
@@ -360,19 +373,22 @@ class ByteFileReader : public CorpusReader {
 // PG-19 as DeepMind lays it out: <path>/{train,validation,test}/<id>.txt, one book a file, each
 // book a document, in the order of their ids (numerically where the ids are numbers); the
 // metadata.csv beside them is not needed. Every book must be non-blank, well-formed UTF-8.
-class Pg19Reader : public CorpusReader {
+// The books corpus (tools/books.py) is written in the same layout, by default into
+// data/corpora/books.
+class BookFolderReader : public CorpusReader {
  public:
-  explicit Pg19Reader(std::string path) : path_(std::move(path)) {
-    TXL_CHECK(!path_.empty(),
-              "corpus 'pg19' needs data.path: the folder holding train/, "
-              "validation/ and test/ of <id>.txt (see ",
+  BookFolderReader(std::string name, std::string path, std::string missing_hint)
+      : name_(std::move(name)), path_(std::move(path)), hint_(std::move(missing_hint)) {
+    TXL_CHECK(!path_.empty(), "corpus '", name_,
+              "' needs data.path: the folder holding train/, validation/ and test/ of <id>.txt "
+              "(see ",
               kReadme, ")");
   }
 
-  std::string name() const override { return "pg19"; }
-  std::string source_key() const override { return "pg19:" + resolved(path_); }
+  std::string name() const override { return name_; }
+  std::string source_key() const override { return name_ + ":" + resolved(path_); }
   std::uint64_t fingerprint() const override {
-    std::uint64_t h = fs::fnv1a("pg19");
+    std::uint64_t h = fs::fnv1a(name_);
     for (const char* split : kSplits) {
       for (const auto& book : books(split)) {
         h = fs::fnv1a(std::string(split) + "/" + book.filename().string(), h);
@@ -385,7 +401,7 @@ class Pg19Reader : public CorpusReader {
 
   CorpusText read() const override {
     CorpusText corpus;
-    corpus.name = "pg19";
+    corpus.name = name_;
     CorpusSplit* splits[3] = {&corpus.train, &corpus.valid, &corpus.test};
     for (int s = 0; s < 3; ++s) {
       for (const auto& book : books(kSplits[s])) add_book(book, splits[s]);
@@ -401,17 +417,17 @@ class Pg19Reader : public CorpusReader {
   std::vector<stdfs::path> books(const char* split) const {
     const stdfs::path folder = stdfs::path(path_) / split;
     std::error_code ec;
-    TXL_CHECK(stdfs::is_directory(folder, ec), "corpus 'pg19': ", folder.string(),
+    TXL_CHECK(stdfs::is_directory(folder, ec), "corpus '", name_, "': ", folder.string(),
               " is missing: PG-19's layout has train/, validation/ and test/ folders of "
-              "<id>.txt (see ",
-              kReadme, ")");
+              "<id>.txt (",
+              hint_, "see ", kReadme, ")");
     std::vector<stdfs::path> out;
     for (const auto& entry : stdfs::directory_iterator(folder, ec)) {
       if (entry.path().extension() == ".txt") out.push_back(entry.path());
     }
-    TXL_CHECK(!ec, "corpus 'pg19': cannot list ", folder.string(), ": ", ec.message());
-    TXL_CHECK(!out.empty(), "corpus 'pg19': ", folder.string(), " holds no <id>.txt book (see ",
-              kReadme, ")");
+    TXL_CHECK(!ec, "corpus '", name_, "': cannot list ", folder.string(), ": ", ec.message());
+    TXL_CHECK(!out.empty(), "corpus '", name_, "': ", folder.string(),
+              " holds no <id>.txt book (see ", kReadme, ")");
     auto key = [](const stdfs::path& p) {
       const std::string id = p.stem().string();
       const bool number =
@@ -424,21 +440,21 @@ class Pg19Reader : public CorpusReader {
   }
 
   // Appends one book to `split` as a document of its own.
-  static void add_book(const stdfs::path& book, CorpusSplit* split) {
-    std::string bytes = read_corpus_file("pg19", book);
+  void add_book(const stdfs::path& book, CorpusSplit* split) const {
+    std::string bytes = read_corpus_file(name_, book);
     if (const auto bad = util::find_invalid_utf8(bytes)) {
-      TXL_FAIL("corpus 'pg19': ", book.string(), " is not UTF-8 (an invalid byte at offset ", *bad,
-               ")");
+      TXL_FAIL("corpus '", name_, "': ", book.string(), " is not UTF-8 (an invalid byte at offset ",
+               *bad, ")");
     }
-    TXL_CHECK(bytes.find_first_not_of(" \t\r\n") != std::string::npos,
-              "corpus 'pg19': ", book.string(), " holds only blank lines (an empty book)");
+    TXL_CHECK(bytes.find_first_not_of(" \t\r\n") != std::string::npos, "corpus '", name_,
+              "': ", book.string(), " holds only blank lines (an empty book)");
     split->n_bytes += static_cast<std::int64_t>(bytes.size());
     split->n_chars += count_utf8_chars(bytes);
     split->doc_starts.push_back(static_cast<std::int64_t>(split->lines.size()));
     for (auto& line : split_lines(bytes)) split->lines.push_back(std::move(line));
   }
 
-  std::string path_;
+  std::string name_, path_, hint_;
 };
 
 // -------------------------------------------------------------------- synthetic
@@ -500,7 +516,12 @@ std::unique_ptr<CorpusReader> make_corpus_reader(const config::DataConfig& cfg) 
     case Corpus::kText8:
       return std::make_unique<ByteFileReader>(cfg.corpus, cfg.path);
     case Corpus::kPg19:
-      return std::make_unique<Pg19Reader>(cfg.path);
+      return std::make_unique<BookFolderReader>(name, cfg.path, "");
+    case Corpus::kBooks:
+      return std::make_unique<BookFolderReader>(
+          name, cfg.path.empty() ? std::string(kBooksFolder) : cfg.path,
+          std::string(kBooksFolder) + " is built by tools/setup.sh: python3 tools/books.py --out " +
+              kBooksFolder + "; ");
     case Corpus::kSynthetic:
       return std::make_unique<SyntheticReader>(cfg.synthetic);
   }

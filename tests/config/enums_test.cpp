@@ -57,7 +57,8 @@ TEST(EnumNames, EveryNameRoundTripsAndEachTableCoversItsEnum) {
   expect_table<Optimizer>({"adam", "adamw", "sgd"});
   expect_table<Schedule>({"cosine", "inv_sqrt", "constant", "plateau"});
   expect_table<EvalMode>({"memory", "segments", "sliding"});
-  expect_table<Corpus>({"kjv", "wikitext", "ptb", "enwik8", "text8", "text", "pg19", "synthetic"});
+  expect_table<Corpus>(
+      {"kjv", "wikitext", "ptb", "enwik8", "text8", "text", "pg19", "books", "synthetic"});
   expect_table<TokenizerType>({"sentencepiece", "byte", "word"});
   expect_table<SentencePieceModel>({"unigram", "bpe", "char", "word"});
   expect_table<WeightInit>({"normal", "uniform"});
@@ -70,7 +71,7 @@ TEST(EnumNames, EveryNameRoundTripsAndEachTableCoversItsEnum) {
 TEST(EnumNames, OnlyACastFromANumberIsNamedByNoTable) {
   for (const std::string& name : enum_names<Corpus>())
     EXPECT_TRUE(is_named(*parse_enum<Corpus>(name)));
-  EXPECT_FALSE(is_named(static_cast<Corpus>(8)));
+  EXPECT_FALSE(is_named(static_cast<Corpus>(9)));
   EXPECT_TRUE(is_named(SentencePieceModel::kWord));
   EXPECT_FALSE(is_named(static_cast<SentencePieceModel>(-1)));
 }

@@ -103,4 +103,24 @@ TEST(Experiments, KjvAblationComparesTheNamedVariants) {
   }
 }
 
+// The default job: the same books model with and without memory, nothing else different.
+TEST(Experiments, BooksAblationTakesOnlyTheMemoryAway) {
+  auto a = load_ablation((experiments() / "books_ablation.yaml").string());
+  ASSERT_EQ(a.variants.size(), 2u);
+  EXPECT_GE(a.seeds.size(), 2u);
+  const auto& none = a.variants[0].second;
+  const auto& xl = a.variants[1].second;
+  EXPECT_EQ(a.variants[0].first, "rel_no_memory");
+  EXPECT_EQ(none.model.mem_len, 0);
+  EXPECT_EQ(xl.model.mem_len, 128);
+  EXPECT_EQ(none.data.corpus, txl::config::Corpus::kBooks);
+  for (const auto& [name, v] : a.variants) {
+    EXPECT_EQ(v.model.attn_type, txl::config::AttnType::kXl) << name;
+    EXPECT_EQ(v.model.tgt_len, xl.model.tgt_len) << name;
+    EXPECT_EQ(v.train.max_steps, xl.train.max_steps) << name;
+    EXPECT_EQ(v.data.tokenizer.vocab_size, xl.data.tokenizer.vocab_size) << name;
+    EXPECT_EQ(v.run.output_dir, "runs/books_ablation/" + name);
+  }
+}
+
 }  // namespace

@@ -277,6 +277,41 @@ TEST(Corpus, Pg19MalformedInputIsAClearError) {
   TXL_EXPECT_THROW_WITH(make_corpus_reader(data_config(Corpus::kPg19, "")), "needs data.path");
 }
 
+// The books corpus is the same layout under its own name (its cache folder and fingerprint
+// differ from pg19's), read from data/corpora/books unless data.path says otherwise; a missing
+// folder says how to build it.
+TEST(Corpus, BooksReadsTheBuiltFolder) {
+  TempDir dir;
+  for (const char* split : {"train", "validation", "test"})
+    std::filesystem::create_directories(dir / split);
+  write_text(dir / "train" / "austen-emma.txt", "EMMA\n\nBy Jane Austen\n");
+  write_text(dir / "train" / "kjv-01-ge.txt", "In the beginning\n");
+  write_text(dir / "validation" / "austen-persuasion.txt", "Persuasion\n");
+  write_text(dir / "test" / "shakespeare-hamlet.txt", "HAMLET\n");
+  auto books = make_corpus_reader(data_config(Corpus::kBooks, dir.path().string()));
+  auto pg19 = make_corpus_reader(data_config(Corpus::kPg19, dir.path().string()));
+  CorpusText c = books->read();
+  EXPECT_EQ(c.name, "books");
+  EXPECT_EQ(c.train.lines,
+            (std::vector<std::string>{"EMMA", "", "By Jane Austen", "In the beginning"}));
+  EXPECT_EQ(c.train.doc_starts, (std::vector<std::int64_t>{0, 3}));
+  EXPECT_EQ(c.valid.lines, (std::vector<std::string>{"Persuasion"}));
+  EXPECT_NE(books->fingerprint(), pg19->fingerprint());
+  EXPECT_NE(books->source_key(), pg19->source_key());
+  TempDir elsewhere;
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(elsewhere.path());
+  std::string message;
+  try {
+    make_corpus_reader(data_config(Corpus::kBooks, ""))->read();
+  } catch (const txl::Error& e) {
+    message = e.what();
+  }
+  std::filesystem::current_path(cwd);
+  EXPECT_NE(message.find("data/corpora/books/train is missing"), std::string::npos) << message;
+  EXPECT_NE(message.find("tools/books.py"), std::string::npos) << message;
+}
+
 // ------------------------------------------------------------------------- byte corpora
 
 TEST(Corpus, Enwik8SmallFileSplitsByFraction) {

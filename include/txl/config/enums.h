@@ -26,6 +26,7 @@ enum class Corpus {
   kText8,      // text8: enwik8 as lowercase letters and spaces
   kText,       // any text: train.txt, valid.txt, test.txt
   kPg19,       // PG-19 books
+  kBooks,      // the books corpus built from packages (tools/books.py)
   kSynthetic,  // the long-range recall corpus generated from data.synthetic
 };
 
@@ -118,7 +119,7 @@ struct EnumNames;
 
 template <>
 struct EnumNames<Corpus> {
-  static constexpr std::array<std::pair<Corpus, const char*>, 8> kNames = {{
+  static constexpr std::array<std::pair<Corpus, const char*>, 9> kNames = {{
       {Corpus::kKjv, "kjv"},
       {Corpus::kWikitext, "wikitext"},
       {Corpus::kPtb, "ptb"},
@@ -126,6 +127,7 @@ struct EnumNames<Corpus> {
       {Corpus::kText8, "text8"},
       {Corpus::kText, "text"},
       {Corpus::kPg19, "pg19"},
+      {Corpus::kBooks, "books"},
       {Corpus::kSynthetic, "synthetic"},
   }};
 };

@@ -31,6 +31,9 @@ struct CorpusSplit {
   std::vector<std::int64_t> doc_starts;  // line indices where documents start; sorted, first 0
   std::int64_t n_bytes = 0;  // UTF-8 bytes of the original text of this split (bits per byte)
   std::int64_t n_chars = 0;  // characters (UTF-8 code points) of the same text (bits per char)
+  // Whether each line's end counts as a word for word-level perplexity (WikiText and PTB, whose
+  // published word-level figures score the <eos> of every line as a word; see count_words).
+  bool line_end_is_word = false;
 };
 
 // The three splits of a corpus.
@@ -77,6 +80,13 @@ std::vector<std::string> split_lines(std::string_view text);
 
 // Number of UTF-8 code points (bytes that are not continuation bytes).
 std::int64_t count_utf8_chars(std::string_view text);
+
+// Words of a text for word-level perplexity, counted as PG-19's and WikiText's figures count
+// them: maximal runs of bytes that are not ASCII whitespace (space, \t, \n, \v, \f, \r), so
+// "don't," is one word and punctuation set apart by spaces (WikiText's " , ") is a word of its
+// own. A split's word count adds one word per line where CorpusSplit::line_end_is_word and eos
+// tokens are added (WikiText's and PTB's <eos>); data/README.md writes the rule down.
+std::int64_t count_words(std::string_view text);
 
 // Byte ranges [begin, end) of train/valid/test for a raw byte corpus of `size` bytes, as in the
 // Transformer-XL preprocessing of enwik8/text8: the last 5,000,000 bytes are test, the 5,000,000
