@@ -331,6 +331,13 @@ Batch EvalStream::batch(std::int64_t i) const {
   return gather(ids_, segment_layout(starts, n, context, reset), options_.pad_id, i);
 }
 
+EvalStream::RowTargets EvalStream::row_targets(std::int64_t i) const {
+  TXL_CHECK(document_mode(), "EvalStream: row_targets is for document mode");
+  TXL_CHECK(i >= 0 && i < size(), "EvalStream: batch ", i, " is outside the pass's ", size(),
+            " batches");
+  return {layout_.starts[i].clone(), layout_.lengths[i].clone()};
+}
+
 std::int64_t EvalStream::n_targets() const {
   return document_mode() ? docs_.targets : ids_.size(0) - 1;
 }

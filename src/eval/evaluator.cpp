@@ -46,6 +46,7 @@ data::EncodedSplit scored_prefix(const data::EncodedSplit& split, std::int64_t m
   prefix.ids = split.ids.narrow(0, 0, max_tokens + 1);  // int64 [max_tokens + 1]
   prefix.n_bytes = std::llround(static_cast<double>(split.n_bytes) * fraction);
   prefix.n_chars = std::llround(static_cast<double>(split.n_chars) * fraction);
+  prefix.n_words = std::llround(static_cast<double>(split.n_words) * fraction);
   if (split.doc_starts.defined())  // int64 [documents starting before the last token]
     prefix.doc_starts = split.doc_starts.masked_select(split.doc_starts < max_tokens);
   return prefix;
@@ -104,9 +105,7 @@ class Accumulator {
   // (memory, segments). mask: bool [B, T], the batch's target_mask.
   // The sum stays on the device; per-token losses, when kept, come to the host batch by batch.
   void add(const BatchScore& score, const torch::Tensor& mask, bool row_major) {
-    sum_ = sum_.defined() ? sum_ + score.sum : score.sum;  // []
-    count_ += score.count;
-    if (positions_) positions_->add(score, mask);
+    add_totals(score, mask);
     if (!keep_) return;
     auto values = score.nll.to(torch::kCPU, torch::kFloat);  // [B, T]
     for (std::int64_t b = 0; b < values.size(0); ++b) {
@@ -125,7 +124,33 @@ class Accumulator {
   double sum() const { return sum_.defined() ? sum_.item<double>() : 0.0; }
   std::int64_t count() const { return count_; }
 
+  // Document mode: the batch's per-token losses put at their text positions (rows then do not
+  // read the text in order: documents are dealt to whichever stream is shortest).
+  void place(const BatchScore& score, const torch::Tensor& mask,
+             const data::EvalStream::RowTargets& rows, std::int64_t n_targets) {
+    add_totals(score, mask);
+    if (!keep_) return;
+    if (!placed_.defined()) {
+      placed_ = torch::full({n_targets}, std::nan(""), torch::kFloat);  // [N - 1]
+      scored_ = torch::zeros({n_targets}, torch::kBool);                // [N - 1]
+    }
+    auto values = score.nll.to(torch::kCPU, torch::kFloat);  // [B, T]
+    const auto mask_cpu = mask.to(torch::kCPU);
+    for (std::int64_t b = 0; b < values.size(0); ++b) {
+      const std::int64_t count = rows.count[b].item<std::int64_t>();
+      if (count == 0) continue;
+      auto piece = values[b].masked_select(mask_cpu[b]);  // [count], in column order
+      TXL_CHECK(piece.numel() == count, "document row ", b, " scored ", piece.numel(),
+                " targets where its layout has ", count);
+      const std::int64_t first = rows.first[b].item<std::int64_t>();
+      placed_.narrow(0, first, count).copy_(piece);
+      scored_.narrow(0, first, count).fill_(true);
+    }
+  }
+
   torch::Tensor token_losses() const {
+    // Document mode: the scored targets in text order (each document's first token is not one).
+    if (placed_.defined()) return placed_.masked_select(scored_);
     std::vector<torch::Tensor> all = pieces_;
     for (const auto& row : per_row_)
       for (const auto& piece : row) all.push_back(piece);
@@ -139,7 +164,14 @@ class Accumulator {
   std::int64_t count_ = 0;
   std::vector<torch::Tensor> pieces_;
   std::vector<std::vector<torch::Tensor>> per_row_;
+  torch::Tensor placed_, scored_;  // document mode: float [N - 1] losses, bool [N - 1] scored
   std::optional<PositionTotals> positions_;
+
+  void add_totals(const BatchScore& score, const torch::Tensor& mask) {
+    sum_ = sum_.defined() ? sum_ + score.sum : score.sum;  // []
+    count_ += score.count;
+    if (positions_) positions_->add(score, mask);
+  }
 };
 
 // The group the evaluation is shared with; null when this process is alone.
@@ -178,9 +210,12 @@ void score_segments(models::TransformerLM& model, const data::EncodedSplit& text
       batch = range.size() > 0 ? std::optional(all->narrow_rows(range.begin, range.size()))
                                : std::nullopt;
     }
-    if (batch)
-      acc.add(score_batch(model, *batch, settings, with_memory ? &memory : nullptr),
-              batch->target_mask, false);
+    if (!batch) continue;
+    const BatchScore score = score_batch(model, *batch, settings, with_memory ? &memory : nullptr);
+    if (stream.document_mode())
+      acc.place(score, batch->target_mask, stream.row_targets(batch->index), text.ids.size(0) - 1);
+    else
+      acc.add(score, batch->target_mask, false);
   }
 }
 
@@ -200,10 +235,12 @@ void check_request(const models::TransformerLM& model, const data::EncodedSplit&
             "losses by position are not measured with model.ext_len = ", settings.ext_len,
             " (the segment's columns then start at different places)");
   if (!settings.documents) return;
-  TXL_CHECK(
-      settings.mode != Mode::kSliding && !extras.token_losses && !extras.recall_mask.defined(),
-      "data.document_mode: evaluating documents on their own gives no sliding windows, "
-      "per-token losses or recall; set data.document_mode=false for plain text");
+  TXL_CHECK(settings.mode != Mode::kSliding && !extras.recall_mask.defined(),
+            "data.document_mode: evaluating documents on their own gives no sliding windows or "
+            "recall; set data.document_mode=false for plain text");
+  TXL_CHECK(!extras.token_losses || sharing(settings) == nullptr,
+            "data.document_mode: per-token losses are kept in one process only (documents are "
+            "dealt to streams, so a rank's rows are not one stretch of the text)");
   TXL_CHECK(text.doc_starts.defined() && text.doc_starts.numel() > 0,
             "data.document_mode: the text has no document starts");
 }
@@ -219,6 +256,8 @@ void fill_figures(EvalResult& r, double sum, std::int64_t count, const data::Enc
   r.bits_per_token = r.loss / std::log(2.0);
   r.bits_per_byte = text.n_bytes > 0 ? total_bits / static_cast<double>(text.n_bytes) : 0.0;
   r.bits_per_char = text.n_chars > 0 ? total_bits / static_cast<double>(text.n_chars) : 0.0;
+  r.words = text.n_words;
+  r.word_ppl = text.n_words > 0 ? std::exp(sum / static_cast<double>(text.n_words)) : 0.0;
   r.tokens_per_s = r.seconds > 0 ? static_cast<double>(count) / r.seconds : 0.0;
 }
 
@@ -261,6 +300,8 @@ EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& spli
 
   EvalResult result;
   result.mode = settings.mode;
+  result.documents = settings.documents;
+  result.max_tokens = settings.max_tokens;
   const bool keep_tokens = extras.token_losses || extras.recall_mask.defined();
   Accumulator acc(settings, keep_tokens, extras.by_position);
   if (settings.mode == Mode::kSliding) {
@@ -291,15 +332,23 @@ EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& spli
 }
 
 std::string to_json(const EvalResult& r) {
-  json::Json j = {{"split", r.split},     {"mode", config::to_string(r.mode)},
-                  {"tgt_len", r.tgt_len}, {"mem_len", r.mem_len},
-                  {"window", r.window},   {"stride", r.stride},
-                  {"tokens", r.tokens},   {"recall_tokens", r.recall_tokens}};
+  json::Json j = {{"split", r.split},
+                  {"mode", config::to_string(r.mode)},
+                  {"tgt_len", r.tgt_len},
+                  {"mem_len", r.mem_len},
+                  {"window", r.window},
+                  {"stride", r.stride},
+                  {"reset", r.documents ? "document" : "stream"},
+                  {"max_tokens", r.max_tokens},
+                  {"tokens", r.tokens},
+                  {"words", r.words},
+                  {"recall_tokens", r.recall_tokens}};
   const std::pair<const char*, double> numbers[] = {{"loss", r.loss},
                                                     {"ppl", r.ppl},
                                                     {"bits_per_token", r.bits_per_token},
                                                     {"bits_per_byte", r.bits_per_byte},
                                                     {"bits_per_char", r.bits_per_char},
+                                                    {"word_ppl", r.word_ppl},
                                                     {"seconds", r.seconds},
                                                     {"tokens_per_s", r.tokens_per_s},
                                                     {"recall_loss", r.recall_loss}};

@@ -42,11 +42,12 @@ MeanStd mean_std(const std::vector<double>& values) {
 namespace {
 
 // What makes two records the same evaluation of the same variant (seeds aside).
-using EvalKey = std::tuple<std::string, std::string, int, int, int, int, int, bool>;
+using EvalKey = std::tuple<std::string, std::string, int, int, int, int, int, bool, std::string>;
 
 EvalKey eval_key(const ResultRecord& r) {
-  return {r.variant, r.split, static_cast<int>(r.eval_mode), r.tgt_len, r.mem_len, r.window,
-          r.stride,  r.sweep};
+  return {r.variant, r.split,   static_cast<int>(r.eval_mode),
+          r.tgt_len, r.mem_len, r.window,
+          r.stride,  r.sweep,   r.reset};
 }
 
 std::vector<std::string> variants_of(const std::vector<ResultRecord>& records) {
@@ -96,17 +97,19 @@ std::vector<SeedSummary> summarize_seeds(const std::vector<ResultRecord>& record
     members[it->second].push_back(&r);
   }
   for (size_t i = 0; i < out.size(); ++i) {
-    std::vector<double> ppl, loss, bpb, recall;
+    std::vector<double> ppl, loss, bpb, wppl, recall;
     for (const ResultRecord* r : members[i]) {
       out[i].seeds.push_back(r->seed);
       ppl.push_back(r->ppl);
       loss.push_back(r->loss);
       bpb.push_back(r->bits_per_byte);
+      wppl.push_back(r->word_ppl);
       recall.push_back(r->recall_loss);
     }
     out[i].ppl = mean_std(ppl);
     out[i].loss = mean_std(loss);
     out[i].bits_per_byte = mean_std(bpb);
+    out[i].word_ppl = mean_std(wppl);
     out[i].recall_loss = mean_std(recall);
   }
   return out;
@@ -138,6 +141,7 @@ std::vector<ResultRecord> mean_records(const std::vector<SeedSummary>& summaries
     r.ppl = s.ppl.mean;
     r.loss = s.loss.mean;
     r.bits_per_byte = s.bits_per_byte.mean;
+    r.word_ppl = s.word_ppl.mean;
     r.recall_loss = s.recall_loss.mean;
     r.loss_by_position = mean_of(records, r, &ResultRecord::loss_by_position);
     r.loss_by_document_position = mean_of(records, r, &ResultRecord::loss_by_document_position);
@@ -332,8 +336,9 @@ Json mean_std_json(const MeanStd& m) {
 }
 
 std::string eval_name(const ResultRecord& r) {
-  return fmt::format("{}/Q{}/M{}/L{}/s{}{}", config::to_string(r.eval_mode), r.tgt_len, r.mem_len,
-                     r.window, r.stride, r.sweep ? "/sweep" : "");
+  return fmt::format("{}/Q{}/M{}/L{}/s{}{}{}", config::to_string(r.eval_mode), r.tgt_len, r.mem_len,
+                     r.window, r.stride, r.reset == "document" ? "/document" : "",
+                     r.sweep ? "/sweep" : "");
 }
 
 Json pair_json(const PairComparison& p) {
@@ -396,6 +401,9 @@ std::string analysis_json(const Analysis& a, const AnalysisOptions& options) {
     row["ppl"] = mean_std_json(s.ppl);
     row["loss"] = mean_std_json(s.loss);
     row["bits_per_byte"] = mean_std_json(s.bits_per_byte);
+    row["word_ppl"] = mean_std_json(s.word_ppl);
+    row["reset"] = s.first.reset;
+    row["max_tokens"] = s.first.max_tokens;
     summaries.push_back(row);
   }
   j["summaries"] = summaries;
@@ -422,6 +430,10 @@ std::string analysis_csv(const Analysis& a) {
     row("summary", s.first.variant, "", e, s.first.context(), "ppl_mean", s.ppl.mean);
     row("summary", s.first.variant, "", e, s.first.context(), "ppl_std", s.ppl.std);
     row("summary", s.first.variant, "", e, s.first.context(), "seeds", s.ppl.n);
+    if (s.word_ppl.mean > 0) {
+      row("summary", s.first.variant, "", e, s.first.context(), "word_ppl_mean", s.word_ppl.mean);
+      row("summary", s.first.variant, "", e, s.first.context(), "word_ppl_std", s.word_ppl.std);
+    }
   }
   for (const auto& p : a.pairs) {
     row("pair", p.a, p.b, "headline", 0, "ppl_ratio", p.interval.ratio);

@@ -10,6 +10,7 @@
 
 #include "jobs.h"
 #include "txl/config/load.h"
+#include "txl/dist/group.h"
 #include "txl/eval/evaluator.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
@@ -43,7 +44,7 @@ thread_local bool t_probing = false;
 namespace {
 
 // Bumped whenever what a cached evaluation means changes, so older caches are recomputed.
-constexpr int kEvalCacheVersion = 4;  // 3: loss_by_document_position; 4: checksums
+constexpr int kEvalCacheVersion = 5;  // 3: loss_by_document_position; 4: checksums; 5: words
 
 // A warning about a file read back, unless the reading is a probe.
 template <typename... Args>
@@ -299,7 +300,11 @@ void write_cache(const stdfs::path& dir, const EvalCache& cache) {
 
 // Whether an evaluation keeps per-token losses: all but document mode's, which scores each
 // document on its own (eval::Extras).
-bool keeps_losses(const PlannedEval& p) { return !p.settings.documents; }
+bool keeps_losses(const PlannedEval& p) {
+  // Document mode puts losses back in text order in one process only (eval::Extras).
+  const bool shared = p.settings.group != nullptr && p.settings.group->distributed();
+  return !p.settings.documents || !shared;
+}
 
 // Every setting that changes an evaluation's result, so a cached one is reused only when equal.
 // ext_len, document mode and bf16 were not honoured by older versions: they appear only when on,

@@ -30,10 +30,14 @@ ResultRecord make_record(const eval::EvalResult& result, const eval::Settings& s
   rec.mem_len = shape.mem_len;
   rec.window = shape.window;
   rec.stride = shape.stride;
+  rec.reset = settings.documents ? "document" : "stream";
+  rec.max_tokens = settings.max_tokens;
   rec.loss = result.loss;
   rec.ppl = result.ppl;
   rec.bits_per_byte = result.bits_per_byte;
   rec.bits_per_char = result.bits_per_char;
+  rec.word_ppl = result.word_ppl;
+  rec.words = result.words;
   rec.tokens = result.tokens;
   rec.tokens_per_s = result.tokens_per_s;
   rec.seconds = result.seconds;
@@ -47,7 +51,8 @@ ResultRecord make_record(const eval::EvalResult& result, const eval::Settings& s
 namespace {
 
 // Every field of a record, in the order of results.csv's columns (results.json's keys follow
-// it). Optional: absent in records written before seeds, sweeps and recall tokens.
+// it). Optional: absent in records written before seeds, sweeps, recall tokens, protocols and
+// word counts.
 template <typename R, typename Visit>
 void fields(R& r, Visit&& visit) {
   visit("variant", r.variant);
@@ -58,10 +63,14 @@ void fields(R& r, Visit&& visit) {
   visit("mem_len", r.mem_len);
   visit("window", r.window);
   visit("stride", r.stride);
+  visit("reset", r.reset, record::kOptional);
+  visit("max_tokens", r.max_tokens, record::kOptional);
   visit("loss", r.loss);
   visit("ppl", r.ppl);
   visit("bits_per_byte", r.bits_per_byte);
   visit("bits_per_char", r.bits_per_char);
+  visit("word_ppl", r.word_ppl, record::kOptional);
+  visit("words", r.words, record::kOptional);
   visit("tokens", r.tokens);
   visit("tokens_per_s", r.tokens_per_s);
   visit("seconds", r.seconds);

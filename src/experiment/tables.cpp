@@ -100,17 +100,23 @@ std::string with_spread(const MeanStd& m, int digits) {
 
 // One row per evaluation of `split` (seeds averaged: ppl as mean ± std).
 std::string split_table(const std::vector<SeedSummary>& summaries, const std::string& split) {
-  bool any_bpb = false, any_bpc = false, any_recall = false, any_seeds = false;
+  bool any_bpb = false, any_bpc = false, any_recall = false, any_seeds = false, any_words = false;
+  std::vector<std::string> scoring;  // the distinct "what is scored" of the table's rows
   for (const auto& s : summaries) {
     if (s.first.split != split) continue;
+    const std::string scored = scored_text(s.first);
+    if (std::find(scoring.begin(), scoring.end(), scored) == scoring.end())
+      scoring.push_back(scored);
+    any_words = any_words || s.first.word_ppl > 0;
     any_bpb = any_bpb || s.first.bits_per_byte > 0;
     any_bpc = any_bpc || s.first.bits_per_char > 0;
     any_recall = any_recall || s.first.recall_tokens > 0;
     any_seeds = any_seeds || s.seeds.size() > 1;
   }
-  std::vector<std::string> header = {"variant", "attn", "mode", "Q", "context", "ppl"};
-  std::vector<bool> right = {false, false, false, true, false, true};
+  std::vector<std::string> header = {"variant", "attn", "mode", "reset", "Q", "context", "ppl"};
+  std::vector<bool> right = {false, false, false, false, true, false, true};
   if (any_seeds) header.push_back("seeds"), right.push_back(true);
+  if (any_words) header.push_back("word ppl"), right.push_back(true);
   if (any_bpb) header.push_back("bits/byte"), right.push_back(true);
   if (any_bpc) header.push_back("bits/char"), right.push_back(true);
   if (any_recall) header.push_back("recall loss"), right.push_back(true);
@@ -125,10 +131,12 @@ std::string split_table(const std::vector<SeedSummary>& summaries, const std::st
     std::vector<std::string> row = {r.variant,
                                     config::to_string(r.attn_type),
                                     config::to_string(r.eval_mode),
+                                    r.reset,
                                     std::to_string(r.tgt_len),
                                     context_label(r),
                                     with_spread(s.ppl, 2)};
     if (any_seeds) row.push_back(std::to_string(s.seeds.size()));
+    if (any_words) row.push_back(r.word_ppl > 0 ? with_spread(s.word_ppl, 2) : "-");
     if (any_bpb) row.push_back(r.bits_per_byte > 0 ? with_spread(s.bits_per_byte, 4) : "-");
     if (any_bpc) row.push_back(r.bits_per_char > 0 ? fixed(r.bits_per_char, 4) : "-");
     if (any_recall) row.push_back(r.recall_tokens > 0 ? with_spread(s.recall_loss, 3) : "-");
@@ -148,8 +156,47 @@ std::string split_table(const std::vector<SeedSummary>& summaries, const std::st
     row.push_back(relative);
     rows.push_back(std::move(row));
   }
-  return markdown_table(header, rows, right);
+  std::string caption = "Scored: ";
+  for (size_t i = 0; i < scoring.size(); ++i) caption += (i ? "; " : "") + scoring[i];
+  caption += ". ppl is per token";
+  if (any_words) caption += ", word ppl per word (data/README.md, \"Word counts\")";
+  if (any_bpb) caption += ", bits/byte per UTF-8 byte of the scored text";
+  caption +=
+      "; reset: where memory starts empty (stream: the split as one text; document: each "
+      "document on its own).\n\n";
+  return caption + markdown_table(header, rows, right);
 }
+
+std::string scored_text(const ResultRecord& r) {
+  std::string out = r.max_tokens > 0 ? "the first " + count(r.max_tokens) + " targets of " + r.split
+                                     : "every target of " + r.split;
+  if (r.words > 0) {
+    out += fmt::format(" ({} words, {:.2f} tokens a word)", count(r.words),
+                       static_cast<double>(r.tokens) / static_cast<double>(r.words));
+  }
+  return out;
+}
+
+}  // namespace txl::experiment::detail
+
+namespace txl::experiment {
+
+std::string protocol(const ResultRecord& r) {
+  using config::EvalMode;
+  std::string out = config::to_string(r.eval_mode) + " Q=" + std::to_string(r.tgt_len);
+  if (r.eval_mode == EvalMode::kMemory) out += " M=" + std::to_string(r.mem_len);
+  if (r.eval_mode == EvalMode::kSliding)
+    out += " L=" + std::to_string(r.window) + " s=" + std::to_string(r.stride);
+  out += r.reset == "document" ? ", reset per document" : ", one stream";
+  out += ", " + detail::scored_text(r) + "; ppl per token";
+  if (r.word_ppl > 0) out += ", per word";
+  if (r.bits_per_byte > 0) out += ", bits per byte";
+  return out;
+}
+
+}  // namespace txl::experiment
+
+namespace txl::experiment::detail {
 
 // The main evaluations (no sweep points), whose tables and findings the report shows.
 std::vector<ResultRecord> main_records(const std::vector<ResultRecord>& records) {

@@ -175,8 +175,8 @@ TEST(Dataset, TruncatedForeignAndOldCachesAreRebuilt) {
 // The file's ids and document starts, as the header places them.
 struct SplitLayout {
   std::uint64_t n = 0, n_docs = 0;
-  size_t starts_at() const { return 64; }
-  size_t ids_at() const { return 64 + n_docs * 8; }
+  size_t starts_at() const { return 72; }
+  size_t ids_at() const { return 72 + n_docs * 8; }
 };
 
 SplitLayout layout_of(const std::string& bytes) {
@@ -257,7 +257,7 @@ TEST(Dataset, DamagedHeaderFieldsAndOldVersionsAreRebuilt) {
   };
   damage("train", 32, 0x7f);  // n_bytes: only the checksum over the header sees it
   damage("valid", 57, 0x00);  // the checksum itself
-  damage("test", 8, 1);       // format version 1 (no checksum): outdated, rebuilt quietly
+  damage("test", 8, 2);       // format version 2 (no word count): outdated, rebuilt with a warning
   Dataset second;
   const std::string log = captured_load(f.cfg, &second);
   EXPECT_EQ(second.stats.splits_reused, 0);
@@ -268,10 +268,12 @@ TEST(Dataset, DamagedHeaderFieldsAndOldVersionsAreRebuilt) {
               std::string::npos)
         << split << "\n"
         << log;
-  EXPECT_NE(log.find(f.split_file(first, "test").string() + ": format version 1, expected 2"),
+  EXPECT_NE(log.find("warning: cache " + f.split_file(first, "test").string() +
+                     " was written by another version of txl (format version 2, expected 3)"),
             std::string::npos)
       << log;
-  EXPECT_EQ(log.find("warning: cache " + f.split_file(first, "test").string()), std::string::npos)
+  EXPECT_EQ(log.find("warning: cache " + f.split_file(first, "test").string() + " is damaged"),
+            std::string::npos)
       << "an old version is not damage";
 }
 

@@ -53,6 +53,26 @@ TEST(Dataset, EncodeSplitMatchesSequentialEncoding) {
   EXPECT_EQ(no_eos.doc_starts[1].item<std::int64_t>(), enc.doc_starts[1].item<std::int64_t>() - 7);
 }
 
+// Word counts by hand: runs of non-whitespace, plus each line's <eos> where the corpus counts it
+// (WikiText, PTB) and eos tokens are added.
+TEST(Dataset, WordCountsFollowTheWrittenRule) {
+  using txl::data::count_words;
+  EXPECT_EQ(count_words(""), 0);
+  EXPECT_EQ(count_words("   \t "), 0);
+  EXPECT_EQ(count_words("don't, said Hamlet."), 3);
+  EXPECT_EQ(count_words(" = Valkyria Chronicles III = "), 5);  // WikiText: '=' is a word
+  EXPECT_EQ(count_words("a\tb\vc\fd\re\nf"), 6);
+  EXPECT_EQ(count_words("caf\xc3\xa9 \xc3\xa9t\xc3\xa9"), 2);  // non-ASCII bytes are letters
+  txl::data::CorpusSplit split;
+  split.lines = {"The cat sat .", "", " on the mat"};
+  split.doc_starts = {0};
+  auto tok = txl::data::build_word_tokenizer(split.lines, 0);
+  EXPECT_EQ(txl::data::encode_split(split, *tok, true).n_words, 4 + 0 + 3);
+  split.line_end_is_word = true;
+  EXPECT_EQ(txl::data::encode_split(split, *tok, true).n_words, 7 + 3);
+  EXPECT_EQ(txl::data::encode_split(split, *tok, false).n_words, 7);
+}
+
 TEST(Dataset, EncodeErrorNamesTheLine) {
   // A tokenizer that fails on one line (the real case: sentencepiece on invalid UTF-8).
   struct Failing : txl::data::Tokenizer {
@@ -117,14 +137,16 @@ TEST(Dataset, CacheFileRoundTripBothDtypes) {
   split.doc_starts = torch::tensor({0, 3}, torch::kLong);
   split.n_bytes = 99;
   split.n_chars = 90;
+  split.n_words = 17;
   txl::data::write_encoded_split(dir / "u16.bin", split, 65536, 0xabc);
-  EXPECT_EQ(stdfs::file_size(dir / "u16.bin"), 64u + 2 * 8 + 5 * 2);  // uint16 ids
+  EXPECT_EQ(stdfs::file_size(dir / "u16.bin"), 72u + 2 * 8 + 5 * 2);  // uint16 ids
   auto back = txl::data::read_encoded_split(dir / "u16.bin", 0xabc, 65536);
   ASSERT_TRUE(back.has_value());
   EXPECT_TRUE(tensor_equal(back->ids, split.ids));
   EXPECT_TRUE(tensor_equal(back->doc_starts, split.doc_starts));
   EXPECT_EQ(back->n_bytes, 99);
   EXPECT_EQ(back->n_chars, 90);
+  EXPECT_EQ(back->n_words, 17);
   // The header's checksum is the one encoded_split_checksum computes from the rest.
   const std::string bytes = txl::fs::read_file(dir / "u16.bin");
   std::uint64_t stored;
@@ -134,7 +156,7 @@ TEST(Dataset, CacheFileRoundTripBothDtypes) {
   split.ids = torch::tensor({0, 70000, 267734}, torch::kLong);
   split.doc_starts = torch::tensor({0, 2}, torch::kLong);
   txl::data::write_encoded_split(dir / "i32.bin", split, 267735, 0xabc);
-  EXPECT_EQ(stdfs::file_size(dir / "i32.bin"), 64u + 2 * 8 + 3 * 4);  // int32 ids
+  EXPECT_EQ(stdfs::file_size(dir / "i32.bin"), 72u + 2 * 8 + 3 * 4);  // int32 ids
   back = txl::data::read_encoded_split(dir / "i32.bin", 0xabc, 267735);
   ASSERT_TRUE(back.has_value());
   EXPECT_TRUE(tensor_equal(back->ids, split.ids));
@@ -183,7 +205,7 @@ TEST(Dataset, ParseEncodedSplitDetectsEveryFlippedByte) {
       if (i < 8 || i >= 12) {
         EXPECT_EQ(miss.kind, CacheMiss::Kind::kDamaged) << i << miss.reason;
       }
-      if (i >= 64) {
+      if (i >= 64) {  // n_words, document starts and ids
         EXPECT_NE(miss.reason.find("checksum"), std::string::npos) << miss.reason;
       }
     }

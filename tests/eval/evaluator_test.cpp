@@ -302,17 +302,28 @@ TEST(Evaluator, DocumentsEvaluateAsIfEachWereItsOwnText) {
       alone.batch_size = 1;
       double sum = 0.0;
       int64_t tokens = 0;
+      Extras keep;
+      keep.token_losses = true;
+      std::vector<torch::Tensor> each;  // every document's per-token losses, alone
       for (size_t d = 0; d < starts.size(); ++d) {
         const int64_t end = d + 1 < starts.size() ? starts[d + 1] : f.ids.size(0);
-        auto r = evaluate(f.model, text(f.ids.narrow(0, starts[d], end - starts[d])), alone);
+        auto r = evaluate(f.model, text(f.ids.narrow(0, starts[d], end - starts[d])), alone, keep);
         sum += r.loss * static_cast<double>(r.tokens);
         tokens += r.tokens;
+        each.push_back(r.token_losses);
       }
       o.documents = true;
-      const auto together = evaluate(f.model, split, o);
+      const auto together = evaluate(f.model, split, o, keep);
       EXPECT_EQ(together.tokens, f.ids.size(0) - static_cast<int64_t>(starts.size()));
       EXPECT_EQ(together.tokens, tokens);
       EXPECT_NEAR(together.loss, sum / static_cast<double>(tokens), 1e-6 * together.loss);
+      // Per-token losses come back in text order (rows read documents out of order), each
+      // document's first token left out: the documents' own losses, one after another.
+      EXPECT_TRUE(txl::test::tensor_near(together.token_losses, torch::cat(each), 1e-5, 1e-5));
+      // The control: the concatenation in another order differs.
+      std::vector<torch::Tensor> shuffled = {each[1], each[0]};
+      for (size_t d = 2; d < each.size(); ++d) shuffled.push_back(each[d]);
+      EXPECT_FALSE(txl::test::tensor_near(together.token_losses, torch::cat(shuffled), 1e-5, 1e-5));
       // The documents change the result (otherwise the comparison above proves little).
       auto plain = o;
       plain.documents = false;
@@ -331,8 +342,8 @@ TEST(Evaluator, DocumentModeRefusesWhatItCannotGive) {
   o = options(Mode::kMemory, 10, 10, 2);
   o.documents = true;
   Extras extras;
-  extras.token_losses = true;
-  TXL_EXPECT_THROW_WITH(evaluate(f.model, split, o, extras), "per-token losses");
+  extras.recall_mask = torch::ones({120}, torch::kBool);
+  TXL_EXPECT_THROW_WITH(evaluate(f.model, split, o, extras), "recall");
   TXL_EXPECT_THROW_WITH(evaluate(f.model, text(f.ids), o), "no document starts");
 }
 

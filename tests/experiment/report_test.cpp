@@ -209,26 +209,30 @@ TEST(Report, CsvHasAHeaderAndOneParsableLinePerRecord) {
   std::string header;
   std::getline(in, header);
   EXPECT_EQ(
-      header.rfind("variant,attn_type,eval_mode,split,tgt_len,mem_len,window,stride,loss,ppl,", 0),
+      header.rfind("variant,attn_type,eval_mode,split,tgt_len,mem_len,window,stride,reset,"
+                   "max_tokens,loss,ppl,bits_per_byte,bits_per_char,word_ppl,words,tokens,",
+                   0),
       0u);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   ASSERT_EQ(lines.size(), records.size());
-  EXPECT_EQ(lines[0].rfind(R"("vanilla, ""quoted""",vanilla,segments,valid,128,0,0,0,)", 0), 0u)
+  EXPECT_EQ(lines[0].rfind(R"("vanilla, ""quoted""",vanilla,segments,valid,128,0,0,0,stream,0,)", 0),
+            0u)
       << lines[0];
-  // Column 10 (ppl) of the xl memory M=256 test row holds its exact value.
+  // Column 12 (ppl) of the xl memory M=256 test row holds its exact value.
   const std::string& row = lines[8];
   std::vector<std::string> cells;
   std::stringstream cells_in(row);
   for (std::string cell; std::getline(cells_in, cell, ',');) cells.push_back(cell);
-  ASSERT_EQ(cells.size(), 27u) << row;  // the last two: seed, sweep
+  ASSERT_EQ(cells.size(), 31u) << row;  // the last two: seed, sweep
   EXPECT_EQ(cells[0], "xl");
   EXPECT_EQ(cells[2], "memory");
   EXPECT_EQ(cells[3], "test");
   EXPECT_EQ(cells[5], "256");
-  EXPECT_DOUBLE_EQ(std::stod(cells[9]), 41.5);
-  EXPECT_EQ(cells[12], "1000");
-  EXPECT_DOUBLE_EQ(std::stod(cells[14]), 1.0);
+  EXPECT_EQ(cells[8], "stream");
+  EXPECT_DOUBLE_EQ(std::stod(cells[11]), 41.5);
+  EXPECT_EQ(cells[16], "1000");
+  EXPECT_DOUBLE_EQ(std::stod(cells[18]), 1.0);
 }
 
 // --------------------------------------------------------------------------------- markdown

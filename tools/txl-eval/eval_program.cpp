@@ -42,15 +42,17 @@ void print_positions(const EvalResult& r, std::ostream& out) {
 }
 
 void print_table(const std::vector<EvalResult>& results, std::ostream& out) {
-  out << fmt::format("{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9} {:>10} {:>8} {:>8} {:>10} {:>9}\n",
-                     "split", "mode", "Q", "M", "L", "s", "loss", "ppl", "bits/tok", "bits/B",
-                     "tokens", "tok/s");
+  out << fmt::format(
+      "{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9} {:>10} {:>10} {:>8} {:>8} {:>10} {:>9}\n", "split",
+      "mode", "Q", "M", "L", "s", "loss", "ppl", "word ppl", "bits/tok", "bits/B", "tokens",
+      "tok/s");
   for (const auto& r : results) {
     out << fmt::format(
-        "{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9.4f} {:>10.3f} {:>8.4f} {:>8.4f} {:>10} "
+        "{:<8} {:<9} {:>5} {:>6} {:>6} {:>6} {:>9.4f} {:>10.3f} {:>10} {:>8.4f} {:>8.4f} {:>10} "
         "{:>9.0f}\n",
         r.split, config::to_string(r.mode), r.tgt_len, r.mem_len, r.window, r.stride, r.loss, r.ppl,
-        r.bits_per_token, r.bits_per_byte, r.tokens, r.tokens_per_s);
+        r.word_ppl > 0 ? fmt::format("{:.3f}", r.word_ppl) : "-", r.bits_per_token, r.bits_per_byte,
+        r.tokens, r.tokens_per_s);
     if (!r.loss_by_position.empty()) print_positions(r, out);
     if (r.recall_tokens > 0) {
       out << fmt::format(

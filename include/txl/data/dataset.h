@@ -18,16 +18,18 @@
 //
 // Encoded split file (little-endian), format version kCacheVersion:
 //   offset  0  char[8]   magic "TXLTOKS\0"
-//           8  uint32    format version (2; version 1 had no checksum and is rebuilt)
+//           8  uint32    format version (3; a file of version 2, without n_words, or 1, without a
+//                        checksum, is rebuilt with a warning)
 //          12  uint32    dtype: 1 = uint16, 2 = int32 (uint16 when vocab_size <= 65536)
 //          16  uint64    token count N
 //          24  uint64    document count n_docs
 //          32  int64     n_bytes of the original text
 //          40  int64     n_chars of the original text
 //          48  uint64    fingerprint: hash(version, corpus bytes, split, tokenizer, add_eos)
-//          56  uint64    checksum: XXH64 of the payload (bytes 64..end: document starts and
-//                        ids), seeded with XXH64 of bytes 0..55 (so it covers the header too)
-//          64  int64[n_docs]  document start offsets
+//          56  uint64    checksum: XXH64 of bytes 64..end (n_words, document starts and ids),
+//                        seeded with XXH64 of bytes 0..55 (so it covers the header too)
+//          64  int64     n_words of the original text (corpus.h, count_words)
+//          72  int64[n_docs]  document start offsets
 //              dtype[N]       token ids
 // A file is rebuilt when it is missing, of another version, stale (fingerprint), or damaged:
 // a size that disagrees with its header, a wrong magic or dtype, a checksum mismatch (a flipped
@@ -49,13 +51,14 @@
 
 namespace txl::data {
 
-constexpr std::uint32_t kCacheVersion = 2;
+constexpr std::uint32_t kCacheVersion = 3;
 
 struct EncodedSplit {
   torch::Tensor ids;         // int64 [N], the token ids of the split in text order
   torch::Tensor doc_starts;  // int64 [n_docs], token offsets where documents start, sorted, first 0
   std::int64_t n_bytes = 0;  // UTF-8 bytes of the original text (for bits per byte)
   std::int64_t n_chars = 0;  // characters of the original text (for bits per character)
+  std::int64_t n_words = 0;  // words of the original text (for word-level perplexity)
 };
 
 // Where each piece of a load came from, and how fast encoding ran.
@@ -97,7 +100,9 @@ std::string describe(const Dataset& dataset);
 Dataset load_dataset(const config::DataConfig& cfg, std::shared_ptr<const Tokenizer> fixed);
 
 // Encodes lines (eos after each when add_eos) on all cores, keeping order. doc_starts are the
-// line indices where documents start (converted to token offsets). n_bytes/n_chars are copied.
+// line indices where documents start (converted to token offsets). n_bytes/n_chars are copied;
+// n_words counts the lines' words (count_words), plus one a line when add_eos and
+// split.line_end_is_word.
 EncodedSplit encode_split(const CorpusSplit& split, const Tokenizer& tokenizer, bool add_eos);
 
 // Encodes any text file (e.g. for evaluation): one line a line, eos after each when add_eos,
@@ -110,7 +115,7 @@ EncodedSplit encode_text_file(const std::filesystem::path& path, const Tokenizer
 struct CacheMiss {
   enum class Kind {
     kMissing,   // no file yet
-    kOutdated,  // another format version (rebuilt quietly)
+    kOutdated,  // another format version (rebuilt with a warning)
     kStale,     // another corpus, tokenizer or option (fingerprint differs)
     kDamaged,   // truncated, foreign, checksum mismatch, ids outside the vocabulary, ...
   };

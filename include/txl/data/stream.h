@@ -205,6 +205,14 @@ class EvalStream {
   std::int64_t stream_end(std::int64_t b) const { return end_[static_cast<size_t>(b)]; }
 
   Batch batch(std::int64_t i) const;  // batch i of a pass, 0 <= i < size()
+  // Document mode: where batch i's scored targets lie in the text, so that per-token losses can
+  // be put back in text order: row b scores the targets at offsets first + 1 .. first + count
+  // (in the index of EvalResult::token_losses, t = first .. first + count - 1), in column order.
+  // int64 [B] each; count 0 on a row without text. Throws txl::Error outside document mode.
+  struct RowTargets {
+    torch::Tensor first, count;
+  };
+  RowTargets row_targets(std::int64_t i) const;
   // The next batch of the current pass; nullopt when the pass is over (the call after that
   // starts the next pass).
   std::optional<Batch> next();

@@ -27,19 +27,28 @@ struct EvalResult {
   int mem_len = 0;              // M used (0 for segments and sliding)
   int window = 0;               // sliding window L (0 otherwise)
   int stride = 0;               // sliding stride (0 otherwise)
+  bool documents = false;       // memory reset at every document (Settings::documents)
+  std::int64_t max_tokens = 0;  // the text's first max_tokens targets were scored (0 = all)
   double loss = 0.0;            // mean negative log-likelihood per scored token, nats
   double ppl = 0.0;             // exp(loss)
   double bits_per_token = 0.0;  // loss / ln 2
   double bits_per_byte = 0.0;   // total bits / UTF-8 bytes of the scored text
   double bits_per_char = 0.0;   // total bits / characters (byte and char corpora; else 0)
-  std::int64_t tokens = 0;      // scored tokens
-  double seconds = 0.0;         // wall time
-  double tokens_per_s = 0.0;    // scored tokens per second
+  // Word-level perplexity: exp(summed nll / words of the scored text), words counted by
+  // data::count_words's rule (prorated for a prefix, as bytes are); 0 when the text has none.
+  double word_ppl = 0.0;
+  std::int64_t words = 0;     // the words it divides by
+  std::int64_t tokens = 0;    // scored tokens
+  double seconds = 0.0;       // wall time
+  double tokens_per_s = 0.0;  // scored tokens per second
   // Recall tokens (synthetic corpus): mean loss on the targets a recall mask selects, and how
   // many there were; 0 when no mask was given.
   double recall_loss = 0.0;  // nats per recall token; ln 64 = 4.159 = no recall
   std::int64_t recall_tokens = 0;
-  torch::Tensor token_losses;  // float [tokens] in text order, when asked (Extras); else undefined
+  // float [tokens] in text order, when asked (Extras); else undefined. Plain text: index t holds
+  // the loss of the target at offset t + 1. Document mode: the scored targets only (every
+  // document's first token is none), still in text order.
+  torch::Tensor token_losses;
   // When asked (Extras::by_position): the mean loss at each position 0..Q-1 of a segment (NaN
   // where no token was scored) and the tokens scored there. Without memory, position 0 has no
   // context at all; with it, every position has M tokens or more.
@@ -47,8 +56,8 @@ struct EvalResult {
   std::vector<std::int64_t> tokens_by_position;
 };
 
-// What an evaluation gives beyond its figures, on request. Both need plain text (not
-// Settings::documents).
+// What an evaluation gives beyond its figures, on request. The recall mask needs plain text (not
+// Settings::documents); per-token losses in document mode need one process.
 struct Extras {
   bool token_losses = false;  // fill EvalResult::token_losses
   torch::Tensor recall_mask;  // bool [N] (e.g. data::synthetic_recall_mask): targets whose loss is

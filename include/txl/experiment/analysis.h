@@ -30,7 +30,7 @@ MeanStd mean_std(const std::vector<double>& values);
 struct SeedSummary {
   ResultRecord first;               // the first seed's record (without its token losses)
   std::vector<std::int64_t> seeds;  // in record order
-  MeanStd ppl, loss, bits_per_byte, recall_loss;  // over the seeds
+  MeanStd ppl, loss, bits_per_byte, word_ppl, recall_loss;  // over the seeds
 };
 std::vector<SeedSummary> summarize_seeds(const std::vector<ResultRecord>& records);
 

@@ -34,14 +34,22 @@ struct ResultRecord {
   int mem_len = 0;  // evaluation memory length M (memory mode; 0 otherwise)
   int window = 0;   // sliding window L (sliding mode; 0 otherwise)
   int stride = 0;   // sliding stride s (sliding mode; 0 otherwise)
+  // Where memory resets: "stream" (the split read as one text, memory carried across documents)
+  // or "document" (data.document_mode: every document on its own, memory reset at its start).
+  std::string reset = "stream";
+  std::int64_t max_tokens = 0;  // what is scored: the split's first max_tokens targets (0 = all)
   // Evaluation figures.
   double loss = 0.0;           // mean negative log-likelihood per scored token, nats
   double ppl = 0.0;            // exp(loss)
   double bits_per_byte = 0.0;  // bits per UTF-8 byte of the original text (0 = not reported)
   double bits_per_char = 0.0;  // bits per character (byte and char corpora; else 0)
-  std::int64_t tokens = 0;     // scored tokens
-  double tokens_per_s = 0.0;   // scored tokens per second
-  double seconds = 0.0;        // evaluation wall time
+  // exp(summed nll / words): word-level perplexity, words counted by data::count_words's rule
+  // (data/README.md); 0 = not reported (no word count, or a record of an older version).
+  double word_ppl = 0.0;
+  std::int64_t words = 0;     // the words of the scored text
+  std::int64_t tokens = 0;    // scored tokens
+  double tokens_per_s = 0.0;  // scored tokens per second
+  double seconds = 0.0;       // evaluation wall time
   // Synthetic recall corpus: mean loss on the recalled values (ln 64 = 4.159 nats is chance,
   // 0 perfect recall) and their count; 0 / 0 on other corpora.
   double recall_loss = 0.0;
@@ -71,6 +79,12 @@ struct ResultRecord {
   // segments (the longest context any scored token sees).
   int context() const;
 };
+
+// The record's protocol in one line, as report tables name it: mode and lengths, where memory
+// resets, what is scored, and the normalisations reported, e.g.
+// "memory Q=64 M=128, reset per document, first 20,000 targets of test; ppl per token, per word
+// (15,093 words), bits per byte".
+std::string protocol(const ResultRecord& r);
 
 // The evaluation part of a record (what was evaluated, from `settings` through eval::shape_of,
 // and the figures of `result`, its split included); the caller adds the variant and the
