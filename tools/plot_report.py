@@ -202,9 +202,10 @@ def main():
     except (OSError, json.JSONDecodeError) as e:
         print(f"cannot read {args.results}: {e}", file=sys.stderr)
         return 2
-    analyses = []
+    analyses, memory_help = [], []
     if isinstance(records, dict):  # a report's results.json: records, then each split's analysis
         analyses = records.get("analysis", [])
+        memory_help = records.get("memory_help", [])
         records = records.get("records")
     if not isinstance(records, list):
         print(f"{args.results}: expected a list of records", file=sys.stderr)
@@ -307,6 +308,9 @@ def main():
         plot_positions(plt, rows, split, args.out)
     if any(r.get("loss_by_document_position") for r in rows):
         plot_document_positions(plt, rows, split, args.out)
+    helps = [h for h in memory_help if h.get("split") == split]
+    if helps:
+        plot_memory_gain(plt, helps[0], args.out)
     return 0
 
 
@@ -389,6 +393,41 @@ def plot_recl(plt, analysis, out_dir):
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
     save(fig, out_dir, "recl.png")
+
+
+def plot_memory_gain(plt, help, out_dir):
+    """Where memory helps: the ppl ratio (no memory over memory) of each group of tokens with its
+    interval, one panel per grouping; the bar label is the group's share of the summed gain."""
+    tables = help.get("tables", [])
+    fig, axes = plt.subplots(1, max(len(tables), 1), figsize=(4.2 * max(len(tables), 1), 4.5),
+                             squeeze=False)
+    for ax, table in zip(axes[0], tables):
+        rows = [r for r in table["rows"] if finite(r.get("ratio")) and r.get("tokens", 0) > 0]
+        xs = range(len(rows))
+        ratios = [r["ratio"] for r in rows]
+        low = [r["ratio"] - r["low"] if finite(r.get("low")) else 0.0 for r in rows]
+        high = [r["high"] - r["ratio"] if finite(r.get("high")) else 0.0 for r in rows]
+        # Bars grow from 1 (no difference): up where b's memory helps, down where it hurts.
+        ax.bar(xs, [r - 1.0 for r in ratios], bottom=1.0, yerr=[low, high], capsize=3,
+               color=["C0" if r >= 1.0 else "C3" for r in ratios])
+        for x, r in zip(xs, rows):
+            share = r.get("share")
+            if finite(share):
+                ax.annotate(f"{100 * share:.0f}%", (x, r["ratio"]), fontsize=7, ha="center",
+                            xytext=(0, 4), textcoords="offset points")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([r["group"].replace(" ", "\n", 1) + f"\n({r['tokens']})" for r in rows],
+                           fontsize=7)
+        ax.set_title(table["title"], fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+        lo = min([r["low"] for r in rows if finite(r.get("low"))] + ratios + [1.0])
+        hi = max([r["high"] for r in rows if finite(r.get("high"))] + ratios + [1.0])
+        ax.set_ylim(lo - 0.02 * (hi - lo + 0.01), hi + 0.1 * (hi - lo + 0.01))
+    axes[0][0].set_ylabel(f"ppl {help['a']} / ppl {help['b']}")
+    fig.suptitle(f"Where memory helps ({help['split']}): {help['b']} against {help['a']}, by group "
+                 "of tokens (bar label: the group's share of the summed gain)", fontsize=10)
+    save(fig, out_dir, "memory_gain.png")
 
 
 def plot_positions(plt, rows, split, out_dir):

@@ -317,6 +317,7 @@ AblationResult run_ablation(const config::AblationConfig& ablation,
   report.failed = result.failed;
   report.contexts = contexts;
   report.eval_max_tokens = eval_limit(ablation.base, options);
+  report.memory_help = where_memory_helps(ablation, result.records);
   result.report = write_report(result.dir, ablation.name, result.records, curves, report);
   return result;
 }

@@ -38,8 +38,9 @@ namespace {
 
 constexpr const char* kPlotFiles[] = {"training_loss.png", "context_ppl.png", "eval_cost.png"};
 // Drawn when the records have what they show: the context sweep, RECL, loss by position.
-constexpr const char* kOptionalPlotFiles[] = {
-    "context_sweep.png", "recl.png", "loss_by_position.png", "loss_by_document_position.png"};
+constexpr const char* kOptionalPlotFiles[] = {"context_sweep.png", "recl.png",
+                                              "loss_by_position.png",
+                                              "loss_by_document_position.png", "memory_gain.png"};
 
 // Draws the plots with the plot script (plot.h); returns "" on success, else the reason they
 // were skipped.
@@ -97,7 +98,8 @@ std::string plots_section(const Report& report) {
       {"context_sweep.png", "Context sweep: perplexity against attention length"},
       {"recl.png", "Relative effective context length per variant"},
       {"loss_by_position.png", "Mean loss by position in the segment"},
-      {"loss_by_document_position.png", "Mean loss by position in the document"}};
+      {"loss_by_document_position.png", "Mean loss by position in the document"},
+      {"memory_gain.png", "Where memory helps: ppl ratio by group of tokens"}};
   std::string md;
   for (const auto& [file, caption] : captions) {
     const bool drawn = std::any_of(report.plots.begin(), report.plots.end(),
@@ -234,18 +236,21 @@ std::string recl_section(const Analysis& a) {
 
 // results.json: every record, then the analysis of each split.
 std::string results_json(const std::vector<ResultRecord>& records,
-                         const std::vector<Analysis>& analyses) {
+                         const std::vector<Analysis>& analyses,
+                         const std::vector<MemoryHelp>& memory_help) {
   Json j;
   j["records"] = Json::parse(to_json(records));
   j["analysis"] = Json::array();
   for (const auto& a : analyses) j["analysis"].push_back(Json::parse(analysis_json(a)));
+  if (!memory_help.empty()) j["memory_help"] = Json::parse(memory_help_json(memory_help));
   return j.dump(2) + "\n";
 }
 
-std::string summary_csv(const std::vector<Analysis>& analyses) {
+std::string summary_csv(const std::vector<Analysis>& analyses,
+                        const std::vector<MemoryHelp>& memory_help) {
   std::string out = "table,variant,versus,split,eval,context,figure,value\n";
   for (const auto& a : analyses) out += analysis_csv(a);
-  return out;
+  return out + memory_help_csv(memory_help);
 }
 
 // report.md from its parts.
@@ -268,6 +273,7 @@ std::string report_markdown(const std::string& ablation_name,
     md += significance_section(a, options) + sweep_section(a, options) + recl_section(a);
   }
   md += position_section(means) + document_position_section(means);
+  md += memory_help_markdown(options.memory_help);
   md += "\n## Findings\n\n" + findings_section(means) + pair_findings(analyses);
   md += "\n## Plots\n\n" + plots_section(report);
   md +=
@@ -288,9 +294,9 @@ Report write_report(const stdfs::path& dir, const std::string& ablation_name,
   fs::ensure_dir(dir);
   std::vector<Analysis> analyses;
   for (const auto& split : splits_in_order(records)) analyses.push_back(analyse(records, split));
-  fs::write_atomic(dir / "results.json", results_json(records, analyses));
+  fs::write_atomic(dir / "results.json", results_json(records, analyses, options.memory_help));
   fs::write_atomic(dir / "results.csv", to_csv(records));
-  fs::write_atomic(dir / "results_summary.csv", summary_csv(analyses));
+  fs::write_atomic(dir / "results_summary.csv", summary_csv(analyses, options.memory_help));
   report.table = format_table(records);
   report.plot_note = draw_plots(dir, curves, options, report.plots);
   if (!report.plot_note.empty() && options.plots) {

@@ -401,4 +401,35 @@ TEST(EvalTool, CompareGivesTheRatioOfTwoCheckpointsWithItsInterval) {
   EXPECT_NE(refused.output.find("has another tokenizer"), std::string::npos) << refused.output;
 }
 
+// --where-memory-helps: after the comparison, the gain by group, whose total is the comparison's
+// ratio and whose groups cover every scored token; it needs --compare.
+TEST(EvalTool, WhereMemoryHelpsSplitsTheComparison) {
+  txl::log::ScopedLevel quiet(txl::log::Level::kQuiet);
+  txl::test::TempDir dir;
+  const std::string ca = trained_tiny(dir, "a", 3), cb = trained_tiny(dir, "b", 6);
+  const auto r = txl_eval({ca, "--compare", cb, "--where-memory-helps", "--split", "valid",
+                           "--json", "--threads", "1"});
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::istringstream lines(r.out);
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(lines, line);) records.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(records.size(), 4u) << r.out;
+  ASSERT_TRUE(records[3].is_array() && records[3].size() == 1u) << r.out;
+  const auto& help = records[3][0];
+  EXPECT_NEAR(help.at("total").at("ratio").get<double>(),
+              records[2].at("compare").at("ratio").get<double>(), 1e-6);
+  for (const auto& table : help.at("tables")) {
+    std::int64_t tokens = 0;
+    for (const auto& row : table.at("rows")) tokens += row.at("tokens").get<std::int64_t>();
+    EXPECT_EQ(tokens, records[0].at("tokens").get<std::int64_t>()) << table.at("title");
+  }
+  const auto table = txl_eval({ca, "--compare", cb, "--where-memory-helps", "--split", "valid"});
+  ASSERT_EQ(table.status, 0) << table.output;
+  EXPECT_NE(table.out.find("| in memory |"), std::string::npos) << table.out;
+  const auto alone = txl_eval({ca, "--where-memory-helps", "--split", "valid"});
+  EXPECT_EQ(alone.status, 1);
+  EXPECT_NE(alone.output.find("--where-memory-helps needs --compare"), std::string::npos)
+      << alone.output;
+}
+
 }  // namespace

@@ -253,6 +253,36 @@ TEST_F(Ablation, SignalStopsBeforeTheNextPieceOfWorkAndTheRerunFinishes) {
 // sweep evaluated, per-token losses cached; the report gives mean ± std, ratio intervals whose
 // ratio is exactly that of the seed-averaged losses, the sweep and RECL; a rerun recomputes
 // nothing.
+namespace {
+
+// Where memory helps: one pair (rel_no_memory, xl; vanilla has no memory to take away), whose
+// total is the headline ratio and whose every grouping covers every token once.
+void expect_memory_help(const nlohmann::json& results, const std::string& md,
+                        const std::string& summary_csv, double headline_ratio) {
+  ASSERT_EQ(results["memory_help"].size(), 1u);
+  const auto& help = results["memory_help"][0];
+  EXPECT_EQ(help["a"], "rel_no_memory");
+  EXPECT_EQ(help["b"], "xl");
+  EXPECT_EQ(help["seeds"], 2);
+  EXPECT_NEAR(help["total"]["ratio"].get<double>(), headline_ratio, 1e-5);
+  ASSERT_EQ(help["tables"].size(), 3u);
+  for (const auto& table : help["tables"]) {
+    std::int64_t tokens = 0;
+    double share = 0.0;
+    for (const auto& row : table["rows"]) {
+      tokens += row["tokens"].get<std::int64_t>();
+      if (row["tokens"].get<std::int64_t>() > 0) share += row["share"].get<double>();
+    }
+    EXPECT_EQ(tokens, help["total"]["tokens"].get<std::int64_t>()) << table["title"];
+    EXPECT_NEAR(share, 1.0, 1e-6) << table["title"];
+  }
+  EXPECT_NE(md.find("## Where memory helps: xl over rel_no_memory (test)"), std::string::npos);
+  EXPECT_NE(summary_csv.find("memory_gain,xl,rel_no_memory,test,in memory,0,ppl_ratio,"),
+            std::string::npos);
+}
+
+}  // namespace
+
 TEST_F(Ablation, SeedsAndSweepGiveIntervalsSweepsAndRecl) {
   TempDir dir;
   auto a = tiny_ablation(dir);
@@ -307,6 +337,8 @@ TEST_F(Ablation, SeedsAndSweepGiveIntervalsSweepsAndRecl) {
     EXPECT_NE(md.find(section), std::string::npos) << section << "\n" << md;
   }
   EXPECT_TRUE(stdfs::exists(stdfs::path(a.output_dir) / "results_summary.csv"));
+  expect_memory_help(json, md, read(stdfs::path(a.output_dir) / "results_summary.csv"),
+                     std::exp(mean("rel_no_memory") - mean("xl")));
 
   const auto losses = run_dir(a, "xl") / "seed2" / "token_losses.safetensors";
   const auto written = stdfs::last_write_time(losses);

@@ -208,16 +208,15 @@ TEST(Report, CsvHasAHeaderAndOneParsableLinePerRecord) {
   std::istringstream in(txl::fs::read_file(dir / "results.csv"));
   std::string header;
   std::getline(in, header);
-  EXPECT_EQ(
-      header.rfind("variant,attn_type,eval_mode,split,tgt_len,mem_len,window,stride,reset,"
-                   "max_tokens,loss,ppl,bits_per_byte,bits_per_char,word_ppl,words,tokens,",
-                   0),
-      0u);
+  EXPECT_EQ(header.rfind("variant,attn_type,eval_mode,split,tgt_len,mem_len,window,stride,reset,"
+                         "max_tokens,loss,ppl,bits_per_byte,bits_per_char,word_ppl,words,tokens,",
+                         0),
+            0u);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   ASSERT_EQ(lines.size(), records.size());
-  EXPECT_EQ(lines[0].rfind(R"("vanilla, ""quoted""",vanilla,segments,valid,128,0,0,0,stream,0,)", 0),
-            0u)
+  EXPECT_EQ(
+      lines[0].rfind(R"("vanilla, ""quoted""",vanilla,segments,valid,128,0,0,0,stream,0,)", 0), 0u)
       << lines[0];
   // Column 12 (ppl) of the xl memory M=256 test row holds its exact value.
   const std::string& row = lines[8];

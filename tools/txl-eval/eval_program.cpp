@@ -1,6 +1,7 @@
 #include "txl-eval/eval_program.h"
 
 #include <cmath>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <thread>
@@ -15,7 +16,9 @@
 #include "txl/data/synthetic.h"
 #include "txl/dist/group.h"
 #include "txl/eval/evaluator.h"
+#include "txl/eval/memory_gain.h"
 #include "txl/eval/statistics.h"
+#include "txl/experiment/memory_help.h"
 #include "txl/models/checkpoint.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
@@ -106,6 +109,9 @@ namespace {
 struct Target {
   std::string name;
   data::EncodedSplit split;
+  // int64 [V]: how often each id occurs in the train split, for --where-memory-helps's frequency
+  // classes (the evaluated text's own counts for --file and --text, which have no train split).
+  torch::Tensor train_counts;
 };
 
 // What to score: the text, the file, or the splits of the corpus, always encoded with the
@@ -114,11 +120,16 @@ std::vector<Target> collect_targets(const EvalRequest& request,
                                     const config::ExperimentConfig& config,
                                     const models::LoadedModel& loaded, dist::Group& group) {
   const data::Tokenizer& tokenizer = *loaded.tokenizer;
+  const auto own_counts = [&](Target t) {
+    t.train_counts = torch::bincount(t.split.ids, {}, tokenizer.vocab_size());
+    return std::vector<Target>{t};
+  };
   if (!request.text.empty())
-    return {{"text", encode_text(request.text, tokenizer, config.data.add_eos)}};
+    return own_counts({"text", encode_text(request.text, tokenizer, config.data.add_eos), {}});
   if (!request.file.empty()) {
-    return {{stdfs::path(request.file).filename().string(),
-             data::encode_text_file(request.file, tokenizer, config.data.add_eos)}};
+    return own_counts({stdfs::path(request.file).filename().string(),
+                       data::encode_text_file(request.file, tokenizer, config.data.add_eos),
+                       {}});
   }
   const auto dataset = dist::main_rank_first(
       group, [&] { return data::load_dataset(config.data, loaded.tokenizer); });
@@ -129,8 +140,9 @@ std::vector<Target> collect_targets(const EvalRequest& request,
               dataset.stats.cache_path.string(), dataset.corpus_fingerprint,
               loaded.corpus_fingerprint);
   std::vector<Target> targets;
+  const auto counts = torch::bincount(dataset.train.ids, {}, tokenizer.vocab_size());  // [V]
   for (const auto& name : request.splits.empty() ? config.eval.splits : request.splits)
-    targets.push_back({name, dataset.split(name)});
+    targets.push_back({name, dataset.split(name), counts});
   return targets;
 }
 
@@ -258,6 +270,9 @@ void add_request_flags(CLI::App& app, config::CommandLine& line, EvalRequest& re
       "--compare", request.compare,
       "a second checkpoint (same tokenizer): both on the same tokens, and the ppl ratio's "
       "paired bootstrap 95% interval");
+  app.add_flag("--where-memory-helps", request.where_memory_helps,
+               "with --compare (a without memory, b with it): the gain by distance to the "
+               "previous occurrence, frequency and capitalised words, with intervals");
   app.add_flag("--by-position", request.by_position,
                "also the mean loss at each position of the segment (memory, segments modes)");
 }
@@ -291,7 +306,23 @@ struct Comparison {
   std::string split;
   EvalResult a, b;
   RatioInterval ratio;
+  std::optional<eval::MemoryGain> gain;  // --where-memory-helps
 };
+
+// Where b's memory helps over a on `target`, in b's layout (its segments and memory).
+eval::MemoryGain memory_gain_of(const Comparison& c, const Target& target, const Settings& sb,
+                                const data::Tokenizer& tokenizer) {
+  const data::EncodedSplit text = scored_prefix(target.split, sb.max_tokens);
+  eval::GainInputs in;
+  in.loss_a = c.a.token_losses;
+  in.loss_b = c.b.token_losses;
+  in.ids = text.ids;
+  in.doc_starts = text.doc_starts;
+  in.reach = eval::segment_reach(text.ids.size(0), text.doc_starts, eval::reach_options(sb));
+  in.train_counts = target.train_counts;
+  in.words = eval::word_flags(tokenizer);
+  return eval::memory_gain(in);
+}
 
 std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& first,
                                 dist::Group& group) {
@@ -320,6 +351,7 @@ std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& fi
               "--compare: ", c.a.token_losses.numel(), " and ", c.b.token_losses.numel(),
               " tokens scored on ", target.name, "; set eval.max_tokens");
     c.ratio = paired_bootstrap_ppl_ratio(c.a.token_losses, c.b.token_losses);
+    if (request.where_memory_helps) c.gain = memory_gain_of(c, target, sb, *a.tokenizer);
     out.push_back(std::move(c));
   }
   return out;
@@ -348,6 +380,11 @@ void print_comparisons(const EvalRequest& request, const std::vector<Comparison>
   for (const auto& c : comparisons) {
     if (json) {
       out << to_json(c.a) << "\n" << to_json(c.b) << "\n" << comparison_json(request, c) << "\n";
+      if (c.gain) {
+        out << experiment::memory_help_json(
+                   {{c.split, request.checkpoint, request.compare, 1, *c.gain}})
+            << "\n";
+      }
       continue;
     }
     print_table({c.a, c.b}, out);
@@ -358,6 +395,7 @@ void print_comparisons(const EvalRequest& request, const std::vector<Comparison>
         100 * c.ratio.confidence, c.ratio.low, c.ratio.high, c.ratio.block, c.ratio.samples,
         c.ratio.tokens,
         c.ratio.significant() ? "significant" : "not significant (the interval holds 1)");
+    if (c.gain) out << "\n" << eval::gain_markdown(*c.gain, "a", "b");
   }
 }
 
@@ -369,6 +407,8 @@ void run(const EvalRequest& request, Evaluation evaluation, std::ostream& out) {
   const config::ExperimentConfig& config = evaluation.config;
   const Settings settings = resolve_settings(config, group.get());
   TXL_CHECK(!(request.by_position && request.sweep), "--by-position does not go with --sweep");
+  TXL_CHECK(!request.where_memory_helps || !request.compare.empty(),
+            "--where-memory-helps needs --compare: a (without memory) against b (with it)");
   if (!request.compare.empty()) {
     TXL_CHECK(!request.sweep && request.token_losses_path.empty(),
               "--compare does not go with --sweep or --token-losses");

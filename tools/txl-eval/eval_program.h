@@ -49,6 +49,9 @@ struct EvalRequest {
   // bootstrap 95% interval (eval::paired_bootstrap_ppl_ratio: blocks of 64 tokens, 1,000
   // resamples, seed 1). "" = none.
   std::string compare;
+  // With `compare`: where b's memory helps over a (eval::memory_gain: the gain by distance to
+  // the previous occurrence, frequency and capitalised words), printed after the comparison.
+  bool where_memory_helps = false;
   // Data-parallel evaluation (txl-eval under torchrun or srun): every rank scores its share of
   // each batch's rows and the sums are reduced, so the figures are those of one process; rank
   // 0 alone prints and writes files. Null = this process alone.

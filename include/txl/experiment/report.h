@@ -13,6 +13,7 @@
 
 #include <torch/torch.h>
 
+#include "txl/experiment/memory_help.h"
 #include "txl/experiment/records.h"
 
 namespace txl::experiment {
@@ -66,6 +67,7 @@ struct ReportOptions {
   std::vector<std::int64_t> contexts;     // the context sweep's grid (stated in the report)
   std::int64_t eval_max_tokens = 0;       // the scored prefix of each split (0 = the whole split)
   std::int64_t sweep_stride_divisor = 8;  // sliding sweep stride = c / this (stated)
+  std::vector<MemoryHelp> memory_help;    // where memory helps (where_memory_helps); may be empty
 };
 
 struct Report {
