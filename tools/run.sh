@@ -7,21 +7,27 @@
 #   tools/run.sh                         the books ablation
 #   tools/run.sh kjv                     the KJV ablation (experiments/kjv_ablation.yaml): vanilla,
 #                                        no memory, Transformer-XL and Shaw on the King James Bible
-#   tools/run.sh [kjv] --set KEY=VALUE   extra arguments go to txl-ablate
+#   tools/run.sh books_long              the books ablation with 4x the training (one seed, about
+#                                        25 minutes), where memory's gain is larger
+#   tools/run.sh [JOB] --set KEY=VALUE   extra arguments go to txl-ablate (JOB: experiments/JOB_ablation.yaml)
 #
 # Rerunning skips finished work; Ctrl-C stops cleanly and the same command resumes.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$root/tools/env.sh"
 job=books
-if [ $# -gt 0 ] && [ "$1" = kjv ]; then
-  job=kjv
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+  if [ ! -f "$root/experiments/${1}_ablation.yaml" ]; then
+    echo "error: no experiments/${1}_ablation.yaml (jobs: books, books_long, kjv)" >&2
+    exit 2
+  fi
+  job=$1
   shift
 fi
 "$root/tools/setup.sh"
 cd "$root"
 bin="$txl_build_dir/bin"
-if [ "$job" = books ] && [ ! -f data/corpora/books/metadata.csv ]; then
+if [ "${job#books}" != "$job" ] && [ ! -f data/corpora/books/metadata.csv ]; then
   echo "error: the books corpus (data/corpora/books) is missing and tools/setup.sh could not" \
        "build it (see its warning above; data/README.md, 'books'). 'tools/run.sh kjv' needs no" \
        "download." >&2

@@ -298,10 +298,9 @@ void write_cache(const stdfs::path& dir, const EvalCache& cache) {
   write_checked_json(dir / kEvalFile, std::move(j));
 }
 
-// Whether an evaluation keeps per-token losses: all but document mode's, which scores each
-// document on its own (eval::Extras).
+// Whether an evaluation keeps per-token losses: all but a data-parallel one in document mode,
+// whose losses are put back in text order in one process only (eval::Extras).
 bool keeps_losses(const PlannedEval& p) {
-  // Document mode puts losses back in text order in one process only (eval::Extras).
   const bool shared = p.settings.group != nullptr && p.settings.group->distributed();
   return !p.settings.documents || !shared;
 }

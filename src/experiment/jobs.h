@@ -58,8 +58,8 @@ void write_cache(const std::filesystem::path& dir, const EvalCache& cache);
 // Every setting that changes an evaluation's result, so a cached one is reused only when equal.
 std::string cache_key(const PlannedEval& p);
 
-// Whether an evaluation keeps per-token losses: all but document mode's, which scores each
-// document on its own (eval::Extras).
+// Whether an evaluation keeps per-token losses: all but a data-parallel one in document mode
+// (eval::Extras).
 bool keeps_losses(const PlannedEval& p);
 
 // Loads datasets once per distinct data section and tokenizer (variants normally share one),
