@@ -50,7 +50,37 @@ void expect_same(const Dataset& a, const Dataset& b) {
     EXPECT_TRUE(tensor_equal(a.split(s).doc_starts, b.split(s).doc_starts)) << s;
     EXPECT_EQ(a.split(s).n_bytes, b.split(s).n_bytes) << s;
     EXPECT_EQ(a.split(s).n_chars, b.split(s).n_chars) << s;
+    EXPECT_EQ(a.split(s).n_words, b.split(s).n_words) << s;
   }
+}
+
+// A small PG-19 layout, loaded as a dataset: one document per book (books in id order), the
+// split by folder, the word counts of the rule (whitespace runs; line ends are not words for
+// PG-19), kept through the cache.
+TEST(Dataset, Pg19LayoutGivesDocumentsSplitsAndWordCounts) {
+  TempDir dir;
+  for (const char* split : {"train", "validation", "test"})
+    stdfs::create_directories(dir / "pg19" / split);
+  write_text(dir / "pg19" / "train" / "12.txt", "The old man , he said.\nNo.\n");  // 6 + 1
+  write_text(dir / "pg19" / "train" / "3.txt", "Call me Ishmael.\n\nSome years ago\n");  // 6
+  write_text(dir / "pg19" / "validation" / "5.txt", "It was the best of times\n");     // 6
+  write_text(dir / "pg19" / "test" / "7.txt", "  Happy families  are\talike;\n");     // 4
+  txl::config::DataConfig cfg;
+  cfg.corpus = txl::config::Corpus::kPg19;
+  cfg.path = (dir / "pg19").string();
+  cfg.cache_dir = (dir / "cache").string();
+  cfg.tokenizer.type = txl::config::TokenizerType::kWord;
+  const Dataset ds = load_dataset(cfg);
+  EXPECT_EQ(ds.train.n_words, 6 + 7);
+  EXPECT_EQ(ds.valid.n_words, 6);
+  EXPECT_EQ(ds.test.n_words, 4);
+  // Book 3 first (ids in numeric order): its 3 lines (6 words + 3 eos) then book 12.
+  EXPECT_TRUE(tensor_equal(ds.train.doc_starts, torch::tensor({0, 6 + 3}, torch::kLong)));
+  EXPECT_EQ(ds.train.ids[0].item<std::int64_t>(), ds.tokenizer->encode("Call")[0]);
+  EXPECT_EQ(ds.test.doc_starts.numel(), 1);
+  Dataset again = load_dataset(cfg);
+  EXPECT_EQ(again.stats.splits_reused, 3);
+  expect_same(ds, again);
 }
 
 TEST(Dataset, InvalidUtf8InValidOrTestNamesTheSplitAndLine) {

@@ -179,6 +179,30 @@ TEST(Evaluator, MaxTokensScoresTheSamePrefixInEveryMode) {
   }
 }
 
+// Word-level perplexity by hand: exp(the summed per-token losses / the text's words), the same
+// sum that per-token perplexity divides by the tokens; a prefix prorates the words.
+TEST(Evaluator, WordPerplexityIsTheSummedLossOverTheWords) {
+  auto f = make(AttnType::kXl, 201);
+  txl::data::EncodedSplit split = text(f.ids);
+  split.n_words = 120;  // 200 targets: 1.67 tokens a word
+  Extras extras;
+  extras.token_losses = true;
+  const auto r = evaluate(f.model, split, options(Mode::kMemory, 16, 16, 2), extras);
+  const double sum = r.token_losses.to(torch::kDouble).sum().item<double>();
+  EXPECT_EQ(r.words, 120);
+  EXPECT_NEAR(r.word_ppl, std::exp(sum / 120.0), 1e-6 * r.word_ppl);
+  EXPECT_NEAR(std::log(r.word_ppl), std::log(r.ppl) * 200.0 / 120.0, 1e-9 * 200);
+  auto o = options(Mode::kMemory, 16, 16, 2);
+  o.max_tokens = 50;  // a quarter of the targets: 30 words
+  const auto prefix = evaluate(f.model, split, o, extras);
+  EXPECT_EQ(prefix.words, 30);
+  EXPECT_NEAR(prefix.word_ppl,
+              std::exp(prefix.token_losses.to(torch::kDouble).sum().item<double>() / 30.0),
+              1e-6 * prefix.word_ppl);
+  split.n_words = 0;  // no word count: not reported
+  EXPECT_EQ(evaluate(f.model, split, options(Mode::kSegments, 16, 0, 2)).word_ppl, 0.0);
+}
+
 TEST(Evaluator, ResolveInheritsFromTheModel) {
   txl::test::TempDir dir;
   auto c = txl::test::tiny_experiment(dir.path());
