@@ -61,10 +61,10 @@ TEST(Dataset, Pg19LayoutGivesDocumentsSplitsAndWordCounts) {
   TempDir dir;
   for (const char* split : {"train", "validation", "test"})
     stdfs::create_directories(dir / "pg19" / split);
-  write_text(dir / "pg19" / "train" / "12.txt", "The old man , he said.\nNo.\n");  // 6 + 1
+  write_text(dir / "pg19" / "train" / "12.txt", "The old man , he said.\nNo.\n");        // 6 + 1
   write_text(dir / "pg19" / "train" / "3.txt", "Call me Ishmael.\n\nSome years ago\n");  // 6
-  write_text(dir / "pg19" / "validation" / "5.txt", "It was the best of times\n");     // 6
-  write_text(dir / "pg19" / "test" / "7.txt", "  Happy families  are\talike;\n");     // 4
+  write_text(dir / "pg19" / "validation" / "5.txt", "It was the best of times\n");       // 6
+  write_text(dir / "pg19" / "test" / "7.txt", "  Happy families  are\talike;\n");        // 4
   txl::config::DataConfig cfg;
   cfg.corpus = txl::config::Corpus::kPg19;
   cfg.path = (dir / "pg19").string();
