@@ -78,6 +78,7 @@ EncodedSplit encode_split(const CorpusSplit& split, const Tokenizer& tokenizer, 
   }
   const size_t n_chunks = bounds.size() - 1;
   std::vector<std::vector<std::int64_t>> chunk_ids(n_chunks);
+  std::vector<std::int64_t> chunk_words(n_chunks, 0);
   std::vector<std::int64_t> line_offset(n_lines + 1, 0);  // token offset of each line, per chunk
   std::vector<std::exception_ptr> errors(n_chunks);
   std::vector<std::string> error_context(n_chunks);
@@ -91,6 +92,7 @@ EncodedSplit encode_split(const CorpusSplit& split, const Tokenizer& tokenizer, 
         auto ids = tokenizer.encode(lines[i]);
         out.insert(out.end(), ids.begin(), ids.end());
         if (add_eos) out.push_back(eos);
+        chunk_words[c] += count_words(lines[i]);
       }
     } catch (const std::exception& e) {
       error_context[c] = "line " + std::to_string(i + 1) + " of the split: " + e.what();
@@ -130,7 +132,7 @@ EncodedSplit encode_split(const CorpusSplit& split, const Tokenizer& tokenizer, 
   encoded.doc_starts = torch::tensor(starts, torch::kLong);  // [n_docs]
   encoded.n_bytes = split.n_bytes;
   encoded.n_chars = split.n_chars;
-  for (const auto& line : lines) encoded.n_words += count_words(line);
+  for (std::int64_t w : chunk_words) encoded.n_words += w;
   if (add_eos && split.line_end_is_word) encoded.n_words += static_cast<std::int64_t>(n_lines);
   return encoded;
 }

@@ -122,27 +122,28 @@ class Accumulator {
 
   // The one read of the evaluation's sum from the device.
   double sum() const { return sum_.defined() ? sum_.item<double>() : 0.0; }
+  bool keeps_tokens() const { return keep_; }
   std::int64_t count() const { return count_; }
 
-  // Document mode: the batch's per-token losses put at their text positions (rows then do not
-  // read the text in order: documents are dealt to whichever stream is shortest).
+  // Document mode, losses kept: the batch's per-token losses put at their text positions (rows
+  // then do not read the text in order: documents are dealt to whichever stream is shortest).
   void place(const BatchScore& score, const torch::Tensor& mask,
              const data::EvalStream::RowTargets& rows, std::int64_t n_targets) {
     add_totals(score, mask);
-    if (!keep_) return;
     if (!placed_.defined()) {
       placed_ = torch::full({n_targets}, std::nan(""), torch::kFloat);  // [N - 1]
       scored_ = torch::zeros({n_targets}, torch::kBool);                // [N - 1]
     }
     auto values = score.nll.to(torch::kCPU, torch::kFloat);  // [B, T]
     const auto mask_cpu = mask.to(torch::kCPU);
+    const auto counts = rows.count.accessor<std::int64_t, 1>();  // [B]
+    const auto firsts = rows.first.accessor<std::int64_t, 1>();  // [B]
     for (std::int64_t b = 0; b < values.size(0); ++b) {
-      const std::int64_t count = rows.count[b].item<std::int64_t>();
+      const std::int64_t count = counts[b], first = firsts[b];
       if (count == 0) continue;
       auto piece = values[b].masked_select(mask_cpu[b]);  // [count], in column order
       TXL_CHECK(piece.numel() == count, "document row ", b, " scored ", piece.numel(),
                 " targets where its layout has ", count);
-      const std::int64_t first = rows.first[b].item<std::int64_t>();
       placed_.narrow(0, first, count).copy_(piece);
       scored_.narrow(0, first, count).fill_(true);
     }
@@ -212,7 +213,7 @@ void score_segments(models::TransformerLM& model, const data::EncodedSplit& text
     }
     if (!batch) continue;
     const BatchScore score = score_batch(model, *batch, settings, with_memory ? &memory : nullptr);
-    if (stream.document_mode())
+    if (stream.document_mode() && acc.keeps_tokens())
       acc.place(score, batch->target_mask, stream.row_targets(batch->index), text.ids.size(0) - 1);
     else
       acc.add(score, batch->target_mask, false);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "txl/eval/evaluator.h"
 #include "txl/util/error.h"
 
 namespace txl::eval {
@@ -113,6 +114,22 @@ MemoryGain memory_gain(const GainInputs& in, const GainOptions& options) {
   out.by_case = table_of("by the case of the word", names_of(kCaseGroups, case_group_name),
                          word_case, a, b, total_gain, options);
   return out;
+}
+
+MemoryGain compare_memory(const torch::Tensor& loss_a, const torch::Tensor& loss_b,
+                          const data::EncodedSplit& split, const Settings& settings_b,
+                          const torch::Tensor& train_counts, const WordFlags& words,
+                          const GainOptions& options) {
+  const data::EncodedSplit text = scored_prefix(split, settings_b.max_tokens);
+  GainInputs in;
+  in.loss_a = loss_a;
+  in.loss_b = loss_b;
+  in.ids = text.ids;
+  in.doc_starts = text.doc_starts;
+  in.reach = segment_reach(text.ids.size(0), text.doc_starts, reach_options(settings_b));
+  in.train_counts = train_counts;
+  in.words = words;
+  return memory_gain(in, options);
 }
 
 namespace {

@@ -28,24 +28,20 @@ ReachOptions reach_options(const Settings& settings) {
 
 namespace {
 
-// One stream's memory: the offsets of the inputs its last M columns held (-1 = padding, or a
-// column emptied by a reset), as models/lm_memory.cpp keeps them.
-struct StreamMemory {
-  std::vector<std::int64_t> columns;
-};
-
 // Books one row of one batch: the reach of its scored targets into seg/vis (by target offset),
-// then the row's memory after it.
-void book_row(const data::Batch& batch, std::int64_t r, const ReachOptions& o, StreamMemory& mem,
-              std::vector<std::int64_t>& seg, std::vector<std::int64_t>& vis) {
+// then the row's memory after it. memory: the offsets of the inputs the stream's last M columns
+// hold (-1 = padding, or a column emptied by a reset), as models/lm_memory.cpp keeps them.
+void book_row(const data::Batch& batch, std::int64_t r, const ReachOptions& o,
+              std::vector<std::int64_t>& memory, std::vector<std::int64_t>& seg,
+              std::vector<std::int64_t>& vis) {
   const auto tokens = batch.tokens.accessor<std::int64_t, 2>();
   const auto targets = batch.targets.accessor<std::int64_t, 2>();
   const auto real = batch.input_mask.accessor<bool, 2>();
   const auto scored = batch.target_mask.accessor<bool, 2>();
-  if (batch.reset.accessor<bool, 1>()[r]) std::fill(mem.columns.begin(), mem.columns.end(), -1);
-  const auto m = static_cast<std::int64_t>(mem.columns.size());
+  if (batch.reset.accessor<bool, 1>()[r]) std::fill(memory.begin(), memory.end(), -1);
+  const auto m = static_cast<std::int64_t>(memory.size());
   const std::int64_t t = batch.length();
-  std::vector<std::int64_t> keys = mem.columns;  // concat(memory, segment): [m + T]
+  std::vector<std::int64_t> keys = memory;  // concat(memory, segment): [m + T]
   for (std::int64_t c = 0; c < t; ++c) keys.push_back(real[r][c] ? tokens[r][c] : -1);
   // first[i]: the first real key at or after i (m + T where none).
   std::vector<std::int64_t> first(keys.size() + 1, m + t);
@@ -62,7 +58,7 @@ void book_row(const data::Batch& batch, std::int64_t r, const ReachOptions& o, S
     vis[u] = keys[first[lo]];  // key m + c (the input itself) is real, so first[lo] <= m + c
   }
   const auto kept = std::min<std::int64_t>(o.mem_len, static_cast<std::int64_t>(keys.size()));
-  mem.columns.assign(keys.end() - kept, keys.end());
+  memory.assign(keys.end() - kept, keys.end());
 }
 
 void check_reach_options(std::int64_t n_tokens, const ReachOptions& o) {
@@ -95,10 +91,10 @@ SegmentReach segment_reach(std::int64_t n_tokens, const torch::Tensor& doc_start
                           o.documents ? doc_starts : torch::Tensor());
   std::vector<std::int64_t> seg(static_cast<size_t>(n_tokens), -1);
   std::vector<std::int64_t> vis(static_cast<size_t>(n_tokens), -1);
-  std::vector<StreamMemory> streams(static_cast<size_t>(o.batch_size));
+  std::vector<std::vector<std::int64_t>> memories(static_cast<size_t>(o.batch_size));
   for (std::int64_t i = 0; i < stream.size(); ++i) {
     const data::Batch batch = stream.batch(i);
-    for (std::int64_t r = 0; r < batch.rows(); ++r) book_row(batch, r, o, streams[r], seg, vis);
+    for (std::int64_t r = 0; r < batch.rows(); ++r) book_row(batch, r, o, memories[r], seg, vis);
   }
   std::vector<std::int64_t> target, seg_begin, vis_begin;
   for (std::int64_t u = 1; u < n_tokens; ++u) {

@@ -170,14 +170,20 @@ RatioInterval paired_bootstrap_ppl_ratio(const torch::Tensor& a, const torch::Te
 
 std::vector<double> loss_by_document_position(const torch::Tensor& token_losses,
                                               const torch::Tensor& doc_starts, int buckets,
-                                              std::vector<std::int64_t>* counts) {
+                                              std::vector<std::int64_t>* counts,
+                                              bool documents_alone) {
   TXL_CHECK(buckets >= 1, "loss_by_document_position: buckets must be >= 1, got ", buckets);
   TXL_CHECK(token_losses.defined() && token_losses.dim() == 1,
             "loss_by_document_position: token_losses must be [T]");
   TXL_CHECK(doc_starts.defined() && doc_starts.dim() == 1,
             "loss_by_document_position: doc_starts must be [D]");
   const auto losses = token_losses.to(torch::kDouble).contiguous();  // double [T]
-  const auto starts = doc_starts.to(torch::kLong).contiguous();      // int64 [D]
+  auto starts = doc_starts.to(torch::kLong).contiguous();            // int64 [D]
+  // Document mode: document d's first scored target (its offset s_d + 1, position 1) sits at
+  // index s_d - d, so with offset' = index + 1 its start moves to s_d - d + 1 and positions
+  // count from 1 there.
+  if (documents_alone) starts = starts - torch::arange(starts.numel(), torch::kLong) + 1;
+  const std::int64_t first_position = documents_alone ? 1 : 0;
   const double* l = losses.data_ptr<double>();
   const std::int64_t* d = starts.data_ptr<std::int64_t>();
   const std::int64_t n_docs = starts.numel();
@@ -187,7 +193,7 @@ std::vector<double> loss_by_document_position(const torch::Tensor& token_losses,
   for (std::int64_t t = 0; t < losses.numel(); ++t) {
     const std::int64_t offset = t + 1;
     while (doc + 1 < n_docs && d[doc + 1] <= offset) ++doc;
-    const std::int64_t position = doc >= 0 ? offset - d[doc] : offset;
+    const std::int64_t position = doc >= 0 ? offset - d[doc] + first_position : offset;
     int k = 0;  // bucket: position + 1 in [2^k, 2^(k+1))
     while (k + 1 < buckets && (position + 1) >> (k + 1) != 0) ++k;
     sum[static_cast<size_t>(k)] += l[t];

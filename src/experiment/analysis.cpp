@@ -156,35 +156,42 @@ bool is_headline(const ResultRecord& r) {
   return r.eval_mode == EvalMode::kMemory && r.mem_len == r.train_mem_len;
 }
 
+std::optional<HeadlineLosses> headline_losses(const std::vector<ResultRecord>& records,
+                                              const std::string& variant,
+                                              const std::string& split) {
+  const auto picked = select(records, [&](const ResultRecord& r) {
+    return r.variant == variant && r.split == split && is_headline(r);
+  });
+  auto losses = mean_token_losses(picked);
+  if (!losses) return std::nullopt;
+  return HeadlineLosses{*losses, static_cast<int>(picked.size()), picked.front()};
+}
+
 std::vector<PairComparison> compare_pairs(const std::vector<ResultRecord>& records,
                                           const std::string& split,
                                           const AnalysisOptions& options) {
   struct Side {
     std::string variant;
-    int seeds = 0;
-    torch::Tensor losses;  // double [T]
+    HeadlineLosses headline;
   };
   std::vector<Side> sides;
   for (const auto& variant : variants_of(records)) {
-    const auto picked = select(records, [&](const ResultRecord& r) {
-      return r.variant == variant && r.split == split && is_headline(r);
-    });
-    if (auto losses = mean_token_losses(picked)) {
-      sides.push_back({variant, static_cast<int>(picked.size()), *losses});
-    }
+    if (auto h = headline_losses(records, variant, split)) sides.push_back({variant, *h});
   }
   std::vector<PairComparison> out;
   for (size_t i = 0; i < sides.size(); ++i) {
     for (size_t j = i + 1; j < sides.size(); ++j) {
-      if (sides[i].losses.size(0) != sides[j].losses.size(0)) continue;
+      const auto& a = sides[i].headline;
+      const auto& b = sides[j].headline;
+      if (a.losses.size(0) != b.losses.size(0)) continue;
       PairComparison pair;
       pair.split = split;
       pair.a = sides[i].variant;
       pair.b = sides[j].variant;
-      pair.seeds_a = sides[i].seeds;
-      pair.seeds_b = sides[j].seeds;
-      pair.interval = eval::paired_bootstrap_ppl_ratio(sides[i].losses, sides[j].losses,
-                                                       options.block, options.samples);
+      pair.seeds_a = a.seeds;
+      pair.seeds_b = b.seeds;
+      pair.interval =
+          eval::paired_bootstrap_ppl_ratio(a.losses, b.losses, options.block, options.samples);
       out.push_back(pair);
     }
   }

@@ -114,14 +114,8 @@ ResultRecord evaluate_planned(const std::string& name, const config::ExperimentC
   record.attn_type = cfg.model.attn_type;
   record.sweep = p.sweep;
   if (r.token_losses.defined() && split.doc_starts.defined() && split.doc_starts.numel() > 1) {
-    // Document mode leaves every document's first token out of the losses, so document d's
-    // targets start d places earlier than in the text.
-    const auto starts =
-        p.settings.documents
-            ? split.doc_starts - torch::arange(split.doc_starts.numel(), torch::kInt64)
-            : split.doc_starts;
-    record.loss_by_document_position =
-        eval::loss_by_document_position(r.token_losses, starts, kDocumentBuckets);
+    record.loss_by_document_position = eval::loss_by_document_position(
+        r.token_losses, split.doc_starts, kDocumentBuckets, nullptr, p.settings.documents);
   }
   return record;
 }

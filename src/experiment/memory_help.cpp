@@ -9,7 +9,6 @@
 
 #include "report_parts.h"
 #include "txl/data/dataset.h"
-#include "txl/eval/evaluator.h"
 #include "txl/util/error.h"
 #include "txl/util/json.h"
 #include "txl/util/log.h"
@@ -24,28 +23,6 @@ const config::ExperimentConfig* variant_config(const config::AblationConfig& abl
   for (const auto& [n, cfg] : ablation.variants)
     if (n == name) return &cfg;
   return nullptr;
-}
-
-// The headline records of `variant` on `split` (one per seed).
-std::vector<const ResultRecord*> headline(const std::vector<ResultRecord>& records,
-                                          const std::string& variant, const std::string& split) {
-  std::vector<const ResultRecord*> out;
-  for (const auto& r : records)
-    if (r.variant == variant && r.split == split && is_headline(r)) out.push_back(&r);
-  return out;
-}
-
-// The per-token losses of `picked`, averaged over seeds; nullopt when one lacks them.
-std::optional<torch::Tensor> mean_losses(const std::vector<const ResultRecord*>& picked) {
-  if (picked.empty()) return std::nullopt;
-  torch::Tensor sum;
-  for (const ResultRecord* r : picked) {
-    if (!r->token_losses.defined() || r->token_losses.dim() != 1) return std::nullopt;
-    auto l = r->token_losses.to(torch::kDouble);  // [T]
-    if (sum.defined() && l.size(0) != sum.size(0)) return std::nullopt;
-    sum = sum.defined() ? sum + l : l;
-  }
-  return sum / static_cast<double>(picked.size());
 }
 
 // The (a, b) pairs: same attention, a trained without memory, b with it; relative positions
@@ -70,36 +47,27 @@ std::vector<std::pair<std::string, std::string>> memory_pairs(
   return out;
 }
 
-// eval::memory_gain of one pair on one split; nullopt when its losses are missing or differ in
-// length.
+// eval::compare_memory of one pair on one split (b's headline settings give the layout);
+// nullopt when its losses are missing or differ in length.
 std::optional<MemoryHelp> one_pair(const config::ExperimentConfig& b_config,
-                                   const data::Dataset& dataset, const std::string& split,
+                                   const data::EncodedSplit& split, const std::string& split_name,
                                    const std::string& a, const std::string& b,
                                    const std::vector<ResultRecord>& records,
+                                   const torch::Tensor& train_counts, const eval::WordFlags& words,
                                    const AnalysisOptions& options) {
-  const auto picked_b = headline(records, b, split);
-  const auto loss_a = mean_losses(headline(records, a, split));
-  const auto loss_b = mean_losses(picked_b);
-  if (!loss_a || !loss_b || loss_a->size(0) != loss_b->size(0)) return std::nullopt;
+  const auto loss_a = headline_losses(records, a, split_name);
+  const auto loss_b = headline_losses(records, b, split_name);
+  if (!loss_a || !loss_b || loss_a->losses.size(0) != loss_b->losses.size(0)) return std::nullopt;
   config::ExperimentConfig c = b_config;
   c.eval.mode = eval::Mode::kMemory;
-  c.eval.mem_len = picked_b.front()->mem_len;
-  const eval::Settings settings = eval::resolve_settings(c);
-  const data::EncodedSplit text = eval::scored_prefix(dataset.split(split), settings.max_tokens);
-  eval::GainInputs in;
-  in.loss_a = *loss_a;
-  in.loss_b = *loss_b;
-  in.ids = text.ids;
-  in.doc_starts = text.doc_starts;
-  in.reach = eval::segment_reach(text.ids.size(0), text.doc_starts, eval::reach_options(settings));
-  in.train_counts = torch::bincount(dataset.train.ids, {}, dataset.tokenizer->vocab_size());
-  in.words = eval::word_flags(*dataset.tokenizer);
+  c.eval.mem_len = loss_b->first->mem_len;
   eval::GainOptions gain_options;
   gain_options.block = options.block;
   gain_options.samples = options.samples;
-  MemoryHelp help{split, a, b, static_cast<int>(picked_b.size()), {}};
-  help.gain = eval::memory_gain(in, gain_options);
-  return help;
+  return MemoryHelp{
+      split_name, a, b, loss_b->seeds,
+      eval::compare_memory(loss_a->losses, loss_b->losses, split, eval::resolve_settings(c),
+                           train_counts, words, gain_options)};
 }
 
 }  // namespace
@@ -113,8 +81,11 @@ std::vector<MemoryHelp> where_memory_helps(const config::AblationConfig& ablatio
     if (b_config == nullptr) continue;
     try {  // an analysis the report can do without: a failure is a warning
       const data::Dataset dataset = data::load_dataset(b_config->data);
+      const auto counts = torch::bincount(dataset.train.ids, {}, dataset.tokenizer->vocab_size());
+      const auto words = eval::word_flags(*dataset.tokenizer);
       for (const auto& split : detail::splits_in_order(records)) {
-        if (auto help = one_pair(*b_config, dataset, split, a, b, records, options))
+        if (auto help = one_pair(*b_config, dataset.split(split), split, a, b, records, counts,
+                                 words, options))
           out.push_back(std::move(*help));
       }
     } catch (const Error& e) {

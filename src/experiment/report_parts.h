@@ -47,9 +47,6 @@ std::vector<ResultRecord> main_records(const std::vector<ResultRecord>& records)
 // The report's tables: one row per evaluation of `split` (seeds averaged), the variants'
 // training, and the loss by position in the segment and in the document (a table per split).
 std::string split_table(const std::vector<SeedSummary>& summaries, const std::string& split);
-// What a record scored, e.g. "the first 20,000 targets of test (15,093 words, 1.33 tokens a
-// word)": the part of its protocol that split_table's caption gives.
-std::string scored_text(const ResultRecord& r);
 std::string training_table(const std::vector<ResultRecord>& records,
                            const std::vector<TrainingCurve>& curves);
 std::string position_section(const std::vector<ResultRecord>& records);

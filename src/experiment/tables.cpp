@@ -98,6 +98,22 @@ std::string with_spread(const MeanStd& m, int digits) {
   return fixed(m.mean, digits) + " ± " + fixed(m.std, digits);
 }
 
+namespace {
+
+// What a record scored, e.g. "the first 20,000 targets of test (11,942 words, 1.67 tokens a
+// word)": the part of its protocol that split_table's caption gives.
+std::string scored_text(const ResultRecord& r) {
+  std::string out = r.max_tokens > 0 ? "the first " + count(r.max_tokens) + " targets of " + r.split
+                                     : "every target of " + r.split;
+  if (r.words > 0) {
+    out += fmt::format(" ({} words, {:.2f} tokens a word)", count(r.words),
+                       static_cast<double>(r.tokens) / static_cast<double>(r.words));
+  }
+  return out;
+}
+
+}  // namespace
+
 // One row per evaluation of `split` (seeds averaged: ppl as mean ± std).
 std::string split_table(const std::vector<SeedSummary>& summaries, const std::string& split) {
   bool any_bpb = false, any_bpc = false, any_recall = false, any_seeds = false, any_words = false;
@@ -166,37 +182,6 @@ std::string split_table(const std::vector<SeedSummary>& summaries, const std::st
       "document on its own).\n\n";
   return caption + markdown_table(header, rows, right);
 }
-
-std::string scored_text(const ResultRecord& r) {
-  std::string out = r.max_tokens > 0 ? "the first " + count(r.max_tokens) + " targets of " + r.split
-                                     : "every target of " + r.split;
-  if (r.words > 0) {
-    out += fmt::format(" ({} words, {:.2f} tokens a word)", count(r.words),
-                       static_cast<double>(r.tokens) / static_cast<double>(r.words));
-  }
-  return out;
-}
-
-}  // namespace txl::experiment::detail
-
-namespace txl::experiment {
-
-std::string protocol(const ResultRecord& r) {
-  using config::EvalMode;
-  std::string out = config::to_string(r.eval_mode) + " Q=" + std::to_string(r.tgt_len);
-  if (r.eval_mode == EvalMode::kMemory) out += " M=" + std::to_string(r.mem_len);
-  if (r.eval_mode == EvalMode::kSliding)
-    out += " L=" + std::to_string(r.window) + " s=" + std::to_string(r.stride);
-  out += r.reset == "document" ? ", reset per document" : ", one stream";
-  out += ", " + detail::scored_text(r) + "; ppl per token";
-  if (r.word_ppl > 0) out += ", per word";
-  if (r.bits_per_byte > 0) out += ", bits per byte";
-  return out;
-}
-
-}  // namespace txl::experiment
-
-namespace txl::experiment::detail {
 
 // The main evaluations (no sweep points), whose tables and findings the report shows.
 std::vector<ResultRecord> main_records(const std::vector<ResultRecord>& records) {

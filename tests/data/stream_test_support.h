@@ -12,14 +12,12 @@
 
 namespace txl::data::stream_test {
 
+using txl::test::longs;
 using txl::test::tensor_equal;
 
 inline constexpr int P = -1;  // pad id; the corpora below are arange(N), so ids are >= 0
 
 inline torch::Tensor corpus(std::int64_t n) { return torch::arange(n, torch::kInt64); }
-inline torch::Tensor longs(std::vector<std::int64_t> values) {
-  return torch::tensor(values, torch::kInt64);
-}
 
 inline TrainStreamOptions train_options(std::int64_t b, std::int64_t q, std::int64_t e = 0) {
   TrainStreamOptions o;

@@ -13,11 +13,8 @@
 namespace {
 
 using namespace txl::eval;  // NOLINT: the module under test
+using txl::test::longs;
 using txl::test::tensor_equal;
-
-torch::Tensor longs(const std::vector<std::int64_t>& values) {
-  return torch::tensor(values, torch::kInt64);
-}
 
 ReachOptions layout(std::int64_t b, std::int64_t q, std::int64_t m, std::int64_t warmup = 0) {
   ReachOptions o;

@@ -210,6 +210,13 @@ TEST(LossByDocumentPosition, GroupsPositionsInPowersOfTwo) {
   EXPECT_TRUE(std::isnan(many[5]));  // no target that far in
   EXPECT_EQ(counts[5], 0);
   TXL_EXPECT_THROW_WITH(txl::eval::loss_by_document_position(losses, starts, 0), "buckets");
+  // Document mode's losses leave out offset 5 (the second document's first token): the same
+  // positions without position 0.
+  const auto alone = torch::cat({losses.narrow(0, 0, 4), losses.narrow(0, 5, 3)});  // [7]
+  const auto kept = txl::eval::loss_by_document_position(alone, starts, 3, &counts, true);
+  EXPECT_EQ(counts, (std::vector<std::int64_t>{0, 4, 3}));
+  EXPECT_DOUBLE_EQ(kept[1], three[1]);
+  EXPECT_DOUBLE_EQ(kept[2], three[2]);
 }
 
 }  // namespace

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace txl::test {
 
@@ -16,6 +18,11 @@ namespace txl::test {
 
 // Exact equality (shape, dtype-independent values), with the first mismatch on failure.
 ::testing::AssertionResult tensor_equal(const torch::Tensor& actual, const torch::Tensor& expected);
+
+// int64 [n] of `values`, for expected offsets and ids.
+inline torch::Tensor longs(const std::vector<std::int64_t>& values) {
+  return torch::tensor(values, torch::kInt64);
+}
 
 // A fresh empty directory under the system temp dir, removed when the object dies.
 class TempDir {

@@ -109,9 +109,9 @@ namespace {
 struct Target {
   std::string name;
   data::EncodedSplit split;
-  // int64 [V]: how often each id occurs in the train split, for --where-memory-helps's frequency
-  // classes (the evaluated text's own counts for --file and --text, which have no train split).
-  torch::Tensor train_counts;
+  // int64 [N]: the train split's ids, for --where-memory-helps's frequency classes (the
+  // evaluated text's own for --file and --text, which have no train split).
+  torch::Tensor train_ids;
 };
 
 // What to score: the text, the file, or the splits of the corpus, always encoded with the
@@ -120,16 +120,15 @@ std::vector<Target> collect_targets(const EvalRequest& request,
                                     const config::ExperimentConfig& config,
                                     const models::LoadedModel& loaded, dist::Group& group) {
   const data::Tokenizer& tokenizer = *loaded.tokenizer;
-  const auto own_counts = [&](Target t) {
-    t.train_counts = torch::bincount(t.split.ids, {}, tokenizer.vocab_size());
-    return std::vector<Target>{t};
+  const auto alone = [](std::string name, data::EncodedSplit split) {
+    const auto ids = split.ids;
+    return std::vector<Target>{{std::move(name), std::move(split), ids}};
   };
   if (!request.text.empty())
-    return own_counts({"text", encode_text(request.text, tokenizer, config.data.add_eos), {}});
+    return alone("text", encode_text(request.text, tokenizer, config.data.add_eos));
   if (!request.file.empty()) {
-    return own_counts({stdfs::path(request.file).filename().string(),
-                       data::encode_text_file(request.file, tokenizer, config.data.add_eos),
-                       {}});
+    return alone(stdfs::path(request.file).filename().string(),
+                 data::encode_text_file(request.file, tokenizer, config.data.add_eos));
   }
   const auto dataset = dist::main_rank_first(
       group, [&] { return data::load_dataset(config.data, loaded.tokenizer); });
@@ -140,9 +139,8 @@ std::vector<Target> collect_targets(const EvalRequest& request,
               dataset.stats.cache_path.string(), dataset.corpus_fingerprint,
               loaded.corpus_fingerprint);
   std::vector<Target> targets;
-  const auto counts = torch::bincount(dataset.train.ids, {}, tokenizer.vocab_size());  // [V]
   for (const auto& name : request.splits.empty() ? config.eval.splits : request.splits)
-    targets.push_back({name, dataset.split(name), counts});
+    targets.push_back({name, dataset.split(name), dataset.train.ids});
   return targets;
 }
 
@@ -309,21 +307,6 @@ struct Comparison {
   std::optional<eval::MemoryGain> gain;  // --where-memory-helps
 };
 
-// Where b's memory helps over a on `target`, in b's layout (its segments and memory).
-eval::MemoryGain memory_gain_of(const Comparison& c, const Target& target, const Settings& sb,
-                                const data::Tokenizer& tokenizer) {
-  const data::EncodedSplit text = scored_prefix(target.split, sb.max_tokens);
-  eval::GainInputs in;
-  in.loss_a = c.a.token_losses;
-  in.loss_b = c.b.token_losses;
-  in.ids = text.ids;
-  in.doc_starts = text.doc_starts;
-  in.reach = eval::segment_reach(text.ids.size(0), text.doc_starts, eval::reach_options(sb));
-  in.train_counts = target.train_counts;
-  in.words = eval::word_flags(tokenizer);
-  return eval::memory_gain(in);
-}
-
 std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& first,
                                 dist::Group& group) {
   EvalRequest other_request = request;
@@ -351,7 +334,11 @@ std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& fi
               "--compare: ", c.a.token_losses.numel(), " and ", c.b.token_losses.numel(),
               " tokens scored on ", target.name, "; set eval.max_tokens");
     c.ratio = paired_bootstrap_ppl_ratio(c.a.token_losses, c.b.token_losses);
-    if (request.where_memory_helps) c.gain = memory_gain_of(c, target, sb, *a.tokenizer);
+    if (request.where_memory_helps) {
+      const auto counts = torch::bincount(target.train_ids, {}, a.tokenizer->vocab_size());
+      c.gain = eval::compare_memory(c.a.token_losses, c.b.token_losses, target.split, sb, counts,
+                                    eval::word_flags(*a.tokenizer));
+    }
     out.push_back(std::move(c));
   }
   return out;

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "txl/data/dataset.h"
 #include "txl/data/tokenizer.h"
 #include "txl/eval/settings.h"
 #include "txl/eval/statistics.h"
@@ -187,6 +188,14 @@ struct GainInputs {
 // Groups and tables. Throws txl::Error for sizes that do not match (T, N, V), a non-finite loss
 // or bad options (block, samples, confidence, edges).
 MemoryGain memory_gain(const GainInputs& inputs, const GainOptions& options = {});
+
+// memory_gain of two evaluations of `split`: loss_a and loss_b their EvalResult::token_losses,
+// b's settings the scored prefix (max_tokens) and the segment and memory layout (reach_options),
+// train_counts (int64 [V]) the frequency ranks, words the tokenizer's word_flags.
+MemoryGain compare_memory(const torch::Tensor& loss_a, const torch::Tensor& loss_b,
+                          const data::EncodedSplit& split, const Settings& settings_b,
+                          const torch::Tensor& train_counts, const WordFlags& words,
+                          const GainOptions& options = {});
 
 // The three tables as GitHub markdown, one per grouping, the model names in the header.
 std::string gain_markdown(const MemoryGain& gain, const std::string& name_a,

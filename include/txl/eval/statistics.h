@@ -74,9 +74,12 @@ RatioInterval paired_bootstrap_ppl_ratio(const torch::Tensor& a, const torch::Te
 // type), the loss of target t + 1 at index t (EvalResult::token_losses); doc_starts: int64 [D]
 // token offsets where documents start (data::EncodedSplit), sorted; a target at offset p sits at
 // position p - (the last start <= p). Returns [buckets] means (NaN where no token fell) and
-// `counts` the tokens of each. Throws txl::Error for a bad shape or buckets < 1.
+// `counts` the tokens of each. documents_alone: the losses of a document-mode evaluation, which
+// leave out every document's first token (EvalResult::token_losses), so document d's targets
+// sit d places earlier. Throws txl::Error for a bad shape or buckets < 1.
 std::vector<double> loss_by_document_position(const torch::Tensor& token_losses,
                                               const torch::Tensor& doc_starts, int buckets,
-                                              std::vector<std::int64_t>* counts = nullptr);
+                                              std::vector<std::int64_t>* counts = nullptr,
+                                              bool documents_alone = false);
 
 }  // namespace txl::eval

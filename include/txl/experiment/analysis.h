@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,17 @@ std::vector<ResultRecord> mean_records(const std::vector<SeedSummary>& summaries
 // The evaluation a variant is compared on: relative positions at the training memory (memory
 // mode), absolute positions on fixed segments; never a sweep point.
 bool is_headline(const ResultRecord& record);
+
+// The per-token losses of `variant`'s headline evaluations on `split`, averaged over its seeds:
+// double [T], with the seeds and the first seed's record. nullopt when there is none or one
+// lacks its losses or scored other tokens.
+struct HeadlineLosses {
+  torch::Tensor losses;  // double [T]
+  int seeds = 0;
+  const ResultRecord* first = nullptr;
+};
+std::optional<HeadlineLosses> headline_losses(const std::vector<ResultRecord>& records,
+                                              const std::string& variant, const std::string& split);
 
 // The ratio of perplexities of variants a and b on one split, from their headline evaluations'
 // per-token losses averaged over seeds, with eval::paired_bootstrap_ppl_ratio's interval.

@@ -80,12 +80,6 @@ struct ResultRecord {
   int context() const;
 };
 
-// The record's protocol in one line, as report tables name it: mode and lengths, where memory
-// resets, what is scored, and the normalisations reported, e.g.
-// "memory Q=64 M=128, reset per document, first 20,000 targets of test; ppl per token, per word
-// (15,093 words), bits per byte".
-std::string protocol(const ResultRecord& r);
-
 // The evaluation part of a record (what was evaluated, from `settings` through eval::shape_of,
 // and the figures of `result`, its split included); the caller adds the variant and the
 // training figures.
