@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -16,79 +20,6 @@
 namespace txl::data {
 
 namespace stdfs = std::filesystem;
-
-const CorpusSplit& CorpusText::split(std::string_view split_name) const {
-  if (split_name == "train") return train;
-  if (split_name == "valid") return valid;
-  if (split_name == "test") return test;
-  TXL_FAIL("unknown split '", split_name, "': expected train, valid or test");
-}
-
-// ---------------------------------------------------------------------------- helpers
-
-std::vector<std::string> split_lines(std::string_view text) {
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string_view::npos) end = text.size();
-    lines.emplace_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return lines;
-}
-
-std::int64_t count_utf8_chars(std::string_view text) {
-  std::int64_t n = 0;
-  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
-std::int64_t count_words(std::string_view text) {
-  std::int64_t n = 0;
-  bool in_word = false;
-  for (unsigned char c : text) {
-    const bool space = c == ' ' || (c >= '\t' && c <= '\r');
-    n += !space && !in_word;
-    in_word = !space;
-  }
-  return n;
-}
-
-std::optional<VerseLine> parse_verse_line(std::string_view line) {
-  // Book: an optional leading digit ("1Sm"), then letters; then chapter ':' verse ' '.
-  size_t i = 0;
-  if (i < line.size() && line[i] >= '1' && line[i] <= '3') ++i;
-  size_t letters = i;
-  while (i < line.size() && std::isalpha(static_cast<unsigned char>(line[i]))) ++i;
-  if (i == letters) return std::nullopt;
-  VerseLine v;
-  v.book = line.substr(0, i);
-  auto read_number = [&](int* out) {
-    size_t begin = i;
-    int value = 0;
-    while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i])) && i - begin < 4) {
-      value = value * 10 + (line[i] - '0');
-      ++i;
-    }
-    *out = value;
-    return i > begin;
-  };
-  if (!read_number(&v.chapter) || i >= line.size() || line[i] != ':') return std::nullopt;
-  ++i;
-  if (!read_number(&v.verse) || i >= line.size() || line[i] != ' ') return std::nullopt;
-  if (v.chapter < 1 || v.verse < 1) return std::nullopt;
-  v.text = line.substr(i + 1);
-  return v;
-}
-
-ByteSplit byte_corpus_split(std::int64_t size) {
-  constexpr std::int64_t kStandard = 100000000, kHeldOut = 5000000;
-  if (size >= kStandard) return {size - 2 * kHeldOut, size - kHeldOut, size, true};
-  std::int64_t train_end = size * 90 / 100;
-  std::int64_t valid_end = train_end + size * 5 / 100;
-  return {train_end, valid_end, size, false};
-}
 
 namespace {
 
@@ -105,22 +36,107 @@ void count_text(CorpusSplit* split) {
   }
 }
 
-// Reads a corpus file, with errors that name the corpus, the path and the README.
-std::string read_corpus_file(const std::string& corpus, const stdfs::path& path) {
+// Collects lines into chunks of about chunk_bytes and hands each to the sink. A chunk is handed
+// over only at cut(), where the reader allows one (after a line that a document cannot reach
+// back across), and at finish().
+class ChunkBuilder {
+ public:
+  ChunkBuilder(std::int64_t chunk_bytes, bool line_end_is_word, const ChunkSink& sink)
+      : chunk_bytes_(chunk_bytes), line_end_is_word_(line_end_is_word), sink_(sink) {
+    chunk_.line_end_is_word = line_end_is_word;
+  }
+  // A line of the text (`newline`: it ended with '\n'), starting a document or not; a document
+  // may take in the `take_back` lines just before it (all in this chunk).
+  void line(std::string_view text, bool newline, bool starts_document, std::int64_t take_back = 0) {
+    const auto start = static_cast<std::int64_t>(chunk_.lines.size()) - take_back;
+    if (starts_document && (chunk_.doc_starts.empty() || start > chunk_.doc_starts.back()))
+      chunk_.doc_starts.push_back(start);
+    chunk_.lines.emplace_back(text);
+    skip(text, newline);
+  }
+  // Text that is counted (bytes and characters) but is not a line of the split.
+  void skip(std::string_view text, bool newline) {
+    chunk_.n_bytes += static_cast<std::int64_t>(text.size()) + newline;
+    chunk_.n_chars += count_utf8_chars(text) + newline;
+  }
+  void cut() {
+    if (chunk_.n_bytes >= chunk_bytes_) finish();
+  }
+  void finish() {
+    if (chunk_.lines.empty() && chunk_.n_bytes == 0) return;
+    sink_(std::move(chunk_));
+    chunk_ = CorpusSplit();
+    chunk_.line_end_is_word = line_end_is_word_;
+  }
+
+ private:
+  std::int64_t chunk_bytes_;
+  bool line_end_is_word_;
+  const ChunkSink& sink_;
+  CorpusSplit chunk_;
+};
+
+// Calls on_line(line, newline) for each line of bytes [begin, end) of `path`, read in blocks: as
+// split_lines, a final line without a newline counts, and there is no empty line after a final
+// newline. Throws txl::Error naming the corpus and the file when it cannot be read.
+void for_each_file_line(const std::string& corpus, const stdfs::path& path, std::int64_t begin,
+                        std::int64_t end,
+                        const std::function<void(std::string_view, bool)>& on_line) {
+  std::ifstream in(path, std::ios::binary);
+  TXL_CHECK(in.good(), "corpus '", corpus, "': cannot open ", path.string(), ": ",
+            std::strerror(errno));
+  in.seekg(begin);
+  constexpr std::int64_t kBlock = 4 << 20;
+  std::string carry, block;
+  for (std::int64_t at = begin; at < end;) {
+    block.resize(static_cast<size_t>(std::min(kBlock, end - at)));
+    in.read(block.data(), static_cast<std::streamsize>(block.size()));
+    TXL_CHECK(in.gcount() == static_cast<std::streamsize>(block.size()), "corpus '", corpus,
+              "': cannot read ", path.string(), " (did it shrink while being read?)");
+    at += static_cast<std::int64_t>(block.size());
+    std::string_view rest(block);
+    for (size_t nl; (nl = rest.find('\n')) != std::string_view::npos; rest.remove_prefix(nl + 1)) {
+      if (carry.empty()) {
+        on_line(rest.substr(0, nl), true);
+      } else {
+        carry.append(rest.substr(0, nl));
+        on_line(carry, true);
+        carry.clear();
+      }
+    }
+    carry.append(rest);
+  }
+  if (!carry.empty()) on_line(carry, false);
+}
+
+std::int64_t file_size_of(const std::string& corpus, const stdfs::path& path) {
   std::error_code ec;
   TXL_CHECK(stdfs::exists(path, ec), "corpus '", corpus, "': file not found: ", path.string(),
             " (see ", kReadme, " for how to obtain it and the layout txl expects)");
   TXL_CHECK(!stdfs::is_directory(path, ec), "corpus '", corpus, "': expected a file, found a ",
             "directory: ", path.string(), " (see ", kReadme, ")");
-  std::string bytes;
+  const auto size = stdfs::file_size(path, ec);
+  TXL_CHECK(!ec, "corpus '", corpus, "': cannot read ", path.string(), ": ", ec.message());
+  TXL_CHECK(size > 0, "corpus '", corpus, "': ", path.string(),
+            " is empty (a partial download? see ", kReadme, ")");
+  return static_cast<std::int64_t>(size);
+}
+
+int split_index(const std::string& corpus, std::string_view split) {
+  if (split == "train") return 0;
+  if (split == "valid") return 1;
+  if (split == "test") return 2;
+  TXL_FAIL("corpus '", corpus, "': unknown split '", split, "': expected train, valid or test");
+}
+
+// Reads a corpus file, with errors that name the corpus, the path and the README.
+std::string read_corpus_file(const std::string& corpus, const stdfs::path& path) {
+  (void)file_size_of(corpus, path);  // exists, a file, not empty
   try {
-    bytes = fs::read_file(path);
+    return fs::read_file(path);
   } catch (const Error& e) {
     TXL_FAIL("corpus '", corpus, "': ", e.what(), " (see ", kReadme, ")");
   }
-  TXL_CHECK(!bytes.empty(), "corpus '", corpus, "': ", path.string(),
-            " is empty (a partial download? see ", kReadme, ")");
-  return bytes;
 }
 
 std::string resolved(const std::string& path) {
@@ -166,7 +182,15 @@ class KjvReader : public CorpusReader {
   }
   std::uint64_t fingerprint() const override { return fs::fnv1a(raw()); }
 
-  CorpusText read() const override {
+  // The Bible is small (4 MB): each split is parsed from the whole text and comes as one chunk.
+  void read_split(std::string_view split, std::int64_t, const ChunkSink& sink) const override {
+    const int index = split_index("kjv", split);
+    CorpusText corpus = parse();
+    sink(std::move(index == 0 ? corpus.train : index == 1 ? corpus.valid : corpus.test));
+  }
+
+ private:
+  CorpusText parse() const {
     const std::string& text = raw();
     std::vector<std::string> verses;
     std::vector<bool> chapter_start;
@@ -202,7 +226,6 @@ class KjvReader : public CorpusReader {
     return corpus;
   }
 
- private:
   std::string origin() const { return path_.empty() ? "`bible -f Gen1:1-Rev22:21`" : path_; }
 
   const std::string& raw() const {
@@ -241,41 +264,41 @@ class SplitFilesReader : public CorpusReader {
   std::string source_key() const override { return name_ + ":" + resolved(path_); }
   std::uint64_t fingerprint() const override { return fingerprint_files(name_, paths()); }
 
-  CorpusText read() const override {
-    CorpusText corpus;
-    corpus.name = name_;
-    auto files = paths();
-    CorpusSplit* splits[3] = {&corpus.train, &corpus.valid, &corpus.test};
-    for (int s = 0; s < 3; ++s) {
-      std::string bytes = read_corpus_file(name_, files[s]);
-      CorpusSplit& split = *splits[s];
-      split.n_bytes = static_cast<std::int64_t>(bytes.size());
-      split.n_chars = count_utf8_chars(bytes);
-      split.line_end_is_word = docs_ != Docs::kBlankLines;  // WikiText and PTB count <eos>
-      auto lines = split_lines(bytes);
-      bytes.clear();
-      bytes.shrink_to_fit();
+  void read_split(std::string_view split, std::int64_t chunk_bytes,
+                  const ChunkSink& sink) const override {
+    const stdfs::path file = paths()[static_cast<size_t>(split_index(name_, split))];
+    const std::int64_t size = file_size_of(name_, file);
+    // WikiText and PTB count each line's <eos> as a word.
+    ChunkBuilder chunks(chunk_bytes, docs_ != Docs::kBlankLines, sink);
+    bool first = true, new_doc = true;
+    std::int64_t lines = 0, blank_run = 0;
+    for_each_file_line(name_, file, 0, size, [&](std::string_view line, bool newline) {
       if (docs_ == Docs::kBlankLines) {
         // Blank lines separate documents and are not part of the text.
-        bool new_doc = true;
-        for (auto& line : lines) {
-          if (line.find_first_not_of(" \t\r") == std::string::npos) {
-            new_doc = true;
-            continue;
-          }
-          if (new_doc) split.doc_starts.push_back(static_cast<std::int64_t>(split.lines.size()));
-          new_doc = false;
-          split.lines.push_back(std::move(line));
+        if (blank(line)) {
+          new_doc = true;
+          chunks.skip(line, newline);
+          return;
         }
-        TXL_CHECK(!split.lines.empty(), "corpus '", name_, "': ", files[s].string(),
-                  " holds only blank lines");
-      } else {
-        split.lines = std::move(lines);
-        split.doc_starts.push_back(0);
-        if (docs_ == Docs::kWikiArticles) add_article_starts(&split);
+        chunks.line(line, newline, new_doc);
+        new_doc = false;
+        ++lines;
+        chunks.cut();
+        return;
       }
-    }
-    return corpus;
+      // WikiText: an article starts at its title line " = Title = " (one '=' each side;
+      // sections are " = = Section = = "), together with the blank line(s) just before it.
+      // Chunks are cut only after a line that is not blank, so those blank lines and the title
+      // share a chunk.
+      const bool article = docs_ == Docs::kWikiArticles && title(line);
+      chunks.line(line, newline, first || article, article ? blank_run : 0);
+      first = false;
+      ++lines;
+      blank_run = blank(line) ? blank_run + 1 : 0;
+      if (blank_run == 0) chunks.cut();
+    });
+    chunks.finish();
+    TXL_CHECK(lines > 0, "corpus '", name_, "': ", file.string(), " holds only blank lines");
   }
 
  private:
@@ -285,24 +308,13 @@ class SplitFilesReader : public CorpusReader {
     return out;
   }
 
-  static bool blank(const std::string& line) {
-    return line.find_first_not_of(" \t\r") == std::string::npos;
+  static bool blank(std::string_view line) {
+    return line.find_first_not_of(" \t\r") == std::string_view::npos;
   }
 
-  // WikiText: an article starts at its title line " = Title = " (one '=' each side; sections
-  // are " = = Section = = "), together with the blank line(s) just before it.
-  static void add_article_starts(CorpusSplit* split) {
-    const auto& lines = split->lines;
-    for (size_t i = 0; i < lines.size(); ++i) {
-      const std::string& l = lines[i];
-      bool title = l.size() >= 6 && l.compare(0, 3, " = ") == 0 && l[3] != '=' &&
-                   l.compare(l.size() - 3, 3, " = ") == 0 && l[l.size() - 4] != '=';
-      if (!title) continue;
-      size_t start = i;
-      while (start > 0 && blank(lines[start - 1])) --start;
-      if (static_cast<std::int64_t>(start) > split->doc_starts.back())
-        split->doc_starts.push_back(static_cast<std::int64_t>(start));
-    }
+  static bool title(std::string_view l) {
+    return l.size() >= 6 && l.substr(0, 3) == " = " && l[3] != '=' &&
+           l.substr(l.size() - 3) == " = " && l[l.size() - 4] != '=';
   }
 
   std::string name_, path_;
@@ -327,39 +339,31 @@ class ByteFileReader : public CorpusReader {
   std::string source_key() const override { return name_ + ":" + resolved(file_.string()); }
   std::uint64_t fingerprint() const override { return fingerprint_files(name_, {file_}); }
 
-  CorpusText read() const override {
-    std::string bytes = read_corpus_file(name_, file_);
-    ByteSplit cut = byte_corpus_split(static_cast<std::int64_t>(bytes.size()));
-    if (!cut.standard)
+  void read_split(std::string_view split, std::int64_t chunk_bytes,
+                  const ChunkSink& sink) const override {
+    const int index = split_index(name_, split);
+    const ByteSplit cut = byte_corpus_split(file_size_of(name_, file_));
+    if (!cut.standard && index == 0)
       log::info("data",
                 "{}: {} has {} bytes, under the standard 100,000,000; splitting 90/5/5 "
                 "by fraction",
                 name_, file_.string(), cut.size);
-    CorpusText corpus;
-    corpus.name = name_;
-    std::int64_t bounds[4] = {0, cut.train_end, cut.valid_end, cut.size};
-    CorpusSplit* splits[3] = {&corpus.train, &corpus.valid, &corpus.test};
-    for (int s = 0; s < 3; ++s) {
-      std::string_view part(bytes.data() + bounds[s],
-                            static_cast<size_t>(bounds[s + 1] - bounds[s]));
-      CorpusSplit& split = *splits[s];
-      split.n_bytes = static_cast<std::int64_t>(part.size());
-      split.n_chars = count_utf8_chars(part);
-      split.lines = split_lines(part);
-      split.doc_starts.push_back(0);
-      // enwik8 is a Wikipedia XML dump: an article starts at its "<page>" line.
-      if (pages_) {
-        for (size_t i = 1; i < split.lines.size(); ++i) {
-          const std::string& l = split.lines[i];
-          size_t first = l.find_first_not_of(' ');
-          if (first != std::string::npos && l.compare(first, 6, "<page>") == 0)
-            split.doc_starts.push_back(static_cast<std::int64_t>(i));
-        }
-      }
-      TXL_CHECK(!split.lines.empty(), "corpus '", name_, "': ", file_.string(),
-                " is too small to split into train/valid/test");
-    }
-    return corpus;
+    const std::int64_t bounds[4] = {0, cut.train_end, cut.valid_end, cut.size};
+    ChunkBuilder chunks(chunk_bytes, false, sink);
+    bool first = true;
+    for_each_file_line(
+        name_, file_, bounds[index], bounds[index + 1], [&](std::string_view line, bool newline) {
+          // enwik8 is a Wikipedia XML dump: an article starts at its "<page>" line.
+          const size_t text = line.find_first_not_of(' ');
+          const bool page =
+              pages_ && text != std::string_view::npos && line.substr(text, 6) == "<page>";
+          chunks.line(line, newline, first || page);
+          first = false;
+          chunks.cut();
+        });
+    chunks.finish();
+    TXL_CHECK(!first, "corpus '", name_, "': ", file_.string(),
+              " is too small to split into train/valid/test");
   }
 
  private:
@@ -399,14 +403,11 @@ class BookFolderReader : public CorpusReader {
     return h;
   }
 
-  CorpusText read() const override {
-    CorpusText corpus;
-    corpus.name = name_;
-    CorpusSplit* splits[3] = {&corpus.train, &corpus.valid, &corpus.test};
-    for (int s = 0; s < 3; ++s) {
-      for (const auto& book : books(kSplits[s])) add_book(book, splits[s]);
-    }
-    return corpus;
+  void read_split(std::string_view split, std::int64_t chunk_bytes,
+                  const ChunkSink& sink) const override {
+    ChunkBuilder chunks(chunk_bytes, false, sink);
+    for (const auto& book : books(kSplits[split_index(name_, split)])) add_book(book, &chunks);
+    chunks.finish();
   }
 
  private:
@@ -439,19 +440,25 @@ class BookFolderReader : public CorpusReader {
     return out;
   }
 
-  // Appends one book to `split` as a document of its own.
-  void add_book(const stdfs::path& book, CorpusSplit* split) const {
-    std::string bytes = read_corpus_file(name_, book);
-    if (const auto bad = util::find_invalid_utf8(bytes)) {
-      TXL_FAIL("corpus '", name_, "': ", book.string(), " is not UTF-8 (an invalid byte at offset ",
-               *bad, ")");
-    }
-    TXL_CHECK(bytes.find_first_not_of(" \t\r\n") != std::string::npos, "corpus '", name_,
-              "': ", book.string(), " holds only blank lines (an empty book)");
-    split->n_bytes += static_cast<std::int64_t>(bytes.size());
-    split->n_chars += count_utf8_chars(bytes);
-    split->doc_starts.push_back(static_cast<std::int64_t>(split->lines.size()));
-    for (auto& line : split_lines(bytes)) split->lines.push_back(std::move(line));
+  // One book, read line by line, as a document of its own.
+  void add_book(const stdfs::path& book, ChunkBuilder* chunks) const {
+    const std::int64_t size = file_size_of(name_, book);
+    std::int64_t offset = 0;
+    bool first = true, text = false;
+    for_each_file_line(name_, book, 0, size, [&](std::string_view line, bool newline) {
+      if (const auto bad = util::find_invalid_utf8(line)) {
+        TXL_FAIL("corpus '", name_, "': ", book.string(),
+                 " is not UTF-8 (an invalid byte at offset ",
+                 offset + static_cast<std::int64_t>(*bad), ")");
+      }
+      text = text || line.find_first_not_of(" \t\r") != std::string_view::npos;
+      chunks->line(line, newline, first);
+      first = false;
+      offset += static_cast<std::int64_t>(line.size()) + newline;
+      chunks->cut();
+    });
+    TXL_CHECK(text, "corpus '", name_, "': ", book.string(),
+              " holds only blank lines (an empty book)");
   }
 
   std::string name_, path_, hint_;
@@ -470,13 +477,18 @@ class SyntheticReader : public CorpusReader {
   }
   std::uint64_t fingerprint() const override {
     // Generating is the only way to know the bytes; it is fast (no I/O).
-    CorpusText text = read();
+    CorpusText text = generate_synthetic_corpus(cfg_);
     std::uint64_t h = fs::fnv1a("synthetic");
     for (const CorpusSplit* s : {&text.train, &text.valid, &text.test})
       for (const auto& line : s->lines) h = fs::fnv1a(line + '\n', h);
     return h;
   }
-  CorpusText read() const override { return generate_synthetic_corpus(cfg_); }
+  // Generated in memory, small by design: each split comes as one chunk.
+  void read_split(std::string_view split, std::int64_t, const ChunkSink& sink) const override {
+    const int index = split_index("synthetic", split);
+    CorpusText text = generate_synthetic_corpus(cfg_);
+    sink(std::move(index == 0 ? text.train : index == 1 ? text.valid : text.test));
+  }
 
  private:
   config::SyntheticConfig cfg_;

@@ -56,7 +56,14 @@ const EncodedSplit& Dataset::split(std::string_view name) const {
 
 // --------------------------------------------------------------------------- encoding
 
-EncodedSplit encode_split(const CorpusSplit& split, const Tokenizer& tokenizer, bool add_eos) {
+namespace {
+
+// encode_split without the choice of document starts: doc_starts holds the token offset of each
+// document start line, in order, duplicates and offsets at the very end included (the caller
+// keeps what it needs: EncodedSplitWriter::append, or encode_split).
+// `first_line` (the chunk's first line within its split) numbers the lines in error messages.
+EncodedSplit encode_chunk(const CorpusSplit& split, const Tokenizer& tokenizer, bool add_eos,
+                          std::int64_t first_line = 0) {
   const auto& lines = split.lines;
   const size_t n_lines = lines.size();
   // Contiguous chunks of about equal bytes, one per core; each thread writes only its own
@@ -95,7 +102,8 @@ EncodedSplit encode_split(const CorpusSplit& split, const Tokenizer& tokenizer, 
         chunk_words[c] += count_words(lines[i]);
       }
     } catch (const std::exception& e) {
-      error_context[c] = "line " + std::to_string(i + 1) + " of the split: " + e.what();
+      error_context[c] = "line " + std::to_string(first_line + static_cast<std::int64_t>(i) + 1) +
+                         " of the split: " + e.what();
       errors[c] = std::current_exception();
     }
   };
@@ -123,18 +131,49 @@ EncodedSplit encode_split(const CorpusSplit& split, const Tokenizer& tokenizer, 
   for (std::int64_t line : split.doc_starts) {
     TXL_CHECK(line >= 0 && line <= static_cast<std::int64_t>(n_lines), "document start line ", line,
               " outside the split's ", n_lines, " lines");
-    std::int64_t offset = line_offset[static_cast<size_t>(line)];
-    // An empty document (no tokens) does not start anywhere new.
-    if (offset < chunk_start[n_chunks] && (starts.empty() || offset > starts.back()))
-      starts.push_back(offset);
+    starts.push_back(line_offset[static_cast<size_t>(line)]);
   }
-  if (starts.empty() || starts.front() != 0) starts.insert(starts.begin(), 0);
-  encoded.doc_starts = torch::tensor(starts, torch::kLong);  // [n_docs]
+  encoded.doc_starts = torch::tensor(starts, torch::kLong);  // [d]
   encoded.n_bytes = split.n_bytes;
   encoded.n_chars = split.n_chars;
   for (std::int64_t w : chunk_words) encoded.n_words += w;
   if (add_eos && split.line_end_is_word) encoded.n_words += static_cast<std::int64_t>(n_lines);
   return encoded;
+}
+
+}  // namespace
+
+EncodedSplit encode_split(const CorpusSplit& split, const Tokenizer& tokenizer, bool add_eos) {
+  EncodedSplit encoded = encode_chunk(split, tokenizer, add_eos);
+  const std::int64_t n = encoded.ids.numel();
+  std::vector<std::int64_t> starts = {0};
+  const auto* offsets = encoded.doc_starts.data_ptr<std::int64_t>();
+  // An empty document (no tokens) does not start anywhere new.
+  for (std::int64_t d = 0; d < encoded.doc_starts.numel(); ++d)
+    if (offsets[d] < n && offsets[d] > starts.back()) starts.push_back(offsets[d]);
+  encoded.doc_starts = torch::tensor(starts, torch::kLong);  // [n_docs]
+  return encoded;
+}
+
+EncodedSplit encode_to_file(const CorpusReader& reader, std::string_view split,
+                            const Tokenizer& tokenizer, bool add_eos, const stdfs::path& path,
+                            std::uint64_t fingerprint, std::int64_t chunk_bytes) {
+  EncodedSplitWriter writer(path, tokenizer.vocab_size(), fingerprint);
+  std::int64_t lines = 0;
+  reader.read_split(split, chunk_bytes, [&](CorpusSplit&& chunk) {
+    try {
+      writer.append(encode_chunk(chunk, tokenizer, add_eos, lines));
+    } catch (const Error& e) {  // e.g. invalid UTF-8 for sentencepiece: say which split
+      TXL_FAIL("corpus '", reader.name(), "', ", split, " split: ", e.what());
+    }
+    lines += static_cast<std::int64_t>(chunk.lines.size());
+  });
+  writer.commit();
+  CacheMiss miss;
+  auto written = read_encoded_split(path, fingerprint, tokenizer.vocab_size(), &miss);
+  TXL_CHECK(written.has_value(), "cannot read back ", path.string(),
+            " just written: ", miss.reason);
+  return std::move(*written);
 }
 
 EncodedSplit encode_text_file(const stdfs::path& path, const Tokenizer& tokenizer, bool add_eos) {
@@ -155,28 +194,6 @@ EncodedSplit encode_text_file(const stdfs::path& path, const Tokenizer& tokenize
 // ---------------------------------------------------------------------------- dataset
 
 namespace {
-
-// The corpus text, read at most once and only when something must be built.
-class LazyCorpus {
- public:
-  explicit LazyCorpus(const CorpusReader& reader) : reader_(reader) {}
-  const CorpusText& text() {
-    if (!text_) {
-      auto start = Clock::now();
-      text_ = reader_.read();
-      std::int64_t lines = 0;
-      for (const CorpusSplit* s : {&text_->train, &text_->valid, &text_->test})
-        lines += static_cast<std::int64_t>(s->lines.size());
-      log::info("data", "read corpus {} in {:.1f} s: {} lines", reader_.name(),
-                seconds_since(start), grouped(lines));
-    }
-    return *text_;
-  }
-
- private:
-  const CorpusReader& reader_;
-  std::optional<CorpusText> text_;
-};
 
 // <cache_dir>/<corpus><infix><16 hex digits of hash(corpus source, key)>
 stdfs::path cache_folder(const config::DataConfig& cfg, const CorpusReader& reader,
@@ -206,8 +223,8 @@ void report_miss(const stdfs::path& file, const CacheMiss& miss) {
 
 // Each split of *ds from its file in `dir` when that is sound and current, else encoded with
 // ds->tokenizer and written there.
-void load_splits(const stdfs::path& dir, std::uint64_t corpus_fp, bool add_eos, LazyCorpus& corpus,
-                 Dataset* ds) {
+void load_splits(const stdfs::path& dir, std::uint64_t corpus_fp, bool add_eos,
+                 const CorpusReader& reader, Dataset* ds) {
   const Tokenizer& tokenizer = *ds->tokenizer;
   const std::pair<const char*, EncodedSplit*> parts[] = {
       {"train", &ds->train}, {"valid", &ds->valid}, {"test", &ds->test}};
@@ -221,16 +238,10 @@ void load_splits(const stdfs::path& dir, std::uint64_t corpus_fp, bool add_eos, 
       continue;
     }
     report_miss(file, miss);
-    const CorpusSplit& split = corpus.text().split(name);
     auto start = Clock::now();
-    try {
-      *target = encode_split(split, tokenizer, add_eos);
-    } catch (const Error& e) {  // e.g. invalid UTF-8 for sentencepiece: say which split
-      TXL_FAIL("corpus '", ds->corpus, "', ", name, " split: ", e.what());
-    }
+    *target = encode_to_file(reader, name, tokenizer, add_eos, file, fp, kEncodeChunkBytes);
     ds->stats.encode_seconds += seconds_since(start);
     ds->stats.encoded_tokens += target->ids.numel();
-    write_encoded_split(file, *target, tokenizer.vocab_size(), fp);
   }
 }
 
@@ -308,15 +319,18 @@ Dataset load_dataset(const config::DataConfig& cfg) {
   const std::uint64_t corpus_fp = reader->fingerprint();
   const stdfs::path dir = cache_folder(cfg, *reader, "-", options);
   Dataset ds = empty_dataset(*reader, corpus_fp, dir);
-  LazyCorpus corpus(*reader);
 
   auto tok_start = Clock::now();
-  ds.tokenizer = make_tokenizer(
-      cfg.tokenizer, [&]() -> const std::vector<std::string>& { return corpus.text().train.lines; },
-      corpus_fp, dir, &ds.stats.tokenizer_reused);
+  const TrainText train_text = [&](const LineVisitor& visit) {
+    reader->read_split("train", kEncodeChunkBytes, [&](CorpusSplit&& chunk) {
+      for (const auto& line : chunk.lines) visit(line);
+    });
+  };
+  ds.tokenizer =
+      make_tokenizer(cfg.tokenizer, train_text, corpus_fp, dir, &ds.stats.tokenizer_reused);
   if (!ds.stats.tokenizer_reused) ds.stats.tokenizer_seconds = seconds_since(tok_start);
 
-  load_splits(dir, corpus_fp, cfg.add_eos, corpus, &ds);
+  load_splits(dir, corpus_fp, cfg.add_eos, *reader, &ds);
   log_summary(ds);
   return ds;
 }
@@ -340,8 +354,7 @@ Dataset load_dataset(const config::DataConfig& cfg, std::shared_ptr<const Tokeni
   Dataset ds = empty_dataset(*reader, corpus_fp, dir);
   ds.tokenizer = std::move(fixed);
   ds.stats.tokenizer_given = true;
-  LazyCorpus corpus(*reader);
-  load_splits(dir, corpus_fp, cfg.add_eos, corpus, &ds);
+  load_splits(dir, corpus_fp, cfg.add_eos, *reader, &ds);
   log_summary(ds);
   return ds;
 }

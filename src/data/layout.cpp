@@ -36,10 +36,22 @@ Batch gather(const torch::Tensor& ids, const Layout& layout, std::int64_t pad_id
     input_index = pos;
     target_index = pos + 1;
   }
+  const std::int64_t rows = layout.first.size(0);
+  const std::int64_t read_end = layout.read_end < 0 ? rows : layout.read_end;
+  TXL_CHECK(0 <= layout.read_begin && layout.read_begin <= read_end && read_end <= rows,
+            "rows to read [", layout.read_begin, ", ", read_end, ") outside the batch's ", rows);
   auto take = [&](const torch::Tensor& index_bt, const torch::Tensor& mask) {
-    auto hidden = mask.logical_not();
-    auto safe = index_bt.masked_fill(hidden, 0);  // [B, T]
-    return ids.index_select(0, safe.reshape(-1)).view(index_bt.sizes()).masked_fill(hidden, pad_id);
+    auto hidden = mask.logical_not().narrow(0, layout.read_begin, read_end - layout.read_begin);
+    auto safe = index_bt.narrow(0, layout.read_begin, read_end - layout.read_begin)
+                    .masked_fill(hidden, 0);  // [R, T]
+    auto read = ids.index_select(0, safe.reshape(-1))
+                    .to(torch::kInt64)
+                    .view(safe.sizes())
+                    .masked_fill(hidden, pad_id);  // [R, T]
+    if (read_end - layout.read_begin == rows) return read;
+    auto all = torch::full(index_bt.sizes(), pad_id, torch::kInt64);  // [B, T]
+    all.narrow(0, layout.read_begin, read_end - layout.read_begin).copy_(read);
+    return all;
   };
   Batch batch;
   batch.tokens = take(input_index, input_mask);     // [B, T]
@@ -176,7 +188,7 @@ void log_document_layout(const Documents& docs, const DocumentLayout& layout, st
 
 // Batch i of a document layout; every row of batch 0 is reset.
 Batch document_batch(const torch::Tensor& ids, const DocumentLayout& layout, std::int64_t i,
-                     std::int64_t pad_id) {
+                     std::int64_t pad_id, std::int64_t read_begin, std::int64_t read_end) {
   const std::int64_t b = layout.starts.size(1);
   auto row = [&](const torch::Tensor& table) {
     auto r = table[i].contiguous();
@@ -184,9 +196,10 @@ Batch document_batch(const torch::Tensor& ids, const DocumentLayout& layout, std
   };
   auto reset = layout.resets[i].clone();  // [B]
   if (i == 0) reset.fill_(true);
-  return gather(ids,
-                segment_layout(row(layout.starts), row(layout.lengths), row(layout.context), reset),
-                pad_id, i);
+  Layout rows = segment_layout(row(layout.starts), row(layout.lengths), row(layout.context), reset);
+  rows.read_begin = read_begin;
+  rows.read_end = read_end;
+  return gather(ids, rows, pad_id, i);
 }
 
 }  // namespace txl::data::detail

@@ -1,8 +1,16 @@
-// The encoded-split cache file (dataset.h gives the layout): XXH64, writing, and reading back
-// with every check that makes a damaged or stale file a rebuild instead of a wrong number.
+// The encoded-split cache file (dataset.h gives the layout): XXH64, writing chunk after chunk,
+// and reading back with every check that makes a damaged or stale file a rebuild instead of a
+// wrong number, streamed in blocks and then mapped in place.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,8 +26,9 @@ namespace stdfs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'T', 'X', 'L', 'T', 'O', 'K', 'S', '\0'};
-constexpr std::uint32_t kDtypeUint16 = 1, kDtypeInt32 = 2;
-constexpr std::size_t kChecksumOffset = 56, kWordsOffset = 64, kHeaderSize = 72;
+constexpr std::uint32_t kDtypeInt16 = 1, kDtypeInt32 = 2;
+constexpr std::uint64_t kChecksumOffset = 56, kHeaderSize = 72;
+constexpr std::uint64_t kBlock = std::uint64_t{8} << 20;  // bytes read or written at a time
 
 template <typename T>
 void put(std::string* out, T value) {
@@ -31,6 +40,13 @@ T get(const char* data) {
   T value;
   std::memcpy(&value, data, sizeof value);
   return value;
+}
+
+std::uint64_t elem_size(std::uint32_t dtype) { return dtype == kDtypeInt16 ? 2 : 4; }
+
+// Where the document starts begin: after the ids, at a multiple of 8.
+std::uint64_t starts_offset(std::uint64_t n, std::uint32_t dtype) {
+  return (kHeaderSize + n * elem_size(dtype) + 7) / 8 * 8;
 }
 
 }  // namespace
@@ -53,25 +69,44 @@ std::uint64_t xxh_merge(std::uint64_t h, std::uint64_t lane) {
 
 }  // namespace
 
-std::uint64_t xxh64(std::string_view data, std::uint64_t seed) {
+Xxh64::Xxh64(std::uint64_t seed)
+    : seed_(seed), lanes_{seed + kP1 + kP2, seed + kP2, seed, seed - kP1} {}
+
+void Xxh64::update(std::string_view data) {
   const char* p = data.data();
   const char* const end = p + data.size();
-  std::uint64_t h;
-  if (data.size() >= 32) {
-    // Four independent lanes of 8 bytes: the multiplies of one stripe overlap.
-    std::uint64_t v1 = seed + kP1 + kP2, v2 = seed + kP2, v3 = seed, v4 = seed - kP1;
-    for (; end - p >= 32; p += 32) {
-      v1 = xxh_round(v1, get<std::uint64_t>(p));
-      v2 = xxh_round(v2, get<std::uint64_t>(p + 8));
-      v3 = xxh_round(v3, get<std::uint64_t>(p + 16));
-      v4 = xxh_round(v4, get<std::uint64_t>(p + 24));
-    }
-    h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
-    h = xxh_merge(xxh_merge(xxh_merge(xxh_merge(h, v1), v2), v3), v4);
-  } else {
-    h = seed + kP5;
+  total_ += data.size();
+  // Four independent lanes of 8 bytes: the multiplies of one stripe overlap.
+  auto stripe = [this](const char* s) {
+    for (int lane = 0; lane < 4; ++lane)
+      lanes_[lane] = xxh_round(lanes_[lane], get<std::uint64_t>(s + 8 * lane));
+  };
+  if (buffered_ > 0) {
+    const std::size_t take = std::min<std::size_t>(32 - buffered_, data.size());
+    std::memcpy(buffer_ + buffered_, p, take);
+    buffered_ += take;
+    p += take;
+    if (buffered_ < 32) return;
+    stripe(buffer_);
+    buffered_ = 0;
   }
-  h += static_cast<std::uint64_t>(data.size());
+  for (; end - p >= 32; p += 32) stripe(p);
+  buffered_ = static_cast<std::size_t>(end - p);
+  std::memcpy(buffer_, p, buffered_);
+}
+
+std::uint64_t Xxh64::digest() const {
+  std::uint64_t h;
+  if (total_ >= 32) {
+    const std::uint64_t* v = lanes_;
+    h = rotl(v[0], 1) + rotl(v[1], 7) + rotl(v[2], 12) + rotl(v[3], 18);
+    for (int lane = 0; lane < 4; ++lane) h = xxh_merge(h, v[lane]);
+  } else {
+    h = seed_ + kP5;
+  }
+  h += total_;
+  const char* p = buffer_;
+  const char* const end = buffer_ + buffered_;
   for (; end - p >= 8; p += 8) h = rotl(h ^ xxh_round(0, get<std::uint64_t>(p)), 27) * kP1 + kP4;
   if (end - p >= 4) {
     h = rotl(h ^ (get<std::uint32_t>(p) * kP1), 23) * kP2 + kP3;
@@ -85,55 +120,150 @@ std::uint64_t xxh64(std::string_view data, std::uint64_t seed) {
   return h ^ (h >> 32);
 }
 
-// ------------------------------------------------------------------------ cache files
-
-std::uint64_t encoded_split_checksum(std::string_view bytes) {
-  TXL_CHECK(bytes.size() >= kHeaderSize, "a cache file has at least ", kHeaderSize, " bytes, got ",
-            bytes.size());
-  return xxh64(bytes.substr(kWordsOffset), xxh64(bytes.substr(0, kChecksumOffset)));
+std::uint64_t xxh64(std::string_view data, std::uint64_t seed) {
+  Xxh64 hash(seed);
+  hash.update(data);
+  return hash.digest();
 }
 
-void write_encoded_split(const stdfs::path& path, const EncodedSplit& split,
-                         std::int64_t vocab_size, std::uint64_t fingerprint) {
-  TXL_CHECK(split.ids.dtype() == torch::kLong && split.ids.dim() == 1,
-            "encoded ids must be int64 [N]");
-  const std::uint32_t dtype = vocab_size <= 65536 ? kDtypeUint16 : kDtypeInt32;
-  const size_t elem = dtype == kDtypeUint16 ? 2 : 4;
-  auto ids = split.ids.contiguous();                             // [N]
-  auto starts = split.doc_starts.to(torch::kLong).contiguous();  // [n_docs]
-  const auto n = static_cast<std::uint64_t>(ids.numel());
-  const auto n_docs = static_cast<std::uint64_t>(starts.numel());
+// ------------------------------------------------------------------------ cache files
+
+namespace {
+
+// The header's 72 bytes; the checksum field as given.
+std::string header_bytes(std::uint32_t dtype, std::uint64_t n, std::uint64_t n_docs,
+                         std::int64_t n_bytes, std::int64_t n_chars, std::uint64_t fingerprint,
+                         std::uint64_t checksum, std::int64_t n_words) {
   std::string out;
-  out.reserve(kHeaderSize + n_docs * 8 + n * elem);
   out.append(kMagic, sizeof kMagic);
   put<std::uint32_t>(&out, kCacheVersion);
   put<std::uint32_t>(&out, dtype);
   put<std::uint64_t>(&out, n);
   put<std::uint64_t>(&out, n_docs);
-  put<std::int64_t>(&out, split.n_bytes);
-  put<std::int64_t>(&out, split.n_chars);
+  put<std::int64_t>(&out, n_bytes);
+  put<std::int64_t>(&out, n_chars);
   put<std::uint64_t>(&out, fingerprint);
-  put<std::uint64_t>(&out, 0);  // the checksum, filled in below
-  put<std::int64_t>(&out, split.n_words);
-  out.append(reinterpret_cast<const char*>(starts.data_ptr<std::int64_t>()), n_docs * 8);
+  put<std::uint64_t>(&out, checksum);
+  put<std::int64_t>(&out, n_words);
+  return out;
+}
+
+// The checksum of a header (its first 72 bytes) and the XXH64 of everything after it.
+std::uint64_t sealed_checksum(std::string_view header, std::uint64_t body_hash) {
+  Xxh64 hash;
+  hash.update(header.substr(0, kChecksumOffset));
+  hash.update(header.substr(kChecksumOffset + 8, kHeaderSize - kChecksumOffset - 8));
+  hash.update(std::string_view(reinterpret_cast<const char*>(&body_hash), sizeof body_hash));
+  return hash.digest();
+}
+
+}  // namespace
+
+std::uint64_t encoded_split_checksum(std::string_view bytes) {
+  TXL_CHECK(bytes.size() >= kHeaderSize, "a cache file has at least ", kHeaderSize, " bytes, got ",
+            bytes.size());
+  return sealed_checksum(bytes, xxh64(bytes.substr(kHeaderSize)));
+}
+
+EncodedSplitWriter::EncodedSplitWriter(const stdfs::path& path, std::int64_t vocab_size,
+                                       std::uint64_t fingerprint)
+    : file_(std::make_unique<fs::AtomicWriter>(path)),
+      vocab_size_(vocab_size),
+      fingerprint_(fingerprint),
+      dtype_(vocab_size <= 32768 ? kDtypeInt16 : kDtypeInt32) {
+  starts_ = std::tmpfile();
+  TXL_CHECK(starts_ != nullptr, "cannot write ", path.string(),
+            ": no temporary file for its document starts: ", std::strerror(errno));
+  file_->write(std::string(kHeaderSize, '\0'));  // the header, filled in by commit()
+}
+
+EncodedSplitWriter::~EncodedSplitWriter() {
+  if (starts_ != nullptr) std::fclose(starts_);
+}
+
+void EncodedSplitWriter::add_start(std::int64_t start) {
+  if (n_docs_ == 0 && start != 0) add_start(0);  // the split's first document starts at 0
+  TXL_CHECK(std::fwrite(&start, sizeof start, 1, starts_) == 1,
+            "cannot write a temporary file of document starts: ", std::strerror(errno));
+  ++n_docs_;
+  last_start_ = start;
+}
+
+void EncodedSplitWriter::append(const EncodedSplit& chunk) {
+  TXL_CHECK(chunk.ids.dim() == 1 && !chunk.ids.is_floating_point(),
+            "encoded ids must be an integer tensor [N]");
+  const auto ids = chunk.ids.to(torch::kCPU, torch::kLong).contiguous();  // [n]
   const auto* src = ids.data_ptr<std::int64_t>();
-  const size_t body = out.size();
-  out.resize(body + n * elem);
-  char* dst = out.data() + body;
-  for (std::uint64_t i = 0; i < n; ++i) {
-    TXL_CHECK(src[i] >= 0 && src[i] < vocab_size, "token id ", src[i], " at ", i,
-              " outside the vocabulary [0, ", vocab_size, ")");
-    if (dtype == kDtypeUint16) {
-      auto v = static_cast<std::uint16_t>(src[i]);
-      std::memcpy(dst + i * 2, &v, 2);
+  const std::int64_t n = ids.numel();
+  std::string out(static_cast<size_t>(n) * elem_size(dtype_), '\0');
+  for (std::int64_t i = 0; i < n; ++i) {
+    TXL_CHECK(src[i] >= 0 && src[i] < vocab_size_, "token id ", src[i], " at ", n_ + i,
+              " outside the vocabulary [0, ", vocab_size_, ")");
+    if (dtype_ == kDtypeInt16) {
+      const auto v = static_cast<std::int16_t>(src[i]);
+      std::memcpy(out.data() + i * 2, &v, 2);
     } else {
-      auto v = static_cast<std::int32_t>(src[i]);
-      std::memcpy(dst + i * 4, &v, 4);
+      const auto v = static_cast<std::int32_t>(src[i]);
+      std::memcpy(out.data() + i * 4, &v, 4);
     }
   }
-  const std::uint64_t checksum = encoded_split_checksum(out);
-  std::memcpy(out.data() + kChecksumOffset, &checksum, sizeof checksum);
-  fs::write_atomic(path, out);
+  // A start with no token after it waits for the next chunk's tokens (and is dropped at the end).
+  if (pending_start_ >= 0 && n > 0 && pending_start_ > last_start_) add_start(pending_start_);
+  if (n > 0) pending_start_ = -1;
+  const auto starts = chunk.doc_starts.defined() ? chunk.doc_starts.to(torch::kLong).contiguous()
+                                                 : torch::zeros({0}, torch::kLong);  // [d]
+  for (std::int64_t d = 0; d < starts.numel(); ++d) {
+    const std::int64_t local = starts.data_ptr<std::int64_t>()[d];
+    TXL_CHECK(local >= 0 && local <= n, "document start ", local, " outside the chunk's ", n,
+              " tokens");
+    const std::int64_t start = n_ + local;
+    if (start <= last_start_) continue;
+    if (local < n) {
+      add_start(start);
+    } else {
+      pending_start_ = start;
+    }
+  }
+  body_hash_.update(out);
+  file_->write(out);
+  n_ += n;
+  n_bytes_ += chunk.n_bytes;
+  n_chars_ += chunk.n_chars;
+  n_words_ += chunk.n_words;
+}
+
+void EncodedSplitWriter::commit() {
+  if (n_docs_ == 0) add_start(0);
+  const std::uint64_t at = starts_offset(static_cast<std::uint64_t>(n_), dtype_);
+  std::string padding(at - file_->size(), '\0');
+  body_hash_.update(padding);
+  file_->write(padding);
+  TXL_CHECK(std::fflush(starts_) == 0 && std::fseek(starts_, 0, SEEK_SET) == 0,
+            "cannot read back the temporary file of document starts: ", std::strerror(errno));
+  std::string block(kBlock, '\0');
+  for (std::int64_t left = n_docs_ * 8; left > 0;) {
+    const size_t want = static_cast<size_t>(std::min<std::int64_t>(left, kBlock));
+    TXL_CHECK(std::fread(block.data(), 1, want, starts_) == want,
+              "cannot read back the temporary file of document starts");
+    const std::string_view part(block.data(), want);
+    body_hash_.update(part);
+    file_->write(part);
+    left -= static_cast<std::int64_t>(want);
+  }
+  std::string header =
+      header_bytes(dtype_, static_cast<std::uint64_t>(n_), static_cast<std::uint64_t>(n_docs_),
+                   n_bytes_, n_chars_, fingerprint_, 0, n_words_);
+  const std::uint64_t checksum = sealed_checksum(header, body_hash_.digest());
+  std::memcpy(header.data() + kChecksumOffset, &checksum, sizeof checksum);
+  file_->write_at(0, header);
+  file_->commit();
+}
+
+void write_encoded_split(const stdfs::path& path, const EncodedSplit& split,
+                         std::int64_t vocab_size, std::uint64_t fingerprint) {
+  EncodedSplitWriter writer(path, vocab_size, fingerprint);
+  writer.append(split);
+  writer.commit();
 }
 
 namespace {
@@ -144,7 +274,7 @@ struct SplitHeader {
   std::uint64_t n = 0, n_docs = 0;  // token and document counts
   std::int64_t n_bytes = 0, n_chars = 0, n_words = 0;
   std::uint64_t fingerprint = 0, checksum = 0;
-  size_t elem() const { return dtype == kDtypeUint16 ? 2 : 4; }
+  std::uint64_t starts_at() const { return starts_offset(n, dtype); }
 };
 
 std::nullopt_t missed(CacheMiss* miss, CacheMiss::Kind kind, std::string reason) {
@@ -152,23 +282,25 @@ std::nullopt_t missed(CacheMiss* miss, CacheMiss::Kind kind, std::string reason)
   return std::nullopt;
 }
 
-std::optional<SplitHeader> parse_split_header(std::string_view bytes, CacheMiss* miss) {
+// `head` holds the first min(size, 72) bytes of a file of `size` bytes.
+std::optional<SplitHeader> parse_split_header(std::string_view head, std::uint64_t size,
+                                              CacheMiss* miss) {
   using Kind = CacheMiss::Kind;
-  const std::string size = std::to_string(bytes.size()) + " bytes";
-  if (bytes.size() < 12) return missed(miss, Kind::kDamaged, "truncated (" + size + ")");
-  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
+  const std::string size_text = std::to_string(size) + " bytes";
+  if (size < 12) return missed(miss, Kind::kDamaged, "truncated (" + size_text + ")");
+  if (std::memcmp(head.data(), kMagic, sizeof kMagic) != 0)
     return missed(miss, Kind::kDamaged, "foreign file (bad magic)");
-  const auto version = get<std::uint32_t>(bytes.data() + 8);
+  const auto version = get<std::uint32_t>(head.data() + 8);
   if (version != kCacheVersion)
     return missed(miss, Kind::kOutdated,
                   "format version " + std::to_string(version) + ", expected " +
                       std::to_string(kCacheVersion));
-  if (bytes.size() < kHeaderSize)
-    return missed(miss, Kind::kDamaged, "truncated (" + size + ", shorter than the header)");
-  const char* h = bytes.data();
+  if (size < kHeaderSize)
+    return missed(miss, Kind::kDamaged, "truncated (" + size_text + ", shorter than the header)");
+  const char* h = head.data();
   SplitHeader header;
   header.dtype = get<std::uint32_t>(h + 12);
-  if (header.dtype != kDtypeUint16 && header.dtype != kDtypeInt32)
+  if (header.dtype != kDtypeInt16 && header.dtype != kDtypeInt32)
     return missed(miss, Kind::kDamaged,
                   "foreign file (unknown dtype " + std::to_string(header.dtype) + ")");
   header.n = get<std::uint64_t>(h + 16);
@@ -177,50 +309,86 @@ std::optional<SplitHeader> parse_split_header(std::string_view bytes, CacheMiss*
   header.n_chars = get<std::int64_t>(h + 40);
   header.fingerprint = get<std::uint64_t>(h + 48);
   header.checksum = get<std::uint64_t>(h + kChecksumOffset);
-  header.n_words = get<std::int64_t>(h + kWordsOffset);
+  header.n_words = get<std::int64_t>(h + 64);
   // Guard the multiplication against a garbage header before trusting the sizes.
   constexpr std::uint64_t kMaxCount = std::uint64_t{1} << 40;
-  if (header.n > kMaxCount || header.n_docs > kMaxCount ||
-      bytes.size() != kHeaderSize + header.n_docs * 8 + header.n * header.elem())
-    return missed(
-        miss, Kind::kDamaged,
-        "truncated or damaged (" + size + ", the header says " +
-            (header.n > kMaxCount || header.n_docs > kMaxCount
-                 ? std::string("more than 2^40 entries")
-                 : std::to_string(kHeaderSize + header.n_docs * 8 + header.n * header.elem())) +
-            ")");
+  const bool huge = header.n > kMaxCount || header.n_docs > kMaxCount;
+  const std::uint64_t expected = huge ? 0 : header.starts_at() + header.n_docs * 8;
+  if (huge || size != expected)
+    return missed(miss, Kind::kDamaged,
+                  "truncated or damaged (" + size_text + ", the header says " +
+                      (huge ? std::string("more than 2^40 entries") : std::to_string(expected)) +
+                      ")");
   return header;
 }
 
-// Copies n little-endian ids of type T from `src` into `dst`; returns the index of the first id
-// outside [0, vocab_size), or -1. The common case is one branch-free pass.
+// Reads `n` bytes at `offset` into `dst`; false on a read error.
+using ReadAt = std::function<bool(std::uint64_t offset, char* dst, std::uint64_t n)>;
+
+// The first index in ids[0, n) (little-endian T) outside [0, vocab_size), or -1.
 template <typename T>
-std::int64_t widen_ids(const char* src, std::int64_t n, std::int64_t vocab_size,
-                       std::int64_t* dst) {
+std::int64_t first_outside(const char* ids, std::int64_t n, std::int64_t vocab_size) {
   std::int64_t lo = 0, hi = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    T v;
-    std::memcpy(&v, src + i * static_cast<std::int64_t>(sizeof v), sizeof v);
-    dst[i] = v;
-    lo = std::min<std::int64_t>(lo, v);
-    hi = std::max<std::int64_t>(hi, v);
+    const auto v =
+        static_cast<std::int64_t>(get<T>(ids + i * static_cast<std::int64_t>(sizeof(T))));
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
   }
-  if (n == 0 || (lo >= 0 && hi < vocab_size)) return -1;
-  for (std::int64_t i = 0; i < n; ++i)
-    if (dst[i] < 0 || dst[i] >= vocab_size) return i;
+  if (lo >= 0 && hi < vocab_size) return -1;  // the common case: one branch-free pass
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto v =
+        static_cast<std::int64_t>(get<T>(ids + i * static_cast<std::int64_t>(sizeof(T))));
+    if (v < 0 || v >= vocab_size) return i;
+  }
   return -1;
 }
 
-}  // namespace
-
-std::optional<EncodedSplit> parse_encoded_split(std::string_view bytes,
-                                                std::uint64_t expected_fingerprint,
-                                                std::int64_t vocab_size, CacheMiss* miss) {
+// Everything after the header, read once in blocks: the checksum, then (only when it holds) the
+// fingerprint, the text sizes, every id against the vocabulary and the document starts.
+std::optional<SplitHeader> check_split(std::string_view head, std::uint64_t size,
+                                       const ReadAt& read_at, std::uint64_t expected_fingerprint,
+                                       std::int64_t vocab_size, CacheMiss* miss) {
   using Kind = CacheMiss::Kind;
-  auto header = parse_split_header(bytes, miss);
+  auto header = parse_split_header(head, size, miss);
   if (!header) return std::nullopt;
+  const std::uint64_t elem = elem_size(header->dtype);
+  const std::uint64_t ids_end = kHeaderSize + header->n * elem, starts_at = header->starts_at();
+  std::string block;
+  Xxh64 hash;
+  std::int64_t bad_at = -1, bad_id = 0;
+  bool starts_ok = header->n_docs > 0;
+  std::int64_t previous = -1;
+  for (std::uint64_t at = kHeaderSize; at < size;) {
+    // Blocks end where the ids end and where the starts begin, so that a block holds whole ids
+    // or whole starts.
+    const std::uint64_t limit = at < ids_end ? ids_end : at < starts_at ? starts_at : size;
+    const std::uint64_t want = std::min(kBlock / 8 * 8, limit - at);
+    block.resize(want);
+    if (!read_at(at, block.data(), want))
+      return missed(miss, Kind::kDamaged, std::string("cannot read: ") + std::strerror(errno));
+    hash.update(block);
+    if (at < ids_end && bad_at < 0) {
+      const auto count = static_cast<std::int64_t>(want / elem);
+      const std::int64_t i = header->dtype == kDtypeInt16
+                                 ? first_outside<std::int16_t>(block.data(), count, vocab_size)
+                                 : first_outside<std::int32_t>(block.data(), count, vocab_size);
+      if (i >= 0) {
+        bad_at = static_cast<std::int64_t>((at - kHeaderSize) / elem) + i;
+        bad_id = header->dtype == kDtypeInt16 ? get<std::int16_t>(block.data() + i * 2)
+                                              : get<std::int32_t>(block.data() + i * 4);
+      }
+    }
+    for (std::uint64_t p = std::max(at, starts_at); p + 8 <= at + want && starts_ok; p += 8) {
+      const auto start = get<std::int64_t>(block.data() + (p - at));
+      starts_ok = previous < 0 ? start == 0
+                               : start > previous && start < static_cast<std::int64_t>(header->n);
+      previous = start;
+    }
+    at += want;
+  }
   // The checksum first: a damaged fingerprint or count is damage, not staleness.
-  const std::uint64_t checksum = encoded_split_checksum(bytes);
+  const std::uint64_t checksum = sealed_checksum(head, hash.digest());
   if (checksum != header->checksum)
     return missed(miss, Kind::kDamaged,
                   "checksum mismatch (header " + fs::hex64(header->checksum) + ", content " +
@@ -229,34 +397,53 @@ std::optional<EncodedSplit> parse_encoded_split(std::string_view bytes,
     return missed(miss, Kind::kStale, "stale (corpus, tokenizer or options changed)");
   if (header->n_bytes < 0 || header->n_chars < 0 || header->n_words < 0)
     return missed(miss, Kind::kDamaged, "damaged (negative text size in the header)");
+  if (!starts_ok)
+    return missed(miss, Kind::kDamaged, "damaged (document starts out of order or range)");
+  if (bad_at >= 0)
+    return missed(miss, Kind::kDamaged,
+                  "token id " + std::to_string(bad_id) + " at " + std::to_string(bad_at) +
+                      " outside the tokenizer's vocabulary [0, " + std::to_string(vocab_size) +
+                      ")");
+  return header;
+}
 
-  const auto n = static_cast<std::int64_t>(header->n);
-  const auto n_docs = static_cast<std::int64_t>(header->n_docs);
+torch::ScalarType id_type(const SplitHeader& header) {
+  return header.dtype == kDtypeInt16 ? torch::kShort : torch::kInt;
+}
+
+// A private, writable (copy-on-write) map of a whole file; unmapped with its last tensor.
+struct Mapping {
+  void* data = MAP_FAILED;
+  size_t size = 0;
+  ~Mapping() {
+    if (data != MAP_FAILED) ::munmap(data, size);
+  }
+};
+
+}  // namespace
+
+std::optional<EncodedSplit> parse_encoded_split(std::string_view bytes,
+                                                std::uint64_t expected_fingerprint,
+                                                std::int64_t vocab_size, CacheMiss* miss) {
+  const ReadAt read_at = [&](std::uint64_t offset, char* dst, std::uint64_t n) {
+    std::memcpy(dst, bytes.data() + offset, n);
+    return true;
+  };
+  auto header = check_split(bytes.substr(0, std::min<size_t>(bytes.size(), kHeaderSize)),
+                            bytes.size(), read_at, expected_fingerprint, vocab_size, miss);
+  if (!header) return std::nullopt;
   EncodedSplit split;
   split.n_bytes = header->n_bytes;
   split.n_chars = header->n_chars;
   split.n_words = header->n_words;
+  const auto n = static_cast<std::int64_t>(header->n);
+  const auto n_docs = static_cast<std::int64_t>(header->n_docs);
+  split.ids = torch::empty({n}, id_type(*header));          // [N]
   split.doc_starts = torch::empty({n_docs}, torch::kLong);  // [n_docs]
-  auto* starts = split.doc_starts.data_ptr<std::int64_t>();
-  if (n_docs > 0) std::memcpy(starts, bytes.data() + kHeaderSize, static_cast<size_t>(n_docs) * 8);
-  // Document starts: 0 first, strictly increasing, inside the ids.
-  bool starts_ok = n_docs > 0 && starts[0] == 0;
-  for (std::int64_t d = 1; starts_ok && d < n_docs; ++d)
-    starts_ok = starts[d] > starts[d - 1] && starts[d] < n;
-  if (!starts_ok)
-    return missed(miss, Kind::kDamaged, "damaged (document starts out of order or range)");
-
-  split.ids = torch::empty({n}, torch::kLong);  // [N]
-  const char* src = bytes.data() + kHeaderSize + n_docs * 8;
-  auto* dst = split.ids.data_ptr<std::int64_t>();
-  const std::int64_t bad = header->dtype == kDtypeUint16
-                               ? widen_ids<std::uint16_t>(src, n, vocab_size, dst)
-                               : widen_ids<std::int32_t>(src, n, vocab_size, dst);
-  if (bad >= 0)
-    return missed(miss, Kind::kDamaged,
-                  "token id " + std::to_string(dst[bad]) + " at " + std::to_string(bad) +
-                      " outside the tokenizer's vocabulary [0, " + std::to_string(vocab_size) +
-                      ")");
+  std::memcpy(split.ids.data_ptr(), bytes.data() + kHeaderSize,
+              static_cast<size_t>(header->n * elem_size(header->dtype)));
+  std::memcpy(split.doc_starts.data_ptr(), bytes.data() + header->starts_at(),
+              static_cast<size_t>(header->n_docs * 8));
   return split;
 }
 
@@ -266,10 +453,52 @@ std::optional<EncodedSplit> read_encoded_split(const stdfs::path& path,
   std::error_code ec;
   if (!stdfs::is_regular_file(path, ec))
     return missed(miss, CacheMiss::Kind::kMissing, "not cached yet");
-  std::string error;
-  fs::MappedFile file(path, &error);
-  if (!error.empty()) return missed(miss, CacheMiss::Kind::kDamaged, "cannot read: " + error);
-  return parse_encoded_split(file.bytes(), expected_fingerprint, vocab_size, miss);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat info {};
+  if (fd < 0 || ::fstat(fd, &info) != 0) {
+    const std::string reason = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return missed(miss, CacheMiss::Kind::kDamaged, "cannot read: " + reason);
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  const ReadAt read_at = [fd](std::uint64_t offset, char* dst, std::uint64_t n) {
+    for (std::uint64_t done = 0; done < n;) {
+      const ssize_t got = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      done += static_cast<std::uint64_t>(got);
+    }
+    return true;
+  };
+  const auto size = static_cast<std::uint64_t>(info.st_size);
+  std::string head(std::min<std::uint64_t>(size, kHeaderSize), '\0');
+  if (!read_at(0, head.data(), head.size()))
+    return missed(miss, CacheMiss::Kind::kDamaged,
+                  std::string("cannot read: ") + std::strerror(errno));
+  auto header = check_split(head, size, read_at, expected_fingerprint, vocab_size, miss);
+  if (!header) return std::nullopt;
+  // The same open file is mapped: a file renamed over it since cannot slip in unchecked.
+  auto mapping = std::make_shared<Mapping>();
+  mapping->size = static_cast<size_t>(size);
+  mapping->data = ::mmap(nullptr, mapping->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  if (mapping->data == MAP_FAILED)
+    return missed(miss, CacheMiss::Kind::kDamaged,
+                  std::string("cannot map: ") + std::strerror(errno));
+  char* base = static_cast<char*>(mapping->data);
+  auto keep = [mapping](void*) {};
+  EncodedSplit split;
+  split.n_bytes = header->n_bytes;
+  split.n_chars = header->n_chars;
+  split.n_words = header->n_words;
+  split.ids = torch::from_blob(base + kHeaderSize, {static_cast<std::int64_t>(header->n)}, keep,
+                               torch::TensorOptions().dtype(id_type(*header)));  // [N]
+  split.doc_starts =
+      torch::from_blob(base + header->starts_at(), {static_cast<std::int64_t>(header->n_docs)},
+                       keep, torch::TensorOptions().dtype(torch::kLong));  // [n_docs]
+  return split;
 }
 
 }  // namespace txl::data

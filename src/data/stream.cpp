@@ -48,9 +48,12 @@ Rng epoch_rng(std::uint64_t seed, std::int64_t epoch, std::uint64_t salt) {
 
 torch::Tensor checked_ids(const torch::Tensor& ids, const char* who) {
   TXL_CHECK(ids.defined(), who, ": token ids are missing (undefined tensor)");
-  TXL_CHECK(ids.dim() == 1 && ids.scalar_type() == torch::kInt64, who,
-            ": token ids must be a 1-D int64 tensor [N], got ", ids.scalar_type(), " of shape ",
-            ids.sizes());
+  const auto type = ids.scalar_type();
+  TXL_CHECK(
+      ids.dim() == 1 && (type == torch::kInt64 || type == torch::kInt32 || type == torch::kInt16),
+      who, ": token ids must be a 1-D int64, int32 or int16 tensor [N], got ", type, " of shape ",
+      ids.sizes());
+  // A cache's ids are a memory map: kept as they are (no copy), batches widen what they read.
   return ids.to(torch::kCPU).contiguous();
 }
 
@@ -101,6 +104,10 @@ TrainStream::TrainStream(torch::Tensor ids, TrainStreamOptions options, torch::T
   TXL_CHECK(b >= 1, "train.batch_size = ", b, " must be at least 1");
   TXL_CHECK(q >= 1, "model.tgt_len = ", q, " must be at least 1");
   TXL_CHECK(e >= 0, "model.ext_len = ", e, " must be >= 0 (0 = no extended context)");
+  const std::int64_t read_end = options_.read_end < 0 ? b : options_.read_end;
+  TXL_CHECK(0 <= options_.read_begin && options_.read_begin <= read_end && read_end <= b,
+            "TrainStream: rows to read [", options_.read_begin, ", ", read_end,
+            ") outside the batch's ", b);
 
   std::ostringstream geometry;
   geometry << "train N=" << n << " B=" << b << " Q=" << q << " E=" << e
@@ -206,9 +213,12 @@ Batch TrainStream::build(std::int64_t i) const {
     layout.reset = torch::full({b}, epoch_start, torch::kBool);
     layout.width = e + q;
     layout.period = length_;
+    layout.read_begin = options_.read_begin;
+    layout.read_end = options_.read_end;
     return gather(ids_, layout, options_.pad_id, i);
   }
-  return document_batch(ids_, plan_.layout, i, options_.pad_id);
+  return document_batch(ids_, plan_.layout, i, options_.pad_id, options_.read_begin,
+                        options_.read_end);
 }
 
 Batch TrainStream::next() {

@@ -26,6 +26,9 @@ struct Layout {
   torch::Tensor reset;                                    // bool [B]
   std::int64_t width = 0;                                 // T
   std::int64_t period = 0;
+  // Rows [read_begin, read_end) are read out of the ids; the others hold pad_id under the same
+  // masks (a data-parallel rank reads only its own rows). read_end < 0: every row.
+  std::int64_t read_begin = 0, read_end = -1;
 };
 
 // The batch `index` that `layout` reads out of `ids`, padding with `pad_id`.
@@ -57,8 +60,9 @@ DocumentLayout deal_documents(const Documents& docs, std::int64_t b, std::int64_
 void log_document_layout(const Documents& docs, const DocumentLayout& layout, std::int64_t b,
                          std::int64_t q, const char* what);
 
-// Batch i of a document layout; every row of batch 0 is reset.
+// Batch i of a document layout; every row of batch 0 is reset. Rows [read_begin, read_end) are
+// read (Layout::read_begin); read_end < 0: every row.
 Batch document_batch(const torch::Tensor& ids, const DocumentLayout& layout, std::int64_t i,
-                     std::int64_t pad_id);
+                     std::int64_t pad_id, std::int64_t read_begin = 0, std::int64_t read_end = -1);
 
 }  // namespace txl::data::detail

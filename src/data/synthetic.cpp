@@ -113,7 +113,8 @@ CorpusText generate_synthetic_corpus(const config::SyntheticConfig& cfg) {
 torch::Tensor synthetic_recall_mask(const torch::Tensor& ids, const Tokenizer& tokenizer) {
   TXL_CHECK(tokenizer.kind() == "word", "the synthetic recall mask needs data.tokenizer.type ",
             "word (one token per word), got ", tokenizer.kind());
-  TORCH_CHECK(ids.dim() == 1 && ids.scalar_type() == torch::kLong, "ids must be int64 [N]");
+  TORCH_CHECK(ids.dim() == 1 && at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
+              "ids must be integers [N]");
   auto question = tokenizer.encode("?");
   TXL_CHECK(question.size() == 1 && question[0] != tokenizer.unk_id(),
             "the tokenizer does not know \"?\": was it built on the synthetic corpus?");

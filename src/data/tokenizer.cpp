@@ -4,6 +4,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -346,31 +347,62 @@ std::string hex_of(std::uint64_t v) { return fs::hex64(v); }
 
 // ----------------------------------------------------------------------- building
 
+TrainText lines_text(const std::vector<std::string>& lines) {
+  return [&lines](const LineVisitor& visit) {
+    for (const auto& line : lines) visit(line);
+  };
+}
+
 std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cfg,
                                                const std::vector<std::string>& train_lines) {
+  return train_sentencepiece(cfg, lines_text(train_lines));
+}
+
+namespace {
+
+// At most cfg.max_sentences lines with text, at an even stride over the whole split, so the sample
+// is deterministic and spread over all of it: pass 1 checks that every line is UTF-8 and counts
+// the lines with text, pass 2 keeps the sample. `n_lines` receives the number of lines.
+std::vector<std::string> sentencepiece_sample(const config::TokenizerConfig& cfg,
+                                              const TrainText& train_text, std::int64_t* n_lines) {
+  auto has_text = [](std::string_view line) {
+    return line.find_first_not_of(" \t") != std::string_view::npos;
+  };
+  std::int64_t lines = 0, n_text = 0;
+  train_text([&](std::string_view line) {
+    ++lines;
+    auto bad = util::find_invalid_utf8(line);
+    TXL_CHECK(!bad.has_value(), "invalid UTF-8 in the training text, line ", lines, " byte ",
+              bad.value_or(0) + 1, ": sentencepiece needs UTF-8 text (convert the corpus, e.g. ",
+              "with iconv, or use data.tokenizer.type byte)");
+    n_text += has_text(line);
+  });
+  *n_lines = lines;
+  const std::int64_t keep =
+      cfg.max_sentences > 0 ? std::min<std::int64_t>(cfg.max_sentences, n_text) : n_text;
+  std::vector<std::string> sample;
+  sample.reserve(static_cast<size_t>(keep));
+  std::int64_t index = 0;  // among the lines with text
+  train_text([&](std::string_view line) {
+    if (!has_text(line)) return;
+    const auto k = static_cast<std::int64_t>(sample.size());
+    if (k < keep && index == k * n_text / keep) sample.emplace_back(line);
+    ++index;
+  });
+  return sample;
+}
+
+}  // namespace
+
+std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cfg,
+                                               const TrainText& train_text) {
   (void)tokenizer_options_key(cfg);  // validates model_type
   TXL_CHECK(cfg.vocab_size >= 4, "data.tokenizer.vocab_size must be at least 4, got ",
             cfg.vocab_size);
   TXL_CHECK(cfg.character_coverage > 0.0 && cfg.character_coverage <= 1.0,
             "data.tokenizer.character_coverage must be in (0, 1], got ", cfg.character_coverage);
-  for (size_t i = 0; i < train_lines.size(); ++i) {
-    auto bad = util::find_invalid_utf8(train_lines[i]);
-    TXL_CHECK(!bad.has_value(), "invalid UTF-8 in the training text, line ", i + 1, " byte ",
-              bad.value_or(0) + 1, ": sentencepiece needs UTF-8 text (convert the corpus, e.g. ",
-              "with iconv, or use data.tokenizer.type byte)");
-  }
-  // At most max_sentences non-blank lines, at an even stride over the whole split, so the
-  // sample is deterministic and spread over all of it.
-  std::vector<const std::string*> sample;
-  for (const auto& line : train_lines)
-    if (line.find_first_not_of(" \t") != std::string::npos) sample.push_back(&line);
-  const auto n_text = static_cast<std::int64_t>(sample.size());
-  if (cfg.max_sentences > 0 && n_text > cfg.max_sentences) {
-    std::vector<const std::string*> strided;
-    for (std::int64_t k = 0; k < cfg.max_sentences; ++k)
-      strided.push_back(sample[static_cast<size_t>(k * n_text / cfg.max_sentences)]);
-    sample.swap(strided);
-  }
+  std::int64_t n_lines = 0;
+  std::vector<std::string> sample = sentencepiece_sample(cfg, train_text, &n_lines);
   TXL_CHECK(!sample.empty(), "cannot train a sentencepiece tokenizer: the train split has no text");
 
   std::string user_symbols;
@@ -397,14 +429,14 @@ std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cf
   for (const auto& [k, v] : args) keys.push_back(k.c_str()), values.push_back(v.c_str());
 
   log::info("data", "training a sentencepiece {} tokenizer, vocab {}, on {} of {} train lines",
-            config::to_string(cfg.model_type), cfg.vocab_size, sample.size(), train_lines.size());
+            config::to_string(cfg.model_type), cfg.vocab_size, sample.size(), n_lines);
   const spm::Library& lib = spm::library();
   auto start = std::chrono::steady_clock::now();
   std::string serialized, error, chatter;
   auto line_at = [](void* ctx, std::size_t i, std::size_t* size) -> const char* {
-    const std::string* line = (*static_cast<std::vector<const std::string*>*>(ctx))[i];
-    *size = line->size();
-    return line->data();
+    const std::string& line = (*static_cast<std::vector<std::string>*>(ctx))[i];
+    *size = line.size();
+    return line.data();
   };
   int rc;
   {
@@ -438,9 +470,23 @@ std::shared_ptr<Tokenizer> make_byte_tokenizer() { return std::make_shared<ByteT
 
 std::shared_ptr<Tokenizer> build_word_tokenizer(const std::vector<std::string>& train_lines,
                                                 int min_count) {
-  std::unordered_map<std::string, std::int64_t> counts;
-  for (const auto& line : train_lines)
-    for_each_word(line, [&](std::string_view w) { ++counts[std::string(w)]; });
+  return build_word_tokenizer(lines_text(train_lines), min_count);
+}
+
+std::shared_ptr<Tokenizer> build_word_tokenizer(const TrainText& train_text, int min_count) {
+  // Keys view the words kept in `spelled` (a deque never moves its strings), so counting a word
+  // seen before allocates nothing.
+  std::deque<std::string> spelled;
+  std::unordered_map<std::string_view, std::int64_t> counts;
+  std::int64_t n_lines = 0;
+  train_text([&](std::string_view line) {
+    ++n_lines;
+    for_each_word(line, [&](std::string_view w) {
+      auto it = counts.find(w);
+      if (it == counts.end()) it = counts.emplace(spelled.emplace_back(w), 0).first;
+      ++it->second;
+    });
+  });
   std::vector<std::pair<std::string, std::int64_t>> sorted;
   sorted.reserve(counts.size());
   std::int64_t unk_count = 0, dropped = 0;
@@ -459,8 +505,7 @@ std::shared_ptr<Tokenizer> build_word_tokenizer(const std::vector<std::string>& 
     return a.second != b.second ? a.second > b.second : a.first < b.first;
   });
   std::vector<std::string> words = {kPadWord, kUnkWord, kEosWord};
-  std::vector<std::int64_t> word_counts = {0, unk_count,
-                                           static_cast<std::int64_t>(train_lines.size())};
+  std::vector<std::int64_t> word_counts = {0, unk_count, n_lines};
   for (auto& [word, count] : sorted) {
     words.push_back(std::move(word));
     word_counts.push_back(count);

@@ -89,10 +89,10 @@ std::shared_ptr<Tokenizer> find_cached_tokenizer(const config::TokenizerConfig& 
   return nullptr;
 }
 
-std::shared_ptr<Tokenizer> make_tokenizer(
-    const config::TokenizerConfig& cfg,
-    const std::function<const std::vector<std::string>&()>& train_lines,
-    std::uint64_t train_fingerprint, const stdfs::path& dir, bool* reused) {
+std::shared_ptr<Tokenizer> make_tokenizer(const config::TokenizerConfig& cfg,
+                                          const TrainText& train_text,
+                                          std::uint64_t train_fingerprint, const stdfs::path& dir,
+                                          bool* reused) {
   const Meta source = tokenizer_source(cfg, train_fingerprint);
   if (reused) *reused = false;
   std::string why;
@@ -107,11 +107,11 @@ std::shared_ptr<Tokenizer> make_tokenizer(
   if (cfg.type == config::TokenizerType::kByte) {
     tok = make_byte_tokenizer();
   } else if (cfg.type == config::TokenizerType::kWord) {
-    tok = build_word_tokenizer(train_lines(), cfg.min_count);
+    tok = build_word_tokenizer(train_text, cfg.min_count);
   } else if (!cfg.model_path.empty()) {
     tok = load_sentencepiece(cfg.model_path);
   } else {
-    tok = train_sentencepiece(cfg, train_lines());
+    tok = train_sentencepiece(cfg, train_text);
   }
   if (!dir.empty()) {
     tok->save(dir);
@@ -125,9 +125,7 @@ std::shared_ptr<Tokenizer> make_tokenizer(
 std::shared_ptr<Tokenizer> make_tokenizer(const config::TokenizerConfig& cfg,
                                           const std::vector<std::string>& train_lines,
                                           const stdfs::path& dir) {
-  return make_tokenizer(
-      cfg, [&]() -> const std::vector<std::string>& { return train_lines; },
-      fingerprint_lines(train_lines), dir);
+  return make_tokenizer(cfg, lines_text(train_lines), fingerprint_lines(train_lines), dir);
 }
 
 }  // namespace txl::data

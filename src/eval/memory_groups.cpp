@@ -13,12 +13,13 @@ namespace txl::eval {
 
 namespace {
 
-// ids as a checked int64 [N] CPU tensor.
+// Integer ids (a cache's int16 or int32, or int64) as a checked int64 [N] CPU tensor.
 torch::Tensor checked_ids(const torch::Tensor& ids) {
-  TXL_CHECK(ids.defined() && ids.dim() == 1 && ids.scalar_type() == torch::kInt64,
-            "where memory helps: token ids must be int64 [N], got ",
+  TXL_CHECK(ids.defined() && ids.dim() == 1 &&
+                at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
+            "where memory helps: token ids must be integers [N], got ",
             ids.defined() ? ids.sizes() : torch::IntArrayRef{});
-  return ids.to(torch::kCPU).contiguous();  // [N]
+  return ids.to(torch::kCPU, torch::kInt64).contiguous();  // [N]
 }
 
 // The document starts as offsets (first 0, strictly increasing, below n); {0} when undefined.

@@ -203,9 +203,13 @@ void Trainer::build() {
   step.clip = t_.clip;
   step_ = std::make_unique<Step>(model_, *optimizer_, step, mine_, group_);
   if (group_->rank() > 0) torch::manual_seed(rank_seed_);
-  // -> ordered segment stream: every rank reads the same global stream and keeps its own rows.
+  // -> ordered segment stream: every rank follows the same global stream and reads only its own
+  // rows out of the mapped corpus.
+  auto stream_options = data::train_stream_options(config_, dataset_.tokenizer->pad_id());
+  stream_options.read_begin = mine_.begin;
+  stream_options.read_end = mine_.end;
   stream_ = std::make_unique<data::TrainStream>(
-      dataset_.train.ids, data::train_stream_options(config_, dataset_.tokenizer->pad_id()),
+      dataset_.train.ids, stream_options,
       config_.data.document_mode ? dataset_.train.doc_starts : torch::Tensor());
   valid_settings_ = eval::validation_settings(config_, group_.get());
   if (config_.data.corpus == config::Corpus::kSynthetic)

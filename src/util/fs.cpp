@@ -91,25 +91,69 @@ int write_all(int fd, const char* data, size_t size) {
 
 }  // namespace
 
-void write_atomic(const stdfs::path& path, std::string_view data) {
+AtomicWriter::AtomicWriter(const stdfs::path& path) : path_(path), tmp_(path) {
   if (path.has_parent_path()) ensure_dir(path.parent_path());
-  stdfs::path tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TXL_CHECK(fd >= 0, "cannot create ", tmp.string(), ": ", std::strerror(errno));
-  int err = write_all(fd, data.data(), data.size());
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    TXL_FAIL("cannot write ", path.string(), ": ", std::strerror(err),
+  tmp_ += ".tmp." + std::to_string(::getpid());
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TXL_CHECK(fd_ >= 0, "cannot create ", tmp_.string(), ": ", std::strerror(errno));
+}
+
+AtomicWriter::~AtomicWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
+  }
+}
+
+void AtomicWriter::fail(const char* what, int err) {
+  ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  TXL_FAIL("cannot ", what, " ", path_.string(), ": ", std::strerror(err),
+           " (the previous version, if any, is intact)");
+}
+
+void AtomicWriter::write(std::string_view data) {
+  TXL_CHECK(fd_ >= 0, "AtomicWriter: ", path_.string(), " is already committed");
+  if (const int err = write_all(fd_, data.data(), data.size())) fail("write", err);
+  size_ += data.size();
+}
+
+void AtomicWriter::write_at(std::uint64_t offset, std::string_view data) {
+  TXL_CHECK(fd_ >= 0 && offset + data.size() <= size_, "AtomicWriter: write_at outside the ", size_,
+            " bytes written to ", path_.string());
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n =
+        ::pwrite(fd_, data.data() + done, data.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("write", errno);
+    done += static_cast<size_t>(n);
+  }
+}
+
+void AtomicWriter::commit() {
+  TXL_CHECK(fd_ >= 0, "AtomicWriter: ", path_.string(), " is already committed");
+  if (::fsync(fd_) != 0) fail("write", errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp_.c_str());
+    TXL_FAIL("cannot write ", path_.string(), ": ", std::strerror(err),
              " (the previous version, if any, is intact)");
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    err = errno;
-    ::unlink(tmp.c_str());
-    TXL_FAIL("cannot rename ", tmp.string(), " to ", path.string(), ": ", std::strerror(err));
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp_.c_str());
+    TXL_FAIL("cannot rename ", tmp_.string(), " to ", path_.string(), ": ", std::strerror(err));
   }
+}
+
+void write_atomic(const stdfs::path& path, std::string_view data) {
+  AtomicWriter out(path);
+  out.write(data);
+  out.commit();
 }
 
 void write_atomic(const stdfs::path& path, const std::function<void(std::ostream&)>& writer) {

@@ -104,8 +104,9 @@ TEST(Dataset, InvalidUtf8InValidOrTestNamesTheSplitAndLine) {
 // --------------------------------------------------------------------- load_dataset cache
 
 std::vector<std::int64_t> as_vector(const torch::Tensor& t) {
-  return std::vector<std::int64_t>(t.data_ptr<std::int64_t>(),
-                                   t.data_ptr<std::int64_t>() + t.numel());
+  const auto wide = t.to(torch::kLong).contiguous();  // a cache's ids are int16 or int32
+  return std::vector<std::int64_t>(wide.data_ptr<std::int64_t>(),
+                                   wide.data_ptr<std::int64_t>() + wide.numel());
 }
 
 TEST(Dataset, SecondLoadReusesTheCache) {
@@ -204,13 +205,16 @@ TEST(Dataset, TruncatedForeignAndOldCachesAreRebuilt) {
 
 // The file's ids and document starts, as the header places them.
 struct SplitLayout {
-  std::uint64_t n = 0, n_docs = 0;
-  size_t starts_at() const { return 72; }
-  size_t ids_at() const { return 72 + n_docs * 8; }
+  std::uint64_t n = 0, n_docs = 0, elem = 0;
+  size_t ids_at() const { return 72; }
+  size_t starts_at() const { return (72 + n * elem + 7) / 8 * 8; }
 };
 
 SplitLayout layout_of(const std::string& bytes) {
   SplitLayout l;
+  std::uint32_t dtype = 0;
+  std::memcpy(&dtype, bytes.data() + 12, 4);
+  l.elem = dtype == 1 ? 2 : 4;
   std::memcpy(&l.n, bytes.data() + 16, 8);
   std::memcpy(&l.n_docs, bytes.data() + 24, 8);
   return l;
@@ -234,7 +238,7 @@ TEST(Dataset, FlippedInRangeIdIsDetectedAndRebuilt) {
   const auto file = f.split_file(first, "train");
   std::string bytes = txl::fs::read_file(file);
   const SplitLayout l = layout_of(bytes);
-  // One bit of the 10th id (uint16): still a valid id, so only the checksum can tell.
+  // One bit of the 10th id (int16): still a valid id, so only the checksum can tell.
   const size_t at = l.ids_at() + 2 * 10;
   std::uint16_t id;
   std::memcpy(&id, bytes.data() + at, 2);
@@ -287,7 +291,7 @@ TEST(Dataset, DamagedHeaderFieldsAndOldVersionsAreRebuilt) {
   };
   damage("train", 32, 0x7f);  // n_bytes: only the checksum over the header sees it
   damage("valid", 57, 0x00);  // the checksum itself
-  damage("test", 8, 2);       // format version 2 (no word count): outdated, rebuilt with a warning
+  damage("test", 8, 3);       // format version 3 (starts before ids): outdated, rebuilt, warned
   Dataset second;
   const std::string log = captured_load(f.cfg, &second);
   EXPECT_EQ(second.stats.splits_reused, 0);
@@ -299,7 +303,7 @@ TEST(Dataset, DamagedHeaderFieldsAndOldVersionsAreRebuilt) {
         << split << "\n"
         << log;
   EXPECT_NE(log.find("warning: cache " + f.split_file(first, "test").string() +
-                     " was written by another version of txl (format version 2, expected 3)"),
+                     " was written by another version of txl (format version 3, expected 4)"),
             std::string::npos)
       << log;
   EXPECT_EQ(log.find("warning: cache " + f.split_file(first, "test").string() + " is damaged"),

@@ -133,15 +133,17 @@ TEST(Dataset, Xxh64MatchesTheReferenceVectors) {
 TEST(Dataset, CacheFileRoundTripBothDtypes) {
   TempDir dir;
   EncodedSplit split;
-  split.ids = torch::tensor({0, 5, 65535, 7, 2}, torch::kLong);
+  split.ids = torch::tensor({0, 5, 32767, 7, 2}, torch::kLong);
   split.doc_starts = torch::tensor({0, 3}, torch::kLong);
   split.n_bytes = 99;
   split.n_chars = 90;
   split.n_words = 17;
-  txl::data::write_encoded_split(dir / "u16.bin", split, 65536, 0xabc);
-  EXPECT_EQ(stdfs::file_size(dir / "u16.bin"), 72u + 2 * 8 + 5 * 2);  // uint16 ids
-  auto back = txl::data::read_encoded_split(dir / "u16.bin", 0xabc, 65536);
+  txl::data::write_encoded_split(dir / "u16.bin", split, 32768, 0xabc);
+  // int16 ids (5 * 2 bytes), padded to a multiple of 8, then the document starts.
+  EXPECT_EQ(stdfs::file_size(dir / "u16.bin"), 72u + 16 + 2 * 8);
+  auto back = txl::data::read_encoded_split(dir / "u16.bin", 0xabc, 32768);
   ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->ids.scalar_type(), torch::kShort);  // the file's own ids, mapped
   EXPECT_TRUE(tensor_equal(back->ids, split.ids));
   EXPECT_TRUE(tensor_equal(back->doc_starts, split.doc_starts));
   EXPECT_EQ(back->n_bytes, 99);
@@ -156,9 +158,10 @@ TEST(Dataset, CacheFileRoundTripBothDtypes) {
   split.ids = torch::tensor({0, 70000, 267734}, torch::kLong);
   split.doc_starts = torch::tensor({0, 2}, torch::kLong);
   txl::data::write_encoded_split(dir / "i32.bin", split, 267735, 0xabc);
-  EXPECT_EQ(stdfs::file_size(dir / "i32.bin"), 72u + 2 * 8 + 3 * 4);  // int32 ids
+  EXPECT_EQ(stdfs::file_size(dir / "i32.bin"), 72u + 16 + 2 * 8);  // int32 ids, padded
   back = txl::data::read_encoded_split(dir / "i32.bin", 0xabc, 267735);
   ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->ids.scalar_type(), torch::kInt);
   EXPECT_TRUE(tensor_equal(back->ids, split.ids));
 
   CacheMiss miss;
@@ -171,9 +174,14 @@ TEST(Dataset, CacheFileRoundTripBothDtypes) {
   EXPECT_FALSE(txl::data::read_encoded_split(dir / "i32.bin", 0xabc, 70000, &miss).has_value());
   EXPECT_EQ(miss.kind, CacheMiss::Kind::kDamaged);
   EXPECT_NE(miss.reason.find("token id 70000 at 1 outside"), std::string::npos) << miss.reason;
-  // Document starts beyond the ids are damage.
-  split.doc_starts = torch::tensor({0, 3}, torch::kLong);
-  txl::data::write_encoded_split(dir / "bad_docs.bin", split, 267735, 0xabc);
+  // Document starts beyond the ids are damage (the writer never writes one: the bytes are
+  // changed and the checksum resealed).
+  std::string docs = txl::fs::read_file(dir / "i32.bin");
+  const std::int64_t beyond = 3;
+  std::memcpy(docs.data() + 88 + 8, &beyond, 8);
+  const std::uint64_t resealed = txl::data::encoded_split_checksum(docs);
+  std::memcpy(docs.data() + 56, &resealed, 8);
+  txl::fs::write_atomic(dir / "bad_docs.bin", docs);
   EXPECT_FALSE(txl::data::read_encoded_split(dir / "bad_docs.bin", 0xabc, 267735, &miss));
   EXPECT_EQ(miss.kind, CacheMiss::Kind::kDamaged);
   EXPECT_NE(miss.reason.find("document starts"), std::string::npos) << miss.reason;
@@ -267,8 +275,9 @@ TEST(Dataset, KjvWithSentencePieceAndBadInputs) {
   EXPECT_LT(ds.train.ids.numel(), ds.train.n_bytes);
   EXPECT_EQ(ds.test.n_bytes, 199121);
   const std::int64_t n = 40;
-  auto head = std::vector<std::int64_t>(ds.train.ids.data_ptr<std::int64_t>(),
-                                        ds.train.ids.data_ptr<std::int64_t>() + n);
+  const auto first = ds.train.ids.narrow(0, 0, n).to(torch::kLong);  // [n]
+  auto head =
+      std::vector<std::int64_t>(first.data_ptr<std::int64_t>(), first.data_ptr<std::int64_t>() + n);
   EXPECT_EQ(ds.tokenizer->decode(head).rfind(
                 "In the beginning God created the heaven and the earth.\n", 0),
             0u);

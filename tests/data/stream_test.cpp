@@ -361,8 +361,8 @@ TEST(TrainStream, ErrorsNameTheKeyAndTheFix) {
   TXL_EXPECT_THROW_WITH(TrainStream(corpus(50), train_options(2, 0)), "model.tgt_len = 0");
   TXL_EXPECT_THROW_WITH(TrainStream(corpus(50), train_options(0, 4)), "train.batch_size = 0");
   TXL_EXPECT_THROW_WITH(TrainStream(corpus(50), train_options(2, 4, -1)), "model.ext_len = -1");
-  TXL_EXPECT_THROW_WITH(TrainStream(corpus(50).to(torch::kInt32), train_options(2, 4)),
-                        "1-D int64");
+  TXL_EXPECT_THROW_WITH(TrainStream(corpus(50).to(torch::kFloat), train_options(2, 4)),
+                        "1-D int64, int32 or int16");
   auto var = train_options(2, 4);
   var.var_len = true;
   TXL_EXPECT_THROW_WITH(TrainStream(corpus(30), var, doc_starts()), "train.var_len");
@@ -423,6 +423,39 @@ TEST(StreamOptions, FromTheExperimentConfig) {
   EXPECT_EQ(train.seed, 77u);
   EXPECT_EQ(train.pad_id, 2);
   // The evaluation streams' options: tests/eval/settings_test.cpp (eval::Settings).
+}
+
+// A data-parallel rank reads only its rows: they equal the whole batch's, on an int16 corpus as
+// a cache maps it; the other rows are padding under the whole batch's masks and state.
+TEST(TrainStream, ARankReadsOnlyItsRows) {
+  for (bool documents : {false, true}) {
+    auto whole_options = train_options(4, 3, 1);
+    whole_options.roll = !documents;
+    auto mine = whole_options;
+    mine.read_begin = 1;
+    mine.read_end = 3;
+    const auto starts = documents ? longs({0, 9, 20, 26, 33, 41}) : torch::Tensor();
+    TrainStream whole(corpus(48), whole_options, starts);
+    TrainStream rank(corpus(48).to(torch::kInt16), mine, starts);
+    for (int i = 0; i < 12; ++i) {
+      const Batch a = whole.next(), b = rank.next();
+      EXPECT_TRUE(tensor_equal(b.tokens.narrow(0, 1, 2), a.tokens.narrow(0, 1, 2))) << i;
+      EXPECT_TRUE(tensor_equal(b.targets.narrow(0, 1, 2), a.targets.narrow(0, 1, 2))) << i;
+      EXPECT_EQ(b.tokens.scalar_type(), torch::kInt64);
+      for (std::int64_t row : {0, 3}) {
+        EXPECT_TRUE(b.tokens[row].eq(P).all().item<bool>()) << "row " << row << " was read";
+        EXPECT_TRUE(b.targets[row].eq(P).all().item<bool>()) << "row " << row << " was read";
+      }
+      EXPECT_TRUE(tensor_equal(b.input_mask, a.input_mask)) << i;
+      EXPECT_TRUE(tensor_equal(b.target_mask, a.target_mask)) << i;
+      EXPECT_EQ(b.n_scored, a.n_scored);
+      EXPECT_EQ(rank.state(), whole.state());
+    }
+  }
+  auto bad = train_options(4, 3);
+  bad.read_begin = 3;
+  bad.read_end = 5;
+  TXL_EXPECT_THROW_WITH(TrainStream(corpus(48), bad), "rows to read [3, 5) outside the batch's 4");
 }
 
 }  // namespace

@@ -375,9 +375,9 @@ TEST(MakeTokenizer, CachedByOptionsAndTrainingText) {
   TokenizerConfig cfg;
   cfg.type = TokenizerType::kWord;
   int builds = 0;
-  auto source = [&]() -> const std::vector<std::string>& {
+  const txl::data::TrainText source = [&](const txl::data::LineVisitor& visit) {
     ++builds;
-    return lines;
+    for (const auto& line : lines) visit(line);
   };
   bool reused = true;
   auto first = txl::data::make_tokenizer(cfg, source, 42, dir.path(), &reused);

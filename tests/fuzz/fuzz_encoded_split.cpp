@@ -25,7 +25,8 @@ void parse_and_check(std::string_view bytes) {
   auto split = txl::data::parse_encoded_split(bytes, fingerprint, kVocab);
   if (!split) return;
   const auto n = split->ids.numel();
-  const auto* ids = split->ids.data_ptr<std::int64_t>();
+  const auto wide = split->ids.to(torch::kLong);  // [N]
+  const auto* ids = wide.data_ptr<std::int64_t>();
   for (std::int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= kVocab) __builtin_trap();
   const auto n_docs = split->doc_starts.numel();

@@ -15,6 +15,7 @@
 //   synthetic  generated long-range recall corpus (synthetic.h)
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,12 @@ struct CorpusText {
   const CorpusSplit& split(std::string_view split_name) const;  // "train" | "valid" | "test"
 };
 
+// Receives a split piece by piece (CorpusReader::read_split): each chunk holds whole lines in
+// text order; its doc_starts are the line indices within the chunk where a document starts (a
+// chunk that goes on with the previous chunk's document has none at 0); its n_bytes and n_chars
+// count the text its lines stand for, so that the chunks' counts add up to the split's.
+using ChunkSink = std::function<void(CorpusSplit&& chunk)>;
+
 class CorpusReader {
  public:
   virtual ~CorpusReader() = default;
@@ -53,9 +60,14 @@ class CorpusReader {
   // Fingerprint of the source bytes. Cheaper than read(): no splitting into lines, so a run
   // whose caches are valid never pays for read().
   virtual std::uint64_t fingerprint() const = 0;
-  // Reads and splits the corpus. Throws txl::Error naming the missing, empty or unreadable
-  // file and pointing at data/README.md.
-  virtual CorpusText read() const = 0;
+  // Reads one split ("train" | "valid" | "test") and hands it to `sink` in chunks of whole lines
+  // of about chunk_bytes each, so that memory holds one chunk at a time, however large the
+  // corpus. Corpora that are small by nature (kjv, synthetic) come as one chunk. Throws txl::Error
+  // naming the missing, empty, malformed or unreadable file and pointing at data/README.md.
+  virtual void read_split(std::string_view split, std::int64_t chunk_bytes,
+                          const ChunkSink& sink) const = 0;
+  // The whole corpus in memory: each split's chunks joined.
+  CorpusText read() const;
 };
 
 // The reader of cfg.corpus, reading cfg.path (cfg.synthetic for synthetic). Throws txl::Error

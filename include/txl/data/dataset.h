@@ -18,27 +18,33 @@
 //
 // Encoded split file (little-endian), format version kCacheVersion:
 //   offset  0  char[8]   magic "TXLTOKS\0"
-//           8  uint32    format version (3; a file of version 2, without n_words, or 1, without a
-//                        checksum, is rebuilt with a warning)
-//          12  uint32    dtype: 1 = uint16, 2 = int32 (uint16 when vocab_size <= 65536)
+//           8  uint32    format version (4; a file of an earlier version is rebuilt with a
+//                        warning: 3 put document starts before the ids, 2 had no n_words, 1 no
+//                        checksum)
+//          12  uint32    dtype: 1 = int16 (vocab_size <= 32768), 2 = int32
 //          16  uint64    token count N
 //          24  uint64    document count n_docs
 //          32  int64     n_bytes of the original text
 //          40  int64     n_chars of the original text
 //          48  uint64    fingerprint: hash(version, corpus bytes, split, tokenizer, add_eos)
-//          56  uint64    checksum: XXH64 of bytes 64..end (n_words, document starts and ids),
-//                        seeded with XXH64 of bytes 0..55 (so it covers the header too)
+//          56  uint64    checksum: XXH64 of bytes 0..55 and 64..71 (the header but the checksum)
+//                        followed by the XXH64 of bytes 72..end (8 bytes, little-endian)
 //          64  int64     n_words of the original text (corpus.h, count_words)
-//          72  int64[n_docs]  document start offsets
-//              dtype[N]       token ids
+//          72  dtype[N]  token ids
+//              zero bytes up to a multiple of 8
+//              int64[n_docs]  document start offsets
+// The ids come first so that a split is written as it is encoded, chunk after chunk, and the
+// file is used in place: the ids and document starts of a loaded split are tensors over a
+// private (copy-on-write) memory map of the file, never read whole into memory.
 // A file is rebuilt when it is missing, of another version, stale (fingerprint), or damaged:
 // a size that disagrees with its header, a wrong magic or dtype, a checksum mismatch (a flipped
 // bit anywhere), an id >= the tokenizer's vocab_size, document starts out of order. Damage is a
-// warning naming the file and the reason.
+// warning naming the file and the reason. Checking a file reads it once, in blocks of a few MB.
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -48,13 +54,37 @@
 #include "txl/config/config.h"
 #include "txl/data/corpus.h"
 #include "txl/data/tokenizer.h"
+#include "txl/util/fs.h"
 
 namespace txl::data {
 
-constexpr std::uint32_t kCacheVersion = 3;
+constexpr std::uint32_t kCacheVersion = 4;
+
+// XXH64 (xxhash.com, the 64-bit variant): 8 bytes a step, several GB/s, so checking a cache costs
+// a fraction of reading it. Xxh64 takes the data in pieces of any size: update(a); update(b)
+// gives the digest of a + b.
+class Xxh64 {
+ public:
+  explicit Xxh64(std::uint64_t seed = 0);
+  void update(std::string_view data);
+  std::uint64_t digest() const;
+
+ private:
+  std::uint64_t seed_, lanes_[4];
+  std::uint64_t total_ = 0;
+  char buffer_[32];
+  std::size_t buffered_ = 0;
+};
+std::uint64_t xxh64(std::string_view data, std::uint64_t seed = 0);
+
+// The corpus text is read and encoded in chunks of about this many bytes (whole lines).
+constexpr std::int64_t kEncodeChunkBytes = std::int64_t{32} << 20;
 
 struct EncodedSplit {
-  torch::Tensor ids;         // int64 [N], the token ids of the split in text order
+  // [N] token ids of the split in text order: int64 when encoded in memory (encode_split); the
+  // file's int16 or int32 when loaded from the cache (a memory map). Readers that need int64 take
+  // .to(torch::kLong) of the part they use.
+  torch::Tensor ids;
   torch::Tensor doc_starts;  // int64 [n_docs], token offsets where documents start, sorted, first 0
   std::int64_t n_bytes = 0;  // UTF-8 bytes of the original text (for bits per byte)
   std::int64_t n_chars = 0;  // characters of the original text (for bits per character)
@@ -105,6 +135,16 @@ Dataset load_dataset(const config::DataConfig& cfg, std::shared_ptr<const Tokeni
 // split.line_end_is_word.
 EncodedSplit encode_split(const CorpusSplit& split, const Tokenizer& tokenizer, bool add_eos);
 
+// Reads `split` of `reader` in chunks of about chunk_bytes, encodes each chunk as encode_split does
+// (document starts and counts as if the split were encoded whole) and writes it to the cache file
+// `path` (EncodedSplitWriter), then returns the file mapped (read_encoded_split). Memory holds one
+// chunk at a time. Throws txl::Error naming the corpus and split for text the tokenizer cannot
+// encode, or the file for a write error; `path` is then untouched.
+EncodedSplit encode_to_file(const CorpusReader& reader, std::string_view split,
+                            const Tokenizer& tokenizer, bool add_eos,
+                            const std::filesystem::path& path, std::uint64_t fingerprint,
+                            std::int64_t chunk_bytes = kEncodeChunkBytes);
+
 // Encodes any text file (e.g. for evaluation): one line a line, eos after each when add_eos,
 // one document; n_bytes is the file size.
 EncodedSplit encode_text_file(const std::filesystem::path& path, const Tokenizer& tokenizer,
@@ -123,29 +163,54 @@ struct CacheMiss {
   std::string reason;  // e.g. "checksum mismatch (header 3f0c..., content 9a41...)"
 };
 
-// Writes a cache file (format above) atomically. Throws txl::Error for an id outside
-// [0, vocab_size).
+// Writes a cache file (format above) atomically, chunk after chunk, holding one chunk at a time:
+// append() adds a chunk's ids (any integer dtype, each checked against the vocabulary) and its
+// document starts (token offsets within the chunk; duplicates of the running offset and a start
+// with no token after it in the split are dropped, and the split's first start is 0), and adds its
+// byte, character and word counts. commit() puts the file in place; without it nothing is
+// written. Throws txl::Error for an id outside [0, vocab_size) or a write error naming the file.
+class EncodedSplitWriter {
+ public:
+  EncodedSplitWriter(const std::filesystem::path& path, std::int64_t vocab_size,
+                     std::uint64_t fingerprint);
+  ~EncodedSplitWriter();
+  EncodedSplitWriter(const EncodedSplitWriter&) = delete;
+  EncodedSplitWriter& operator=(const EncodedSplitWriter&) = delete;
+  void append(const EncodedSplit& chunk);
+  void commit();
+  std::int64_t tokens() const { return n_; }
+
+ private:
+  void add_start(std::int64_t start);
+  std::unique_ptr<fs::AtomicWriter> file_;
+  std::FILE* starts_ = nullptr;  // the document starts, until commit() appends them
+  std::int64_t vocab_size_;
+  std::uint64_t fingerprint_;
+  std::uint32_t dtype_;
+  Xxh64 body_hash_;
+  std::int64_t n_ = 0, n_docs_ = 0, last_start_ = -1, pending_start_ = -1;
+  std::int64_t n_bytes_ = 0, n_chars_ = 0, n_words_ = 0;
+};
+
+// Writes a whole split (an EncodedSplitWriter with one chunk).
 void write_encoded_split(const std::filesystem::path& path, const EncodedSplit& split,
                          std::int64_t vocab_size, std::uint64_t fingerprint);
 
-// Parses the bytes of a cache file: nullopt (with `miss` set) unless the header, fingerprint,
-// checksum, document starts and every id (< vocab_size) are right. Never throws or crashes on
-// arbitrary bytes (fuzzed: tests/fuzz/fuzz_encoded_split.cpp).
+// Checks the bytes of a cache file: nullopt (with `miss` set) unless the header, fingerprint,
+// checksum, document starts and every id (< vocab_size) are right; the split is a copy of the
+// bytes. Never throws or crashes on arbitrary bytes (fuzzed: tests/fuzz/fuzz_encoded_split.cpp).
 std::optional<EncodedSplit> parse_encoded_split(std::string_view bytes,
                                                 std::uint64_t expected_fingerprint,
                                                 std::int64_t vocab_size, CacheMiss* miss = nullptr);
 
-// Reads a cache file (mapped, then parse_encoded_split).
+// Reads a cache file: the same checks, streamed through in blocks, then the split mapped in
+// place (copy-on-write: writing to its tensors never reaches the file).
 std::optional<EncodedSplit> read_encoded_split(const std::filesystem::path& path,
                                                std::uint64_t expected_fingerprint,
                                                std::int64_t vocab_size, CacheMiss* miss = nullptr);
 
 // The checksum the header of a cache file with these bytes must hold (offset 56; the bytes at
-// 56..63 are not part of it). Requires bytes.size() >= 64.
+// 56..63 are not part of it). Requires bytes.size() >= 72.
 std::uint64_t encoded_split_checksum(std::string_view bytes);
-
-// XXH64 (xxhash.com, the 64-bit variant): 8 bytes a step, several GB/s, so checking a 400 MB
-// cache costs a fraction of reading it.
-std::uint64_t xxh64(std::string_view data, std::uint64_t seed = 0);
 
 }  // namespace txl::data

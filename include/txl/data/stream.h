@@ -68,6 +68,10 @@ struct TrainStreamOptions {
   bool roll = false;             // rotate every stream by a random offset each epoch (train.roll)
   std::uint64_t seed = 1234;     // seeds var_len and roll (run.seed)
   std::int64_t pad_id = 0;       // id written where a mask is false (masks are authoritative)
+  // Rows [read_begin, read_end) are read out of the ids; the others hold pad_id under the masks
+  // of the whole batch, so that a data-parallel rank reads only its own part of a mapped corpus
+  // (read_end < 0: every row). The geometry, masks and state are those of the whole batch.
+  std::int64_t read_begin = 0, read_end = -1;
 };
 
 // The paper's variable segment length (Dai et al. code, LMOrderedIterator.get_varlen_iter):

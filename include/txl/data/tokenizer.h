@@ -68,10 +68,20 @@ std::shared_ptr<Tokenizer> parse_tokenizer(const std::string& kind, std::string_
 }  // namespace detail
 
 // ----------------------------------------------------------------------------- building
-// Trains a sentencepiece model on `train_lines` with cfg's options (vocab_size, model_type,
-// character_coverage, user_symbols, max_sentences: more lines are subsampled at an even stride).
-// Training output is kept off the terminal; progress is logged under [data]. Throws txl::Error
-// for invalid UTF-8 (naming the line), a vocab_size the text cannot support, bad options.
+// The training text, line by line: train_text(visit) calls visit on every line of the train
+// split in order, reading the text anew each time it is called, so that a tokenizer is built
+// from a corpus of any size holding only what it keeps (word counts, a bounded sample).
+using LineVisitor = std::function<void(std::string_view line)>;
+using TrainText = std::function<void(const LineVisitor& visit)>;
+
+// Trains a sentencepiece model on a sample of the training text with cfg's options (vocab_size,
+// model_type, character_coverage, user_symbols, max_sentences: of more non-blank lines, that many
+// are taken at an even stride, in two passes over the text, so that memory holds the sample
+// alone). Training output is kept off the terminal; progress is logged under [data]. Throws
+// txl::Error for invalid UTF-8 (naming the line), a vocab_size the text cannot support, bad
+// options.
+std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cfg,
+                                               const TrainText& train_text);
 std::shared_ptr<Tokenizer> train_sentencepiece(const config::TokenizerConfig& cfg,
                                                const std::vector<std::string>& train_lines);
 
@@ -84,8 +94,13 @@ std::shared_ptr<Tokenizer> make_byte_tokenizer();
 
 // Builds a word vocabulary from `train_lines` (split at ASCII whitespace); words seen fewer
 // than min_count times map to <unk>. A literal "<unk>" in the text (PTB, WikiText) is <unk>.
+// One pass over the text; memory holds the vocabulary's counts.
+std::shared_ptr<Tokenizer> build_word_tokenizer(const TrainText& train_text, int min_count);
 std::shared_ptr<Tokenizer> build_word_tokenizer(const std::vector<std::string>& train_lines,
                                                 int min_count);
+
+// The lines of a vector as a TrainText.
+TrainText lines_text(const std::vector<std::string>& lines);
 
 // A string of the options that change what cfg builds (only those relevant to cfg.type), for
 // cache keys. Throws txl::Error for an unknown type or sentencepiece model_type.
@@ -93,11 +108,11 @@ std::string tokenizer_options_key(const config::TokenizerConfig& cfg);
 
 // The tokenizer cfg describes, cached in `dir`: when `dir` holds one saved from the same
 // options and the same training text (`train_fingerprint`), it is loaded; otherwise it is built
-// from train_lines() (called only then) and saved there. `reused` (optional) tells which.
-std::shared_ptr<Tokenizer> make_tokenizer(
-    const config::TokenizerConfig& cfg,
-    const std::function<const std::vector<std::string>&()>& train_lines,
-    std::uint64_t train_fingerprint, const std::filesystem::path& dir, bool* reused = nullptr);
+// from train_text (read only then) and saved there. `reused` (optional) tells which.
+std::shared_ptr<Tokenizer> make_tokenizer(const config::TokenizerConfig& cfg,
+                                          const TrainText& train_text,
+                                          std::uint64_t train_fingerprint,
+                                          const std::filesystem::path& dir, bool* reused = nullptr);
 
 // The tokenizer make_tokenizer would reuse from `dir` (saved there from the same options and
 // training text), or nullptr with `why` saying why not: empty when `dir` holds none, else e.g.

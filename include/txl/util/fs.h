@@ -35,8 +35,31 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// Writes `data` to `path` atomically (temp file + fsync + rename). Throws txl::Error naming the
-// path and the OS reason (e.g. "No space left on device"); the previous file stays intact.
+// A file written piece by piece and put in place atomically: the bytes go to a temporary file
+// beside `path` (created with the writer), and commit() flushes it to disk and renames it over
+// `path`. Destroyed without commit() (an error unwinding), the temporary file is removed and
+// `path` is untouched. Errors throw txl::Error naming `path` and the OS reason (e.g. "No space
+// left on device").
+class AtomicWriter {
+ public:
+  explicit AtomicWriter(const stdfs::path& path);
+  ~AtomicWriter();
+  AtomicWriter(const AtomicWriter&) = delete;
+  AtomicWriter& operator=(const AtomicWriter&) = delete;
+  void write(std::string_view data);                           // appends
+  void write_at(std::uint64_t offset, std::string_view data);  // overwrites written bytes
+  std::uint64_t size() const { return size_; }                 // bytes appended so far
+  void commit();
+
+ private:
+  [[noreturn]] void fail(const char* what, int err);
+  stdfs::path path_, tmp_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+};
+
+// Writes `data` to `path` atomically (an AtomicWriter). Throws txl::Error naming the path and
+// the OS reason (e.g. "No space left on device"); the previous file stays intact.
 void write_atomic(const stdfs::path& path, std::string_view data);
 
 // Same, with the content produced by a writer callback into a binary stream.
