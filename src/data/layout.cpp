@@ -141,37 +141,21 @@ DocumentLayout deal_documents(const Documents& docs, std::int64_t b, std::int64_
   using Slot = std::pair<std::int64_t, std::int64_t>;  // (segments so far, stream)
   std::priority_queue<Slot, std::vector<Slot>, std::greater<Slot>> shortest;
   for (std::int64_t r = 0; r < b; ++r) shortest.push({0, r});
-  std::vector<std::int64_t> doc_stream(static_cast<size_t>(n_docs)),
-      doc_slot(static_cast<size_t>(n_docs));
   DocumentLayout layout;
+  layout.streams.resize(static_cast<size_t>(b));
+  layout.q = q;
+  layout.e = e;
   for (std::int64_t k = 0; k < n_docs; ++k) {
     const auto d = static_cast<size_t>((first_doc + k) % n_docs);
     const auto [at, row] = shortest.top();
     shortest.pop();
-    doc_stream[d] = row;
-    doc_slot[d] = at;
-    const std::int64_t segments = ceil_div(docs.end[d] - docs.begin[d] - 1, q);
-    shortest.push({at + segments, row});
-    layout.n_batches = std::max(layout.n_batches, at + segments);
-  }
-  layout.starts = torch::zeros({layout.n_batches, b}, torch::kInt64);
-  layout.lengths = torch::zeros({layout.n_batches, b}, torch::kInt64);
-  layout.context = torch::zeros({layout.n_batches, b}, torch::kInt64);
-  layout.resets = torch::zeros({layout.n_batches, b}, torch::kBool);
-  auto* starts = layout.starts.data_ptr<std::int64_t>();
-  auto* lengths = layout.lengths.data_ptr<std::int64_t>();
-  auto* context = layout.context.data_ptr<std::int64_t>();
-  auto* resets = layout.resets.data_ptr<bool>();
-  // One pass over segments (about N / Q of them), not over tokens.
-  for (size_t d = 0; d < static_cast<size_t>(n_docs); ++d) {
     const std::int64_t targets = docs.end[d] - docs.begin[d] - 1;
-    for (std::int64_t k = 0; k * q < targets; ++k) {
-      const std::int64_t cell = (doc_slot[d] + k) * b + doc_stream[d];
-      starts[cell] = docs.begin[d] + k * q;
-      lengths[cell] = std::min(q, targets - k * q);
-      context[cell] = std::min(e, k * q);
-      resets[cell] = k == 0;
-    }
+    auto& stream = layout.streams[static_cast<size_t>(row)];
+    stream.begin.push_back(docs.begin[d]);
+    stream.targets.push_back(targets);
+    stream.first_batch.push_back(at);
+    shortest.push({at + ceil_div(targets, q), row});
+    layout.n_batches = std::max(layout.n_batches, at + ceil_div(targets, q));
   }
   return layout;
 }
@@ -189,17 +173,36 @@ void log_document_layout(const Documents& docs, const DocumentLayout& layout, st
 // Batch i of a document layout; every row of batch 0 is reset.
 Batch document_batch(const torch::Tensor& ids, const DocumentLayout& layout, std::int64_t i,
                      std::int64_t pad_id, std::int64_t read_begin, std::int64_t read_end) {
-  const std::int64_t b = layout.starts.size(1);
-  auto row = [&](const torch::Tensor& table) {
-    auto r = table[i].contiguous();
-    return std::vector<std::int64_t>(r.data_ptr<std::int64_t>(), r.data_ptr<std::int64_t>() + b);
-  };
-  auto reset = layout.resets[i].clone();  // [B]
-  if (i == 0) reset.fill_(true);
-  Layout rows = segment_layout(row(layout.starts), row(layout.lengths), row(layout.context), reset);
+  DocumentLayout::Rows cells = layout.rows(i);
+  if (i == 0) cells.resets.fill_(true);
+  Layout rows = segment_layout(cells.starts, cells.lengths, cells.context, cells.resets);
   rows.read_begin = read_begin;
   rows.read_end = read_end;
   return gather(ids, rows, pad_id, i);
+}
+
+DocumentLayout::Rows DocumentLayout::rows(std::int64_t i) const {
+  const auto b = static_cast<std::int64_t>(streams.size());
+  Rows out;
+  out.starts.assign(static_cast<size_t>(b), 0);
+  out.lengths.assign(static_cast<size_t>(b), 0);
+  out.context.assign(static_cast<size_t>(b), 0);
+  out.resets = torch::zeros({b}, torch::kBool);  // [B]
+  auto* resets = out.resets.data_ptr<bool>();
+  for (std::int64_t r = 0; r < b; ++r) {
+    const Stream& s = streams[static_cast<size_t>(r)];
+    // The stream's last document starting at or before batch i.
+    const auto after = std::upper_bound(s.first_batch.begin(), s.first_batch.end(), i);
+    if (after == s.first_batch.begin()) continue;
+    const auto d = static_cast<size_t>(after - s.first_batch.begin() - 1);
+    const std::int64_t done = (i - s.first_batch[d]) * q;  // targets of earlier segments
+    if (done >= s.targets[d]) continue;                    // the stream has run out
+    out.starts[static_cast<size_t>(r)] = s.begin[d] + done;
+    out.lengths[static_cast<size_t>(r)] = std::min(q, s.targets[d] - done);
+    out.context[static_cast<size_t>(r)] = std::min(e, done);
+    resets[r] = done == 0;
+  }
+  return out;
 }
 
 }  // namespace txl::data::detail

@@ -345,7 +345,8 @@ EvalStream::RowTargets EvalStream::row_targets(std::int64_t i) const {
   TXL_CHECK(document_mode(), "EvalStream: row_targets is for document mode");
   TXL_CHECK(i >= 0 && i < size(), "EvalStream: batch ", i, " is outside the pass's ", size(),
             " batches");
-  return {layout_.starts[i].clone(), layout_.lengths[i].clone()};
+  const auto rows = layout_.rows(i);
+  return {torch::tensor(rows.starts, torch::kInt64), torch::tensor(rows.lengths, torch::kInt64)};
 }
 
 std::int64_t EvalStream::n_targets() const {

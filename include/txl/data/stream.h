@@ -92,12 +92,22 @@ struct Documents {
   std::int64_t given = 0;    // entries of doc_starts
   std::int64_t targets = 0;  // sum over kept documents of (length - 1)
 };
-// Documents dealt to streams (see TrainStream): per batch and row, the global index of the
-// segment's first input, its real length (0 once the stream has run out), the ext context
-// available inside the document, and whether the segment starts its document.
+// Documents dealt to streams (see TrainStream), kept per document (memory does not grow with
+// the number of batches): each stream's documents in order, with the batch where each starts.
 struct DocumentLayout {
-  torch::Tensor starts, lengths, context, resets;  // [n_batches, B]
-  std::int64_t n_batches = 0;
+  struct Stream {
+    std::vector<std::int64_t> begin, targets, first_batch;  // per document of the stream
+  };
+  // One row of each batch: the global index of the segment's first input, its real length (0
+  // once the stream has run out), the ext context available inside the document, and whether
+  // the segment starts its document.
+  struct Rows {
+    std::vector<std::int64_t> starts, lengths, context;  // [B]
+    torch::Tensor resets;                                // bool [B]
+  };
+  Rows rows(std::int64_t i) const;  // batch i's rows
+  std::vector<Stream> streams;      // [B]
+  std::int64_t n_batches = 0, q = 0, e = 0;
 };
 }  // namespace detail
 
