@@ -361,7 +361,7 @@ modules::AttentionInputs TransformerLMImpl::segment_inputs(
 }
 
 LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const Lookback& ctx,
-                                    bool want_logits) {
+                                    bool want_logits, std::vector<torch::Tensor>* attention) {
   check_inputs(in, given, ctx);
   const auto& [tokens, targets, input_mask, given_reset] = in;
   const int64_t batch = tokens.size(0), q_len = tokens.size(1), d = config_.d_model;
@@ -408,8 +408,10 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
     }
     modules::KeyValueCache cache;
     if (ctx.cache_kv && m_len > 0 && !memory.kv.empty()) cache.memory = memory.kv[l];
-    x = layer_list_[l](x, mem_l, inputs, nullptr,
-                       ctx.cache_kv ? &cache : nullptr);  // [B, Q, d]
+    torch::Tensor weights;
+    x = layer_list_[l](x, mem_l, inputs, attention != nullptr ? &weights : nullptr,
+                       ctx.cache_kv ? &cache : nullptr);      // [B, Q, d]
+    if (attention != nullptr) attention->push_back(weights);  // [B, H, Q, K]
     if (ctx.cache_kv) kv.push_back(cache.all);
   }
   if (final_norm) x = final_norm(x);

@@ -426,6 +426,24 @@ TEST(EvalTool, WhereMemoryHelpsSplitsTheComparison) {
   const auto table = txl_eval({ca, "--compare", cb, "--where-memory-helps", "--split", "valid"});
   ASSERT_EQ(table.status, 0) << table.output;
   EXPECT_NE(table.out.find("| in memory |"), std::string::npos) << table.out;
+  // --attention-by-distance: a table per checkpoint after the comparison, and JSON rows that sum
+  // to one.
+  const auto attention =
+      txl_eval({ca, "--compare", cb, "--attention-by-distance", "--split", "valid"});
+  ASSERT_EQ(attention.status, 0) << attention.output;
+  EXPECT_NE(attention.out.find("valid, " + cb + ": Share of attention weight"), std::string::npos)
+      << attention.out;
+  const auto one = txl_eval({ca, "--attention-by-distance", "--split", "valid", "--json"});
+  ASSERT_EQ(one.status, 0) << one.output;
+  std::istringstream one_lines(one.out);
+  std::string last;
+  for (std::string line; std::getline(one_lines, line);) last = line;
+  const auto mass = nlohmann::json::parse(last).at("attention_by_distance");
+  for (const auto& layer : mass.at("mass")) {
+    double sum = 0;
+    for (const auto& share : layer) sum += share.get<double>();
+    EXPECT_NEAR(sum, 1.0, 1e-6) << one.out;
+  }
   const auto alone = txl_eval({ca, "--where-memory-helps", "--split", "valid"});
   EXPECT_EQ(alone.status, 1);
   EXPECT_NE(alone.output.find("--where-memory-helps needs --compare"), std::string::npos)

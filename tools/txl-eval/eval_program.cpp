@@ -15,6 +15,7 @@
 #include "txl/data/dataset.h"
 #include "txl/data/synthetic.h"
 #include "txl/dist/group.h"
+#include "txl/eval/attention_mass.h"
 #include "txl/eval/evaluator.h"
 #include "txl/eval/memory_gain.h"
 #include "txl/eval/statistics.h"
@@ -271,6 +272,9 @@ void add_request_flags(CLI::App& app, config::CommandLine& line, EvalRequest& re
   app.add_flag("--where-memory-helps", request.where_memory_helps,
                "with --compare (a without memory, b with it): the gain by distance to the "
                "previous occurrence, frequency and capitalised words, with intervals");
+  app.add_flag("--attention-by-distance", request.attention_by_distance,
+               "also the share of attention weight each layer puts at each distance, memory "
+               "included (memory, segments modes; with --compare for both checkpoints)");
   app.add_flag("--by-position", request.by_position,
                "also the mean loss at each position of the segment (memory, segments modes)");
 }
@@ -299,12 +303,36 @@ Evaluation load(const EvalRequest& request) {
 
 namespace {
 
+// --attention-by-distance: `who`'s attention on `target`, as a table or a JSON line.
+void print_attention(const std::string& who, models::TransformerLM& model, const Target& target,
+                     const Settings& settings, bool json, std::ostream& out) {
+  const auto mass =
+      eval::attention_by_distance(model, target.split, settings, eval::default_distance_edges());
+  if (!json) {
+    out << "\n" << target.name << ", " << who << ": " << eval::attention_mass_markdown(mass);
+    return;
+  }
+  json::Json j = {{"split", target.name},         {"checkpoint", who},
+                  {"edges", mass.edges},          {"queries", mass.queries},
+                  {"mem_len", mass.mem_len},      {"mass", json::Json::array()},
+                  {"memory", json::Json::array()}};
+  for (std::int64_t l = 0; l < mass.mass.size(0); ++l) {
+    json::Json row = json::Json::array();
+    for (std::int64_t g = 0; g < mass.mass.size(1); ++g)
+      row.push_back(mass.mass[l][g].item<double>());
+    j["mass"].push_back(row);
+    j["memory"].push_back(mass.memory[l].item<double>());
+  }
+  out << json::Json{{"attention_by_distance", j}}.dump() << "\n";
+}
+
 // Both checkpoints on the same tokens: the first's targets, each model with its own settings.
 struct Comparison {
   std::string split;
   EvalResult a, b;
   RatioInterval ratio;
   std::optional<eval::MemoryGain> gain;  // --where-memory-helps
+  std::string attention;                 // --attention-by-distance, printed (rank 0)
 };
 
 std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& first,
@@ -339,6 +367,12 @@ std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& fi
       c.gain = eval::compare_memory(c.a.token_losses, c.b.token_losses, target.split, sb, counts,
                                     eval::word_flags(*a.tokenizer));
     }
+    if (request.attention_by_distance && group.is_main()) {
+      std::ostringstream text;
+      print_attention(request.checkpoint, a.model, target, sa, request.json, text);
+      print_attention(request.compare, b.model, target, sb, request.json, text);
+      c.attention = text.str();
+    }
     out.push_back(std::move(c));
   }
   return out;
@@ -372,6 +406,7 @@ void print_comparisons(const EvalRequest& request, const std::vector<Comparison>
                    {{c.split, request.checkpoint, request.compare, 1, *c.gain}})
             << "\n";
       }
+      out << c.attention;
       continue;
     }
     print_table({c.a, c.b}, out);
@@ -383,6 +418,7 @@ void print_comparisons(const EvalRequest& request, const std::vector<Comparison>
         c.ratio.tokens,
         c.ratio.significant() ? "significant" : "not significant (the interval holds 1)");
     if (c.gain) out << "\n" << eval::gain_markdown(*c.gain, "a", "b");
+    out << c.attention;
   }
 }
 
@@ -414,6 +450,10 @@ void run(const EvalRequest& request, Evaluation evaluation, std::ostream& out) {
     for (const auto& r : results) out << to_json(r) << "\n";
   } else {
     print_table(results, out);
+  }
+  if (request.attention_by_distance && !request.sweep) {
+    for (const auto& target : targets)
+      print_attention(request.checkpoint, loaded.model, target, settings, request.json, out);
   }
 }
 

@@ -52,6 +52,9 @@ struct EvalRequest {
   // With `compare`: where b's memory helps over a (eval::memory_gain: the gain by distance to
   // the previous occurrence, frequency and capitalised words), printed after the comparison.
   bool where_memory_helps = false;
+  // Also the share of attention weight each layer puts at each distance to the query, memory
+  // included (eval::attention_by_distance), for the checkpoint (and the compared one).
+  bool attention_by_distance = false;
   // Data-parallel evaluation (txl-eval under torchrun or srun): every rank scores its share of
   // each batch's rows and the sums are reduced, so the figures are those of one process; rank
   // 0 alone prints and writes files. Null = this process alone.

@@ -116,9 +116,11 @@ class TransformerLMImpl : public torch::nn::Module {
 
   // One segment: `in` (see Inputs), the memory as returned by the previous call (empty at the
   // start) and the run-time context. Throws txl::Error naming the value and the expectation on
-  // bad input.
+  // bad input. `attention`, when given, receives every layer's attention weights, float
+  // [B, H, Q', K], keys in the order the layer reads them (compressed rows, memory, then the
+  // segment with any memory tokens around it; eval/attention_mass.h reads them).
   LMOutput forward(const Inputs& in, const Memory& memory, const Lookback& ctx,
-                   bool want_logits = false);
+                   bool want_logits = false, std::vector<torch::Tensor>* attention = nullptr);
 
   // The masks and position inputs of one segment, shared by every layer (public for tests).
   // key_mask bool [B, M + Q] over concat(memory, segment); compressed_keys bool [B, N] over a

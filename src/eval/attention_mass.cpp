@@ -1,0 +1,127 @@
+#include "txl/eval/attention_mass.h"
+
+#include <fmt/core.h>
+
+#include "txl/data/stream.h"
+#include "txl/eval/evaluator.h"
+#include "txl/util/error.h"
+
+namespace txl::eval {
+
+std::vector<std::int64_t> default_distance_edges() {
+  std::vector<std::int64_t> edges = {0, 1};
+  while (edges.back() < 1024) edges.push_back(edges.back() * 2);
+  return edges;
+}
+
+std::string distance_edge_name(const std::vector<std::int64_t>& edges, size_t g) {
+  if (g + 1 == edges.size()) return std::to_string(edges[g]) + "+";
+  if (edges[g + 1] == edges[g] + 1) return std::to_string(edges[g]);
+  return std::to_string(edges[g]) + "-" + std::to_string(edges[g + 1] - 1);
+}
+
+namespace {
+
+void check_request(const models::TransformerLM& model, const Settings& settings,
+                   const std::vector<std::int64_t>& edges) {
+  TXL_CHECK(settings.mode != Mode::kSliding,
+            "attention by distance reads memory or segments mode (eval.mode), not sliding");
+  const auto& config = model->config();
+  TXL_CHECK(config.mem_tokens == 0 && config.cmem_len == 0,
+            "attention by distance needs keys at a distance: model.mem_tokens and model.cmem_len "
+            "must be 0");
+  TXL_CHECK(!edges.empty() && edges.front() == 0, "distance groups must start at 0");
+  for (size_t g = 1; g < edges.size(); ++g)
+    TXL_CHECK(edges[g] > edges[g - 1], "distance group edges must increase");
+}
+
+// Adds one batch's weights to the totals: weights float [B, H, T, K] of one layer, the scored
+// queries bool [B, T], and the memory length M before the segment (key k of query t is at
+// distance M + t - k).
+void add_layer(const torch::Tensor& weights, const torch::Tensor& scored, std::int64_t m_len,
+               const torch::Tensor& edges, torch::Tensor mass, torch::Tensor memory,
+               torch::Tensor future) {
+  const std::int64_t t_len = weights.size(2), k_len = weights.size(3);
+  const auto w = weights.to(torch::kCPU, torch::kDouble).mean(1) *
+                 scored.to(torch::kCPU, torch::kDouble).unsqueeze(-1);  // [B, T, K]
+  const auto distance = torch::arange(t_len, torch::kLong).unsqueeze(1) + m_len -
+                        torch::arange(k_len, torch::kLong).unsqueeze(0);  // [T, K]
+  const auto per_key = w.sum(0);                                          // [T, K]
+  const auto ahead = distance.ge(0);                                      // [T, K]
+  const auto group = torch::bucketize(distance.clamp_min(0), edges, /*out_int32=*/false,
+                                      /*right=*/true) -
+                     1;  // [T, K]
+  mass.index_add_(0, group.masked_select(ahead), per_key.masked_select(ahead));
+  future.add_(per_key.masked_select(ahead.logical_not()).sum());
+  memory.add_(per_key.narrow(1, 0, std::min(m_len, k_len)).sum());
+}
+
+}  // namespace
+
+AttentionMass attention_by_distance(models::TransformerLM& model, const data::EncodedSplit& text,
+                                    const Settings& settings,
+                                    const std::vector<std::int64_t>& edges) {
+  check_request(model, settings, edges);
+  const data::EncodedSplit prefix = scored_prefix(text, settings.max_tokens);
+  data::EvalStream stream(prefix.ids, eval_stream_options(settings),
+                          settings.documents ? prefix.doc_starts : torch::Tensor());
+  const auto layers = static_cast<std::int64_t>(model->config().n_layer);
+  const auto groups = static_cast<std::int64_t>(edges.size());
+  const auto edge_tensor = torch::tensor(edges, torch::kLong);  // [G]
+  AttentionMass out;
+  out.edges = edges;
+  out.mass = torch::zeros({layers, groups}, torch::kDouble);
+  out.memory = torch::zeros({layers}, torch::kDouble);
+  out.future = torch::zeros({layers}, torch::kDouble);
+  const bool with_memory = carries_memory(settings, model);
+  const bool was_training = model->is_training();
+  model->eval();
+  torch::NoGradGuard no_grad;
+  models::Memory memory;
+  while (auto batch = stream.next()) {
+    const data::Batch on_device = batch->to(settings.device);
+    const std::int64_t m_len = with_memory ? memory.length() : 0;
+    std::vector<torch::Tensor> weights;  // per layer [B, H, T, K]
+    auto result =
+        model->forward(models::Inputs::of(on_device), with_memory ? memory : models::Memory(),
+                       segment_lookback(settings, model), false, &weights);
+    if (with_memory) memory = std::move(result.memory);
+    TXL_CHECK(static_cast<std::int64_t>(weights.size()) == layers, "the model gave ",
+              weights.size(), " layers' attention weights for ", layers, " layers");
+    for (std::int64_t l = 0; l < layers; ++l)
+      add_layer(weights[static_cast<size_t>(l)], on_device.target_mask, m_len, edge_tensor,
+                out.mass[l], out.memory[l], out.future[l]);
+    out.queries += batch->n_scored;
+    out.mem_len = std::max(out.mem_len, m_len);
+  }
+  if (was_training) model->train();
+  if (out.queries > 0) {
+    const double n = static_cast<double>(out.queries);
+    out.mass.div_(n);
+    out.memory.div_(n);
+    out.future.div_(n);
+  }
+  return out;
+}
+
+std::string attention_mass_markdown(const AttentionMass& mass) {
+  std::string out = fmt::format(
+      "Share of attention weight by distance to the query (averaged over heads and {} scored "
+      "queries; memory of {} tokens)\n\n| layer |",
+      mass.queries, mass.mem_len);
+  std::string rule = "| --- |";
+  for (size_t g = 0; g < mass.edges.size(); ++g) {
+    out += " " + distance_edge_name(mass.edges, g) + " |";
+    rule += " ---: |";
+  }
+  out += " in memory |\n" + rule + " ---: |\n";
+  for (std::int64_t l = 0; l < mass.mass.size(0); ++l) {
+    out += fmt::format("| {} |", l + 1);
+    for (std::int64_t g = 0; g < mass.mass.size(1); ++g)
+      out += fmt::format(" {:.3f} |", mass.mass[l][g].item<double>());
+    out += fmt::format(" {:.3f} |\n", mass.memory[l].item<double>());
+  }
+  return out;
+}
+
+}  // namespace txl::eval
