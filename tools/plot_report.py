@@ -311,6 +311,8 @@ def main():
     helps = [h for h in memory_help if h.get("split") == split]
     if helps:
         plot_memory_gain(plt, helps[0], args.out)
+        if helps[0].get("attention"):
+            plot_attention_mass(plt, helps[0], args.out)
     return 0
 
 
@@ -428,6 +430,28 @@ def plot_memory_gain(plt, help, out_dir):
     fig.suptitle(f"Where memory helps ({help['split']}): {help['b']} against {help['a']}, by group "
                  "of tokens (bar label: the group's share of the summed gain)", fontsize=10)
     save(fig, out_dir, "memory_gain.png")
+
+
+def plot_attention_mass(plt, help, out_dir):
+    """Where attention looks: each layer's share of attention weight by distance to the query,
+    one panel per model of the pair (no memory, memory); the legend gives the share on memory."""
+    attention = help["attention"]
+    groups = attention["groups"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, squeeze=False)
+    for ax, name in zip(axes[0], (help["a"], help["b"])):
+        model = attention["a" if name == help["a"] else "b"]
+        for layer, (shares, memory) in enumerate(zip(model["mass"], model["memory"]), start=1):
+            ax.plot(range(len(groups)), shares, marker="o", markersize=3,
+                    label=f"layer {layer} (memory {memory:.2f})")
+        ax.set_xticks(list(range(len(groups))))
+        ax.set_xticklabels(groups, rotation=45, fontsize=7)
+        ax.set_xlabel("distance to the query (tokens)")
+        ax.set_title(f"{name} (memory of {model['mem_len']} tokens)", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("share of attention weight")
+    fig.suptitle(f"Where attention looks ({help['split']}, seed {attention['seed']})", fontsize=10)
+    save(fig, out_dir, "attention_mass.png")
 
 
 def plot_positions(plt, rows, split, out_dir):

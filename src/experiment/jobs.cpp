@@ -200,17 +200,6 @@ std::optional<DoneMarker> train_variant(const std::string& name,
   return d;
 }
 
-// The checkpoint a variant is evaluated with: the best validation checkpoint, as in the paper;
-// the last one if validation never ran.
-stdfs::path checkpoint_to_evaluate(const std::string& name, const stdfs::path& dir) {
-  std::error_code ec;
-  stdfs::path checkpoint = dir / train::kBestCheckpoint;
-  if (!stdfs::exists(checkpoint, ec)) checkpoint = dir / train::kLastCheckpoint;
-  TXL_CHECK(stdfs::exists(checkpoint, ec), "variant ", name, ": no checkpoint in ", dir.string(),
-            " to evaluate; delete ", (dir / kDoneFile).string(), " to train it again");
-  return checkpoint;
-}
-
 // Whether `cache` holds plan entry `p` (under `key`) with everything the report needs.
 bool cached(const EvalCache& cache, const PlannedEval& p, const std::string& key) {
   auto it = cache.records.find(key);
@@ -264,6 +253,17 @@ std::vector<ResultRecord> cached_plan_records(const Job& job, const std::vector<
 }
 
 }  // namespace
+
+// The checkpoint a variant is evaluated with: the best validation checkpoint, as in the paper;
+// the last one if validation never ran.
+stdfs::path checkpoint_to_evaluate(const std::string& name, const stdfs::path& dir) {
+  std::error_code ec;
+  stdfs::path checkpoint = dir / train::kBestCheckpoint;
+  if (!stdfs::exists(checkpoint, ec)) checkpoint = dir / train::kLastCheckpoint;
+  TXL_CHECK(stdfs::exists(checkpoint, ec), "variant ", name, ": no checkpoint in ", dir.string(),
+            " to evaluate; delete ", (dir / kDoneFile).string(), " to train it again");
+  return checkpoint;
+}
 
 // Trains (unless finished earlier) and evaluates (what is not cached) one job; false when a
 // signal interrupted it. Throws txl::Error when training or evaluation fails.

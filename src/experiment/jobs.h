@@ -94,6 +94,11 @@ struct VariantOutcome {
 // Targets scored per split: --eval-max-tokens when given, else the experiment's eval.max_tokens.
 std::int64_t eval_limit(const config::ExperimentConfig& cfg, const AblationOptions& options);
 
+// The checkpoint a variant is evaluated with: <dir>/checkpoint_best.safetensors, else the last
+// one; throws txl::Error naming the variant when there is none.
+std::filesystem::path checkpoint_to_evaluate(const std::string& name,
+                                             const std::filesystem::path& dir);
+
 // Trains (or resumes) and evaluates one job in this process; false when a stop signal ended it.
 bool run_job(const Job& job, const AblationOptions& options,
              const std::vector<std::int64_t>& contexts, DatasetCache& datasets);

@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <optional>
 
+#include "jobs.h"
 #include "report_parts.h"
 #include "txl/data/dataset.h"
+#include "txl/models/checkpoint.h"
+#include "txl/train/run_folder.h"
 #include "txl/util/error.h"
 #include "txl/util/json.h"
 #include "txl/util/log.h"
@@ -70,6 +73,42 @@ std::optional<MemoryHelp> one_pair(const config::ExperimentConfig& b_config,
                            train_counts, words, gain_options)};
 }
 
+// Where `variant`'s attention looks on `split`: its first seed's checkpoint, evaluated with its
+// headline record's memory length (memory mode).
+eval::AttentionMass attention_of(const config::AblationConfig& ablation, const std::string& variant,
+                                 const ResultRecord& headline, const data::EncodedSplit& split) {
+  for (const Job& job : ablation_jobs(ablation)) {
+    if (job.variant != variant || job.seed != headline.seed) continue;
+    const auto checkpoint = detail::checkpoint_to_evaluate(job.label(), train::run_dir(job.config));
+    config::ExperimentConfig c = job.config;
+    c.eval.mode = eval::Mode::kMemory;
+    c.eval.mem_len = headline.mem_len;
+    const eval::Settings settings = eval::resolve_settings(c);
+    auto loaded = models::rebuild_model(models::read_checkpoint(checkpoint.string()),
+                                        checkpoint.string(), settings.device);
+    return eval::attention_by_distance(loaded.model, split, settings,
+                                       eval::default_distance_edges());
+  }
+  TXL_FAIL("no job of variant ", variant, " with seed ", headline.seed);
+}
+
+// Both models' attention on the pair's split; left out with a warning when it cannot be measured.
+void add_attention(const config::AblationConfig& ablation, const std::vector<ResultRecord>& records,
+                   const data::EncodedSplit& split, MemoryHelp* help) {
+  const auto a = headline_losses(records, help->a, help->split);
+  const auto b = headline_losses(records, help->b, help->split);
+  if (!a || !b) return;
+  try {
+    help->attention_a = attention_of(ablation, help->a, *a->first, split);
+    help->attention_b = attention_of(ablation, help->b, *b->first, split);
+    help->attention_seed = b->first->seed;
+  } catch (const Error& e) {
+    help->attention_a.reset();
+    log::warn("report", "where attention looks ({} and {}) left out: {}", help->a, help->b,
+              e.what());
+  }
+}
+
 }  // namespace
 
 std::vector<MemoryHelp> where_memory_helps(const config::AblationConfig& ablation,
@@ -85,8 +124,10 @@ std::vector<MemoryHelp> where_memory_helps(const config::AblationConfig& ablatio
       const auto words = eval::word_flags(*dataset.tokenizer);
       for (const auto& split : detail::splits_in_order(records)) {
         if (auto help = one_pair(*b_config, dataset.split(split), split, a, b, records, counts,
-                                 words, options))
+                                 words, options)) {
+          add_attention(ablation, records, dataset.split(split), &*help);
           out.push_back(std::move(*help));
+        }
       }
     } catch (const Error& e) {
       log::warn("report", "where memory helps ({} over {}) left out: {}", b, a, e.what());
@@ -113,6 +154,21 @@ std::string memory_help_csv(const std::vector<MemoryHelp>& help) {
       row(*g, "ratio_low", g->ratio.low);
       row(*g, "ratio_high", g->ratio.high);
     }
+    for (const auto& [variant, mass] : {std::pair{&h.a, &h.attention_a}, {&h.b, &h.attention_b}}) {
+      if (!*mass) continue;
+      const eval::AttentionMass& m = **mass;
+      for (std::int64_t l = 0; l < m.mass.size(0); ++l) {
+        auto share = [&](const std::string& group, double value) {
+          out += fmt::format("attention_mass,{},layer {},{},{},0,share,{}\n",
+                             record::csv_text(*variant), l + 1, record::csv_text(h.split),
+                             record::csv_text(group), record::csv_number(value));
+        };
+        for (size_t g = 0; g < m.edges.size(); ++g)
+          share(eval::distance_edge_name(m.edges, g),
+                m.mass[l][static_cast<std::int64_t>(g)].item<double>());
+        share("in memory", m.memory[l].item<double>());
+      }
+    }
   }
   return out;
 }
@@ -131,6 +187,33 @@ json::OrderedJson row_json(const eval::GainRow& g) {
                                    {"gain", g.gain},
                                    {"share", g.share}})
     json::put_number(j, key, value);
+  return j;
+}
+
+json::OrderedJson mass_json(const eval::AttentionMass& m) {
+  json::OrderedJson j;
+  j["mass"] = json::OrderedJson::array();
+  j["memory"] = json::OrderedJson::array();
+  for (std::int64_t l = 0; l < m.mass.size(0); ++l) {
+    json::OrderedJson row = json::OrderedJson::array();
+    for (std::int64_t g = 0; g < m.mass.size(1); ++g) row.push_back(m.mass[l][g].item<double>());
+    j["mass"].push_back(row);
+    j["memory"].push_back(m.memory[l].item<double>());
+  }
+  j["queries"] = m.queries;
+  j["mem_len"] = m.mem_len;
+  return j;
+}
+
+json::OrderedJson attention_json(const MemoryHelp& h) {
+  json::OrderedJson j;
+  j["seed"] = h.attention_seed;
+  j["edges"] = h.attention_b->edges;
+  j["groups"] = json::OrderedJson::array();
+  for (size_t g = 0; g < h.attention_b->edges.size(); ++g)
+    j["groups"].push_back(eval::distance_edge_name(h.attention_b->edges, g));
+  j["a"] = mass_json(*h.attention_a);
+  j["b"] = mass_json(*h.attention_b);
   return j;
 }
 
@@ -153,6 +236,7 @@ std::string memory_help_json(const std::vector<MemoryHelp>& help) {
       for (const auto& g : table->rows) t["rows"].push_back(row_json(g));
       j["tables"].push_back(t);
     }
+    if (h.attention_a && h.attention_b) j["attention"] = attention_json(h);
     list.push_back(j);
   }
   return list.dump();
@@ -174,6 +258,15 @@ std::string memory_help_markdown(const std::vector<MemoryHelp>& help) {
         h.b, h.a, h.split, h.b, h.a, h.seeds, all.ratio, all.low, all.high,
         detail::count(h.gain.total.tokens));
     out += eval::gain_markdown(h.gain, h.a, h.b);
+    if (h.attention_a && h.attention_b) {
+      out += fmt::format(
+          "\nWhere attention looks (seed {}; attention_mass.png): the share of each layer's "
+          "attention weight at each distance to the query, and on the memory. A share on the "
+          "memory near what a uniform attention over the visible keys would give says that the "
+          "model spreads its weight rather than reads its memory.\n\n{}: {}\n{}: {}",
+          h.attention_seed, h.a, eval::attention_mass_markdown(*h.attention_a), h.b,
+          eval::attention_mass_markdown(*h.attention_b));
+    }
   }
   return out;
 }

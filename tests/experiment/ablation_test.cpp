@@ -279,6 +279,24 @@ void expect_memory_help(const nlohmann::json& results, const std::string& md,
   EXPECT_NE(md.find("## Where memory helps: xl over rel_no_memory (test)"), std::string::npos);
   EXPECT_NE(summary_csv.find("memory_gain,xl,rel_no_memory,test,in memory,0,ppl_ratio,"),
             std::string::npos);
+  // Where attention looks, for both models of the pair: each layer's shares sum to one; only xl
+  // has a memory to put weight on.
+  ASSERT_TRUE(help.contains("attention")) << help.dump();
+  const auto& attention = help["attention"];
+  EXPECT_EQ(attention["seed"], 1);
+  for (const char* model : {"a", "b"}) {
+    ASSERT_FALSE(attention[model]["mass"].empty());
+    for (const auto& layer : attention[model]["mass"]) {
+      double sum = 0.0;
+      for (const auto& share : layer) sum += share.get<double>();
+      EXPECT_NEAR(sum, 1.0, 1e-6) << model;
+    }
+  }
+  for (const auto& share : attention["a"]["memory"]) EXPECT_EQ(share.get<double>(), 0.0);
+  for (const auto& share : attention["b"]["memory"]) EXPECT_GT(share.get<double>(), 0.0);
+  EXPECT_NE(md.find("Where attention looks (seed 1"), std::string::npos);
+  EXPECT_NE(summary_csv.find("attention_mass,xl,layer 1,test,in memory,0,share,"),
+            std::string::npos);
 }
 
 }  // namespace
