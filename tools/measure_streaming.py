@@ -97,7 +97,7 @@ def main():
         common = ["--config", str(args.config)] + settings(corpus, cache, run_dir)
         prep_rss, prep_s, out = run([str(args.build / "bin" / "txl-prepare")] + common,
                                     args.work / f"prepare-{size:g}gb.log")
-        encoding = re.search(r"encoding\s+(\d+) tokens in ([\d.]+) s \((\d+) tokens/s\)", out)
+        encoding = re.search(r"encoding\s+(\d+) tokens in ([\d.]+) s \((\d+) tokens/s", out)
         train_rss, train_s, _ = run([str(args.build / "bin" / "txl-train")] + common,
                                     args.work / f"train-{size:g}gb.log")
         rows.append((size, train_bytes, prep_rss, prep_s, encoding, train_rss, train_s))

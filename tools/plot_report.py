@@ -439,18 +439,20 @@ def plot_attention_mass(plt, help, out_dir):
     groups = attention["groups"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True, squeeze=False)
     for ax, name in zip(axes[0], (help["a"], help["b"])):
-        model = attention["a" if name == help["a"] else "b"]
+        side = "a" if name == help["a"] else "b"
+        model = attention[side]
+        seed = attention.get("seed_a" if side == "a" else "seed")
         for layer, (shares, memory) in enumerate(zip(model["mass"], model["memory"]), start=1):
             ax.plot(range(len(groups)), shares, marker="o", markersize=3,
                     label=f"layer {layer} (memory {memory:.2f})")
         ax.set_xticks(list(range(len(groups))))
         ax.set_xticklabels(groups, rotation=45, fontsize=7)
         ax.set_xlabel("distance to the query (tokens)")
-        ax.set_title(f"{name} (memory of {model['mem_len']} tokens)", fontsize=9)
+        ax.set_title(f"{name}, seed {seed} (memory of {model['mem_len']} tokens)", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("share of attention weight")
-    fig.suptitle(f"Where attention looks ({help['split']}, seed {attention['seed']})", fontsize=10)
+    fig.suptitle(f"Where attention looks ({help['split']})", fontsize=10)
     save(fig, out_dir, "attention_mass.png")
 
 

@@ -255,7 +255,8 @@ void log_summary(const Dataset& ds) {
   }
   const std::string where = ds.stats.cache_path.string();
   if (ds.stats.encoded_tokens > 0) {
-    log::info("data", "encoded {} tokens in {:.2f} s ({} tokens/s); vocab {}; cache {}",
+    log::info("data",
+              "read, encoded and cached {} tokens in {:.2f} s ({} tokens/s); vocab {}; cache {}",
               grouped(ds.stats.encoded_tokens), ds.stats.encode_seconds,
               grouped(static_cast<std::int64_t>(ds.stats.tokens_per_second())),
               ds.tokenizer->vocab_size(), where);
@@ -304,8 +305,10 @@ std::string describe(const Dataset& dataset) {
                        s.ids.numel(), s.n_bytes, s.n_chars, s.n_words, s.doc_starts.numel());
   }
   if (st.encoded_tokens > 0) {
-    out += fmt::format("encoding    {} tokens in {:.2f} s ({:.0f} tokens/s)\n", st.encoded_tokens,
-                       st.encode_seconds, st.tokens_per_second());
+    out += fmt::format(
+        "encoding    {} tokens in {:.2f} s ({:.0f} tokens/s, reading the text and writing the "
+        "cache included)\n",
+        st.encoded_tokens, st.encode_seconds, st.tokens_per_second());
   }
   out += fmt::format(
       "cache       {} ({})\n", st.cache_path.string(),

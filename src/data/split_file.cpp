@@ -171,10 +171,10 @@ EncodedSplitWriter::EncodedSplitWriter(const stdfs::path& path, std::int64_t voc
       vocab_size_(vocab_size),
       fingerprint_(fingerprint),
       dtype_(vocab_size <= 32768 ? kDtypeInt16 : kDtypeInt32) {
-  starts_ = std::tmpfile();
+  file_->write(std::string(kHeaderSize, '\0'));  // the header, filled in by commit()
+  starts_ = std::tmpfile();  // opened last: nothing is left open when the constructor throws
   TXL_CHECK(starts_ != nullptr, "cannot write ", path.string(),
             ": no temporary file for its document starts: ", std::strerror(errno));
-  file_->write(std::string(kHeaderSize, '\0'));  // the header, filled in by commit()
 }
 
 EncodedSplitWriter::~EncodedSplitWriter() {
@@ -468,6 +468,7 @@ std::optional<EncodedSplit> read_encoded_split(const stdfs::path& path,
     for (std::uint64_t done = 0; done < n;) {
       const ssize_t got = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
       if (got < 0 && errno == EINTR) continue;
+      if (got == 0) errno = EIO;  // the file shrank while being read
       if (got <= 0) return false;
       done += static_cast<std::uint64_t>(got);
     }

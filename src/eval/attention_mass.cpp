@@ -4,6 +4,7 @@
 
 #include "txl/data/stream.h"
 #include "txl/eval/evaluator.h"
+#include "txl/util/autocast.h"
 #include "txl/util/error.h"
 
 namespace txl::eval {
@@ -35,14 +36,14 @@ void check_request(const models::TransformerLM& model, const Settings& settings,
     TXL_CHECK(edges[g] > edges[g - 1], "distance group edges must increase");
 }
 
-// Adds one batch's weights to the totals: weights float [B, H, T, K] of one layer, the scored
-// queries bool [B, T], and the memory length M before the segment (key k of query t is at
-// distance M + t - k).
-void add_layer(const torch::Tensor& weights, const torch::Tensor& scored, std::int64_t m_len,
+// Adds one batch's weights to the totals: weights [B, H, T, K] of one layer and the scored
+// queries bool [B, T]. The keys before the segment's T are the memory's M = K - T (memory tokens
+// and compressed rows are refused), so key k of query t is at distance M + t - k.
+void add_layer(const torch::Tensor& weights, const torch::Tensor& scored,
                const torch::Tensor& edges, torch::Tensor mass, torch::Tensor memory,
                torch::Tensor future) {
-  const std::int64_t t_len = weights.size(2), k_len = weights.size(3);
-  const auto w = weights.to(torch::kCPU, torch::kDouble).mean(1) *
+  const std::int64_t t_len = weights.size(2), k_len = weights.size(3), m_len = k_len - t_len;
+  const auto w = weights.to(torch::kDouble).mean(1).to(torch::kCPU) *
                  scored.to(torch::kCPU, torch::kDouble).unsqueeze(-1);  // [B, T, K]
   const auto distance = torch::arange(t_len, torch::kLong).unsqueeze(1) + m_len -
                         torch::arange(k_len, torch::kLong).unsqueeze(0);  // [T, K]
@@ -80,19 +81,23 @@ AttentionMass attention_by_distance(models::TransformerLM& model, const data::En
   models::Memory memory;
   while (auto batch = stream.next()) {
     const data::Batch on_device = batch->to(settings.device);
-    const std::int64_t m_len = with_memory ? memory.length() : 0;
     std::vector<torch::Tensor> weights;  // per layer [B, H, T, K]
-    auto result =
-        model->forward(models::Inputs::of(on_device), with_memory ? memory : models::Memory(),
-                       segment_lookback(settings, model), false, &weights);
+    models::LMOutput result;
+    {
+      AutocastGuard autocast(settings.bf16, settings.device);  // as the evaluation's losses
+      result =
+          model->forward(models::Inputs::of(on_device), with_memory ? memory : models::Memory(),
+                         segment_lookback(settings, model), false, &weights);
+    }
     if (with_memory) memory = std::move(result.memory);
     TXL_CHECK(static_cast<std::int64_t>(weights.size()) == layers, "the model gave ",
               weights.size(), " layers' attention weights for ", layers, " layers");
     for (std::int64_t l = 0; l < layers; ++l)
-      add_layer(weights[static_cast<size_t>(l)], on_device.target_mask, m_len, edge_tensor,
-                out.mass[l], out.memory[l], out.future[l]);
+      add_layer(weights[static_cast<size_t>(l)], on_device.target_mask, edge_tensor, out.mass[l],
+                out.memory[l], out.future[l]);
     out.queries += batch->n_scored;
-    out.mem_len = std::max(out.mem_len, m_len);
+    // The keys before the segment: the memory (zero memory's too, eval.mem_init).
+    out.mem_len = std::max(out.mem_len, weights.front().size(3) - weights.front().size(2));
   }
   if (was_training) model->train();
   if (out.queries > 0) {

@@ -101,9 +101,11 @@ void add_attention(const config::AblationConfig& ablation, const std::vector<Res
   try {
     help->attention_a = attention_of(ablation, help->a, *a->first, split);
     help->attention_b = attention_of(ablation, help->b, *b->first, split);
-    help->attention_seed = b->first->seed;
-  } catch (const Error& e) {
+    help->attention_seed_a = a->first->seed;
+    help->attention_seed_b = b->first->seed;
+  } catch (const std::exception& e) {  // torch's errors too (no such device, out of memory)
     help->attention_a.reset();
+    help->attention_b.reset();
     log::warn("report", "where attention looks ({} and {}) left out: {}", help->a, help->b,
               e.what());
   }
@@ -129,7 +131,7 @@ std::vector<MemoryHelp> where_memory_helps(const config::AblationConfig& ablatio
           out.push_back(std::move(*help));
         }
       }
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       log::warn("report", "where memory helps ({} over {}) left out: {}", b, a, e.what());
     }
   }
@@ -207,7 +209,8 @@ json::OrderedJson mass_json(const eval::AttentionMass& m) {
 
 json::OrderedJson attention_json(const MemoryHelp& h) {
   json::OrderedJson j;
-  j["seed"] = h.attention_seed;
+  j["seed"] = h.attention_seed_b;
+  j["seed_a"] = h.attention_seed_a;
   j["edges"] = h.attention_b->edges;
   j["groups"] = json::OrderedJson::array();
   for (size_t g = 0; g < h.attention_b->edges.size(); ++g)
@@ -260,11 +263,13 @@ std::string memory_help_markdown(const std::vector<MemoryHelp>& help) {
     out += eval::gain_markdown(h.gain, h.a, h.b);
     if (h.attention_a && h.attention_b) {
       out += fmt::format(
-          "\nWhere attention looks (seed {}; attention_mass.png): the share of each layer's "
-          "attention weight at each distance to the query, and on the memory. A share on the "
-          "memory near what a uniform attention over the visible keys would give says that the "
-          "model spreads its weight rather than reads its memory.\n\n{}: {}\n{}: {}",
-          h.attention_seed, h.a, eval::attention_mass_markdown(*h.attention_a), h.b,
+          "\nWhere attention looks (seed {} of {}, seed {} of {}; attention_mass.png): the share "
+          "of each layer's attention weight at each distance to the query, and on the memory. A "
+          "share on the memory near what a uniform attention over the visible keys would give "
+          "says that the model spreads its weight rather than reads its memory.\n\n{}: {}\n{}: "
+          "{}",
+          h.attention_seed_a, h.a, h.attention_seed_b, h.b, h.a,
+          eval::attention_mass_markdown(*h.attention_a), h.b,
           eval::attention_mass_markdown(*h.attention_b));
     }
   }

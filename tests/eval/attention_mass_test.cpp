@@ -102,6 +102,15 @@ TEST(AttentionByDistance, EqualsTheWeightsCountedOneByOne) {
       EXPECT_GT(mass.mass.narrow(1, 3, 2).sum(1).min().item<double>(), 0.0);  // distances 4+
     }
   }
+  // Zero memory (eval.mem_init): the first segment already has mem_len keys before it, which are
+  // memory, not keys ahead of the query.
+  Settings zeros = memory_settings(3);
+  zeros.zero_memory = true;
+  const AttentionMass from_zeros = attention_by_distance(model, text, zeros, edges);
+  EXPECT_EQ(from_zeros.future.abs().max().item<double>(), 0.0);
+  EXPECT_EQ(from_zeros.mem_len, 3);
+  EXPECT_TRUE(txl::test::tensor_near(from_zeros.mass.sum(1), torch::ones({from_zeros.mass.size(0)}),
+                                     1e-6, 0));
   // The cached keys and values of the memory give the same weights.
   Settings cached = memory_settings(3);
   cached.cache_kv = true;

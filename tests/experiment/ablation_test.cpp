@@ -294,7 +294,9 @@ void expect_memory_help(const nlohmann::json& results, const std::string& md,
   }
   for (const auto& share : attention["a"]["memory"]) EXPECT_EQ(share.get<double>(), 0.0);
   for (const auto& share : attention["b"]["memory"]) EXPECT_GT(share.get<double>(), 0.0);
-  EXPECT_NE(md.find("Where attention looks (seed 1"), std::string::npos);
+  EXPECT_EQ(attention["seed_a"], 1);
+  EXPECT_NE(md.find("Where attention looks (seed 1 of rel_no_memory, seed 1 of xl;"),
+            std::string::npos);
   EXPECT_NE(summary_csv.find("attention_mass,xl,layer 1,test,in memory,0,share,"),
             std::string::npos);
 }

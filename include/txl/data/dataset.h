@@ -99,7 +99,8 @@ struct DatasetStats {
   int splits_reused = 0;             // splits loaded from the cache, 0..3
   double tokenizer_seconds = 0.0;    // time to train/build the tokenizer (0 when reused)
   std::int64_t encoded_tokens = 0;   // tokens encoded in this run (0 when all reused)
-  double encode_seconds = 0.0;       // wall time of that encoding
+  double encode_seconds = 0.0;       // wall time of that encoding: reading the text, encoding,
+                                     // writing and checking the cache files
   double tokens_per_second() const {
     return encode_seconds > 0 ? static_cast<double>(encoded_tokens) / encode_seconds : 0.0;
   }

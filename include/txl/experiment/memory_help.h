@@ -24,7 +24,7 @@ struct MemoryHelp {
   // its headline settings, on the checkpoint of its first seed); absent when it was not measured
   // (no checkpoint, memory tokens or compressed memory).
   std::optional<eval::AttentionMass> attention_a, attention_b;
-  std::int64_t attention_seed = 0;
+  std::int64_t attention_seed_a = 0, attention_seed_b = 0;  // the seeds of those checkpoints
 };
 
 // The pairs of `records` that qualify, on every split they were evaluated on. The text, its
@@ -42,7 +42,8 @@ std::vector<MemoryHelp> where_memory_helps(const config::AblationConfig& ablatio
 std::string memory_help_csv(const std::vector<MemoryHelp>& help);
 
 // results.json's "memory_help": a list of {split, a, b, seeds, total, tables: [{title, rows:
-// [{group, tokens, loss_a, loss_b, ratio, low, high, gain, share}]}], attention: {seed, edges,
+// [{group, tokens, loss_a, loss_b, ratio, low, high, gain, share}]}], attention: {seed (b's),
+// seed_a, edges,
 // groups, a: {mass: [[share per group] per layer], memory: [share per layer]}, b: ...}}
 // (non-finite numbers as null), which the plot script draws as memory_gain.png and
 // attention_mass.png.
