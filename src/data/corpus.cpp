@@ -184,9 +184,8 @@ class KjvReader : public CorpusReader {
 
   // The Bible is small (4 MB): each split is parsed from the whole text and comes as one chunk.
   void read_split(std::string_view split, std::int64_t, const ChunkSink& sink) const override {
-    const int index = split_index("kjv", split);
     CorpusText corpus = parse();
-    sink(std::move(index == 0 ? corpus.train : index == 1 ? corpus.valid : corpus.test));
+    sink(std::move(corpus.split(split)));
   }
 
  private:
@@ -485,9 +484,8 @@ class SyntheticReader : public CorpusReader {
   }
   // Generated in memory, small by design: each split comes as one chunk.
   void read_split(std::string_view split, std::int64_t, const ChunkSink& sink) const override {
-    const int index = split_index("synthetic", split);
     CorpusText text = generate_synthetic_corpus(cfg_);
-    sink(std::move(index == 0 ? text.train : index == 1 ? text.valid : text.test));
+    sink(std::move(text.split(split)));
   }
 
  private:

@@ -16,6 +16,10 @@ const CorpusSplit& CorpusText::split(std::string_view split_name) const {
   TXL_FAIL("unknown split '", split_name, "': expected train, valid or test");
 }
 
+CorpusSplit& CorpusText::split(std::string_view split_name) {
+  return const_cast<CorpusSplit&>(std::as_const(*this).split(split_name));
+}
+
 CorpusText CorpusReader::read() const {
   CorpusText corpus;
   corpus.name = name();

@@ -6,6 +6,7 @@
 #include "txl/eval/evaluator.h"
 #include "txl/util/autocast.h"
 #include "txl/util/error.h"
+#include "txl/util/json.h"
 
 namespace txl::eval {
 
@@ -107,6 +108,23 @@ AttentionMass attention_by_distance(models::TransformerLM& model, const data::En
     out.future.div_(n);
   }
   return out;
+}
+
+std::string attention_mass_json(const AttentionMass& mass) {
+  json::OrderedJson j;
+  j["edges"] = mass.edges;
+  j["mass"] = json::OrderedJson::array();
+  j["memory"] = json::OrderedJson::array();
+  for (std::int64_t l = 0; l < mass.mass.size(0); ++l) {
+    json::OrderedJson row = json::OrderedJson::array();
+    for (std::int64_t g = 0; g < mass.mass.size(1); ++g)
+      row.push_back(mass.mass[l][g].item<double>());
+    j["mass"].push_back(row);
+    j["memory"].push_back(mass.memory[l].item<double>());
+  }
+  j["queries"] = mass.queries;
+  j["mem_len"] = mass.mem_len;
+  return j.dump();
 }
 
 std::string attention_mass_markdown(const AttentionMass& mass) {

@@ -192,21 +192,6 @@ json::OrderedJson row_json(const eval::GainRow& g) {
   return j;
 }
 
-json::OrderedJson mass_json(const eval::AttentionMass& m) {
-  json::OrderedJson j;
-  j["mass"] = json::OrderedJson::array();
-  j["memory"] = json::OrderedJson::array();
-  for (std::int64_t l = 0; l < m.mass.size(0); ++l) {
-    json::OrderedJson row = json::OrderedJson::array();
-    for (std::int64_t g = 0; g < m.mass.size(1); ++g) row.push_back(m.mass[l][g].item<double>());
-    j["mass"].push_back(row);
-    j["memory"].push_back(m.memory[l].item<double>());
-  }
-  j["queries"] = m.queries;
-  j["mem_len"] = m.mem_len;
-  return j;
-}
-
 json::OrderedJson attention_json(const MemoryHelp& h) {
   json::OrderedJson j;
   j["seed"] = h.attention_seed_b;
@@ -215,8 +200,8 @@ json::OrderedJson attention_json(const MemoryHelp& h) {
   j["groups"] = json::OrderedJson::array();
   for (size_t g = 0; g < h.attention_b->edges.size(); ++g)
     j["groups"].push_back(eval::distance_edge_name(h.attention_b->edges, g));
-  j["a"] = mass_json(*h.attention_a);
-  j["b"] = mass_json(*h.attention_b);
+  j["a"] = json::OrderedJson::parse(eval::attention_mass_json(*h.attention_a));
+  j["b"] = json::OrderedJson::parse(eval::attention_mass_json(*h.attention_b));
   return j;
 }
 

@@ -312,17 +312,9 @@ void print_attention(const std::string& who, models::TransformerLM& model, const
     out << "\n" << target.name << ", " << who << ": " << eval::attention_mass_markdown(mass);
     return;
   }
-  json::Json j = {{"split", target.name},         {"checkpoint", who},
-                  {"edges", mass.edges},          {"queries", mass.queries},
-                  {"mem_len", mass.mem_len},      {"mass", json::Json::array()},
-                  {"memory", json::Json::array()}};
-  for (std::int64_t l = 0; l < mass.mass.size(0); ++l) {
-    json::Json row = json::Json::array();
-    for (std::int64_t g = 0; g < mass.mass.size(1); ++g)
-      row.push_back(mass.mass[l][g].item<double>());
-    j["mass"].push_back(row);
-    j["memory"].push_back(mass.memory[l].item<double>());
-  }
+  json::Json j = json::Json::parse(eval::attention_mass_json(mass));
+  j["split"] = target.name;
+  j["checkpoint"] = who;
   out << json::Json{{"attention_by_distance", j}}.dump() << "\n";
 }
 

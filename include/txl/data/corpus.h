@@ -42,6 +42,7 @@ struct CorpusText {
   std::string name;  // corpus name, e.g. "kjv"
   CorpusSplit train, valid, test;
   const CorpusSplit& split(std::string_view split_name) const;  // "train" | "valid" | "test"
+  CorpusSplit& split(std::string_view split_name);
 };
 
 // Receives a split piece by piece (CorpusReader::read_split): each chunk holds whole lines in

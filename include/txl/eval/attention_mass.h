@@ -44,6 +44,10 @@ AttentionMass attention_by_distance(models::TransformerLM& model, const data::En
 // A markdown table: one row per layer, one column per distance group, then the memory's share.
 std::string attention_mass_markdown(const AttentionMass& mass);
 
+// {edges, mass: [[share per group] per layer], memory: [share per layer], queries, mem_len} as
+// JSON text (txl-eval --json, the ablation report's results.json).
+std::string attention_mass_json(const AttentionMass& mass);
+
 // The name of group g ("0", "2-3", "1024+").
 std::string distance_edge_name(const std::vector<std::int64_t>& edges, size_t g);
 

@@ -43,8 +43,7 @@ std::string memory_help_csv(const std::vector<MemoryHelp>& help);
 
 // results.json's "memory_help": a list of {split, a, b, seeds, total, tables: [{title, rows:
 // [{group, tokens, loss_a, loss_b, ratio, low, high, gain, share}]}], attention: {seed (b's),
-// seed_a, edges,
-// groups, a: {mass: [[share per group] per layer], memory: [share per layer]}, b: ...}}
+// seed_a, edges, groups, a: eval::attention_mass_json of a, b: that of b}}
 // (non-finite numbers as null), which the plot script draws as memory_gain.png and
 // attention_mass.png.
 std::string memory_help_json(const std::vector<MemoryHelp>& help);
