@@ -181,10 +181,13 @@ TEST(ShardedEvaluation, EveryModeGivesTheSingleProcessResult) {
 
 TEST(ShardedEvaluation, EveryRankScoresItsOwnRowsAndEveryRankGetsTheSum) {
   if (!txl::dist::gloo_available()) GTEST_SKIP() << "built without c10d Gloo";
-  // Rank 1's model is perturbed: if ranks scored everything themselves, rank 0 would not see
-  // it; if they did not reduce, they would disagree.
+  // Rank 1's model differs from rank 0's. The 256 targets lie in 4 streams of 64, rows 0-1 on
+  // rank 0 and rows 2-3 on rank 1, so the reduced loss is the mean of model 0's losses on the
+  // first half of the text and model 1's on the second. If ranks scored everything themselves,
+  // rank 0 would get model 0's loss alone; if they did not reduce, they would disagree.
   txl::test::TempDir dir;
   auto config = txl::test::tiny_experiment(dir.path());
+  torch::manual_seed(11);
   auto ids = torch::randint(50, {257}, torch::kInt64);
   std::vector<txl::models::TransformerLM> models;
   for (int r = 0; r < 2; ++r) {
@@ -193,7 +196,7 @@ TEST(ShardedEvaluation, EveryRankScoresItsOwnRowsAndEveryRankGetsTheSum) {
   }
   {
     torch::NoGradGuard no_grad;
-    for (auto& p : models[1]->parameters()) p.add_(0.05 * torch::randn_like(p));
+    for (auto& p : models[1]->parameters()) p.add_(0.3 * torch::randn_like(p));
   }
   txl::eval::Settings o;
   o.tgt_len = 16;
@@ -201,7 +204,15 @@ TEST(ShardedEvaluation, EveryRankScoresItsOwnRowsAndEveryRankGetsTheSum) {
   o.batch_size = 4;
   txl::data::EncodedSplit text;
   text.ids = ids;
-  const double alone = txl::eval::evaluate(models[0], text, o).loss;
+  txl::eval::Extras extras;
+  extras.token_losses = true;
+  const auto alone0 = txl::eval::evaluate(models[0], text, o, extras);
+  const auto alone1 = txl::eval::evaluate(models[1], text, o, extras);
+  ASSERT_EQ(alone0.token_losses.size(0), 256);
+  const double want =
+      (alone0.token_losses.slice(0, 0, 128).to(torch::kDouble).sum().item<double>() +
+       alone1.token_losses.slice(0, 128).to(torch::kDouble).sum().item<double>()) /
+      256.0;
   std::vector<double> got(2);
   run_ranks(2, [&](Group& g) {
     auto options = o;
@@ -210,7 +221,10 @@ TEST(ShardedEvaluation, EveryRankScoresItsOwnRowsAndEveryRankGetsTheSum) {
         txl::eval::evaluate(models[static_cast<size_t>(g.rank())], text, options).loss;
   });
   EXPECT_EQ(got[0], got[1]);
-  EXPECT_GT(std::abs(got[0] - alone), 1e-3);
+  EXPECT_NEAR(got[0], want, 1e-5);
+  // The control: the halves' mean is far from either model's own loss.
+  EXPECT_GT(std::abs(want - alone0.loss), 1e-2);
+  EXPECT_GT(std::abs(want - alone1.loss), 1e-2);
 }
 
 }  // namespace
