@@ -2,9 +2,7 @@
 
 #include <fmt/core.h>
 
-#include "txl/data/stream.h"
 #include "txl/eval/evaluator.h"
-#include "txl/util/autocast.h"
 #include "txl/util/error.h"
 #include "txl/util/json.h"
 
@@ -64,43 +62,28 @@ AttentionMass attention_by_distance(models::TransformerLM& model, const data::En
                                     const Settings& settings,
                                     const std::vector<std::int64_t>& edges) {
   check_request(model, settings, edges);
-  const data::EncodedSplit prefix = scored_prefix(text, settings.max_tokens);
-  data::EvalStream stream(prefix.ids, eval_stream_options(settings),
-                          settings.documents ? prefix.doc_starts : torch::Tensor());
   const auto layers = static_cast<std::int64_t>(model->config().n_layer);
-  const auto groups = static_cast<std::int64_t>(edges.size());
   const auto edge_tensor = torch::tensor(edges, torch::kLong);  // [G]
   AttentionMass out;
   out.edges = edges;
-  out.mass = torch::zeros({layers, groups}, torch::kDouble);
+  out.mass = torch::zeros({layers, static_cast<std::int64_t>(edges.size())}, torch::kDouble);
   out.memory = torch::zeros({layers}, torch::kDouble);
   out.future = torch::zeros({layers}, torch::kDouble);
-  const bool with_memory = carries_memory(settings, model);
-  const bool was_training = model->is_training();
-  model->eval();
-  torch::NoGradGuard no_grad;
-  models::Memory memory;
-  while (auto batch = stream.next()) {
-    const data::Batch on_device = batch->to(settings.device);
-    std::vector<torch::Tensor> weights;  // per layer [B, H, T, K]
-    models::LMOutput result;
-    {
-      AutocastGuard autocast(settings.bf16, settings.device);  // as the evaluation's losses
-      result =
-          model->forward(models::Inputs::of(on_device), with_memory ? memory : models::Memory(),
-                         segment_lookback(settings, model), false, &weights);
-    }
-    if (with_memory) memory = std::move(result.memory);
+  // The evaluation's own segments, memory and autocast; its losses are not needed here.
+  Settings alone = settings;
+  alone.group = nullptr;
+  Extras extras;
+  extras.attention = [&](const std::vector<torch::Tensor>& weights, const torch::Tensor& scored) {
     TXL_CHECK(static_cast<std::int64_t>(weights.size()) == layers, "the model gave ",
               weights.size(), " layers' attention weights for ", layers, " layers");
     for (std::int64_t l = 0; l < layers; ++l)
-      add_layer(weights[static_cast<size_t>(l)], on_device.target_mask, edge_tensor, out.mass[l],
-                out.memory[l], out.future[l]);
-    out.queries += batch->n_scored;
+      add_layer(weights[static_cast<size_t>(l)], scored, edge_tensor, out.mass[l], out.memory[l],
+                out.future[l]);
+    out.queries += scored.sum().item<std::int64_t>();
     // The keys before the segment: the memory (zero memory's too, eval.mem_init).
     out.mem_len = std::max(out.mem_len, weights.front().size(3) - weights.front().size(2));
-  }
-  if (was_training) model->train();
+  };
+  evaluate(model, text, alone, extras);
   if (out.queries > 0) {
     const double n = static_cast<double>(out.queries);
     out.mass.div_(n);

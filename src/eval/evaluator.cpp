@@ -20,14 +20,15 @@ torch::Tensor masked_sum(const torch::Tensor& nll, const torch::Tensor& mask) {
 double BatchScore::sum_value() const { return sum.item<double>(); }
 
 BatchScore score_batch(models::TransformerLM& model, const data::Batch& cpu_batch,
-                       const Settings& settings, models::Memory* memory) {
+                       const Settings& settings, models::Memory* memory,
+                       std::vector<torch::Tensor>* attention) {
   torch::NoGradGuard no_grad;
   const data::Batch batch = cpu_batch.to(settings.device);
   models::LMOutput out;
   {
     AutocastGuard autocast(settings.bf16, settings.device);
     out = model->forward(models::Inputs::of(batch), memory ? *memory : models::Memory(),
-                         segment_lookback(settings, model));
+                         segment_lookback(settings, model), false, attention);
   }
   if (memory) *memory = std::move(out.memory);  // stays on the device
   BatchScore score;
@@ -198,7 +199,7 @@ void score_windows(models::TransformerLM& model, const torch::Tensor& ids, const
 // Memory and segments: each rank scores its rows of every batch, the same rows every batch, so
 // their memory stays with them (all rows in one process).
 void score_segments(models::TransformerLM& model, const data::EncodedSplit& text,
-                    const Settings& settings, Accumulator& acc) {
+                    const Settings& settings, const Extras& extras, Accumulator& acc) {
   data::EvalStream stream(text.ids, eval_stream_options(settings),
                           settings.documents ? text.doc_starts : torch::Tensor());
   dist::Group* group = sharing(settings);
@@ -212,7 +213,10 @@ void score_segments(models::TransformerLM& model, const data::EncodedSplit& text
                                : std::nullopt;
     }
     if (!batch) continue;
-    const BatchScore score = score_batch(model, *batch, settings, with_memory ? &memory : nullptr);
+    std::vector<torch::Tensor> weights;  // per layer [B, H, T, K], when observed
+    const BatchScore score = score_batch(model, *batch, settings, with_memory ? &memory : nullptr,
+                                         extras.attention ? &weights : nullptr);
+    if (extras.attention) extras.attention(weights, score.target_mask);
     if (stream.document_mode() && acc.keeps_tokens())
       acc.place(score, batch->target_mask, stream.row_targets(batch->index), text.ids.size(0) - 1);
     else
@@ -232,6 +236,8 @@ void check_request(const models::TransformerLM& model, const data::EncodedSplit&
             " tokens");
   TXL_CHECK(!extras.by_position || settings.mode != Mode::kSliding,
             "losses by position need segments (eval.mode memory or segments), not sliding windows");
+  TXL_CHECK(!extras.attention || settings.mode != Mode::kSliding,
+            "attention weights are observed in memory or segments mode (eval.mode), not sliding");
   TXL_CHECK(!extras.by_position || settings.ext_len == 0,
             "losses by position are not measured with model.ext_len = ", settings.ext_len,
             " (the segment's columns then start at different places)");
@@ -313,7 +319,7 @@ EvalResult evaluate(models::TransformerLM& model, const data::EncodedSplit& spli
   } else {
     result.tgt_len = settings.tgt_len;
     result.mem_len = segment_lookback(settings, model).mem_len;
-    score_segments(model, text, settings, acc);
+    score_segments(model, text, settings, extras, acc);
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (was_training) model->train();

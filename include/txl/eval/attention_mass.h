@@ -33,10 +33,11 @@ struct AttentionMass {
 // The default groups: 0, 1, 2-3, 4-7, ... doubling up to 1024, then 1024+.
 std::vector<std::int64_t> default_distance_edges();
 
-// Runs the evaluation `settings` describe (memory or segments mode, on the first
-// settings.max_tokens targets of `text`, one process) with every layer's attention weights kept,
-// and groups them by distance. Throws txl::Error for sliding mode, a model with memory tokens or
-// compressed memory (their keys are not at a distance), or bad edges.
+// Runs eval::evaluate as `settings` describe (memory or segments mode, on the first
+// settings.max_tokens targets of `text`, in this process alone: settings.group is not used),
+// observes every layer's attention weights (Extras::attention) and groups them by distance.
+// Throws txl::Error for sliding mode, a model with memory tokens or compressed memory (their keys
+// are not at a distance), bad edges, or what evaluate refuses.
 AttentionMass attention_by_distance(models::TransformerLM& model, const data::EncodedSplit& text,
                                     const Settings& settings,
                                     const std::vector<std::int64_t>& edges);

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,11 @@ struct Extras {
                               // also reported on its own (recall_loss)
   bool by_position = false;   // fill EvalResult::loss_by_position (memory and segments modes,
                               // model.ext_len 0)
+  // Memory and segments modes: called after each batch this process scores with every layer's
+  // attention weights, float [B, H, T, K] each (K = keys before the segment + T), and the
+  // batch's scored targets, bool [B, T], all on the device (eval::attention_by_distance).
+  std::function<void(const std::vector<torch::Tensor>& weights, const torch::Tensor& scored)>
+      attention;
 };
 
 // Evaluates `model` (on settings.device) on `text`: its first settings.max_tokens targets
@@ -99,8 +105,10 @@ struct BatchScore {
 // run through the model with segment_lookback(settings, model), under bf16 autocast when
 // settings.bf16. `memory` (memory mode) holds the memory of the previous batch and receives the
 // new one; null = no memory. No gradient is recorded; the caller puts the model in eval mode.
+// `attention`, when given, receives every layer's attention weights (TransformerLM::forward).
 BatchScore score_batch(models::TransformerLM& model, const data::Batch& batch,
-                       const Settings& settings, models::Memory* memory);
+                       const Settings& settings, models::Memory* memory,
+                       std::vector<torch::Tensor>* attention = nullptr);
 
 // One JSON object per result, with the fields above (not the token losses).
 std::string to_json(const EvalResult& result);
