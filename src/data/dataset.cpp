@@ -10,6 +10,7 @@
 
 #include <fmt/core.h>
 
+#include "document_starts.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
@@ -145,12 +146,11 @@ EncodedSplit encode_chunk(const CorpusSplit& split, const Tokenizer& tokenizer, 
 
 EncodedSplit encode_split(const CorpusSplit& split, const Tokenizer& tokenizer, bool add_eos) {
   EncodedSplit encoded = encode_chunk(split, tokenizer, add_eos);
-  const std::int64_t n = encoded.ids.numel();
-  std::vector<std::int64_t> starts = {0};
-  const auto* offsets = encoded.doc_starts.data_ptr<std::int64_t>();
-  // An empty document (no tokens) does not start anywhere new.
-  for (std::int64_t d = 0; d < encoded.doc_starts.numel(); ++d)
-    if (offsets[d] < n && offsets[d] > starts.back()) starts.push_back(offsets[d]);
+  std::vector<std::int64_t> starts;
+  DocumentStarts kept;
+  const auto keep = [&](std::int64_t start) { starts.push_back(start); };
+  kept.add(encoded.doc_starts, 0, encoded.ids.numel(), keep);
+  kept.finish(keep);
   encoded.doc_starts = torch::tensor(starts, torch::kLong);  // [n_docs]
   return encoded;
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "document_starts.h"
 #include "txl/data/dataset.h"
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
@@ -168,6 +169,7 @@ std::uint64_t encoded_split_checksum(std::string_view bytes) {
 EncodedSplitWriter::EncodedSplitWriter(const stdfs::path& path, std::int64_t vocab_size,
                                        std::uint64_t fingerprint)
     : file_(std::make_unique<fs::AtomicWriter>(path)),
+      starts_kept_(std::make_unique<DocumentStarts>()),
       vocab_size_(vocab_size),
       fingerprint_(fingerprint),
       dtype_(vocab_size <= 32768 ? kDtypeInt16 : kDtypeInt32) {
@@ -182,11 +184,9 @@ EncodedSplitWriter::~EncodedSplitWriter() {
 }
 
 void EncodedSplitWriter::add_start(std::int64_t start) {
-  if (n_docs_ == 0 && start != 0) add_start(0);  // the split's first document starts at 0
   TXL_CHECK(std::fwrite(&start, sizeof start, 1, starts_) == 1,
             "cannot write a temporary file of document starts: ", std::strerror(errno));
   ++n_docs_;
-  last_start_ = start;
 }
 
 void EncodedSplitWriter::append(const EncodedSplit& chunk) {
@@ -207,23 +207,7 @@ void EncodedSplitWriter::append(const EncodedSplit& chunk) {
       std::memcpy(out.data() + i * 4, &v, 4);
     }
   }
-  // A start with no token after it waits for the next chunk's tokens (and is dropped at the end).
-  if (pending_start_ >= 0 && n > 0 && pending_start_ > last_start_) add_start(pending_start_);
-  if (n > 0) pending_start_ = -1;
-  const auto starts = chunk.doc_starts.defined() ? chunk.doc_starts.to(torch::kLong).contiguous()
-                                                 : torch::zeros({0}, torch::kLong);  // [d]
-  for (std::int64_t d = 0; d < starts.numel(); ++d) {
-    const std::int64_t local = starts.data_ptr<std::int64_t>()[d];
-    TXL_CHECK(local >= 0 && local <= n, "document start ", local, " outside the chunk's ", n,
-              " tokens");
-    const std::int64_t start = n_ + local;
-    if (start <= last_start_) continue;
-    if (local < n) {
-      add_start(start);
-    } else {
-      pending_start_ = start;
-    }
-  }
+  starts_kept_->add(chunk.doc_starts, n_, n, [this](std::int64_t start) { add_start(start); });
   body_hash_.update(out);
   file_->write(out);
   n_ += n;
@@ -233,7 +217,7 @@ void EncodedSplitWriter::append(const EncodedSplit& chunk) {
 }
 
 void EncodedSplitWriter::commit() {
-  if (n_docs_ == 0) add_start(0);
+  starts_kept_->finish([this](std::int64_t start) { add_start(start); });
   const std::uint64_t at = starts_offset(static_cast<std::uint64_t>(n_), dtype_);
   std::string padding(at - file_->size(), '\0');
   body_hash_.update(padding);

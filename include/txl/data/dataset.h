@@ -164,6 +164,8 @@ struct CacheMiss {
   std::string reason;  // e.g. "checksum mismatch (header 3f0c..., content 9a41...)"
 };
 
+class DocumentStarts;  // which document starts to keep (src/data/document_starts.h)
+
 // Writes a cache file (format above) atomically, chunk after chunk, holding one chunk at a time:
 // append() adds a chunk's ids (any integer dtype, each checked against the vocabulary) and its
 // document starts (token offsets within the chunk; duplicates of the running offset and a start
@@ -184,12 +186,13 @@ class EncodedSplitWriter {
  private:
   void add_start(std::int64_t start);
   std::unique_ptr<fs::AtomicWriter> file_;
-  std::FILE* starts_ = nullptr;  // the document starts, until commit() appends them
+  std::unique_ptr<DocumentStarts> starts_kept_;  // which document starts to write
+  std::FILE* starts_ = nullptr;                  // the document starts, until commit() appends them
   std::int64_t vocab_size_;
   std::uint64_t fingerprint_;
   std::uint32_t dtype_;
   Xxh64 body_hash_;
-  std::int64_t n_ = 0, n_docs_ = 0, last_start_ = -1, pending_start_ = -1;
+  std::int64_t n_ = 0, n_docs_ = 0;
   std::int64_t n_bytes_ = 0, n_chars_ = 0, n_words_ = 0;
 };
 
