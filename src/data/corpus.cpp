@@ -122,13 +122,6 @@ std::int64_t file_size_of(const std::string& corpus, const stdfs::path& path) {
   return static_cast<std::int64_t>(size);
 }
 
-int split_index(const std::string& corpus, std::string_view split) {
-  if (split == "train") return 0;
-  if (split == "valid") return 1;
-  if (split == "test") return 2;
-  TXL_FAIL("corpus '", corpus, "': unknown split '", split, "': expected train, valid or test");
-}
-
 // Reads a corpus file, with errors that name the corpus, the path and the README.
 std::string read_corpus_file(const std::string& corpus, const stdfs::path& path) {
   (void)file_size_of(corpus, path);  // exists, a file, not empty
@@ -182,10 +175,11 @@ class KjvReader : public CorpusReader {
   }
   std::uint64_t fingerprint() const override { return fs::fnv1a(raw()); }
 
-  // The Bible is small (4 MB): each split is parsed from the whole text and comes as one chunk.
+  // The Bible is small (4 MB): it is parsed once, on the first read, and each split comes as
+  // one chunk.
   void read_split(std::string_view split, std::int64_t, const ChunkSink& sink) const override {
-    CorpusText corpus = parse();
-    sink(std::move(corpus.split(split)));
+    if (!parsed_) parsed_ = parse();
+    sink(CorpusSplit(parsed_->split(split)));
   }
 
  private:
@@ -244,6 +238,7 @@ class KjvReader : public CorpusReader {
   std::string path_;
   mutable std::string raw_;
   mutable bool raw_loaded_ = false;
+  mutable std::optional<CorpusText> parsed_;
 };
 
 // ------------------------------------------------------------- three-file corpora
@@ -265,7 +260,7 @@ class SplitFilesReader : public CorpusReader {
 
   void read_split(std::string_view split, std::int64_t chunk_bytes,
                   const ChunkSink& sink) const override {
-    const stdfs::path file = paths()[static_cast<size_t>(split_index(name_, split))];
+    const stdfs::path file = paths()[static_cast<size_t>(split_index(split))];
     const std::int64_t size = file_size_of(name_, file);
     // WikiText and PTB count each line's <eos> as a word.
     ChunkBuilder chunks(chunk_bytes, docs_ != Docs::kBlankLines, sink);
@@ -340,13 +335,15 @@ class ByteFileReader : public CorpusReader {
 
   void read_split(std::string_view split, std::int64_t chunk_bytes,
                   const ChunkSink& sink) const override {
-    const int index = split_index(name_, split);
+    const int index = split_index(split);
     const ByteSplit cut = byte_corpus_split(file_size_of(name_, file_));
-    if (!cut.standard && index == 0)
+    if (!cut.standard && !said_split_) {
+      said_split_ = true;
       log::info("data",
                 "{}: {} has {} bytes, under the standard 100,000,000; splitting 90/5/5 "
                 "by fraction",
                 name_, file_.string(), cut.size);
+    }
     const std::int64_t bounds[4] = {0, cut.train_end, cut.valid_end, cut.size};
     ChunkBuilder chunks(chunk_bytes, false, sink);
     bool first = true;
@@ -369,6 +366,7 @@ class ByteFileReader : public CorpusReader {
   std::string name_;
   bool pages_;  // enwik8: an article starts at a "<page>" line
   stdfs::path file_;
+  mutable bool said_split_ = false;  // the 90/5/5 split is logged once
 };
 
 // ------------------------------------------------------------------------------ pg19
@@ -405,7 +403,7 @@ class BookFolderReader : public CorpusReader {
   void read_split(std::string_view split, std::int64_t chunk_bytes,
                   const ChunkSink& sink) const override {
     ChunkBuilder chunks(chunk_bytes, false, sink);
-    for (const auto& book : books(kSplits[split_index(name_, split)])) add_book(book, &chunks);
+    for (const auto& book : books(kSplits[split_index(split)])) add_book(book, &chunks);
     chunks.finish();
   }
 
@@ -484,8 +482,7 @@ class SyntheticReader : public CorpusReader {
   }
   // Generated in memory, small by design: each split comes as one chunk.
   void read_split(std::string_view split, std::int64_t, const ChunkSink& sink) const override {
-    CorpusText text = generate_synthetic_corpus(cfg_);
-    sink(std::move(text.split(split)));
+    sink(generate_synthetic_split(cfg_, std::string(split)));
   }
 
  private:

@@ -9,11 +9,16 @@
 
 namespace txl::data {
 
+int split_index(std::string_view split) {
+  if (split == "train") return 0;
+  if (split == "valid") return 1;
+  if (split == "test") return 2;
+  TXL_FAIL("unknown split '", split, "': expected train, valid or test");
+}
+
 const CorpusSplit& CorpusText::split(std::string_view split_name) const {
-  if (split_name == "train") return train;
-  if (split_name == "valid") return valid;
-  if (split_name == "test") return test;
-  TXL_FAIL("unknown split '", split_name, "': expected train, valid or test");
+  const CorpusSplit* parts[] = {&train, &valid, &test};
+  return *parts[split_index(split_name)];
 }
 
 CorpusSplit& CorpusText::split(std::string_view split_name) {

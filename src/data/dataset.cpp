@@ -49,10 +49,8 @@ std::uint64_t split_fingerprint(std::uint64_t corpus_fp, const std::string& spli
 }  // namespace
 
 const EncodedSplit& Dataset::split(std::string_view name) const {
-  if (name == "train") return train;
-  if (name == "valid") return valid;
-  if (name == "test") return test;
-  TXL_FAIL("unknown split '", name, "': expected train, valid or test");
+  const EncodedSplit* parts[] = {&train, &valid, &test};
+  return *parts[split_index(name)];
 }
 
 // --------------------------------------------------------------------------- encoding

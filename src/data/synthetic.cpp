@@ -40,14 +40,8 @@ std::vector<SyntheticDocument> generate_synthetic_documents(const config::Synthe
   TXL_CHECK(cfg.gap >= 0, "data.synthetic.gap must be >= 0, got ", cfg.gap);
   TXL_CHECK(cfg.alphabet >= 1, "data.synthetic.alphabet must be >= 1, got ", cfg.alphabet);
   TXL_CHECK(cfg.documents >= 1, "data.synthetic.documents must be >= 1, got ", cfg.documents);
-  std::int64_t n_docs;
-  if (split == "train") {
-    n_docs = cfg.documents;
-  } else if (split == "valid" || split == "test") {
-    n_docs = std::max<std::int64_t>(1, cfg.documents / 10);
-  } else {
-    TXL_FAIL("unknown split '", split, "': expected train, valid or test");
-  }
+  const std::int64_t n_docs =
+      split_index(split) == 0 ? cfg.documents : std::max<std::int64_t>(1, cfg.documents / 10);
   // Each split has its own stream: valid is not a prefix of train, whatever the sizes.
   Rng rng(fs::fnv1a(split, fs::fnv1a(std::string_view(reinterpret_cast<const char*>(&cfg.seed),
                                                       sizeof cfg.seed))));
@@ -91,22 +85,24 @@ std::vector<SyntheticDocument> generate_synthetic_documents(const config::Synthe
   return docs;
 }
 
+CorpusSplit generate_synthetic_split(const config::SyntheticConfig& cfg, const std::string& split) {
+  CorpusSplit out;
+  for (auto& doc : generate_synthetic_documents(cfg, split)) {
+    out.doc_starts.push_back(static_cast<std::int64_t>(out.lines.size()));
+    for (auto& line : doc.lines) {
+      out.n_bytes += static_cast<std::int64_t>(line.size()) + 1;  // ASCII: bytes = chars
+      out.lines.push_back(std::move(line));
+    }
+  }
+  out.n_chars = out.n_bytes;
+  return out;
+}
+
 CorpusText generate_synthetic_corpus(const config::SyntheticConfig& cfg) {
   CorpusText corpus;
   corpus.name = "synthetic";
-  const std::pair<const char*, CorpusSplit*> parts[] = {
-      {"train", &corpus.train}, {"valid", &corpus.valid}, {"test", &corpus.test}};
-  for (const auto& [name, target] : parts) {
-    CorpusSplit& split = *target;
-    for (auto& doc : generate_synthetic_documents(cfg, name)) {
-      split.doc_starts.push_back(static_cast<std::int64_t>(split.lines.size()));
-      for (auto& line : doc.lines) {
-        split.n_bytes += static_cast<std::int64_t>(line.size()) + 1;  // ASCII: bytes = chars
-        split.lines.push_back(std::move(line));
-      }
-    }
-    split.n_chars = split.n_bytes;
-  }
+  for (const char* name : {"train", "valid", "test"})
+    corpus.split(name) = generate_synthetic_split(cfg, name);
   return corpus;
 }
 

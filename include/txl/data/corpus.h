@@ -37,6 +37,9 @@ struct CorpusSplit {
   bool line_end_is_word = false;
 };
 
+// 0, 1 and 2 for the splits "train", "valid" and "test"; throws txl::Error naming any other.
+int split_index(std::string_view split);
+
 // The three splits of a corpus.
 struct CorpusText {
   std::string name;  // corpus name, e.g. "kjv"

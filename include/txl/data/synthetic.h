@@ -54,7 +54,10 @@ struct SyntheticDocument {
 std::vector<SyntheticDocument> generate_synthetic_documents(const config::SyntheticConfig& cfg,
                                                             const std::string& split);
 
-// The three splits as corpus text (documents in order, one document = its lines).
+// One split as corpus text (documents in order, one document = its lines).
+CorpusSplit generate_synthetic_split(const config::SyntheticConfig& cfg, const std::string& split);
+
+// The three splits as corpus text.
 CorpusText generate_synthetic_corpus(const config::SyntheticConfig& cfg);
 
 // Marks the recall tokens of encoded synthetic text: the value token of every query
