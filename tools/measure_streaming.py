@@ -11,6 +11,9 @@ and reports each program's peak resident memory (the kernel's ru_maxrss of that 
 reports. Programs are run without a shell.
 
   python3 tools/measure_streaming.py --sizes 0.1 1 4 --work /tmp/txl-stream
+
+With --ranks N, txl-train runs as N data-parallel processes on this machine (torchrun's
+variables set by this script, Gloo) and the table gives the largest peak RSS of a rank.
 """
 
 import argparse
@@ -53,17 +56,33 @@ def build_corpus(out: Path, gigabytes: float) -> int:
     return written
 
 
-def run(argv, log: Path):
-    """Runs argv (no shell); returns (peak RSS in bytes, seconds, output)."""
+def run(argv, log: Path, ranks: int = 1, port: int = 29517):
+    """Runs argv (no shell) as `ranks` processes of one job; returns (the largest peak RSS of a
+    process in bytes, seconds, rank 0's output)."""
     start = time.monotonic()
-    with open(log, "w") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+    children, outputs = [], []
+    for rank in range(ranks):
+        env = dict(os.environ)
+        if ranks > 1:
+            env.update(RANK=str(rank), WORLD_SIZE=str(ranks), LOCAL_RANK=str(rank),
+                       LOCAL_WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port))
+        path = log if rank == 0 else log.with_suffix(f".rank{rank}.log")
+        outputs.append(open(path, "w"))
+        children.append(subprocess.Popen(argv, stdout=outputs[-1], stderr=subprocess.STDOUT,
+                                         cwd=ROOT, env=env))
+    peak, failed = 0, []
+    for rank, child in enumerate(children):
         _, status, usage = os.wait4(child.pid, 0)
+        outputs[rank].close()
+        peak = max(peak, usage.ru_maxrss * 1024)
+        if os.waitstatus_to_exitcode(status) != 0:
+            failed.append(rank)
     seconds = time.monotonic() - start
     text = log.read_text()
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"{argv[0]} failed (see {log}):\n{text[-2000:]}")
-    return usage.ru_maxrss * 1024, seconds, text
+    if failed:
+        sys.exit(f"{argv[0]} failed on rank(s) {failed} (see {log}):\n{text[-2000:]}")
+    return peak, seconds, text
 
 
 def settings(corpus: Path, cache: Path, run_dir: Path):
@@ -85,6 +104,8 @@ def main():
                         help="folder for the corpora, caches and runs (default /tmp/txl-stream)")
     parser.add_argument("--build", type=Path, default=ROOT / "build", help="txl build folder")
     parser.add_argument("--config", type=Path, default=ROOT / "experiments" / "pg19_base.yaml")
+    parser.add_argument("--ranks", type=int, default=1,
+                        help="txl-train as this many data-parallel processes (default 1)")
     args = parser.parse_args()
     rows = []
     for size in args.sizes:
@@ -99,11 +120,12 @@ def main():
                                     args.work / f"prepare-{size:g}gb.log")
         encoding = re.search(r"encoding\s+(\d+) tokens in ([\d.]+) s \((\d+) tokens/s", out)
         train_rss, train_s, _ = run([str(args.build / "bin" / "txl-train")] + common,
-                                    args.work / f"train-{size:g}gb.log")
+                                    args.work / f"train-{size:g}gb.log", args.ranks)
         rows.append((size, train_bytes, prep_rss, prep_s, encoding, train_rss, train_s))
         print(f"{size:g} GB done", file=sys.stderr, flush=True)
+    ranks = "" if args.ranks == 1 else f", the largest of {args.ranks} ranks"
     print("| corpus (train bytes) | txl-prepare peak RSS | time | tokens | encoding | "
-          "txl-train peak RSS (20 steps) | time |")
+          f"txl-train peak RSS (20 steps{ranks}) | time |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for size, train_bytes, prep_rss, prep_s, enc, train_rss, train_s in rows:
         tokens = f"{int(enc.group(1)):,}" if enc else "?"
