@@ -67,10 +67,14 @@ std::optional<MemoryHelp> one_pair(const config::ExperimentConfig& b_config,
   eval::GainOptions gain_options;
   gain_options.block = options.block;
   gain_options.samples = options.samples;
-  return MemoryHelp{
-      split_name, a, b, loss_b->seeds,
-      eval::compare_memory(loss_a->losses, loss_b->losses, split, eval::resolve_settings(c),
-                           train_counts, words, gain_options)};
+  MemoryHelp help;
+  help.split = split_name;
+  help.a = a;
+  help.b = b;
+  help.seeds = loss_b->seeds;
+  help.gain = eval::compare_memory(loss_a->losses, loss_b->losses, split, eval::resolve_settings(c),
+                                   train_counts, words, gain_options);
+  return help;
 }
 
 // Where `variant`'s attention looks on `split`: its first seed's checkpoint, evaluated with its

@@ -86,8 +86,10 @@ TEST_F(Ablation, ARerunWithAKeyThatCannotChangeTheRunTrainsNothing) {
   // change only the evaluations they affect): a key added to the table must be tested here.
   std::set<std::string> tested = {"run.output_dir"};
   for (const auto& [key, change] : changes) tested.insert(key);
-  for (const auto& key : txl::config::result_neutral_keys())
-    if (key.rfind("eval.", 0) != 0) EXPECT_TRUE(tested.count(key)) << key << " is not tested";
+  for (const auto& key : txl::config::result_neutral_keys()) {
+    if (key.rfind("eval.", 0) == 0) continue;
+    EXPECT_TRUE(tested.count(key)) << key << " is not tested";
+  }
   for (const auto& [key, change] : changes) {
     SCOPED_TRACE(key);
     auto changed = a;
@@ -220,11 +222,11 @@ TEST_F(Ablation, ADamagedDoneJsonIsRebuiltFromTheCheckpoint) {
   const auto first = txl::experiment::run_ablation(a, quiet_options());
   ASSERT_EQ(first.status, AblationStatus::kCompleted);
   const auto done = run_dir(a, "xl") / "done.json";
-  for (const std::string damaged : {read(done).substr(0, 40), std::string("{}"), [&] {
-                                      auto j = nlohmann::ordered_json::parse(read(done));
-                                      j["params"] = 0;  // checksum left as it was
-                                      return j.dump(2);
-                                    }()}) {
+  for (const std::string& damaged : {read(done).substr(0, 40), std::string("{}"), [&] {
+                                       auto j = nlohmann::ordered_json::parse(read(done));
+                                       j["params"] = 0;  // checksum left as it was
+                                       return j.dump(2);
+                                     }()}) {
     SCOPED_TRACE(damaged);
     txl::fs::write_atomic(done, damaged);
     ::testing::internal::CaptureStderr();

@@ -345,10 +345,10 @@ std::vector<Comparison> compare(const EvalRequest& request, const Evaluation& fi
   extras.token_losses = true;
   std::vector<Comparison> out;
   for (const auto& target : targets) {
-    Comparison c{target.name,
-                 evaluate(a.model, target.split, sa, extras),
-                 evaluate(b.model, target.split, sb, extras),
-                 {}};
+    Comparison c;
+    c.split = target.name;
+    c.a = evaluate(a.model, target.split, sa, extras);
+    c.b = evaluate(b.model, target.split, sb, extras);
     c.a.split = c.b.split = target.name;
     TXL_CHECK(c.a.token_losses.numel() == c.b.token_losses.numel(),
               "--compare: ", c.a.token_losses.numel(), " and ", c.b.token_losses.numel(),
@@ -394,9 +394,13 @@ void print_comparisons(const EvalRequest& request, const std::vector<Comparison>
     if (json) {
       out << to_json(c.a) << "\n" << to_json(c.b) << "\n" << comparison_json(request, c) << "\n";
       if (c.gain) {
-        out << experiment::memory_help_json(
-                   {{c.split, request.checkpoint, request.compare, 1, *c.gain}})
-            << "\n";
+        experiment::MemoryHelp help;
+        help.split = c.split;
+        help.a = request.checkpoint;
+        help.b = request.compare;
+        help.seeds = 1;
+        help.gain = *c.gain;
+        out << experiment::memory_help_json({help}) << "\n";
       }
       out << c.attention;
       continue;
