@@ -22,10 +22,7 @@ std::string distance_edge_name(const std::vector<std::int64_t>& edges, size_t g)
 
 namespace {
 
-void check_request(const models::TransformerLM& model, const Settings& settings,
-                   const std::vector<std::int64_t>& edges) {
-  TXL_CHECK(settings.mode != Mode::kSliding,
-            "attention by distance reads memory or segments mode (eval.mode), not sliding");
+void check_request(const models::TransformerLM& model, const std::vector<std::int64_t>& edges) {
   const auto& config = model->config();
   TXL_CHECK(config.mem_tokens == 0 && config.cmem_len == 0,
             "attention by distance needs keys at a distance: model.mem_tokens and model.cmem_len "
@@ -61,7 +58,7 @@ void add_layer(const torch::Tensor& weights, const torch::Tensor& scored,
 AttentionMass attention_by_distance(models::TransformerLM& model, const data::EncodedSplit& text,
                                     const Settings& settings,
                                     const std::vector<std::int64_t>& edges) {
-  check_request(model, settings, edges);
+  check_request(model, edges);
   const auto layers = static_cast<std::int64_t>(model->config().n_layer);
   const auto edge_tensor = torch::tensor(edges, torch::kLong);  // [G]
   AttentionMass out;
@@ -73,13 +70,13 @@ AttentionMass attention_by_distance(models::TransformerLM& model, const data::En
   Settings alone = settings;
   alone.group = nullptr;
   Extras extras;
-  extras.attention = [&](const std::vector<torch::Tensor>& weights, const torch::Tensor& scored) {
+  extras.attention = [&](const std::vector<torch::Tensor>& weights, const BatchScore& score) {
     TXL_CHECK(static_cast<std::int64_t>(weights.size()) == layers, "the model gave ",
               weights.size(), " layers' attention weights for ", layers, " layers");
     for (std::int64_t l = 0; l < layers; ++l)
-      add_layer(weights[static_cast<size_t>(l)], scored, edge_tensor, out.mass[l], out.memory[l],
-                out.future[l]);
-    out.queries += scored.sum().item<std::int64_t>();
+      add_layer(weights[static_cast<size_t>(l)], score.target_mask, edge_tensor, out.mass[l],
+                out.memory[l], out.future[l]);
+    out.queries += score.count;
     // The keys before the segment: the memory (zero memory's too, eval.mem_init).
     out.mem_len = std::max(out.mem_len, weights.front().size(3) - weights.front().size(2));
   };

@@ -216,7 +216,7 @@ void score_segments(models::TransformerLM& model, const data::EncodedSplit& text
     std::vector<torch::Tensor> weights;  // per layer [B, H, T, K], when observed
     const BatchScore score = score_batch(model, *batch, settings, with_memory ? &memory : nullptr,
                                          extras.attention ? &weights : nullptr);
-    if (extras.attention) extras.attention(weights, score.target_mask);
+    if (extras.attention) extras.attention(weights, score);
     if (stream.document_mode() && acc.keeps_tokens())
       acc.place(score, batch->target_mask, stream.row_targets(batch->index), text.ids.size(0) - 1);
     else

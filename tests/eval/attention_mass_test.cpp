@@ -130,7 +130,7 @@ TEST(AttentionByDistance, RefusesWhatHasNoDistance) {
   TXL_EXPECT_THROW_WITH(attention_by_distance(model, text, sliding, default_distance_edges()),
                         "not sliding");
   txl::eval::Extras observed;  // the evaluator's own refusal, under attention_by_distance's
-  observed.attention = [](const std::vector<torch::Tensor>&, const torch::Tensor&) {};
+  observed.attention = [](const std::vector<torch::Tensor>&, const txl::eval::BatchScore&) {};
   TXL_EXPECT_THROW_WITH(txl::eval::evaluate(model, text, sliding, observed),
                         "attention weights are observed in memory or segments mode");
   TXL_EXPECT_THROW_WITH(attention_by_distance(model, text, memory_settings(2), {1, 2}),

@@ -59,6 +59,8 @@ struct EvalResult {
 
 // What an evaluation gives beyond its figures, on request. The recall mask needs plain text (not
 // Settings::documents); per-token losses in document mode need one process.
+struct BatchScore;  // one batch scored (below)
+
 struct Extras {
   bool token_losses = false;  // fill EvalResult::token_losses
   torch::Tensor recall_mask;  // bool [N] (e.g. data::synthetic_recall_mask): targets whose loss is
@@ -66,10 +68,10 @@ struct Extras {
   bool by_position = false;   // fill EvalResult::loss_by_position (memory and segments modes,
                               // model.ext_len 0)
   // Memory and segments modes: called after each batch this process scores with every layer's
-  // attention weights, float [B, H, T, K] each (K = keys before the segment + T), and the
-  // batch's scored targets, bool [B, T], all on the device (eval::attention_by_distance).
-  std::function<void(const std::vector<torch::Tensor>& weights, const torch::Tensor& scored)>
-      attention;
+  // attention weights, float [B, H, T, K] each (K = keys before the segment + T) on the device,
+  // and the batch's score: its target_mask and count are the queries scored
+  // (eval::attention_by_distance).
+  std::function<void(const std::vector<torch::Tensor>& weights, const BatchScore& score)> attention;
 };
 
 // Evaluates `model` (on settings.device) on `text`: its first settings.max_tokens targets
