@@ -14,7 +14,7 @@
   __attribute__((target("arch=x86-64-v3"))) ret name##_avx2 params { return body args; }   \
   ret name##_baseline params { return body args; }                                         \
   ret name params {                                                                        \
-    static const ::txl::util::CpuLevel level = ::txl::util::kernel_level();                \
+    const ::txl::util::CpuLevel level = ::txl::util::kernel_level();                       \
     if (level == ::txl::util::CpuLevel::kAvx512) return name##_avx512 args;                \
     if (level == ::txl::util::CpuLevel::kAvx2) return name##_avx2 args;                    \
     return name##_baseline args;                                                           \

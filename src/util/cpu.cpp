@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -45,10 +46,42 @@ const CpuFeatures& cpu_features() {
   return features;
 }
 
-CpuLevel kernel_level() {
-  static const CpuLevel level =
-      lowered_level(level_of(cpu_features()), std::getenv("TXL_CPU_CAPABILITY"));
+namespace {
+
+// A KernelLevelScope's level, or -1 while none lives.
+std::atomic<int>& level_override() {
+  static std::atomic<int> level{-1};
   return level;
+}
+
+}  // namespace
+
+CpuLevel best_level() {
+  static const CpuLevel level = level_of(cpu_features());
+  return level;
+}
+
+CpuLevel kernel_level() {
+  const int forced = level_override().load(std::memory_order_relaxed);
+  if (forced >= 0) return static_cast<CpuLevel>(forced);
+  static const CpuLevel level = lowered_level(best_level(), std::getenv("TXL_CPU_CAPABILITY"));
+  return level;
+}
+
+KernelLevelScope::KernelLevelScope(CpuLevel level) {
+  TXL_CHECK(level <= best_level(), "this CPU cannot run txl's kernels at level ", to_string(level),
+            " (its best: ", to_string(best_level()), ")");
+  previous_ = level_override().exchange(static_cast<int>(level));
+}
+
+KernelLevelScope::~KernelLevelScope() { level_override().store(previous_); }
+
+std::vector<CpuLevel> levels_available() {
+  std::vector<CpuLevel> levels;
+  for (auto level : {CpuLevel::kBaseline, CpuLevel::kAvx2, CpuLevel::kAvx512}) {
+    if (level <= best_level()) levels.push_back(level);
+  }
+  return levels;
 }
 
 const char* to_string(CpuLevel level) {

@@ -34,5 +34,29 @@ TEST(CpuLevel, ThisProcessRunsAtTheCpusLevelOrTheOneAskedFor) {
   ::testing::Test::RecordProperty("kernel_level", to_string(kernel_level()));
 }
 
+// The scope the cross-level tests run each level in: every level the CPU has, lowest first;
+// nested scopes restore the level before them; a level above the CPU's best is refused.
+TEST(CpuLevel, AScopeRunsTheKernelsAtALevelTheCpuHas) {
+  const auto levels = levels_available();
+  ASSERT_FALSE(levels.empty());
+  EXPECT_EQ(levels.front(), CpuLevel::kBaseline);
+  EXPECT_EQ(levels.back(), best_level());
+  const CpuLevel before = kernel_level();
+  {
+    KernelLevelScope outer(CpuLevel::kBaseline);
+    EXPECT_EQ(kernel_level(), CpuLevel::kBaseline);
+    {
+      KernelLevelScope inner(best_level());
+      EXPECT_EQ(kernel_level(), best_level());
+    }
+    EXPECT_EQ(kernel_level(), CpuLevel::kBaseline);
+  }
+  EXPECT_EQ(kernel_level(), before);
+  if (best_level() != CpuLevel::kAvx512) {
+    TXL_EXPECT_THROW_WITH(KernelLevelScope(CpuLevel::kAvx512), "cannot run txl's kernels at level");
+    EXPECT_EQ(kernel_level(), before);
+  }
+}
+
 }  // namespace
 }  // namespace txl::util

@@ -6,6 +6,7 @@
 // libraries' own choices (OpenBLAS's core, oneDNN's bf16) follow the CPU, not the variable.
 
 #include <string>
+#include <vector>
 
 namespace txl::util {
 
@@ -20,9 +21,31 @@ struct CpuFeatures {
 // What the CPU has (false everywhere off x86-64 with GCC or clang).
 const CpuFeatures& cpu_features();
 
-// The CPU's level, lowered by TXL_CPU_CAPABILITY. Throws txl::Error for a value other than
-// avx512, avx2 or default, naming it.
+// The level txl's kernels run at now: the CPU's, lowered by TXL_CPU_CAPABILITY, unless a
+// KernelLevelScope is alive. Read at every kernel call (an atomic load), so that one process
+// can run the kernels of each level on the same inputs. Throws txl::Error for a value of the
+// variable other than avx512, avx2 or default, naming it.
 CpuLevel kernel_level();
+
+// The CPU's best level, whatever TXL_CPU_CAPABILITY says.
+CpuLevel best_level();
+
+// While it lives, every thread's kernels run at `level` instead of kernel_level()'s (the tests
+// that compare the levels on the same inputs; nothing else sets it). Throws txl::Error for a
+// level above the CPU's best (its instructions would fault). Nest them last-in first-out.
+class KernelLevelScope {
+ public:
+  explicit KernelLevelScope(CpuLevel level);
+  ~KernelLevelScope();
+  KernelLevelScope(const KernelLevelScope&) = delete;
+  KernelLevelScope& operator=(const KernelLevelScope&) = delete;
+
+ private:
+  int previous_;
+};
+
+// The levels this CPU can run, lowest first: default, then avx2 and avx512 where it has them.
+std::vector<CpuLevel> levels_available();
 
 // The level kernel_level() gives for a CPU whose best is `best` and TXL_CPU_CAPABILITY = `asked`
 // (null or empty: unset); never above `best`. Throws txl::Error for an unknown value.
