@@ -44,10 +44,15 @@ Projection::Projection(torch::Tensor weight, torch::Tensor bias)
     : weight_(std::move(weight)), bias_(std::move(bias)) {}
 
 Projection Projection::packed_for_decoding(const torch::Tensor& weight, const torch::Tensor& bias) {
-  Projection p(weight.detach(), bias.defined() ? bias.detach() : bias);
-  if (kernels::packed_kernel_vectorised() && kernels::packed_takes(p.weight_)) {
-    p.packed_ = kernels::pack_weight(p.weight_, p.bias_);
+  if (kernels::packed_kernel_vectorised() && kernels::packed_takes(weight)) {
+    return always_packed(weight, bias);
   }
+  return Projection(weight.detach(), bias.defined() ? bias.detach() : bias);
+}
+
+Projection Projection::always_packed(const torch::Tensor& weight, const torch::Tensor& bias) {
+  Projection p(weight.detach(), bias.defined() ? bias.detach() : bias);
+  p.packed_ = kernels::pack_weight(p.weight_, p.bias_);
   return p;
 }
 
@@ -72,9 +77,10 @@ torch::Tensor log_softmax_linear(const Projection& w, const torch::Tensor& hidde
   const int64_t rows = hidden.size(0);
   if (!own_choice(hidden, w.weight_)) return torch::log_softmax(w(hidden), -1);  // [N, V]
   if (w.packed_.defined() && rows <= kPackedRows) {
-    // The bias is added in the log-softmax's first pass.
+    // The panels carry the bias (pack_weight): added in registers before the store, so not
+    // again in the log-softmax.
     auto logits = kernels::linear_packed(hidden.contiguous(), w.packed_);  // [N, V]
-    return kernels::log_softmax_rows_(logits, w.bias_);                    // [N, V]
+    return kernels::log_softmax_rows_(logits);                             // [N, V]
   }
   if (rows == 1) {
     auto logits = times(hidden, w.weight_, w.bias_);  // [1, V]

@@ -79,7 +79,7 @@ class AdaptiveLogSoftmaxImpl : public torch::nn::Module {
 
   // Decoding: prepared once per model (copies of the weights), then for a decoder of `rows`
   // rows; step_log_prob(weights, hidden [N, d_proj]) -> [N, V] is log_prob's result, a plain
-  // softmax through ops::log_softmax_linear (bias added in the log-softmax's first pass).
+  // softmax through ops::log_softmax_linear.
   SoftmaxStep prepare_step() const;
   static SoftmaxStep for_rows(const SoftmaxStep& weights, int64_t rows);
   torch::Tensor step_log_prob(const SoftmaxStep& weights, const torch::Tensor& hidden);

@@ -43,6 +43,10 @@ class Projection {
   static Projection packed_for_decoding(const torch::Tensor& weight,
                                         const torch::Tensor& bias = {});
 
+  // The same, packed on every CPU (the portable panels where it has no AVX-512): the tests that
+  // run the packed path at every CPU level. Throws txl::Error where the kernel does not take W.
+  static Projection always_packed(const torch::Tensor& weight, const torch::Tensor& bias = {});
+
   // x [..., in] -> x W^T + b [..., out], relu after when asked.
   torch::Tensor operator()(const torch::Tensor& x, bool relu = false) const;
 
@@ -60,8 +64,9 @@ class Projection {
 };
 
 // log_softmax(hidden W^T + b) over the last dimension, hidden [N, in] -> [N, out]: a plain
-// softmax over a vocabulary. The bias is added in the log-softmax's first pass on the CPU (txl's
-// row loops), not copied into the product's result. `weight_t` [in, out] contiguous, W^T, when
+// softmax over a vocabulary. The bias is added once: by the packed panels before their store,
+// or else in the log-softmax's first pass on the CPU (txl's row loops), not copied into the
+// product's result. `weight_t` [in, out] contiguous, W^T, when
 // the caller keeps one (products of many rows read it faster than W), else undefined.
 torch::Tensor log_softmax_linear(const Projection& w, const torch::Tensor& hidden,
                                  const torch::Tensor& weight_t = {});
