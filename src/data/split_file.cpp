@@ -2,7 +2,6 @@
 // and reading back with every check that makes a damaged or stale file a rebuild instead of a
 // wrong number, streamed in blocks and then mapped in place.
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -395,15 +394,6 @@ torch::ScalarType id_type(const SplitHeader& header) {
   return header.dtype == kDtypeInt16 ? torch::kShort : torch::kInt;
 }
 
-// A private, writable (copy-on-write) map of a whole file; unmapped with its last tensor.
-struct Mapping {
-  void* data = MAP_FAILED;
-  size_t size = 0;
-  ~Mapping() {
-    if (data != MAP_FAILED) ::munmap(data, size);
-  }
-};
-
 }  // namespace
 
 std::optional<EncodedSplit> parse_encoded_split(std::string_view bytes,
@@ -465,14 +455,16 @@ std::optional<EncodedSplit> read_encoded_split(const stdfs::path& path,
                   std::string("cannot read: ") + std::strerror(errno));
   auto header = check_split(head, size, read_at, expected_fingerprint, vocab_size, miss);
   if (!header) return std::nullopt;
-  // The same open file is mapped: a file renamed over it since cannot slip in unchecked.
-  auto mapping = std::make_shared<Mapping>();
-  mapping->size = static_cast<size_t>(size);
-  mapping->data = ::mmap(nullptr, mapping->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  if (mapping->data == MAP_FAILED)
-    return missed(miss, CacheMiss::Kind::kDamaged,
-                  std::string("cannot map: ") + std::strerror(errno));
-  char* base = static_cast<char*>(mapping->data);
+  // The same open file is mapped: a file renamed over it since cannot slip in unchecked. The
+  // map is private and writable (copy-on-write: a write through a tensor never reaches the file),
+  // unmapped with its last tensor; a truncation of the file by another program while it is mapped
+  // ends the program with a line naming the file (fs::MappedFile, txl::ProcessSetup).
+  std::string reason;
+  auto mapping = std::make_shared<fs::MappedFile>(fd, size, path,
+                                                  fs::MappedFile::Access::kCopyOnWrite, &reason);
+  if (mapping->data() == nullptr)
+    return missed(miss, CacheMiss::Kind::kDamaged, "cannot map: " + reason);
+  char* base = mapping->data();
   auto keep = [mapping](void*) {};
   EncodedSplit split;
   split.n_bytes = header->n_bytes;

@@ -1,7 +1,6 @@
 #include "txl/util/fs.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,35 +41,6 @@ std::string read_file(const stdfs::path& path) {
   TXL_CHECK(err == 0, "error reading ", path.string(), ": ", std::strerror(err));
   bytes.resize(used);
   return bytes;
-}
-
-MappedFile::MappedFile(const stdfs::path& path, std::string* error) {
-  auto fail = [&](const char* what) {
-    const std::string reason = std::strerror(errno);
-    if (error == nullptr) TXL_FAIL("cannot ", what, " ", path.string(), ": ", reason);
-    *error = reason;
-  };
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  struct stat info {};
-  if (fd_ < 0 || ::fstat(fd_, &info) != 0) {
-    fail("open");
-    return;
-  }
-  size_ = static_cast<size_t>(info.st_size);
-  if (size_ == 0) return;
-  void* data = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-  if (data == MAP_FAILED) {
-    size_ = 0;
-    fail("map");
-    return;
-  }
-  ::madvise(data, size_, MADV_SEQUENTIAL);
-  data_ = static_cast<const char*>(data);
-}
-
-MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
-  if (fd_ >= 0) ::close(fd_);
 }
 
 namespace {

@@ -1,8 +1,11 @@
 #include "txl/util/process_setup.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <string>
@@ -16,6 +19,7 @@
 
 #include "txl/util/cpu.h"
 #include "txl/util/error.h"
+#include "txl/util/fs.h"
 
 namespace txl {
 
@@ -57,6 +61,55 @@ void keep_freed_blocks_in_heap() {
 #endif
 }
 
+// The SIGBUS action found when the handler was installed: faults outside mapped files go there.
+struct sigaction g_bus_before {};
+std::atomic<bool> g_bus_handler_installed{false};
+std::atomic<bool> g_bus_fault_reported{false};
+
+// Only async-signal-safe calls (write, _exit, pause, sigaction, raise) and lock-free reads.
+void on_bus_error(int sig, siginfo_t* info, void* context) {
+  // A fault of the kernel's (si_code > 0) has the faulting address; kill -BUS has none.
+  const std::string_view message =
+      info != nullptr && info->si_code > 0 ? fs::mapped_file_fault_message(info->si_addr) : "";
+  if (!message.empty()) {
+    // Threads reading the file at once fault at once: one writes the line, _exit ends them all.
+    if (g_bus_fault_reported.exchange(true)) {
+      for (;;) ::pause();
+    }
+    for (size_t done = 0; done < message.size();) {
+      const ssize_t n = ::write(STDERR_FILENO, message.data() + done, message.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::_exit(ProcessSetup::kExitMappedFileChanged);
+  }
+  const struct sigaction& before = g_bus_before;
+  if ((before.sa_flags & SA_SIGINFO) != 0 && before.sa_sigaction != nullptr) {
+    before.sa_sigaction(sig, info, context);
+    return;
+  }
+  if ((before.sa_flags & SA_SIGINFO) == 0 && before.sa_handler != SIG_DFL &&
+      before.sa_handler != SIG_IGN) {
+    before.sa_handler(sig);
+    return;
+  }
+  // The default action: pending now, it ends the process as soon as the handler returns.
+  struct sigaction fallback {};
+  fallback.sa_handler = SIG_DFL;
+  ::sigaction(sig, &fallback, nullptr);
+  ::raise(sig);
+}
+
+void install_bus_error_handler() {
+  if (g_bus_handler_installed.exchange(true)) return;  // once: never chained to itself
+  struct sigaction action {};
+  action.sa_sigaction = on_bus_error;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGBUS, &action, &g_bus_before);
+}
+
 }  // namespace
 
 namespace detail {
@@ -90,6 +143,7 @@ int ProcessSetup::apply(char** argv) const {
   const int n = resolved_threads();
   torch::set_num_threads(n);
   if (keep_freed_memory) keep_freed_blocks_in_heap();
+  if (report_changed_mapped_files) install_bus_error_handler();
   return n;
 }
 

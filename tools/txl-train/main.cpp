@@ -1,7 +1,8 @@
 // txl-train: trains one experiment.
 //   txl-train --config experiments/kjv_xl.yaml [--set train.max_steps=500] [--resume | --overwrite]
 // Data parallel: torchrun --no-python --nproc-per-node N txl-train --config ...  (or srun).
-// Ctrl-C / SIGTERM: the step in flight finishes, a checkpoint is written, exit 130 / 143.
+// Ctrl-C / SIGTERM: the step in flight finishes, a checkpoint is written, exit 130 / 143. A
+// cache file truncated under the run by another program: a line naming it, exit 74.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>

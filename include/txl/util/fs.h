@@ -17,23 +17,48 @@ namespace stdfs = std::filesystem;
 // Whole file as bytes; throws txl::Error naming the path when missing or unreadable.
 std::string read_file(const stdfs::path& path);
 
-// A file mapped read-only into memory (mmap), for reading large files without copying them.
-// The bytes stay valid while the object lives; an empty file gives empty bytes.
+// A file mapped into memory (mmap), for reading large files without copying them. The bytes stay
+// valid while the object lives; an empty file gives empty bytes.
+//
+// A mapped file that another program truncates (or a copy onto it that fails half-way) turns a
+// read past its new end into SIGBUS, which ends a process without a word (exit 135). So each
+// mapping is entered, while it lives, in a fixed table of the process (lock-free, no allocation)
+// that the SIGBUS handler of txl::ProcessSetup reads: a fault inside a mapped file ends the
+// program with one line naming the file (mapped_file_fault_message) and exit status
+// ProcessSetup::kExitMappedFileChanged. txl's own rewrites put a new file in place by rename,
+// which leaves a mapping of the old one intact.
 class MappedFile {
  public:
-  // On failure `error` receives the OS reason and bytes() is empty; without `error`, failure
-  // throws txl::Error naming the path.
+  enum class Access {
+    kReadOnly,     // PROT_READ, read ahead in order (MADV_SEQUENTIAL)
+    kCopyOnWrite,  // readable and writable, private: a write copies the page, never the file
+  };
+  // Maps the file at `path` read-only. On failure `error` receives the OS reason and bytes() is
+  // empty; without `error`, failure throws txl::Error naming the path.
   explicit MappedFile(const stdfs::path& path, std::string* error = nullptr);
+  // Maps the first `size` bytes of the open file `fd` (still the caller's to close; the mapping
+  // does not need it), which is `path` (named if it changes while mapped). Failure as above.
+  MappedFile(int fd, std::uint64_t size, const stdfs::path& path, Access access,
+             std::string* error = nullptr);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
   std::string_view bytes() const { return {data_, size_}; }
+  // The bytes to write into (kCopyOnWrite), or to hand to a tensor that never writes.
+  char* data() const { return data_; }
 
  private:
-  int fd_ = -1;
-  const char* data_ = nullptr;
+  void map(int fd, const stdfs::path& path, Access access, std::string* error);
+  char* data_ = nullptr;
   size_t size_ = 0;
+  int slot_ = -1;              // its entry in the table of mapped files; -1 = none
+  std::string fault_message_;  // the line the SIGBUS handler writes for a fault inside it
 };
+
+// The line to print when a SIGBUS hit `address`: "error: <file> changed while this process read
+// it ...\n" when the address lies in a mapped file's bytes, else empty. Async-signal-safe (reads
+// the table of mapped files with atomic loads only), for txl::ProcessSetup's SIGBUS handler.
+std::string_view mapped_file_fault_message(const void* address);
 
 // A file written piece by piece and put in place atomically: the bytes go to a temporary file
 // beside `path` (created with the writer), and commit() flushes it to disk and renames it over

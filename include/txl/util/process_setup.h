@@ -1,9 +1,9 @@
 #pragma once
 // The settings of the whole process, made by a program's main in one explicit call: LibTorch's
-// intra-op threads, the C allocator's policy and how long idle OpenMP threads spin. For mains
-// only (tools/*/main.cpp, and tests that run the library as a program would): no library code
-// calls it, so the library never re-executes the program, sets environment variables or calls
-// mallopt.
+// intra-op threads, the C allocator's policy, how long idle OpenMP threads spin and what a bus
+// error in a mapped data file says. For mains only (tools/*/main.cpp, and tests that run the
+// library as a program would): no library code calls it, so the library never re-executes the
+// program, sets environment variables, calls mallopt or installs a SIGBUS handler.
 //
 //   int main(int argc, char** argv) {
 //     ... parse flags, load the experiment ...
@@ -47,6 +47,18 @@ struct ProcessSetup {
   // a core without AVX-512 kernels on a CPU with AVX-512 apply() sets OPENBLAS_CORETYPE=SkylakeX
   // and re-executes the program once (a value the user set is kept).
   bool choose_openblas_core = true;
+  // A data file mapped into memory (a cache's token ids, a checkpoint being read) that another
+  // program truncates, or a copy onto it that stops on a full disk, makes the next read of it a
+  // SIGBUS, which ends the process with "Bus error" (exit 135) and no word of the cause. apply()
+  // installs a SIGBUS handler: a fault inside a file mapped with fs::MappedFile writes one line
+  // naming the file to stderr ("error: <file> changed while this process read it ...") and ends
+  // the process with kExitMappedFileChanged (only async-signal-safe calls: the line is written
+  // when the file is mapped); any other SIGBUS goes to the action that was there before (a
+  // sanitizer's report, or the default: the process ends with SIGBUS).
+  bool report_changed_mapped_files = true;
+  // The exit status of a process that a changed mapped file stopped (EX_IOERR of sysexits.h): a
+  // damaged cache is rebuilt at the next load (its checksum fails); a run resumes with --resume.
+  static constexpr int kExitMappedFileChanged = 74;
 
   // The intra-op thread count apply() sets: `threads`, or the cores divided among
   // processes_per_node.
