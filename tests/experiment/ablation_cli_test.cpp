@@ -302,7 +302,9 @@ void two_ablations_at_once(const std::string& jobs) {
     // Its training's lines are in the parent's stderr, or in job.log for a job's process.
     const std::string log = jobs == "1" ? said_a + said_b : read(runs / variant / "job.log");
     EXPECT_EQ(count(log, fmt::format("variant {}: training (", variant)), 1u) << log;
-    if (jobs != "1") EXPECT_EQ(count(log, "==== txl-ablate job "), 1u) << log;
+    if (jobs != "1") {
+      EXPECT_EQ(count(log, "==== txl-ablate job "), 1u) << log;
+    }
     EXPECT_EQ(train_steps(runs / variant), (std::vector<std::int64_t>{2, 4})) << variant;
   }
   EXPECT_TRUE(stdfs::exists(runs / "report.md"));
