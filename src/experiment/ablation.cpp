@@ -32,6 +32,7 @@ using detail::DatasetCache;
 using detail::eval_limit;
 using detail::job_finished;
 using detail::kTag;
+using detail::lock_job_folder;
 using detail::run_job;
 using detail::VariantOutcome;
 
@@ -171,21 +172,33 @@ void start_job_log(const stdfs::path& log, const Job& job, const std::vector<std
 
 // Runs one job as a child process (options.job_command --job LABEL) with `threads` threads,
 // its output appended to <run dir>/job.log (*log_file) and its warnings shown on this
-// process's stderr as they come; a Ctrl-C or SIGTERM of this process reaches it.
-process::ProgramResult run_job_process(const Job& job, const AblationOptions& options, int threads,
+// process's stderr as they come; a Ctrl-C or SIGTERM of this process reaches it. The run folder
+// is locked first (waiting for another process's work on it, which may finish the job) and the
+// child holds the lock with this process (--lock-held): job.log has one writer.
+process::ProgramResult run_job_process(const Job& job, const AblationOptions& options,
+                                       const std::vector<std::int64_t>& contexts, int threads,
                                        std::string* log_file) {
   const stdfs::path dir = train::run_dir(job.config);
-  fs::ensure_dir(dir);
+  process::ProgramResult none;  // not started: stopped while waiting, or nothing to do
+  const fs::RunLock lock = lock_job_folder(job);
+  if (!lock.held()) return none;
+  if (job_finished(job, options, contexts)) {
+    log::info(kTag, "job {}: trained and evaluated by another process; nothing to do", job.label());
+    none.started = true;
+    none.exit_code = 0;
+    return none;
+  }
   std::vector<std::string> argv = options.job_command;
   for (const std::string& extra :
-       {std::string("--job"), job.label(), std::string("--quiet"), std::string("--no-plots"),
-        std::string("--set"), fmt::format("run.threads={}", threads)}) {
+       {std::string("--job"), job.label(), std::string("--lock-held"), std::string("--quiet"),
+        std::string("--no-plots"), std::string("--set"), fmt::format("run.threads={}", threads)}) {
     argv.push_back(extra);
   }
   process::RunOptions run;
   run.output_file = (dir / "job.log").string();
   run.append_output = true;
   run.forward_signal = &util::stop_signal();
+  run.keep_fd = lock.fd();
   run.on_output_line = [label = job.label(),
                         warning = WarningLines()](const std::string& line) mutable {
     if (warning(line)) log::write(kTag, fmt::format("job {}: {}", label, line));
@@ -230,7 +243,7 @@ RunOutcome run_in_processes(const std::vector<Job>& all, const AblationOptions& 
       process::ProgramResult result;
       std::string log_file, error;
       try {  // a worker thread must not let an exception escape (std::terminate)
-        result = run_job_process(job, options, per_job, &log_file);
+        result = run_job_process(job, options, contexts, per_job, &log_file);
       } catch (const std::exception& e) {
         error = e.what();
       }
@@ -279,6 +292,8 @@ AblationResult run_ablation(const config::AblationConfig& ablation,
   TXL_CHECK(!ablation.variants.empty(), "ablation ", ablation.name,
             " has no variants; list them under `variants:`");
   TXL_CHECK(options.jobs >= 1, "--jobs must be at least 1, got ", options.jobs);
+  TXL_CHECK(!options.lock_held || !options.job.empty(),
+            "--lock-held is for the one job (--job) of a txl-ablate that holds its lock");
   const std::vector<Job> jobs = selected_jobs(ablation, options);
   const std::vector<std::int64_t> contexts = sweep_contexts(ablation);
   AblationResult result;

@@ -17,6 +17,7 @@
 #include "txl/util/error.h"
 #include "txl/util/fs.h"
 #include "txl/util/log.h"
+#include "txl/util/stop.h"
 
 #include "jobs.h"
 
@@ -183,6 +184,7 @@ std::optional<DoneMarker> train_variant(const std::string& name,
   // Without a checkpoint, whatever an earlier attempt left before its first one is replaced.
   train_options.start = resume ? train::StartMode::kResume : train::StartMode::kOverwrite;
   train_options.quiet = options.quiet;
+  train_options.lock = false;  // run_job holds the run folder's lock for the whole job
   const train::TrainSummary summary = train::train(cfg, train_options);
   if (summary.status == train::TrainStatus::kInterrupted) return std::nullopt;
   DoneMarker d;
@@ -265,13 +267,27 @@ stdfs::path checkpoint_to_evaluate(const std::string& name, const stdfs::path& d
   return checkpoint;
 }
 
-// Trains (unless finished earlier) and evaluates (what is not cached) one job; false when a
-// signal interrupted it. Throws txl::Error when training or evaluation fails.
+fs::RunLock lock_job_folder(const Job& job) {
+  const stdfs::path dir = train::run_dir(job.config);
+  return fs::RunLock::acquire_waiting(
+      dir,
+      [&](const fs::LockHolder& holder) {
+        log::info(kTag, "job {}: waiting for {}, which holds {}", job.label(), holder.describe(),
+                  dir.string());
+      },
+      &util::stop_signal());
+}
+
+// Trains (unless finished earlier) and evaluates (what is not cached) one job, alone in its run
+// folder; false when a signal interrupted it. Throws txl::Error when training or evaluation fails.
 bool run_job(const Job& job, const AblationOptions& options,
              const std::vector<std::int64_t>& contexts, DatasetCache& datasets) {
   const config::ExperimentConfig& cfg = job.config;
   const stdfs::path dir = train::run_dir(cfg);
   const std::string fingerprint = training_fingerprint(cfg);
+  // Another process's work on the job is waited for, then found finished (or resumed) below.
+  fs::RunLock lock;
+  if (!options.lock_held && !(lock = lock_job_folder(job)).held()) return false;
   std::optional<DoneMarker> done = current_progress(job.label(), cfg, fingerprint);
   if (done) {
     log::info(kTag, "job {}: training finished earlier ({} steps); not retrained", job.label(),

@@ -12,6 +12,7 @@
 #include "txl/config/load.h"
 #include "txl/data/dataset.h"
 #include "txl/experiment/ablation.h"
+#include "txl/util/run_lock.h"
 
 namespace txl::experiment::detail {
 
@@ -99,7 +100,12 @@ std::int64_t eval_limit(const config::ExperimentConfig& cfg, const AblationOptio
 std::filesystem::path checkpoint_to_evaluate(const std::string& name,
                                              const std::filesystem::path& dir);
 
-// Trains (or resumes) and evaluates one job in this process; false when a stop signal ended it.
+// Takes the job's run folder lock (fs::RunLock), waiting while another process holds it (one
+// line says which); holds nothing when a stop signal came first.
+fs::RunLock lock_job_folder(const Job& job);
+
+// Trains (or resumes) and evaluates one job in this process, under its run folder's lock unless
+// options.lock_held; false when a stop signal ended it.
 bool run_job(const Job& job, const AblationOptions& options,
              const std::vector<std::int64_t>& contexts, DatasetCache& datasets);
 

@@ -53,6 +53,15 @@ stdfs::path run_dir(const config::ExperimentConfig& config) {
                                        : stdfs::path(config.run.output_dir);
 }
 
+fs::RunLock lock_run(const stdfs::path& dir) {
+  fs::LockHolder holder;
+  fs::RunLock lock = fs::RunLock::try_acquire(dir, &holder);
+  TXL_CHECK(lock.held(), dir.string(), " is in use: ", holder.describe(),
+            " is writing it; wait for it to end (or stop it), or give this run another run.name "
+            "or run.output_dir");
+  return lock;
+}
+
 void check_start(const stdfs::path& dir, StartMode mode) {
   const auto found = run_files_in(dir);
   std::error_code ec;

@@ -140,6 +140,9 @@ class Trainer {
   const config::TrainConfig& t_;
   TrainOptions options_;
   stdfs::path dir_;
+  // The run folder's, held by rank 0 from the start of the run until every file of the trainer
+  // is closed (the members after it are destroyed first).
+  fs::RunLock lock_;
   std::shared_ptr<dist::Group> group_;
   bool main_rank_ = true;
   dist::RowRange mine_{};
@@ -525,8 +528,11 @@ void Trainer::finish(const std::string& reason) {
 // step, validate and checkpoint when due -> the final validation and checkpoint.
 TrainSummary Trainer::run() {
   // Rank 0 alone judges the run folder (it writes it), before any work; a refusal stops every rank.
+  // Its lock first: --overwrite must not delete the files of a run that another process writes.
   dist::main_rank_first(*group_, [&] {
-    if (main_rank_) check_start(dir_, options_.start);
+    if (!main_rank_) return;
+    if (options_.lock) lock_ = lock_run(dir_);
+    check_start(dir_, options_.start);
   });
   build();
   start();

@@ -125,6 +125,10 @@ int spawn(std::vector<std::string> argv, const RunOptions& options, const ChildS
   } else {
     posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
   }
+  // Last, when every other descriptor is in place; dup2 onto itself clears its close-on-exec flag
+  // (glibc 2.29 and later).
+  if (options.keep_fd >= 0)
+    posix_spawn_file_actions_adddup2(&actions, options.keep_fd, options.keep_fd);
   // The child starts with no blocked signals and SIGPIPE at its default, whatever the parent did.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);

@@ -10,11 +10,14 @@
 #include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include "ablation_test_support.h"
 #include "support/test_support.h"
 #include "txl/util/fs.h"
+#include "txl/util/run_lock.h"
 
 namespace {
 
@@ -221,6 +224,96 @@ TEST(TxlAblate, JobLogsKeepEveryRunAndWarningsReachTheParent) {
   EXPECT_EQ(both.rfind(xl_log, 0), 0u) << "the first run's log is gone:\n" << both;
   EXPECT_NE(both.find("==== txl-ablate job xl, ", xl_log.size()), std::string::npos) << both;
   EXPECT_NE(both.find("fails its checksum", xl_log.size()), std::string::npos) << both;
+}
+
+// A txl-ablate started in the background, its stderr in a file.
+struct Running {
+  pid_t pid = -1;
+  stdfs::path err;
+  int status = -1;
+  bool ended() {  // reaps it once it has ended
+    if (status == -1 && ::waitpid(pid, &status, WNOHANG) != pid) status = -1;
+    return status != -1;
+  }
+  int wait() {
+    if (status == -1) ::waitpid(pid, &status, 0);
+    return status;
+  }
+};
+
+Running start_ablate(const std::string& yaml, const std::string& jobs, const stdfs::path& err) {
+  Running r;
+  r.err = err;
+  r.pid = ::fork();
+  if (r.pid == 0) {
+    const std::string bin = (txl::test::bin_dir() / "txl-ablate").string();
+    FILE* f = std::freopen(err.c_str(), "w", stderr);
+    (void)f;
+    ::execl(bin.c_str(), bin.c_str(), yaml.c_str(), "--quiet", "--no-plots", "--no-sweep", "--jobs",
+            jobs.c_str(), (char*)nullptr);
+    ::_exit(127);
+  }
+  return r;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The steps of a run's training records, in order.
+std::vector<std::int64_t> train_steps(const stdfs::path& run) {
+  std::vector<std::int64_t> steps;
+  std::istringstream in(read(run / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.at("kind") == "train") steps.push_back(record.at("step"));
+  }
+  return steps;
+}
+
+// Issue 44: `txl-ablate abl.yaml & txl-ablate abl.yaml &` trained both variants in both
+// processes at once, into the same folders. Now each waits for the one that holds a variant's
+// folder (saying so once) and then finds its work done: each variant trains once. This test
+// holds vanilla's folder first, so that both start while it is in use.
+void two_ablations_at_once(const std::string& jobs) {
+  TempDir dir;
+  const auto yaml = write_yaml(dir, 4);
+  const auto runs = dir / "runs" / "cli";
+  auto gate = txl::fs::RunLock::try_acquire(runs / "vanilla");
+  ASSERT_TRUE(gate.held());
+  Running a = start_ablate(yaml, jobs, dir / "a.err"), b = start_ablate(yaml, jobs, dir / "b.err");
+  const std::string waits = "job vanilla: waiting for pid " + std::to_string(::getpid()) + " (" +
+                            program_invocation_short_name + "), which holds " +
+                            (runs / "vanilla").string() + "\n";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline && !a.ended() && !b.ended() &&
+         (count(read(a.err), waits) == 0 || count(read(b.err), waits) == 0))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  gate = txl::fs::RunLock();
+  const int status_a = a.wait(), status_b = b.wait();
+  const std::string said_a = read(a.err), said_b = read(b.err);
+  ASSERT_TRUE(WIFEXITED(status_a) && WEXITSTATUS(status_a) == 0) << said_a;
+  ASSERT_TRUE(WIFEXITED(status_b) && WEXITSTATUS(status_b) == 0) << said_b;
+  EXPECT_EQ(count(said_a, waits), 1u) << said_a;
+  EXPECT_EQ(count(said_b, waits), 1u) << said_b;
+  for (const char* variant : {"vanilla", "xl"}) {
+    // Its training's lines are in the parent's stderr, or in job.log for a job's process.
+    const std::string log = jobs == "1" ? said_a + said_b : read(runs / variant / "job.log");
+    EXPECT_EQ(count(log, fmt::format("variant {}: training (", variant)), 1u) << log;
+    if (jobs != "1") {
+      EXPECT_EQ(count(log, "==== txl-ablate job "), 1u) << log;
+    }
+    EXPECT_EQ(train_steps(runs / variant), (std::vector<std::int64_t>{2, 4})) << variant;
+  }
+  EXPECT_TRUE(stdfs::exists(runs / "report.md"));
+}
+
+TEST(TxlAblate, TwoAtOnceTrainEachVariantOnce) { two_ablations_at_once("1"); }
+
+TEST(TxlAblate, TwoAtOnceWithJobProcessesTrainEachVariantOnceAndLogItOnce) {
+  two_ablations_at_once("2");
 }
 
 // --slurm submits the unfinished jobs as an array and the report after it, through sbatch's

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -466,6 +467,61 @@ TEST(Trainer, SignalsCheckpointAndExitWith128PlusTheSignal) {
     auto loaded = txl::models::load_model(run / "checkpoint_last.safetensors");
     EXPECT_EQ(loaded.config.run.name, name);
   }
+}
+
+// Starts `txl-train --config config_path --quiet` with its stderr in `err`; returns its pid.
+pid_t start_train(const stdfs::path& config_path, const stdfs::path& err) {
+  const auto binary = txl::test::bin_dir() / "txl-train";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int file = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(file, 2);
+    execl(binary.c_str(), binary.c_str(), "--config", config_path.c_str(), "--quiet", nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+// Issue 44: two txl-train on one run folder both trained into it, and --overwrite deleted the
+// files of the run in progress. The second now stops at once with one line naming the folder and
+// the holder's pid, touching no file; once the holder is killed with SIGKILL, a run proceeds.
+TEST(Trainer, ASecondTxlTrainOnARunInUseRefusesNamingTheHolderAndTouchesNothing) {
+  TempDir dir;
+  auto c = txl::test::tiny_experiment(dir.path(), "busy");
+  c.train.max_steps = 1000000;  // never ends on its own; writes nothing after its start
+  c.train.eval_interval = 0;
+  c.run.log_interval = 1000000;
+  const auto config_path = dir / "busy.yaml";
+  txl::fs::write_atomic(config_path, txl::config::dump_experiment(c));
+  const auto run = dir / "runs" / "busy";
+  const pid_t holder = start_train(config_path, dir / "holder.err");
+  ASSERT_GT(holder, 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline && !stdfs::exists(run / "metrics.jsonl") &&
+         waitpid(holder, nullptr, WNOHANG) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(stdfs::exists(run / "metrics.jsonl")) << txl::fs::read_file(dir / "holder.err");
+  const auto before = folder_bytes(run);
+  const std::string binary = (txl::test::bin_dir() / "txl-train").string();
+  const std::string second = binary + " --config " + config_path.string() + " --quiet ";
+  const std::string err = " 2>" + (dir / "second.err").string();
+  for (const char* flag : {"--overwrite", "--resume", ""}) {
+    const int status = std::system((second + flag + err).c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << flag;
+    const std::string said = txl::fs::read_file(dir / "second.err");
+    EXPECT_EQ(said, "error: " + run.string() + " is in use: pid " + std::to_string(holder) +
+                        " (txl-train) is writing it; wait for it to end (or stop it), or give "
+                        "this run another run.name or run.output_dir\n")
+        << flag;
+    EXPECT_EQ(folder_bytes(run), before) << flag;
+  }
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  const int status = std::system(
+      (second + "--overwrite --set train.max_steps=3 --set run.log_interval=1" + err).c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << txl::fs::read_file(dir / "second.err");
+  EXPECT_EQ(records_of(run, "train").size(), 3u);
 }
 
 TEST(Trainer, RunDirDefaultsToRunsSlashName) {

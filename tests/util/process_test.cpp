@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
@@ -216,6 +217,22 @@ TEST(Process, PipesDoNotLeakIntoTheChildOrStayOpenInTheParent) {
     EXPECT_EQ(pipes, inheritable_pipes()) << r.out;
   }
   EXPECT_EQ(open_fds(), before);
+}
+
+// RunOptions::keep_fd: that descriptor reaches the child (a lock it then holds with the
+// parent); without it, the child has none of the parent's close-on-exec descriptors.
+TEST(Process, AKeptDescriptorReachesTheChild) {
+  TempDir dir;
+  const int fd = ::open((dir / "held").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  const std::string show = "readlink /proc/$$/fd/" + std::to_string(fd) + " || echo none";
+  RunOptions keep;
+  keep.keep_fd = fd;
+  auto kept = run_program({"/bin/sh", "-c", show}, keep);
+  auto closed = run_program({"/bin/sh", "-c", show});
+  ::close(fd);
+  EXPECT_EQ(kept.out, (dir / "held").string() + "\n");
+  EXPECT_EQ(closed.out, "none\n");
 }
 
 TEST(Process, LastLines) {

@@ -84,6 +84,10 @@ void add_ablate_flags(CLI::App& app, AblateRequest& request) {
                  "(default: one per core on the CPU, one on a GPU)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--job", options.job, "run only this job (VARIANT or VARIANT@SEED), no report");
+  // Hidden: the parent of --jobs N holds the job's run folder lock and passes it to its child.
+  app.add_flag("--lock-held", options.lock_held,
+               "the job's run folder is locked for it by the txl-ablate that started it")
+      ->group("");
   app.add_flag("--slurm", request.slurm,
                "submit the unfinished jobs as a Slurm job array and the report as a job after it");
   app.add_option("--sbatch", request.sbatch,

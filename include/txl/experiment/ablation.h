@@ -102,6 +102,9 @@ struct AblationOptions {
   // Run only the job with this label (Job::label) and write no report: the child of --jobs,
   // or one task of a Slurm array.
   std::string job;
+  // The job's run folder is locked for it by the process that started it (the parent of
+  // --jobs, which passes the lock on with --lock-held), so the job does not take the lock.
+  bool lock_held = false;
 };
 
 enum class AblationStatus {

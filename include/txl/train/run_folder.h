@@ -1,13 +1,15 @@
 #pragma once
 // The files of a run folder (runs/<run.name>/ or run.output_dir) and the rules that keep them
-// safe: a new run never silently replaces an old one, a resume needs a checkpoint, leftovers of
-// killed writes are removed, and a metrics file cut mid-record is repaired.
+// safe: one process at a time writes a run (its lock), a new run never silently replaces an old
+// one, a resume needs a checkpoint, leftovers of killed writes are removed, and a metrics file
+// cut mid-record is repaired.
 
 #include <cstdint>
 #include <filesystem>
 #include <string>
 
 #include "txl/config/config.h"
+#include "txl/util/run_lock.h"
 
 namespace txl::train {
 
@@ -18,6 +20,12 @@ inline constexpr const char* kConfigFile = "config.yaml";
 
 // The run folder of an experiment: run.output_dir, or runs/<run.name>.
 std::filesystem::path run_dir(const config::ExperimentConfig& config);
+
+// Takes the run folder's lock (<dir>/.lock, fs::RunLock; the folder is created when missing),
+// held while the result lives, before anything of the run is read or written. Throws txl::Error
+// naming the folder and the process that holds it when another one does ("runs/x is in use:
+// pid 4242 (txl-train) is writing it; ...").
+fs::RunLock lock_run(const std::filesystem::path& dir);
 
 // How a training invocation treats an existing run folder.
 enum class StartMode {

@@ -61,12 +61,16 @@ struct TrainOptions {
   // streams, gradients are summed before every step, rank 0 alone writes logs, metrics and
   // checkpoints. Null = this process alone.
   std::shared_ptr<dist::Group> group = nullptr;
+  // Rank 0 takes the run folder's lock (lock_run) for the whole run and refuses a folder another
+  // process writes. False when the caller holds that lock already (an ablation's job).
+  bool lock = true;
 };
 
 // Trains the experiment. Throws txl::Error on user errors (naming the cause; no file of the run
-// folder is touched when the start is refused), and when training diverges: a non-finite loss
-// or gradient norm, or a loss above train.divergence_factor x ln(vocabulary) for
-// train.divergence_patience steps in a row (the message names the last good checkpoint).
+// folder is touched when the start is refused, as when another process writes the run), and when
+// training diverges: a non-finite loss or gradient norm, or a loss above train.divergence_factor x
+// ln(vocabulary) for train.divergence_patience steps in a row (the message names the last good
+// checkpoint).
 TrainSummary train(const config::ExperimentConfig& config, const TrainOptions& options = {});
 
 // The optimizer of train.optimizer (adam | adamw | sgd) with its options, over `params`.

@@ -41,6 +41,10 @@ struct RunOptions {
   // stop flag, set by its SIGINT handler) is sent to the child as that signal, once, so that a
   // Ctrl-C the child did not receive itself still stops it cleanly.
   const std::atomic<int>* forward_signal = nullptr;
+  // A descriptor of this process that the child keeps open under the same number (every other
+  // one is closed at exec), e.g. a fs::RunLock's file: the child then holds the lock with this
+  // process, and keeps it should this one die first. -1 = none.
+  int keep_fd = -1;
 };
 
 struct ProgramResult {
