@@ -53,13 +53,28 @@ stdfs::path run_dir(const config::ExperimentConfig& config) {
                                        : stdfs::path(config.run.output_dir);
 }
 
-fs::RunLock lock_run(const stdfs::path& dir) {
-  fs::LockHolder holder;
-  fs::RunLock lock = fs::RunLock::try_acquire(dir, &holder);
-  TXL_CHECK(lock.held(), dir.string(), " is in use: ", holder.describe(),
-            " is writing it; wait for it to end (or stop it), or give this run another run.name "
-            "or run.output_dir");
-  return lock;
+fs::RunLock start_run(const stdfs::path& dir, StartMode mode, bool lock) {
+  std::error_code ec;
+  const bool existed = stdfs::exists(dir, ec);
+  fs::RunLock held;
+  if (lock) {
+    fs::LockHolder holder;
+    held = fs::RunLock::try_acquire(dir, &holder);
+    TXL_CHECK(held.held(), dir.string(), " is in use: ", holder.describe(),
+              " is writing it; wait for it to end (or stop it), or give this run another "
+              "run.name or run.output_dir");
+  }
+  try {
+    check_start(dir, mode);
+  } catch (...) {
+    if (lock && !existed) {  // the folder the lock made, and its lock file, go again
+      held = fs::RunLock();
+      stdfs::remove(dir / fs::kLockFile, ec);
+      stdfs::remove(dir, ec);
+    }
+    throw;
+  }
+  return held;
 }
 
 void check_start(const stdfs::path& dir, StartMode mode) {

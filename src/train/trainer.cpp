@@ -530,9 +530,7 @@ TrainSummary Trainer::run() {
   // Rank 0 alone judges the run folder (it writes it), before any work; a refusal stops every rank.
   // Its lock first: --overwrite must not delete the files of a run that another process writes.
   dist::main_rank_first(*group_, [&] {
-    if (!main_rank_) return;
-    if (options_.lock) lock_ = lock_run(dir_);
-    check_start(dir_, options_.start);
+    if (main_rank_) lock_ = start_run(dir_, options_.start, options_.lock);
   });
   build();
   start();

@@ -104,8 +104,9 @@ TEST(ChangedCache, ATruncatedTrainSplitEndsTheRunWithALineAndResumeRebuildsIt) {
   // of metrics.jsonl is whole, and no temporary file is left.
   const std::int64_t step = checkpoint_step(checkpoint);
   std::istringstream metrics(txl::fs::read_file(run / "metrics.jsonl"));
-  for (std::string line; std::getline(metrics, line);)
-    EXPECT_NO_THROW((void)nlohmann::json::parse(line)) << line;
+  for (std::string line; std::getline(metrics, line);) {
+    EXPECT_TRUE(nlohmann::json::accept(line)) << line;
+  }
   for (const auto& entry : stdfs::directory_iterator(run))
     EXPECT_EQ(entry.path().filename().string().find(".tmp."), std::string::npos) << entry.path();
 

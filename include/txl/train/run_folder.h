@@ -21,18 +21,20 @@ inline constexpr const char* kConfigFile = "config.yaml";
 // The run folder of an experiment: run.output_dir, or runs/<run.name>.
 std::filesystem::path run_dir(const config::ExperimentConfig& config);
 
-// Takes the run folder's lock (<dir>/.lock, fs::RunLock; the folder is created when missing),
-// held while the result lives, before anything of the run is read or written. Throws txl::Error
-// naming the folder and the process that holds it when another one does ("runs/x is in use:
-// pid 4242 (txl-train) is writing it; ...").
-fs::RunLock lock_run(const std::filesystem::path& dir);
-
 // How a training invocation treats an existing run folder.
 enum class StartMode {
   kNew,        // the folder must not hold a run yet
   kResume,     // continue from checkpoint_last; it must exist
   kOverwrite,  // delete the run's files (checkpoints, metrics, config) and start again
 };
+
+// Starts a run in `dir`: takes the folder's lock (<dir>/.lock, fs::RunLock; the folder is created
+// when missing), held while the result lives, before anything of the run is read or written, then
+// checks `mode` against the folder (check_start). Throws txl::Error naming the folder and the
+// process that holds it when another one does ("runs/x is in use: pid 4242 (txl-train) is writing
+// it; ..."), or check_start's error; a refused start leaves no folder it created behind. With
+// `lock` false (the caller holds the lock) only the check, and an empty lock comes back.
+fs::RunLock start_run(const std::filesystem::path& dir, StartMode mode, bool lock = true);
 
 // Checks `mode` against what `dir` holds, before anything is written; throws txl::Error saying
 // what the folder holds and which flag to use (--resume or --overwrite).

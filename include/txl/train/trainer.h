@@ -61,7 +61,7 @@ struct TrainOptions {
   // streams, gradients are summed before every step, rank 0 alone writes logs, metrics and
   // checkpoints. Null = this process alone.
   std::shared_ptr<dist::Group> group = nullptr;
-  // Rank 0 takes the run folder's lock (lock_run) for the whole run and refuses a folder another
+  // Rank 0 takes the run folder's lock (start_run) for the whole run and refuses a folder another
   // process writes. False when the caller holds that lock already (an ablation's job).
   bool lock = true;
 };
