@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/attention_definition.h"
 #include "support/test_support.h"
 
 namespace txl::kernels {
@@ -41,26 +42,7 @@ Inputs random_inputs(int64_t batch, int64_t heads, int64_t d, int64_t capacity, 
 
 // The definition, with tensor ops, on copies (the buffer as it is after the write).
 torch::Tensor reference(const Inputs& in) {
-  const int64_t batch = in.qkv.size(0), heads = in.qkv.size(2), d = in.qkv.size(3);
-  const int64_t k_len = in.k_len;
-  auto buffer = in.keys.buffer.clone();  // [2, H, B, C, D]
-  buffer.select(3, k_len - 1).copy_(in.qkv.narrow(1, 1, 2).permute({1, 2, 0, 3}));
-  auto keys = buffer[0].narrow(2, 0, k_len);                                 // [H, B, K, D]
-  auto values = buffer[1].narrow(2, 0, k_len);                               // [H, B, K, D]
-  auto q = in.qkv.select(1, 0).transpose(0, 1).unsqueeze(2);                 // [H, B, 1, D]
-  auto qc = in.keys.u.defined() ? q + in.keys.u.view({heads, 1, 1, d}) : q;  // [H, B, 1, D]
-  auto qp = in.keys.v.defined() ? q + in.keys.v.view({heads, 1, 1, d}) : q;  // [H, B, 1, D]
-  auto scores = torch::matmul(qc, keys.transpose(-1, -2));                   // [H, B, 1, K]
-  if (in.keys.by_distance.defined()) {
-    auto distance = (k_len - 1) - torch::arange(k_len, torch::kLong);       // [K]
-    auto r = in.keys.by_distance.index_select(1, distance);                 // [H, K, D]
-    scores = scores + torch::matmul(qp, r.unsqueeze(1).transpose(-1, -2));  // [H, B, 1, K]
-  }
-  auto first = torch::tensor(in.first, torch::kLong).view({1, batch, 1, 1});        // [1, B, 1, 1]
-  auto hidden = torch::arange(k_len, torch::kLong).view({1, 1, 1, k_len}) < first;  // [1, B, 1, K]
-  scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
-  auto out = torch::matmul(torch::softmax(scores, -1), values);       // [H, B, 1, D]
-  return out.squeeze(2).transpose(0, 1).reshape({batch, heads * d});  // [B, H D]
+  return txl::test::attention_definition(in.qkv, in.keys, in.k_len, in.first);  // [B, H D]
 }
 
 TEST(AttendCached, EqualsTheDefinition) {

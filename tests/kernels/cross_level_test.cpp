@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention_definition.h"
 #include "support/test_support.h"
 #include "txl/kernels/cached_attention.h"
 #include "txl/kernels/layer_norm.h"
@@ -233,36 +234,17 @@ AttentionInputs attention_inputs(const AttentionCase& c, uint64_t seed) {
   return in;
 }
 
-// The definition in fp64 with the last `cut` features left out of the scores; returns the
-// output [B, H D] and, in *scale, max |v| (1 + the absolute score sums) per (row, head).
+// The definition in fp64 (attention_definition.h), the last `cut` features left out of the
+// scores; *scale as there.
 torch::Tensor attention_reference(const AttentionInputs& in, int64_t k_len, int64_t cut,
                                   torch::Tensor* scale) {
-  const int64_t batch = in.qkv.size(0), heads = in.qkv.size(2), d = in.qkv.size(3);
-  const int64_t kept = d - cut;
-  auto buffer = f64(in.keys.buffer);  // [2, H, B, C, D]
-  buffer.select(3, k_len - 1).copy_(f64(in.qkv).narrow(1, 1, 2).permute({1, 2, 0, 3}));
-  auto keys = buffer[0].narrow(2, 0, k_len);                       // [H, B, K, D]
-  auto values = buffer[1].narrow(2, 0, k_len);                     // [H, B, K, D]
-  auto q = f64(in.qkv).select(1, 0).transpose(0, 1).unsqueeze(2);  // [H, B, 1, D]
-  auto qc = in.keys.u.defined() ? q + f64(in.keys.u).view({heads, 1, 1, d}) : q;
-  auto qp = in.keys.v.defined() ? q + f64(in.keys.v).view({heads, 1, 1, d}) : q;
-  auto features = [&](const torch::Tensor& t) { return t.narrow(-1, 0, kept); };
-  auto scores = torch::matmul(features(qc), features(keys).transpose(-1, -2));  // [H, B, 1, K]
-  auto sizes = torch::matmul(qc.abs(), keys.abs().transpose(-1, -2));           // [H, B, 1, K]
-  if (in.keys.by_distance.defined()) {
-    auto distance = (k_len - 1) - torch::arange(k_len, torch::kLong);              // [K]
-    auto r = f64(in.keys.by_distance).index_select(1, distance).unsqueeze(1);      // [H, 1, K, D]
-    scores = scores + torch::matmul(features(qp), features(r).transpose(-1, -2));  // [H, B, 1, K]
-    sizes = sizes + torch::matmul(qp.abs(), r.abs().transpose(-1, -2));            // [H, B, 1, K]
-  }
-  auto first = torch::tensor(in.first, torch::kLong).view({1, batch, 1, 1});        // [1, B, 1, 1]
-  auto hidden = torch::arange(k_len, torch::kLong).view({1, 1, 1, k_len}) < first;  // [1, B, 1, K]
-  scores = scores.masked_fill(hidden, -std::numeric_limits<double>::infinity());
-  auto out = torch::matmul(torch::softmax(scores, -1), values);  // [H, B, 1, D]
-  auto top = values.abs().amax({2, 3}, true) *
-             (1 + sizes.masked_fill(hidden, 0).amax(-1, true));  // [H, B, 1, 1]
-  *scale = top.expand({heads, batch, 1, d}).permute({1, 0, 2, 3}).reshape({batch, heads * d});
-  return out.permute({1, 0, 2, 3}).reshape({batch, heads * d});  // [B, H D]
+  auto exact = [](const torch::Tensor& t) { return t.defined() ? f64(t) : t; };
+  CachedKeys keys;
+  keys.buffer = f64(in.keys.buffer);
+  keys.by_distance = exact(in.keys.by_distance);
+  keys.u = exact(in.keys.u);
+  keys.v = exact(in.keys.v);
+  return txl::test::attention_definition(f64(in.qkv), keys, k_len, in.first, cut, scale);
 }
 
 TEST(CrossLevel, AttentionOverCachedKeysEqualsTheReference) {
