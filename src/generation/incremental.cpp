@@ -25,7 +25,7 @@ DecoderWeights prepare_decoder(models::TransformerLM model, const DecodeOptions&
     w.slots = torch::arange(0, torch::dtype(torch::kLong).device(model->crit->table(0).device()));
     return w;
   }
-  w.sliding = config::uses_absolute_positions(model->config().attn_type) || options.mem_len == 0;
+  w.sliding = model->position_scheme().traits().absolute || options.mem_len == 0;
   w.capacity = w.sliding ? options.tgt_len : options.mem_len + 2 * options.tgt_len;
   w.zero_memory = options.zero_memory && !w.sliding;
   const auto& like = model->crit->table(0);
@@ -180,7 +180,7 @@ torch::Tensor IncrementalDecoder::read_sliding(const torch::Tensor& tokens) {
   base_ = time_;
   used_ = 0;
   torch::Tensor positions;  // int64 [B, n]: positions from the row's first token in the window
-  if (config::uses_absolute_positions(w_.model->config().attn_type)) {
+  if (w_.model->position_scheme().traits().absolute) {
     positions = torch::empty({rows(), n}, torch::kLong);
     auto* p = positions.data_ptr<int64_t>();
     for (int64_t b = 0; b < rows(); ++b) {

@@ -1,5 +1,6 @@
 #include "txl/models/flops.h"
 
+#include "txl/modules/position_scheme.h"
 #include "txl/util/error.h"
 
 namespace txl::models {
@@ -16,17 +17,16 @@ FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab,
                               ? 2.0 * c.d_model * c.d_model
                               : 0.0;
   const double q = static_cast<double>(tgt_len), k = q + mem_len + compressed;
-  // Products of queries with position encodings: Transformer-XL's and Shaw's (RoPE turns queries
-  // and keys, ALiBi adds a bias: no products).
-  const bool relative =
-      c.attn_type == config::AttnType::kXl || c.attn_type == config::AttnType::kShaw;
+  // Products of queries with a position encoding per key, as the scheme says (turning queries
+  // and keys, or adding a bias, is no product).
+  const auto traits = modules::position_scheme(config::to_string(c.attn_type)).traits();
+  const double position_products = traits.position_products;
   // Keys and values projected: every key row, or only the segment's when the memory's are cached.
-  const double projected =
-      memory_kv_cached && c.attn_type != config::AttnType::kVanillaLearned ? q : k;
+  const double projected = memory_kv_cached && traits.caches_memory_kv ? q : k;
   double layer = 2 * d * hd                        // queries over the segment
                  + 2 * d * 2 * hd * projected / q  // keys and values
                  + 2 * hd * k                      // content scores
-                 + (relative ? 2 * hd * k : 0.0)   // position scores
+                 + position_products * 2 * hd * k  // position scores
                  + 2 * hd * k                      // weighted values
                  + 2 * hd * d                      // W_o
                  + 4 * d * f                       // feed-forward

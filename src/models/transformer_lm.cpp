@@ -6,7 +6,6 @@
 #include "txl/modules/param_init.h"
 #include "txl/ops/masks.h"
 #include "txl/ops/projection.h"
-#include "txl/ops/sinusoid.h"
 #include "txl/util/error.h"
 #include "txl/util/log.h"
 
@@ -14,38 +13,23 @@ namespace txl::models {
 
 namespace {
 
-modules::PositionScheme scheme_of(config::AttnType attn_type) {
-  switch (attn_type) {
-    case config::AttnType::kXl:
-      return modules::PositionScheme::kRelative;
-    case config::AttnType::kShaw:
-      return modules::PositionScheme::kShaw;
-    case config::AttnType::kVanilla:
-    case config::AttnType::kVanillaLearned:
-      return modules::PositionScheme::kAbsolute;
-    case config::AttnType::kRope:
-      return modules::PositionScheme::kRotary;
-    case config::AttnType::kAlibi:
-      return modules::PositionScheme::kAlibi;
-  }
-  // Only a value cast from a number reaches here: the loader takes names from the table alone.
-  TXL_FAIL("model.attn_type: unknown value \"", config::to_string(attn_type),
-           "\" (allowed: ", config::enum_choices<config::AttnType>(), ")");
-}
-
 void check_positive(int64_t value, const char* key) {
   TXL_CHECK(value > 0, "model.", key, " = ", value, " must be > 0");
 }
 
-// Rotary positions have no distance table to clamp: a clamp would be ignored, so it is refused.
-void check_clamp(config::AttnType attn_type, int64_t clamp_len, const char* what) {
-  TXL_CHECK(attn_type != config::AttnType::kRope || clamp_len == -1, what, " = ", clamp_len,
-            " with attn_type rope: rotary positions have no distances to clamp; use -1");
+// A scheme without distances (rotary turns) has nothing to clamp: a clamp would be ignored, so it
+// is refused.
+void check_clamp(const modules::PositionScheme& scheme, int64_t clamp_len, const char* what) {
+  TXL_CHECK(scheme.traits().clampable || clamp_len == -1, what, " = ", clamp_len,
+            " with attn_type ", scheme.name(),
+            ": its positions have no distances to clamp; use -1");
 }
 
 // Throws txl::Error naming the `model.` key of an invalid setting; warns of absolute positions
-// with memory where the config allows them.
-void check_config(const config::ModelConfig& config, int64_t n_token) {
+// with memory where the config allows them. The scheme's own settings are its own to check
+// (modules::PositionScheme::check, when its layers are made).
+void check_config(const config::ModelConfig& config, const modules::PositionScheme& scheme,
+                  int64_t n_token) {
   TXL_CHECK(n_token > 0, "model: vocabulary size n_token = ", n_token, " must be > 0");
   check_positive(config.n_layer, "n_layer");
   check_positive(config.d_model, "d_model");
@@ -60,24 +44,19 @@ void check_config(const config::ModelConfig& config, int64_t n_token) {
   TXL_CHECK(config.ext_len >= 0, "model.ext_len = ", config.ext_len, " must be >= 0");
   TXL_CHECK(config.clamp_len >= -1, "model.clamp_len = ", config.clamp_len,
             " must be -1 (no clamp) or >= 0");
-  TXL_CHECK(config.attn_type != config::AttnType::kVanilla || config.d_model % 2 == 0,
-            "model.d_model = ", config.d_model, " must be even for sinusoid positions");
-  if (config.attn_type == config::AttnType::kVanillaLearned) {
-    check_positive(config.max_positions, "max_positions");
-  }
-  check_clamp(config.attn_type, config.clamp_len, "model.clamp_len");
+  check_clamp(scheme, config.clamp_len, "model.clamp_len");
+  const bool absolute = scheme.traits().absolute;
   TXL_CHECK(config.cmem_len >= 0, "model.cmem_len = ", config.cmem_len, " must be >= 0");
-  TXL_CHECK(config.cmem_len == 0 ||
-                (config.mem_len > 0 && !config::uses_absolute_positions(config.attn_type)),
+  TXL_CHECK(config.cmem_len == 0 || (config.mem_len > 0 && !absolute),
             "model.cmem_len = ", config.cmem_len,
-            ": compressive memory compresses what leaves "
-            "the memory and needs mem_len > 0 and relative positions (xl, shaw, rope, alibi)");
+            ": compressive memory compresses what leaves the memory and needs mem_len > 0 and "
+            "relative positions (",
+            modules::memory_scheme_names(), ")");
   TXL_CHECK(config.mem_tokens >= 0, "model.mem_tokens = ", config.mem_tokens, " must be >= 0");
-  TXL_CHECK(config.mem_tokens == 0 || !config::uses_absolute_positions(config.attn_type),
-            "model.mem_tokens = ", config.mem_tokens,
-            ": memory tokens sit before and after the segment and need relative positions (xl, "
-            "shaw, rope, alibi)");
-  if (config::uses_absolute_positions(config.attn_type) && config.mem_len > 0) {
+  TXL_CHECK(config.mem_tokens == 0 || !absolute, "model.mem_tokens = ", config.mem_tokens,
+            ": memory tokens sit before and after the segment and need relative positions (",
+            modules::memory_scheme_names(), ")");
+  if (absolute && config.mem_len > 0) {
     TXL_CHECK(config.allow_abs_with_memory, "model.attn_type = ", config.attn_type,
               " with model.mem_len = ", config.mem_len,
               ": absolute positions are confused across segments (paper 3.3); set "
@@ -103,8 +82,10 @@ Lookback Lookback::from_config(const config::ModelConfig& config) {
 }
 
 TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t n_token)
-    : config_(config), n_token_(n_token), scheme_(scheme_of(config.attn_type)) {
-  check_config(config, n_token);
+    : config_(config),
+      n_token_(n_token),
+      scheme_(&modules::position_scheme(config::to_string(config.attn_type))) {
+  check_config(config, *scheme_, n_token);
 
   // The modules take the initialisations by name (they know no config): the table's names.
   const std::string weight_init = config::to_string(config.init);
@@ -114,29 +95,23 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
       register_module("word_emb", modules::AdaptiveEmbedding(modules::AdaptiveEmbeddingOptions{
                                       n_token, d, d, config.cutoffs, config.div_val,
                                       config.init_std, config.proj_init_std, weight_init}));
-  if (scheme_ == modules::PositionScheme::kRelative && !config.untie_r) {
-    // Paper 3.3: u and v are shared by all layers (the paper code's r_w_bias, r_r_bias).
-    u_bias = register_parameter("u_bias", torch::empty({config.n_head, config.d_head}));
-    v_bias = register_parameter("v_bias", torch::empty({config.n_head, config.d_head}));
-    modules::init_weight(u_bias, init);
-    modules::init_weight(v_bias, init);
-  }
+  attention_.d_model = d;
+  attention_.n_head = config.n_head;
+  attention_.d_head = config.d_head;
+  attention_.dropatt = config.dropatt;
+  attention_.positions.scheme = scheme_->name();
+  attention_.positions.own_biases = config.untie_r;
+  attention_.positions.max_rel_dist = config.max_rel_dist;
+  attention_.positions.max_positions = config.max_positions;
+  attention_.init = init;
+  positions_ = scheme_->for_model(*this, attention_.position_shape());
   layers = register_module("layers", torch::nn::ModuleList());
   for (int i = 0; i < config.n_layer; ++i) {
     modules::DecoderLayerOptions o;
-    o.attention.d_model = d;
-    o.attention.n_head = config.n_head;
-    o.attention.d_head = config.d_head;
-    o.attention.dropatt = config.dropatt;
-    o.attention.scheme = scheme_;
-    o.attention.own_biases = config.untie_r;
-    o.attention.max_rel_dist = config.max_rel_dist;
-    o.attention.init = init;
+    o.attention = attention_;
     o.d_inner = config.d_inner;
     o.dropout = config.dropout;
     o.pre_norm = config.pre_norm;
-    o.abs_positions =
-        config.attn_type == config::AttnType::kVanillaLearned ? config.max_positions : 0;
     o.init = init;
     layer_list_.emplace_back(o);
     layers->push_back(layer_list_.back());
@@ -218,6 +193,22 @@ void TransformerLMImpl::check_memory_tokens(const Memory& memory, int64_t batch,
             "context says memory_grad");
 }
 
+void TransformerLMImpl::check_cache_kv(const Memory& memory) const {
+  TXL_CHECK(scheme_->traits().caches_memory_kv, "model context: cache_kv with attn_type ",
+            config_.attn_type,
+            ", whose layers add positions to the memory's keys anew every "
+            "segment");
+  TXL_CHECK(can_cache_kv(),
+            "model context: cache_kv with compressive memory or memory tokens, "
+            "whose keys the cache does not hold");
+  TXL_CHECK(!torch::GradMode::is_enabled(),
+            "model context: cache_kv is for evaluation without "
+            "gradients (cached keys and values would take no gradient)");
+  TXL_CHECK(memory.kv.empty() || static_cast<int64_t>(memory.kv.size()) == config_.n_layer,
+            "model memory: cached keys and values of ", memory.kv.size(),
+            " layers, the model has n_layer = ", config_.n_layer);
+}
+
 void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
                                      const Lookback& ctx) const {
   const auto& [tokens, targets, input_mask, reset] = in;
@@ -247,30 +238,19 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
   TXL_CHECK(ctx.ext_len >= 0, "model context: ext_len = ", ctx.ext_len, " must be >= 0");
   TXL_CHECK(ctx.clamp_len >= -1, "model context: clamp_len = ", ctx.clamp_len,
             " must be -1 (no clamp) or >= 0");
-  check_clamp(config_.attn_type, ctx.clamp_len, "model context: clamp_len");
+  check_clamp(*scheme_, ctx.clamp_len, "model context: clamp_len");
   TXL_CHECK(ctx.cmem_len >= 0, "model context: cmem_len = ", ctx.cmem_len, " must be >= 0");
   TXL_CHECK(ctx.cmem_len == 0 || !compressor_list_.empty(),
             "model context: cmem_len = ", ctx.cmem_len,
             " but the model has no compressors (model.cmem_len 0)");
-  if (config::uses_absolute_positions(config_.attn_type)) {
+  if (scheme_->traits().absolute) {
     TXL_CHECK((ctx.mem_len == 0 && memory.empty()) || config_.allow_abs_with_memory,
               "model context: attn_type ", config_.attn_type, " with mem_len = ", ctx.mem_len,
               " (memory of ", memory.length(),
               " positions): absolute positions need mem_len 0 unless "
               "model.allow_abs_with_memory is set");
   }
-  if (ctx.cache_kv) {
-    TXL_CHECK(can_cache_kv(),
-              "model context: cache_kv with learned absolute positions "
-              "(attn_type ",
-              config_.attn_type, "), which change the memory's keys every segment");
-    TXL_CHECK(!torch::GradMode::is_enabled(),
-              "model context: cache_kv is for evaluation without "
-              "gradients (cached keys and values would take no gradient)");
-    TXL_CHECK(memory.kv.empty() || static_cast<int64_t>(memory.kv.size()) == config_.n_layer,
-              "model memory: cached keys and values of ", memory.kv.size(),
-              " layers, the model has n_layer = ", config_.n_layer);
-  }
+  if (ctx.cache_kv) check_cache_kv(memory);
   check_memory_tokens(memory, batch, ctx, tokens.device());
   if (memory.layers.empty()) return;
   TXL_CHECK(static_cast<int64_t>(memory.layers.size()) == config_.n_layer, "model memory: has ",
@@ -349,14 +329,9 @@ modules::AttentionInputs TransformerLMImpl::segment_inputs(
   }
   in.blocked = allowed.logical_not().unsqueeze(0);     // [1, B, Q, K]
   in.score_bias = ops::score_bias(in.blocked, dtype);  // [1, B, Q, K]
-  // R [K, d] (dropped out as the paper code does) or Shaw's clipped distances [K].
-  in.rel_pos = modules::relative_positions(layer_list_.front()->attn->options(), rows, k_len,
-                                           ctx.clamp_len, dtype, device);
-  if (scheme_ == modules::PositionScheme::kRelative) {
-    in.rel_pos = drop(in.rel_pos);
-    in.u = u_bias;
-    in.v = v_bias;
-  }
+  in.positions =
+      scheme_->inputs(attention_.position_shape(), rows, k_len, ctx.clamp_len, dtype, device);
+  if (positions_) positions_->complete(in.positions, &drop);
   return in;
 }
 
@@ -435,18 +410,19 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
 
 torch::Tensor TransformerLMImpl::with_positions(const torch::Tensor& x,
                                                 const torch::Tensor& positions) const {
-  if (config_.attn_type != config::AttnType::kVanilla) return x;
-  auto shape = positions.sizes().vec();
-  shape.push_back(config_.d_model);
-  return x + ops::sinusoid_encoding(positions.reshape({-1}).to(x.scalar_type()), config_.d_model)
-                 .view(shape);  // [S..., d]
+  return positions_ ? positions_->embed(x, positions) : x;
 }
 
 LMStep TransformerLMImpl::prepare_step(int64_t capacity, int64_t clamp_len, bool zero_memory) {
   torch::NoGradGuard no_grad;
   LMStep w;
+  // The scheme's inputs for one query over the C slots, shared by every layer.
+  const auto& like = layer_list_.front()->attn->qkv->weight;
+  auto slots = scheme_->inputs(attention_.position_shape(), 1, capacity, clamp_len,
+                               like.scalar_type(), like.device());
+  if (positions_) positions_->complete(slots, nullptr);
   for (auto& layer : layer_list_) {
-    w.layers.push_back(layer->prepare_step(capacity, clamp_len, u_bias, v_bias, zero_memory));
+    w.layers.push_back(layer->prepare_step(slots, clamp_len, zero_memory));
   }
   w.softmax = crit->prepare_step();
   // One block of 2 MB pages for every panel a generated token streams.

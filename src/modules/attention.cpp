@@ -2,60 +2,24 @@
 
 #include <cmath>
 
-#include "txl/ops/alibi.h"
 #include "txl/ops/cached_attention.h"
 #include "txl/ops/masks.h"
-#include "txl/ops/rel_shift.h"
-#include "txl/ops/rotary.h"
-#include "txl/ops/sinusoid.h"
 #include "txl/util/error.h"
 
 namespace txl::modules {
 
-torch::Tensor relative_positions(const AttentionOptions& options, int64_t q_len, int64_t k_len,
-                                 int64_t clamp_len, torch::ScalarType dtype, torch::Device device) {
-  switch (options.scheme) {
-    case PositionScheme::kAbsolute:
-      return {};
-    case PositionScheme::kRotary:
-      return ops::rotary_table(k_len, options.d_head, dtype, device);  // [2, K, D]
-    case PositionScheme::kAlibi:
-      return ops::query_key_distances(q_len, k_len, clamp_len, dtype, device);  // [Q, K]
-    case PositionScheme::kRelative:
-    case PositionScheme::kShaw:
-      break;
-  }
-  auto dist = ops::relative_distances(k_len, clamp_len, device);  // [K], K-1 .. 0
-  if (options.scheme == PositionScheme::kShaw) return dist.clamp_max(options.max_rel_dist);  // [K]
-  return ops::sinusoid_encoding(dist.to(dtype), options.d_model);  // [K, d]
-}
-
 MultiHeadAttentionImpl::MultiHeadAttentionImpl(const AttentionOptions& options)
-    : options_(options) {
+    : options_(options), scheme_(&position_scheme(options.positions.scheme)) {
   const int64_t d = options.d_model, h = options.n_head, dh = options.d_head;
   TXL_CHECK(d > 0 && h > 0 && dh > 0, "attention: d_model, n_head, d_head must be > 0, got ", d,
             ", ", h, ", ", dh);
   TXL_CHECK(options.dropatt >= 0.0 && options.dropatt < 1.0,
             "attention: dropatt must be in [0, 1), got ", options.dropatt);
+  scheme_->check(options.position_shape());
   qkv = register_module("qkv",
                         torch::nn::Linear(torch::nn::LinearOptions(d, 3 * h * dh).bias(false)));
   out = register_module("out", torch::nn::Linear(torch::nn::LinearOptions(h * dh, d).bias(false)));
-  if (options.scheme == PositionScheme::kRelative) {
-    r_net = register_module("r_net",
-                            torch::nn::Linear(torch::nn::LinearOptions(d, h * dh).bias(false)));
-    if (options.own_biases) {
-      u_bias = register_parameter("u_bias", torch::empty({h, dh}));
-      v_bias = register_parameter("v_bias", torch::empty({h, dh}));
-    }
-  } else if (options.scheme == PositionScheme::kShaw) {
-    TXL_CHECK(options.max_rel_dist >= 0, "model.max_rel_dist must be >= 0, got ",
-              options.max_rel_dist);
-    rel_key = register_module(
-        "rel_key",
-        LearnedPositions(options.max_rel_dist + 1, std::vector<int64_t>{h, dh}, options.init));
-  }
-  TXL_CHECK(options.scheme != PositionScheme::kRotary || dh % 2 == 0, "model.d_head = ", dh,
-            " must be even for rotary positions (pairs of dimensions turn)");
+  positions_ = scheme_->for_attention(*this, options.position_shape());
   dropatt = register_module("dropatt", Dropout(options.dropatt));
   reset_parameters(options.init);
 }
@@ -63,10 +27,7 @@ MultiHeadAttentionImpl::MultiHeadAttentionImpl(const AttentionOptions& options)
 void MultiHeadAttentionImpl::reset_parameters(const InitOptions& init) {
   init_linear(qkv, init);
   init_linear(out, init);
-  if (r_net) init_linear(r_net, init);
-  if (rel_key) rel_key->reset_parameters(init);
-  if (u_bias.defined()) init_weight(u_bias, init);
-  if (v_bias.defined()) init_weight(v_bias, init);
+  positions_->reset_parameters(init);
 }
 
 int64_t MultiHeadAttentionImpl::check_inputs(const torch::Tensor& x, const torch::Tensor& memory,
@@ -166,82 +127,6 @@ MultiHeadAttentionImpl::Heads MultiHeadAttentionImpl::project(const torch::Tenso
   return h;
 }
 
-torch::Tensor MultiHeadAttentionImpl::encodings(const torch::Tensor& rel_pos) {
-  const int64_t k_len = rel_pos.size(0), n_head = options_.n_head, d_head = options_.d_head;
-  if (options_.scheme == PositionScheme::kShaw)
-    return rel_key(rel_pos).permute({1, 2, 0});                            // [H, D, K]
-  return r_net(rel_pos).view({k_len, n_head, d_head}).permute({1, 2, 0});  // [H, D, K]
-}
-
-torch::Tensor MultiHeadAttentionImpl::relative_scores(const torch::Tensor& q_content,
-                                                      const torch::Tensor& q_position,
-                                                      const torch::Tensor& keys,
-                                                      const torch::Tensor& r) {
-  auto content = torch::matmul(q_content, keys.transpose(-1, -2));  // [H, B, Q, K]
-  if (!r.defined()) return content;
-  const int64_t n_head = q_position.size(0), batch = q_position.size(1);
-  const int64_t q_len = q_position.size(2), d_head = q_position.size(3), k_len = keys.size(2);
-  // All K distances in one product per head, then realigned (appendix B). A single query sits
-  // at the last key: its columns are already its distances.
-  auto by_distance = torch::matmul(q_position.reshape({n_head, batch * q_len, d_head}), r)
-                         .view({n_head, batch, q_len, k_len});                  // [H, B, Q, K]
-  return content.add_(q_len == 1 ? by_distance : ops::rel_shift(by_distance));  // [H, B, Q, K]
-}
-
-torch::Tensor MultiHeadAttentionImpl::position_scores(const Heads& h,
-                                                      const AttentionInputs& inputs) {
-  const int64_t d = options_.d_model, n_head = options_.n_head, d_head = options_.d_head;
-  const int64_t k_len = h.k.size(2);
-  const int64_t q_len = h.q.size(2);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d_head));
-  if (options_.scheme == PositionScheme::kAbsolute)
-    return relative_scores(h.q * scale, {}, h.k, {});
-  if (options_.scheme == PositionScheme::kRotary) {
-    TXL_CHECK(inputs.rel_pos.defined() && inputs.rel_pos.dim() == 3 &&
-                  inputs.rel_pos.size(1) == k_len && inputs.rel_pos.size(2) == d_head,
-              "attention: rotary turns must be [2, K = ", k_len, ", D = ", d_head, "]");
-    // Query i at position M + i, key j at j (concat(memory, segment)).
-    return relative_scores(ops::rotate(h.q, inputs.rel_pos, k_len - q_len).mul_(scale), {},
-                           ops::rotate(h.k, inputs.rel_pos, 0), {});  // [H, B, Q, K]
-  }
-  if (options_.scheme == PositionScheme::kAlibi) {
-    TXL_CHECK(inputs.rel_pos.defined() && inputs.rel_pos.dim() == 2 &&
-                  inputs.rel_pos.size(0) == q_len && inputs.rel_pos.size(1) == k_len,
-              "attention: ALiBi distances must be [Q = ", q_len, ", K = ", k_len, "]");
-    auto scores = relative_scores(h.q * scale, {}, h.k, {});  // [H, B, Q, K]
-    const auto slopes = ops::alibi_slopes(n_head, scores.scalar_type(), scores.device());
-    return add_alibi(scores, slopes.view({n_head, 1, 1, 1}), inputs.rel_pos);  // [H, B, Q, K]
-  }
-  torch::Tensor q_content, q_position;  // [H, B, Q, D], scaled
-  if (options_.scheme == PositionScheme::kRelative) {
-    TXL_CHECK(inputs.rel_pos.defined() && inputs.rel_pos.dim() == 2 &&
-                  inputs.rel_pos.size(0) == k_len && inputs.rel_pos.size(1) == d,
-              "attention: relative encodings must be [K = ", k_len, ", d = ", d, "]");
-    // Paper 3.3: the query does not depend on its position, so the query-position part of
-    // the absolute decomposition becomes a learned u (global content bias, term (c)) and v
-    // (global position bias, term (d)).
-    auto u = u_bias.defined() ? u_bias : inputs.u;   // [H, D]
-    auto vb = v_bias.defined() ? v_bias : inputs.v;  // [H, D]
-    TXL_CHECK(u.defined() && vb.defined() && u.sizes() == vb.sizes() && u.size(0) == n_head &&
-                  u.size(1) == d_head,
-              "attention: u and v biases [H = ", n_head, ", D = ", d_head, "] missing");
-    q_content = (h.q + u.view({n_head, 1, 1, d_head})).mul_(scale);    // [H, B, Q, D]
-    q_position = (h.q + vb.view({n_head, 1, 1, d_head})).mul_(scale);  // [H, B, Q, D]
-  } else {
-    TXL_CHECK(
-        inputs.rel_pos.defined() && inputs.rel_pos.dim() == 1 && inputs.rel_pos.size(0) == k_len,
-        "attention: Shaw distances must be int64 [K = ", k_len, "]");
-    q_content = h.q * scale;  // [H, B, Q, D]
-    q_position = q_content;   // [H, B, Q, D]
-  }
-  return relative_scores(q_content, q_position, h.k, encodings(inputs.rel_pos));  // [H, B, Q, K]
-}
-
-torch::Tensor MultiHeadAttentionImpl::add_alibi(torch::Tensor scores, const torch::Tensor& slopes,
-                                                const torch::Tensor& distances) {
-  return scores.sub_(slopes * distances.to(scores.scalar_type()));  // [H, B, Q, K]
-}
-
 torch::Tensor MultiHeadAttentionImpl::mix(torch::Tensor scores, const torch::Tensor& bias,
                                           const torch::Tensor& values,
                                           const ops::Projection& out_weight, torch::Tensor* probs) {
@@ -262,16 +147,15 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
   check_inputs(x, memory, inputs, cache);
   // Paper 3.2: keys and values over concat(memory, segment), queries over the segment.
   const Heads heads = project(x, memory, cache);
-  auto scores = position_scores(heads, inputs);  // [H, B, Q, K]
+  const double scale = 1.0 / std::sqrt(static_cast<double>(options_.d_head));
+  auto scores = positions_->scores(heads.q, heads.k, inputs.positions, scale);  // [H, B, Q, K]
   const auto bias = inputs.score_bias.defined()
                         ? inputs.score_bias
                         : ops::score_bias(inputs.blocked, scores.scalar_type());  // [1, B, Q, K]
   return mix(scores, bias, heads.v, ops::Projection(out->weight), probs);         // [B, Q, d]
 }
 
-AttentionStep MultiHeadAttentionImpl::prepare_step(int64_t capacity, int64_t clamp_len,
-                                                   const torch::Tensor& shared_u,
-                                                   const torch::Tensor& shared_v,
+AttentionStep MultiHeadAttentionImpl::prepare_step(const PositionInputs& slots, int64_t clamp_len,
                                                    const torch::Tensor& zero_row) {
   torch::NoGradGuard no_grad;
   const int64_t n_head = options_.n_head, d_head = options_.d_head;
@@ -281,26 +165,7 @@ AttentionStep MultiHeadAttentionImpl::prepare_step(int64_t capacity, int64_t cla
   qkv_weight.narrow(0, 0, n_head * d_head).mul_(scale);  // queries come out scaled
   w.qkv = ops::Projection::packed_for_decoding(qkv_weight);
   w.out = ops::Projection::packed_for_decoding(out->weight);
-  const auto& like = qkv->weight;
-  if (options_.scheme == PositionScheme::kRotary) {
-    w.table = relative_positions(options_, 1, capacity, clamp_len, like.scalar_type(),
-                                 like.device());  // [2, C, D], turns of slots 0 .. C-1
-  } else if (options_.scheme == PositionScheme::kAlibi) {
-    w.slopes = ops::alibi_slopes(n_head, like.scalar_type(), like.device())
-                   .view({n_head, 1, 1, 1});  // [H, 1, 1, 1]
-    w.clamp_len = clamp_len;
-  } else if (options_.scheme != PositionScheme::kAbsolute) {
-    const auto rel_pos =
-        relative_positions(options_, 1, capacity, clamp_len, like.scalar_type(), like.device());
-    w.table = encodings(rel_pos).contiguous();                     // [H, D, C]
-    w.by_distance = w.table.flip(2).transpose(1, 2).contiguous();  // [H, C, D]
-  }
-  if (options_.scheme == PositionScheme::kRelative) {
-    const auto& u = u_bias.defined() ? u_bias : shared_u;  // [H, D]
-    const auto& v = v_bias.defined() ? v_bias : shared_v;  // [H, D]
-    w.u = (u * scale).view({n_head, 1, 1, d_head});        // [H, 1, 1, D]
-    w.v = (v * scale).view({n_head, 1, 1, d_head});        // [H, 1, 1, D]
-  }
+  w.positions = positions_->prepare_step(slots, clamp_len, scale);
   if (zero_row.defined()) {
     w.zero_kv = torch::linear(zero_row, qkv_weight)  // [1, 3 H D]
                     .view({3, n_head, 1, 1, d_head})
@@ -311,11 +176,7 @@ AttentionStep MultiHeadAttentionImpl::prepare_step(int64_t capacity, int64_t cla
 }
 
 bool MultiHeadAttentionImpl::steps_by_first_slot(const torch::Tensor& like) const {
-  // The fused kernel knows the relative and Shaw encodings; turns and slopes take the bias path.
-  const bool kernel_knows = options_.scheme == PositionScheme::kRelative ||
-                            options_.scheme == PositionScheme::kShaw ||
-                            options_.scheme == PositionScheme::kAbsolute;
-  return kernel_knows && ops::attend_cached_takes(like);
+  return scheme_->traits().fused_step && ops::attend_cached_takes(like);
 }
 
 void MultiHeadAttentionImpl::write_zero_memory(const AttentionStep& weights,
@@ -344,9 +205,9 @@ torch::Tensor MultiHeadAttentionImpl::step(const AttentionStep& weights, const t
     auto qkv_rows = weights.qkv(h).view({batch, 3, n_head, d_head});  // [B, 3, H, D]
     ops::CachedKeys keys;
     keys.buffer = kv;
-    keys.by_distance = weights.by_distance;
-    keys.u = weights.u;
-    keys.v = weights.v;
+    keys.by_distance = weights.positions.by_distance;
+    keys.u = weights.positions.u;
+    keys.v = weights.positions.v;
     auto context = ops::attend_cached(qkv_rows, keys, k_len, mask.first);  // [B, H D]
     write_zero_slots(weights, kv, used, mask);  // a padding query's own output is never read
     return weights.out(context.unsqueeze(1));   // [B, 1, d]
@@ -357,25 +218,11 @@ torch::Tensor MultiHeadAttentionImpl::step(const AttentionStep& weights, const t
                    .permute({2, 3, 0, 1, 4});          // [3, H, B, q, D], a view
   kv.narrow(3, used, q).copy_(heads.narrow(0, 1, 2));  // [2, H, B, q, D] into the buffer
   write_zero_slots(weights, kv, used, mask);
-  auto query = heads.select(0, 0);                          // [H, B, q, D], scaled
-  auto keys = kv.select(0, 0).narrow(2, 0, k_len);          // [H, B, K, D]
+  const auto query = heads.select(0, 0);                    // [H, B, q, D], scaled
+  const auto keys = kv.select(0, 0).narrow(2, 0, k_len);    // [H, B, K, D]
   const auto values = kv.select(0, 1).narrow(2, 0, k_len);  // [H, B, K, D]
-  torch::Tensor r;                                          // [H, D, K], distances K-1 .. 0
-  if (options_.scheme == PositionScheme::kRotary) {
-    // The buffer keeps keys unturned (compaction moves them to other slots): slot j is position j.
-    query = ops::rotate(query, weights.table, used);
-    keys = ops::rotate(keys, weights.table, 0);
-  } else if (weights.table.defined()) {
-    r = weights.table.narrow(2, weights.table.size(2) - k_len, k_len);
-  }
-  auto scores = relative_scores(weights.u.defined() ? query + weights.u : query,
-                                weights.v.defined() ? query + weights.v : query, keys, r);
-  if (weights.slopes.defined()) {
-    scores = add_alibi(scores, weights.slopes,
-                       ops::query_key_distances(q, k_len, weights.clamp_len, scores.scalar_type(),
-                                                scores.device()));
-  }
-  return mix(scores, mask.bias, values, weights.out, nullptr);  // [B, q, d]
+  auto scores = positions_->step_scores(weights.positions, query, keys, used);  // [H, B, q, K]
+  return mix(scores, mask.bias, values, weights.out, nullptr);                  // [B, q, d]
 }
 
 }  // namespace txl::modules

@@ -18,10 +18,7 @@ DecoderLayerImpl::DecoderLayerImpl(const DecoderLayerOptions& options) : options
   ff = register_module("ff", FeedForward(ff_options));
   attn_norm = register_module("attn_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   ff_norm = register_module("ff_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
-  if (options.abs_positions > 0) {
-    pos_emb = register_module(
-        "pos_emb", LearnedPositions(options.abs_positions, std::vector<int64_t>{d}, options.init));
-  }
+  positions_ = attn->scheme().for_layer(*this, options.attention.position_shape());
   drop = register_module("drop", Dropout(options.dropout));
   reset_parameters(options.init);
 }
@@ -31,7 +28,7 @@ void DecoderLayerImpl::reset_parameters(const InitOptions& init) {
   ff->reset_parameters(init);
   init_layer_norm(attn_norm, init);
   init_layer_norm(ff_norm, init);
-  if (pos_emb) pos_emb->reset_parameters(init);
+  if (positions_) positions_->reset_parameters(init);
 }
 
 torch::Tensor DecoderLayerImpl::residual(const torch::Tensor& h, const Block& attend,
@@ -52,14 +49,11 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
                                         KeyValueCache* cache) {
   torch::Tensor h = x, mem = memory;
   const int64_t m_len = memory.defined() ? memory.size(1) : 0;
-  TXL_CHECK(cache == nullptr || !pos_emb,
-            "decoder layer: learned absolute positions change the memory's keys every segment; "
-            "no key/value cache");
-  if (pos_emb) {
-    auto table = pos_emb->first(m_len + x.size(1));        // [K, d]
-    if (m_len > 0) mem = mem + table.narrow(0, 0, m_len);  // [B, M, d]
-    h = h + table.narrow(0, m_len, x.size(1));             // [B, Q, d]
-  }
+  TXL_CHECK(cache == nullptr || attn->scheme().traits().caches_memory_kv,
+            "decoder layer: ", attn->scheme().name(),
+            " positions change the memory's keys every segment; no "
+            "key/value cache");
+  if (positions_) positions_->add(h, mem);
   // Pre-norm normalises the memory too; with a cache its keys and values come from it instead.
   const bool cached = cache != nullptr && cache->memory.defined();
   const bool norm_memory = options_.pre_norm && m_len > 0 && !cached;
@@ -97,27 +91,21 @@ torch::Tensor DecoderLayerImpl::reconstruction_loss(const torch::Tensor& x,
   return squares / counted.sum().mul(per_query).clamp_min(1.0);
 }
 
-DecoderLayerStep DecoderLayerImpl::prepare_step(int64_t capacity, int64_t clamp_len,
-                                                const torch::Tensor& shared_u,
-                                                const torch::Tensor& shared_v, bool zero_memory) {
+DecoderLayerStep DecoderLayerImpl::prepare_step(const PositionInputs& slots, int64_t clamp_len,
+                                                bool zero_memory) {
   torch::NoGradGuard no_grad;
   torch::Tensor zero_row;  // [1, d]: a memory row of zeros as the attention reads it
   if (zero_memory) {
     zero_row = torch::zeros({1, options_.attention.d_model}, attn->qkv->weight.options());
     if (options_.pre_norm) zero_row = attn_norm(zero_row);
   }
-  return {attn->prepare_step(capacity, clamp_len, shared_u, shared_v, zero_row),
-          ff->prepare_step()};
+  return {attn->prepare_step(slots, clamp_len, zero_row), ff->prepare_step()};
 }
 
 torch::Tensor DecoderLayerImpl::step(const DecoderLayerStep& weights, const torch::Tensor& x,
                                      const torch::Tensor& kv, int64_t used, const StepMask& mask,
                                      const torch::Tensor& positions) {
-  torch::Tensor h = x;  // [B, q, d]
-  if (pos_emb) {
-    // Learned absolute positions, counted within the window the decoder reads.
-    h = h + pos_emb->weight.index_select(0, positions.reshape({-1})).view(x.sizes());
-  }
+  const torch::Tensor h = positions_ ? positions_->add_at(x, positions) : x;  // [B, q, d]
   return residual(
       h,
       [&](const torch::Tensor& segment) {

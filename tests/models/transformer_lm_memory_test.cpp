@@ -365,7 +365,7 @@ TEST(TransformerLM, CachedKeysAndValuesAreForEvaluationOnly) {
   EXPECT_NO_THROW(run(learned, tokens, {}, ctx_with(0)));  // without the cache it runs
   Lookback bad = ctx_with(0);
   bad.cache_kv = true;
-  TXL_EXPECT_THROW_WITH(run(learned, tokens, {}, bad), "cache_kv with learned absolute positions");
+  TXL_EXPECT_THROW_WITH(run(learned, tokens, {}, bad), "cache_kv with attn_type vanilla_learned");
 }
 
 }  // namespace

@@ -259,7 +259,8 @@ TEST(TransformerLM, BadInputsAreClearErrors) {
                         "vanilla_learned | rope | alibi)");
   c = tiny(AttnType::kRope, 4);
   c.clamp_len = 3;
-  TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab), "rotary positions have no distances to clamp");
+  TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab),
+                        "attn_type rope: its positions have no distances to clamp");
   c.clamp_len = -1;
   c.d_head = 3;
   TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab), "must be even for rotary positions");

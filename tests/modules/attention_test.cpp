@@ -24,13 +24,13 @@ struct Setup {
   torch::Tensor u, v;
 };
 
-Setup make(PositionScheme scheme, int64_t d = 6, int64_t heads = 2, int64_t d_head = 3) {
+Setup make(const std::string& scheme, int64_t d = 6, int64_t heads = 2, int64_t d_head = 3) {
   Setup s;
   s.options.d_model = d;
   s.options.n_head = heads;
   s.options.d_head = d_head;
-  s.options.scheme = scheme;
-  s.options.max_rel_dist = 3;
+  s.options.positions.scheme = scheme;
+  s.options.positions.max_rel_dist = 3;
   s.options.init.std = 0.5;  // large weights: sharp, position-sensitive attention
   s.attn = MultiHeadAttention(s.options);
   s.attn->to(torch::kDouble);
@@ -45,17 +45,25 @@ AttentionInputs inputs_for(const Setup& s, int64_t q_len, int64_t m_len, int64_t
   AttentionInputs in;
   in.blocked = ops::attention_mask(q_len, m_len, window, key_mask, {}).logical_not().unsqueeze(0);
   auto dist = ops::relative_distances(k_len, clamp_len);
-  if (s.options.scheme == PositionScheme::kRelative) {
-    in.rel_pos = ops::sinusoid_encoding(dist.to(torch::kDouble), s.options.d_model);
-    in.u = s.u;
-    in.v = s.v;
-  } else if (s.options.scheme == PositionScheme::kShaw) {
-    in.rel_pos = dist.clamp_max(s.options.max_rel_dist);
+  if (s.options.positions.scheme == "xl") {
+    in.positions.table = ops::sinusoid_encoding(dist.to(torch::kDouble), s.options.d_model);
+    in.positions.u = s.u;
+    in.positions.v = s.v;
+  } else if (s.options.positions.scheme == "shaw") {
+    in.positions.table = dist.clamp_max(s.options.positions.max_rel_dist);
   } else {
-    in.rel_pos =
-        relative_positions(s.options, q_len, k_len, clamp_len, torch::kDouble, torch::kCPU);
+    in.positions = position_scheme(s.options.positions.scheme)
+                       .inputs(s.options.position_shape(), q_len, k_len, clamp_len, torch::kDouble,
+                               torch::kCPU);
   }
   return in;
+}
+
+// A parameter of the attention by name (the position scheme's are registered on it).
+torch::Tensor parameter(const Setup& s, const std::string& name) {
+  const auto* p = s.attn->named_parameters().find(name);
+  EXPECT_NE(p, nullptr) << name;
+  return p != nullptr ? *p : torch::Tensor();
 }
 
 // Rotary positions (Su et al. 2021, eq. 34) written out: each pair (2k, 2k+1) of a head's
@@ -106,24 +114,25 @@ torch::Tensor naive_attention(Setup& s, const torch::Tensor& x, const torch::Ten
           }
           if (clamp_len >= 0) dist = std::min(dist, clamp_len);
           auto kj = k_all[b][j][head];
-          if (s.options.scheme == PositionScheme::kRotary) {  // query at M + i, key at j
+          if (s.options.positions.scheme == "rope") {  // query at M + i, key at j
             scores.push_back(turned(qi, M + i).dot(turned(kj, j)) / std::sqrt(double(D)));
             continue;
           }
           torch::Tensor score;
-          if (s.options.scheme == PositionScheme::kRelative) {
+          if (s.options.positions.scheme == "xl") {
             auto r = ops::sinusoid_encoding(torch::tensor({double(dist)}, torch::kDouble), d)[0];
-            auto wr = torch::matmul(s.attn->r_net->weight, r).view({H, D})[head];
+            auto wr = torch::matmul(parameter(s, "r_net.weight"), r).view({H, D})[head];
             score = (qi + s.u[head]).dot(kj) + (qi + s.v[head]).dot(wr);
-          } else if (s.options.scheme == PositionScheme::kShaw) {
-            auto a = s.attn->rel_key->weight[std::min<int64_t>(dist, s.options.max_rel_dist)][head];
+          } else if (s.options.positions.scheme == "shaw") {
+            auto a = parameter(
+                s,
+                "rel_key.weight")[std::min<int64_t>(dist, s.options.positions.max_rel_dist)][head];
             score = qi.dot(kj) + qi.dot(a);
           } else {
             score = qi.dot(kj);
           }
           score = score / std::sqrt(double(D));
-          if (s.options.scheme == PositionScheme::kAlibi)
-            score = score - alibi_slope(head, H) * dist;
+          if (s.options.positions.scheme == "alibi") score = score - alibi_slope(head, H) * dist;
           scores.push_back(score);
         }
         auto p = torch::softmax(torch::stack(scores), 0);  // [K]
@@ -134,7 +143,7 @@ torch::Tensor naive_attention(Setup& s, const torch::Tensor& x, const torch::Ten
   return torch::matmul(out.view({B, Q, H * D}), s.attn->out->weight.t());
 }
 
-void check_against_naive(PositionScheme scheme, int64_t q_len, int64_t m_len, int64_t clamp_len,
+void check_against_naive(const std::string& scheme, int64_t q_len, int64_t m_len, int64_t clamp_len,
                          bool padded, int64_t heads = 2, int64_t d_head = 3) {
   torch::manual_seed(17 + q_len + 3 * m_len);
   auto s = make(scheme, 6, heads, d_head);
@@ -156,39 +165,39 @@ void check_against_naive(PositionScheme scheme, int64_t q_len, int64_t m_len, in
 }
 
 TEST(Attention, RelativeEqualsPairByPairFormula) {
-  check_against_naive(PositionScheme::kRelative, 4, 0, -1, false);
-  check_against_naive(PositionScheme::kRelative, 4, 2, -1, false);
-  check_against_naive(PositionScheme::kRelative, 3, 5, -1, true);
-  check_against_naive(PositionScheme::kRelative, 4, 3, 2, true);
+  check_against_naive("xl", 4, 0, -1, false);
+  check_against_naive("xl", 4, 2, -1, false);
+  check_against_naive("xl", 3, 5, -1, true);
+  check_against_naive("xl", 4, 3, 2, true);
 }
 
 TEST(Attention, ShawEqualsPairByPairFormula) {
-  check_against_naive(PositionScheme::kShaw, 4, 0, -1, false);
-  check_against_naive(PositionScheme::kShaw, 3, 6, -1, true);  // distances beyond max_rel_dist
+  check_against_naive("shaw", 4, 0, -1, false);
+  check_against_naive("shaw", 3, 6, -1, true);  // distances beyond max_rel_dist
 }
 
 TEST(Attention, AbsoluteEqualsPairByPairFormula) {
-  check_against_naive(PositionScheme::kAbsolute, 4, 0, -1, false);
-  check_against_naive(PositionScheme::kAbsolute, 3, 2, -1, true);
+  check_against_naive("vanilla", 4, 0, -1, false);
+  check_against_naive("vanilla", 3, 2, -1, true);
 }
 
 TEST(Attention, RotaryEqualsPairByPairFormula) {
-  check_against_naive(PositionScheme::kRotary, 4, 0, -1, false, 2, 4);
-  check_against_naive(PositionScheme::kRotary, 3, 5, -1, true, 3, 2);
-  check_against_naive(PositionScheme::kRotary, 4, 2, -1, false, 1, 6);
+  check_against_naive("rope", 4, 0, -1, false, 2, 4);
+  check_against_naive("rope", 3, 5, -1, true, 3, 2);
+  check_against_naive("rope", 4, 2, -1, false, 1, 6);
 }
 
 TEST(Attention, AlibiEqualsPairByPairFormula) {
-  check_against_naive(PositionScheme::kAlibi, 4, 0, -1, false);
-  check_against_naive(PositionScheme::kAlibi, 3, 5, -1, true, 3, 2);
-  check_against_naive(PositionScheme::kAlibi, 4, 3, 2, true);  // distances clamped at 2
+  check_against_naive("alibi", 4, 0, -1, false);
+  check_against_naive("alibi", 3, 5, -1, true, 3, 2);
+  check_against_naive("alibi", 4, 3, 2, true);  // distances clamped at 2
 }
 
 // A control that the pair-by-pair checks can fail: queries turned to their position in the
 // segment (i) instead of their place after the memory (M + i) give other outputs.
 TEST(Attention, RotaryQueriesSitAfterTheMemory) {
   torch::manual_seed(3);
-  auto s = make(PositionScheme::kRotary, 6, 2, 4);
+  auto s = make("rope", 6, 2, 4);
   const int64_t q_len = 3, m_len = 4;
   auto x = torch::randn({1, q_len, 6}, torch::kDouble);
   auto mem = torch::randn({1, m_len, 6}, torch::kDouble);
@@ -196,12 +205,13 @@ TEST(Attention, RotaryQueriesSitAfterTheMemory) {
   auto in = inputs_for(s, q_len, m_len, -1);
   const auto right = s.attn(x, mem, in);
   // Shifting every position by the same amount changes nothing (only distances count) ...
-  in.rel_pos = ops::rotary_table(q_len + m_len + 5, 4, torch::kDouble, torch::kCPU)
-                   .narrow(1, 5, q_len + m_len);
+  in.positions.table = ops::rotary_table(q_len + m_len + 5, 4, torch::kDouble, torch::kCPU)
+                           .narrow(1, 5, q_len + m_len);
   EXPECT_TRUE(tensor_near(s.attn(x, mem, in), right, 1e-10, 1e-10));
   // ... while the distances of a segment read without its memory's offset do.
-  auto wrong = torch::cat({in.rel_pos.narrow(1, 0, m_len), in.rel_pos.narrow(1, 0, q_len)}, 1);
-  in.rel_pos = wrong;
+  auto wrong = torch::cat(
+      {in.positions.table.narrow(1, 0, m_len), in.positions.table.narrow(1, 0, q_len)}, 1);
+  in.positions.table = wrong;
   EXPECT_FALSE(tensor_near(s.attn(x, mem, in), right, 1e-4, 1e-4));
 }
 
@@ -220,13 +230,12 @@ TEST(Attention, RotaryAndAlibiEqualPyPIsReferences) {
   txl::safetensors::NamedTensors dump;
   struct Case {
     std::string name;
-    PositionScheme scheme;
+    std::string scheme;
     int64_t heads, d_head, q_len, m_len;
   };
-  for (const Case& c : {Case{"rotary_a", PositionScheme::kRotary, 2, 4, 5, 3},
-                        Case{"rotary_b", PositionScheme::kRotary, 3, 6, 4, 9},
-                        Case{"alibi_a", PositionScheme::kAlibi, 4, 3, 5, 3},
-                        Case{"alibi_b", PositionScheme::kAlibi, 3, 4, 4, 9}}) {
+  for (const Case& c :
+       {Case{"rotary_a", "rope", 2, 4, 5, 3}, Case{"rotary_b", "rope", 3, 6, 4, 9},
+        Case{"alibi_a", "alibi", 4, 3, 5, 3}, Case{"alibi_b", "alibi", 3, 4, 4, 9}}) {
     torch::manual_seed(41 + c.m_len);
     auto s = make(c.scheme, 6, c.heads, c.d_head);
     auto x = torch::randn({2, c.q_len, 6}, torch::kDouble);
@@ -255,8 +264,7 @@ TEST(Attention, RotaryAndAlibiEqualPyPIsReferences) {
 // Test 8: finite differences in double precision through the fused projection, the u / v
 // biases, the relative shift and the masks.
 TEST(Attention, GradientMatchesFiniteDifferences) {
-  for (auto scheme : {PositionScheme::kRelative, PositionScheme::kShaw, PositionScheme::kRotary,
-                      PositionScheme::kAlibi}) {
+  for (const std::string scheme : {"xl", "shaw", "rope", "alibi"}) {
     torch::manual_seed(5);
     auto s = make(scheme, 4, 2, 2);
     auto x = torch::randn({2, 3, 4}, torch::dtype(torch::kDouble).requires_grad(true));
@@ -264,16 +272,16 @@ TEST(Attention, GradientMatchesFiniteDifferences) {
     auto key_mask = torch::ones({2, 5}, torch::kBool);
     key_mask[0][1] = false;
     auto in = inputs_for(s, 3, 2, -1, key_mask);
-    in.u = s.u.clone().requires_grad_(true);
-    in.v = s.v.clone().requires_grad_(true);
+    in.positions.u = s.u.clone().requires_grad_(true);
+    in.positions.v = s.v.clone().requires_grad_(true);
     auto weights = torch::randn({2, 3, 4}, torch::kDouble);
     auto loss_fn = [&] { return (s.attn(x, mem, in) * weights).sum(); };
 
     std::vector<torch::Tensor> checked{x};
     for (auto& p : s.attn->parameters()) checked.push_back(p);
-    if (scheme == PositionScheme::kRelative) {
-      checked.push_back(in.u);
-      checked.push_back(in.v);
+    if (scheme == "xl") {
+      checked.push_back(in.positions.u);
+      checked.push_back(in.positions.v);
     }
     for (auto& t : checked) {
       if (t.grad().defined()) t.grad().zero_();
@@ -302,7 +310,7 @@ TEST(Attention, GradientMatchesFiniteDifferences) {
 }
 
 TEST(Attention, QueryWithNoVisibleKeyGivesNoNaN) {
-  auto s = make(PositionScheme::kRelative);
+  auto s = make("xl");
   auto key_mask = torch::zeros({2, 3}, torch::kBool);  // everything is padding
   torch::Tensor probs;
   auto y = s.attn(torch::randn({2, 3, 6}, torch::kDouble), torch::Tensor(),
@@ -314,7 +322,7 @@ TEST(Attention, QueryWithNoVisibleKeyGivesNoNaN) {
 // Test 6 at the attention level: with a window of W keys (same_length), every query with
 // enough history puts non-zero weight on exactly W keys, all within the window.
 TEST(Attention, WindowGivesEveryQueryTheSameNumberOfKeys) {
-  auto s = make(PositionScheme::kRelative);
+  auto s = make("xl");
   const int64_t q_len = 5, m_len = 3;
   torch::manual_seed(5);
   torch::Tensor probs;
@@ -330,7 +338,7 @@ TEST(Attention, WindowGivesEveryQueryTheSameNumberOfKeys) {
 }
 
 TEST(Attention, RejectsMismatchedMemory) {
-  auto s = make(PositionScheme::kRelative);
+  auto s = make("xl");
   auto x = torch::randn({2, 3, 6}, torch::kDouble);
   TXL_EXPECT_THROW_WITH(s.attn(x, torch::randn({3, 2, 6}, torch::kDouble), inputs_for(s, 3, 2, -1)),
                         "memory must be [B = 2, M, d = 6]");

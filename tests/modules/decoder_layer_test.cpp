@@ -3,21 +3,24 @@
 #include <gtest/gtest.h>
 
 #include "support/test_support.h"
+#include "txl/modules/positions.h"
 #include "txl/ops/masks.h"
 
 namespace txl::modules {
 namespace {
 
+// Absolute positions: none the layer adds (vanilla's are the model's), or with abs_positions > 0
+// a learned table of that many rows per layer (vanilla_learned).
 DecoderLayerOptions options(bool pre_norm, int64_t abs_positions = 0) {
   DecoderLayerOptions o;
   o.attention.d_model = 8;
   o.attention.n_head = 2;
   o.attention.d_head = 4;
-  o.attention.scheme = PositionScheme::kAbsolute;
+  o.attention.positions.scheme = abs_positions > 0 ? "vanilla_learned" : "vanilla";
+  o.attention.positions.max_positions = abs_positions;
   o.d_inner = 16;
   o.dropout = 0.0;
   o.pre_norm = pre_norm;
-  o.abs_positions = abs_positions;
   return o;
 }
 
@@ -54,7 +57,7 @@ TEST(DecoderLayer, LearnedAbsolutePositionsCountWithinTheWindow) {
   DecoderLayer layer(options(false, 16));
   auto x = torch::randn({1, 4, 8});
   auto mem = torch::randn({1, 3, 8});
-  auto table = layer->pos_emb->weight;  // [16, 8]
+  auto table = *layer->named_parameters().find("pos_emb.weight");  // [16, 8]
   auto in = causal(4, 3);
   auto h = x + table.narrow(0, 3, 4);
   auto a = layer->attn_norm(h + layer->attn(h, mem + table.narrow(0, 0, 3), in));

@@ -25,6 +25,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -153,14 +154,15 @@ class TransformerLMImpl : public torch::nn::Module {
                          int64_t n) const;
 
   const config::ModelConfig& config() const { return config_; }
-  // Whether Lookback::cache_kv is allowed: every attn_type but vanilla_learned, whose layers add
-  // learned positions to the memory anew each segment, and not with compressive memory, whose
-  // new compressed rows would need keys and values the cache does not hold, nor with memory
-  // tokens, whose keys sit between the memory's and the segment's.
+  // Whether Lookback::cache_kv is allowed: not with a position scheme whose layers add positions
+  // to the memory anew each segment (PositionTraits::caches_memory_kv), nor with compressive
+  // memory, whose new compressed rows would need keys and values the cache does not hold, nor
+  // with memory tokens, whose keys sit between the memory's and the segment's.
   bool can_cache_kv() const {
-    return config_.attn_type != config::AttnType::kVanillaLearned && config_.cmem_len == 0 &&
-           config_.mem_tokens == 0;
+    return scheme_->traits().caches_memory_kv && config_.cmem_len == 0 && config_.mem_tokens == 0;
   }
+  // The position scheme of model.attn_type.
+  const modules::PositionScheme& position_scheme() const { return *scheme_; }
   int64_t n_token() const { return n_token_; }
   Lookback default_lookback() const { return Lookback::from_config(config_); }
   const std::vector<modules::DecoderLayer>& layer_list() const { return layer_list_; }
@@ -169,7 +171,6 @@ class TransformerLMImpl : public torch::nn::Module {
   torch::nn::ModuleList layers{nullptr};       // L DecoderLayer
   torch::nn::ModuleList compressors{nullptr};  // model.cmem_len > 0: L Compressor
   modules::AdaptiveLogSoftmax crit{nullptr};
-  torch::Tensor u_bias, v_bias;  // xl, shared by all layers (not untie_r): [H, D]
   // model.mem_tokens = m > 0: [m, d] each. memory_read_emb is added to the tokens read (alone at
   // a stream's start or reset); memory_write_emb are the tokens written after the segment.
   torch::Tensor memory_read_emb, memory_write_emb;
@@ -178,6 +179,8 @@ class TransformerLMImpl : public torch::nn::Module {
 
  private:
   void check_inputs(const Inputs& in, const Memory& memory, const Lookback& ctx) const;
+  // Lookback::cache_kv: allowed for this model, without gradients, memory.kv of every layer.
+  void check_cache_kv(const Memory& memory) const;
   void check_memory_tokens(const Memory& memory, int64_t batch, const Lookback& ctx,
                            const torch::Device& device) const;
   // Which keys are real: bool [B, M + Q] over concat(memory, segment) (a reset row forgets its
@@ -193,8 +196,8 @@ class TransformerLMImpl : public torch::nn::Module {
   torch::Tensor read_tokens(const Memory& memory, const torch::Tensor& reset,
                             const torch::Tensor& like) const;
   torch::Tensor write_tokens(const torch::Tensor& like) const;
-  // Embedded tokens x [S..., d] with the absolute positions of vanilla (Vaswani et al.'s
-  // sinusoids) added: positions int64 of shape S or a shape that broadcasts to it.
+  // Embedded tokens x [S..., d] with the positions the scheme adds to them (its
+  // ModelPositions::embed): positions int64 of shape S or a shape that broadcasts to it.
   torch::Tensor with_positions(const torch::Tensor& x, const torch::Tensor& positions) const;
   // Lookback::zero_memory: `memory`, or mem_len zero vectors when it is empty, with every reset
   // row's memory zeroed and visible again (its cached keys and values are then dropped).
@@ -218,7 +221,9 @@ class TransformerLMImpl : public torch::nn::Module {
 
   config::ModelConfig config_;
   int64_t n_token_;
-  modules::PositionScheme scheme_;
+  const modules::PositionScheme* scheme_;
+  modules::AttentionOptions attention_;                 // every layer's attention settings
+  std::unique_ptr<modules::ModelPositions> positions_;  // the scheme's model part, or none
   std::vector<modules::DecoderLayer> layer_list_;
   std::vector<modules::Compressor> compressor_list_;  // empty without compressive memory
 };

@@ -1,19 +1,11 @@
 #pragma once
-// Multi-head self-attention over concat(memory, segment), with the position schemes of the
-// ablation (docs/model.md sections 3, 4, 6):
-//   kRelative  Transformer-XL (paper 3.3): score = (q_i + u)^T k_j + (q_i + v)^T W_R R[M+i-j]
-//   kShaw      Shaw et al. (2018): score = q_i^T k_j + q_i^T A[min(M+i-j, max_rel_dist)],
-//              A a learned table per layer
-//   kAbsolute  Vaswani et al.: score = q_i^T k_j (positions were added to the inputs)
-//   kRotary    Su et al. (2021), RoPE: score = (R_{M+i} q_i)^T (R_j k_j), R_p turning each pair of
-//              dimensions by p times its frequency (ops/rotary.h), so the score sees i - j only
-//   kAlibi     Press et al. (2022): score = q_i^T k_j - m_h (M+i-j), a slope m_h per head
-//              (ops/alibi.h) times the distance, which clamp_len clamps
-// Positions over memory: key j of concat(memory, segment) sits at position j and query i at
-// M + i, so every scheme but kAbsolute sees the distance M + i - j whatever the segment; the
-// decoder's buffer slots stand for positions the same way.
-// Scores are divided by sqrt(D), blocked (future, padding, window) keys get a large finite
-// negative score, softmax, attention dropout, weighted sum of values, heads concatenated, W_o.
+// Multi-head self-attention over concat(memory, segment) (docs/model.md sections 3, 4, 6). How it
+// knows positions is its position scheme's (modules/position_scheme.h: Transformer-XL's relative
+// encodings, Shaw's table, rotary turns, linear biases, or none where positions were added to the
+// input); the scheme's part gives the scores of the queries over the keys, and this module does
+// the rest: scores divided by sqrt(D) (in the scheme's scores), blocked (future, padding, window)
+// keys get a large finite negative score, softmax, attention dropout, weighted sum of values,
+// heads concatenated, W_o.
 //
 // W_q, W_k, W_v are one fused parameter (qkv.weight, rows q | k | v, as the paper code's
 // qkv_net). Without memory it is one product over the segment. With memory, keys and values are
@@ -21,11 +13,10 @@
 // code's single product over concat also projects queries for the M memory positions and then
 // drops them (1/6 of the QKV work at M = Q, plus a zero-filled gradient buffer).
 //
-// Decoding (step): the same scores and mixing (one function each, relative_scores and mix) for a
-// few new tokens per row whose keys and values go into a buffer the decoder keeps for the layer,
-// [2, H, B, C, D]; the position encodings of every distance 0 .. C-1 are projected once
-// (prepare_step). One query per row on the CPU goes through ops::attend_cached, a fused kernel of
-// the same definition.
+// Decoding (step): the same scores and mixing for a few new tokens per row whose keys and values
+// go into a buffer the decoder keeps for the layer, [2, H, B, C, D]; the scheme prepares its
+// tables for the C slots once (prepare_step). One query per row on the CPU goes through
+// ops::attend_cached, a fused kernel of the same definition, where the scheme's traits allow.
 //
 // Legend: B batch, Q query length, M memory length, K = M + Q keys, H heads, D head size,
 // d model width, q tokens of a decoding step, C slots of a decoding buffer. Internally heads
@@ -35,26 +26,26 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "txl/modules/dropout.h"
 #include "txl/modules/param_init.h"
-#include "txl/modules/positions.h"
+#include "txl/modules/position_scheme.h"
 #include "txl/ops/projection.h"
 
 namespace txl::modules {
 
-enum class PositionScheme { kRelative, kShaw, kAbsolute, kRotary, kAlibi };
-
 struct AttentionOptions {
-  int64_t d_model = 256;  // d
-  int64_t n_head = 4;     // H
-  int64_t d_head = 64;    // D (H * D need not equal d)
-  double dropatt = 0.0;   // dropout on the attention probabilities
-  PositionScheme scheme = PositionScheme::kRelative;
-  bool own_biases = false;    // kRelative: this layer has its own u, v (untie_r)
-  int64_t max_rel_dist = 64;  // kShaw: distances clipped to this
+  int64_t d_model = 256;      // d
+  int64_t n_head = 4;         // H
+  int64_t d_head = 64;        // D (H * D need not equal d)
+  double dropatt = 0.0;       // dropout on the attention probabilities
+  PositionOptions positions;  // the position scheme and its settings
   InitOptions init;
+
+  // What the position scheme's parts read.
+  PositionShape position_shape() const { return {d_model, n_head, d_head, positions, init}; }
 };
 
 // Inputs computed once per segment and shared by every layer.
@@ -62,11 +53,7 @@ struct AttentionInputs {
   torch::Tensor blocked;     // bool [1, B or 1, Q, K], true = key hidden from the query
   torch::Tensor score_bias;  // optional: ops::score_bias(blocked), computed once per segment;
                              // derived from `blocked` by each layer when absent
-  torch::Tensor rel_pos;     // kRelative: R [K, d] encodings of relative_distances(K, clamp_len);
-                             // kShaw: int64 [K] the same distances clipped to max_rel_dist;
-                             // kRotary: cos, sin [2, K, D] of positions 0 .. K-1;
-                             // kAlibi: distances [Q, K] (ops::query_key_distances)
-  torch::Tensor u, v;        // kRelative without own_biases: the shared biases [H, D]
+  PositionInputs positions;  // the scheme's inputs for Q queries over K keys
 };
 
 // Keys and values of the memory carried from one segment to the next (evaluation, where the
@@ -83,13 +70,6 @@ struct KeyValueCache {
   torch::Tensor all;     // out: [2, H, B, K, D], keys and values of concat(memory, segment)
 };
 
-// AttentionInputs::rel_pos for Q queries over K keys: kRelative the sinusoids R [K, d] of the
-// distances K-1 .. 0 (clamped at clamp_len; -1 = no clamp), kShaw those distances clipped to
-// max_rel_dist, int64 [K]; kRotary the turns of positions 0 .. K-1 [2, K, D]; kAlibi each
-// query's distance to each key [Q, K], clamped at clamp_len; kAbsolute undefined.
-torch::Tensor relative_positions(const AttentionOptions& options, int64_t q_len, int64_t k_len,
-                                 int64_t clamp_len, torch::ScalarType dtype, torch::Device device);
-
 // What the queries of one decoding step see in a layer's buffer; one for every layer (the
 // decoder's bookkeeping).
 struct StepMask {
@@ -103,16 +83,11 @@ struct StepMask {
 // A layer's weights prepared for decoding, shared by every decoder of the model: copies
 // (prepare again after the weights change).
 struct AttentionStep {
-  ops::Projection qkv;        // [3 H D, d], the query rows scaled by 1/sqrt(D)
-  ops::Projection out;        // W_o
-  torch::Tensor table;        // [H, D, C] encodings of distances C-1 .. 0 (relative, Shaw), or
-                              // kRotary: cos, sin [2, C, D] of slots 0 .. C-1
-  torch::Tensor by_distance;  // [H, C, D] the encodings of distances 0 .. C-1 (relative, Shaw)
-  torch::Tensor slopes;       // kAlibi: [H, 1, 1, 1] the heads' slopes
-  int64_t clamp_len = -1;     // kAlibi: distances above it count as it (-1 = no clamp)
-  torch::Tensor u, v;         // kRelative: [H, 1, 1, D], scaled by 1/sqrt(D)
-  torch::Tensor zero_kv;      // [2, H, 1, 1, D] the key and value of a zero memory row, or
-                              // undefined (no zero memory)
+  ops::Projection qkv;     // [3 H D, d], the query rows scaled by 1/sqrt(D)
+  ops::Projection out;     // W_o
+  PositionStep positions;  // the scheme's tables for the C slots
+  torch::Tensor zero_kv;   // [2, H, 1, 1, D] the key and value of a zero memory row, or
+                           // undefined (no zero memory)
 };
 
 class MultiHeadAttentionImpl : public torch::nn::Module {
@@ -139,11 +114,11 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   torch::Tensor content_attention(const torch::Tensor& x, const torch::Tensor& rows,
                                   const torch::Tensor& visible) const;
 
-  // Decoding with buffers of C = capacity slots: encodings for every distance below C (clamped
-  // at clamp_len, -1 = no clamp), u and v (`shared_u`, `shared_v` [H, D] unless the layer has
-  // its own), and when `zero_row` [1, d] is defined the key and value of that memory row.
-  AttentionStep prepare_step(int64_t capacity, int64_t clamp_len, const torch::Tensor& shared_u,
-                             const torch::Tensor& shared_v, const torch::Tensor& zero_row);
+  // Decoding with buffers of C slots: the scheme's tables for `slots` (its inputs for one query
+  // over C keys, distances clamped at clamp_len, -1 = no clamp), and when `zero_row` [1, d] is
+  // defined the key and value of that memory row.
+  AttentionStep prepare_step(const PositionInputs& slots, int64_t clamp_len,
+                             const torch::Tensor& zero_row);
   // The step of q new tokens h [B, q, d] (normalised when pre_norm): writes their keys and
   // values into slots used .. used + q - 1 of kv [2, H, B, C, D] (and the zero memory's where
   // mask.zero_slots says), and returns their attention over slots 0 .. used + q - 1 as the
@@ -151,16 +126,14 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   torch::Tensor step(const AttentionStep& weights, const torch::Tensor& h, const torch::Tensor& kv,
                      int64_t used, const StepMask& mask);
   // Whether a step of one query per row reads StepMask::first (the fused kernel takes buffers
-  // like `like` and this position scheme) rather than a score bias.
+  // like `like` and what this position scheme offers) rather than a score bias.
   bool steps_by_first_slot(const torch::Tensor& like) const;
+  const PositionScheme& scheme() const { return *scheme_; }
   // Writes the zero memory's key and value into `slots` [2, H, B', n, D] (a view of a buffer).
   static void write_zero_memory(const AttentionStep& weights, const torch::Tensor& slots);
 
-  torch::nn::Linear qkv{nullptr};     // fused W_q, W_k, W_v: d -> 3 H D, no bias (paper code)
-  torch::nn::Linear out{nullptr};     // W_o: H D -> d, no bias
-  torch::nn::Linear r_net{nullptr};   // kRelative: W_R, d -> H D
-  LearnedPositions rel_key{nullptr};  // kShaw: [max_rel_dist + 1, H, D]
-  torch::Tensor u_bias, v_bias;       // kRelative with own_biases: [H, D]
+  torch::nn::Linear qkv{nullptr};  // fused W_q, W_k, W_v: d -> 3 H D, no bias (paper code)
+  torch::nn::Linear out{nullptr};  // W_o: H D -> d, no bias
   Dropout dropatt{nullptr};
 
  private:
@@ -174,31 +147,17 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   // Queries over the segment; keys and values over concat(memory, segment), from the cache's
   // memory rows when it has them, leaving every key row's keys and values in the cache.
   Heads project(const torch::Tensor& x, const torch::Tensor& memory, KeyValueCache* cache);
-  // Scaled scores [H, B, Q, K] before masking: content only for absolute positions, of the turned
-  // queries and keys for kRotary, content plus ALiBi's distance terms for kAlibi, content plus
-  // realigned position terms (with u and v for kRelative) otherwise.
-  torch::Tensor position_scores(const Heads& heads, const AttentionInputs& inputs);
-  // The position terms' encodings [H, D, K] of rel_pos (relative_positions): W_R R (kRelative)
-  // or Shaw's learned rows (kShaw).
-  torch::Tensor encodings(const torch::Tensor& rel_pos);
-  // q_content . k_j + q_position . r_j', queries [H, B, Q, D] (scaled), keys [H, B, K, D], r
-  // [H, D, K] the encodings of distances K-1 .. 0 (the last query's), realigned for the earlier
-  // queries (appendix B); r undefined: the content term alone (absolute positions).
-  static torch::Tensor relative_scores(const torch::Tensor& q_content,
-                                       const torch::Tensor& q_position, const torch::Tensor& keys,
-                                       const torch::Tensor& r);
   // softmax(scores + bias) over the keys, attention dropout, the values' weighted sum, heads
   // merged and W_o: scores [H, B, Q, K], bias broadcast to it, values [H, B, K, D] -> [B, Q, d].
   torch::Tensor mix(torch::Tensor scores, const torch::Tensor& bias, const torch::Tensor& values,
                     const ops::Projection& out_weight, torch::Tensor* probs);
-  // kAlibi: scores [H, B, Q, K] less each head's slope times the distances [Q, K].
-  static torch::Tensor add_alibi(torch::Tensor scores, const torch::Tensor& slopes,
-                                 const torch::Tensor& distances);
   // Zero memory: the step's slots that mask.zero_slots names get the zero memory's keys.
   static void write_zero_slots(const AttentionStep& weights, const torch::Tensor& kv, int64_t used,
                                const StepMask& mask);
 
   AttentionOptions options_;
+  const PositionScheme* scheme_;
+  std::unique_ptr<AttentionPositions> positions_;
 };
 TORCH_MODULE(MultiHeadAttention);
 

@@ -2,9 +2,8 @@
 // One decoder layer (docs/model.md section 5):
 //   post-norm (default):  a = LN(x + drop(attn(x, mem)));    out = LN(a + drop(ff(a)))
 //   pre-norm:             a = x + drop(attn(LN(x), LN(mem))); out = a + drop(ff(LN(a)))
-// With learned absolute positions (vanilla_learned, Al-Rfou et al. 2018) the layer adds its
-// own table's rows 0..K-1 to the keys concat(memory, segment) before attending, so positions
-// are counted within the attention window.
+// A position scheme with a layer's part (modules/position_scheme.h: learned absolute positions)
+// adds its positions to the layer's input and memory before attending.
 //
 // The decoding step runs the same residual formula (one function, `residual`) over the
 // attention's and the feed-forward's steps.
@@ -16,11 +15,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "txl/modules/attention.h"
 #include "txl/modules/dropout.h"
 #include "txl/modules/feed_forward.h"
-#include "txl/modules/positions.h"
+#include "txl/modules/position_scheme.h"
 
 namespace txl::modules {
 
@@ -29,7 +29,6 @@ struct DecoderLayerOptions {
   int64_t d_inner = 1024;
   double dropout = 0.1;  // residual dropout and feed-forward inner dropout
   bool pre_norm = false;
-  int64_t abs_positions = 0;  // > 0: learned absolute positions table of this many rows
   InitOptions init;
 };
 
@@ -44,8 +43,8 @@ class DecoderLayerImpl : public torch::nn::Module {
   explicit DecoderLayerImpl(const DecoderLayerOptions& options);
 
   // x [B, Q, d], memory [B, M, d] or undefined -> [B, Q, d]. `probs` and `cache` as in
-  // attention; a layer with learned absolute positions (pos_emb) adds them to the memory anew
-  // each segment, so it takes no cache (a cache on it is an error).
+  // attention; a scheme whose layer part adds positions to the memory anew each segment
+  // (PositionTraits::caches_memory_kv false) takes no cache (a cache on it is an error).
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& memory,
                         const AttentionInputs& inputs, torch::Tensor* probs = nullptr,
                         KeyValueCache* cache = nullptr);
@@ -65,14 +64,13 @@ class DecoderLayerImpl : public torch::nn::Module {
                                     const torch::Tensor& compressed_mask,
                                     const torch::Tensor& query_mask);
 
-  // Decoding with buffers of `capacity` slots (see MultiHeadAttentionImpl::prepare_step); with
+  // Decoding with buffers of C slots (see MultiHeadAttentionImpl::prepare_step); with
   // zero_memory, the key and value of the memory's zero rows as this layer sees them (after its
   // norm when pre_norm, as the forward normalises its memory).
-  DecoderLayerStep prepare_step(int64_t capacity, int64_t clamp_len, const torch::Tensor& shared_u,
-                                const torch::Tensor& shared_v, bool zero_memory);
+  DecoderLayerStep prepare_step(const PositionInputs& slots, int64_t clamp_len, bool zero_memory);
   // The step of q new tokens x [B, q, d] -> [B, q, d] over the layer's buffer kv [2, H, B, C, D]
   // with `used` slots filled (see MultiHeadAttentionImpl::step). `positions` int64 [B, q]: the
-  // tokens' absolute positions (learned absolute positions), else undefined.
+  // tokens' absolute positions (schemes with absolute positions), else undefined.
   torch::Tensor step(const DecoderLayerStep& weights, const torch::Tensor& x,
                      const torch::Tensor& kv, int64_t used, const StepMask& mask,
                      const torch::Tensor& positions);
@@ -80,7 +78,6 @@ class DecoderLayerImpl : public torch::nn::Module {
   MultiHeadAttention attn{nullptr};
   FeedForward ff{nullptr};
   torch::nn::LayerNorm attn_norm{nullptr}, ff_norm{nullptr};
-  LearnedPositions pos_emb{nullptr};  // vanilla_learned only: [abs_positions, d]
   Dropout drop{nullptr};
 
  private:
@@ -91,6 +88,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor residual(const torch::Tensor& h, const Block& attend, const Block& feed);
 
   DecoderLayerOptions options_;
+  std::unique_ptr<LayerPositions> positions_;  // the scheme's layer part, or none
 };
 TORCH_MODULE(DecoderLayer);
 
