@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "txl/modules/position_scheme.h"
 #include "txl/util/error.h"
 
 namespace txl::bench {
@@ -13,46 +15,53 @@ namespace txl::bench {
 namespace {
 
 struct Member {
-  const char* name;
-  const char* change;
+  std::string name;
+  std::string change;
   std::function<void(config::ExperimentConfig&)> apply;
 };
 
 const std::vector<Member>& members() {
   using config::AttnType;
-  static const std::vector<Member> kMembers = {
-      {"xl", "attn_type xl", [](auto& c) { c.model.attn_type = AttnType::kXl; }},
-      {"rel_no_memory", "attn_type xl, mem_len 0",
-       [](auto& c) {
-         c.model.attn_type = AttnType::kXl;
-         c.model.mem_len = 0;
-       }},
-      {"xl_bptt1", "attn_type xl, bptt_segments 1",
-       [](auto& c) {
-         c.model.attn_type = AttnType::kXl;
-         c.train.bptt_segments = 1;
-       }},
-      {"rope", "attn_type rope", [](auto& c) { c.model.attn_type = AttnType::kRope; }},
-      {"alibi", "attn_type alibi", [](auto& c) { c.model.attn_type = AttnType::kAlibi; }},
-      {"shaw", "attn_type shaw", [](auto& c) { c.model.attn_type = AttnType::kShaw; }},
-      // The same keys per query as xl: 3/4 of the memory kept, the rest compressed 4:1.
-      {"compressive", "attn_type xl, mem_len 3/4, cmem_len 1/4 of it, cmem_rate 4 (conv)",
-       [](auto& c) {
-         c.model.attn_type = AttnType::kXl;
-         c.model.cmem_len = c.model.mem_len / 4;
-         c.model.mem_len -= c.model.cmem_len;
-         c.model.cmem_rate = 4;
-         c.model.cmem_compress = config::Compression::kConv;
-       }},
-      // Recurrent memory tokens alone, trained through 2 segments as they must be.
-      {"rmt", "attn_type xl, mem_len 0, mem_tokens 8, bptt_segments 1",
-       [](auto& c) {
-         c.model.attn_type = AttnType::kXl;
-         c.model.mem_len = 0;
-         c.model.mem_tokens = 8;
-         c.train.bptt_segments = 1;
-       }},
-  };
+  static const std::vector<Member> kMembers = [] {
+    std::vector<Member> out = {
+        {"xl", "attn_type xl", [](auto& c) { c.model.attn_type = AttnType::kXl; }},
+        {"rel_no_memory", "attn_type xl, mem_len 0",
+         [](auto& c) {
+           c.model.attn_type = AttnType::kXl;
+           c.model.mem_len = 0;
+         }},
+        {"xl_bptt1", "attn_type xl, bptt_segments 1",
+         [](auto& c) {
+           c.model.attn_type = AttnType::kXl;
+           c.train.bptt_segments = 1;
+         }},
+    };
+    // Every other position scheme that carries memory, in the registry's order.
+    for (const auto* scheme : modules::position_schemes()) {
+      const std::string name(scheme->name());
+      const auto type = config::parse_enum<AttnType>(name);
+      if (!scheme->traits().carries_memory() || !type || *type == AttnType::kXl) continue;
+      out.push_back({name, "attn_type " + name, [t = *type](auto& c) { c.model.attn_type = t; }});
+    }
+    // The same keys per query as xl: 3/4 of the memory kept, the rest compressed 4:1.
+    out.push_back({"compressive",
+                   "attn_type xl, mem_len 3/4, cmem_len 1/4 of it, cmem_rate 4 (conv)",
+                   [](auto& c) {
+                     c.model.attn_type = AttnType::kXl;
+                     c.model.cmem_len = c.model.mem_len / 4;
+                     c.model.mem_len -= c.model.cmem_len;
+                     c.model.cmem_rate = 4;
+                     c.model.cmem_compress = config::Compression::kConv;
+                   }});
+    // Recurrent memory tokens alone, trained through 2 segments as they must be.
+    out.push_back({"rmt", "attn_type xl, mem_len 0, mem_tokens 8, bptt_segments 1", [](auto& c) {
+                     c.model.attn_type = AttnType::kXl;
+                     c.model.mem_len = 0;
+                     c.model.mem_tokens = 8;
+                     c.train.bptt_segments = 1;
+                   }});
+    return out;
+  }();
   return kMembers;
 }
 

@@ -159,6 +159,15 @@ void check_data(Checker& k, const ExperimentConfig& c) {
   k.at_least("data.synthetic.alphabet", syn.alphabet, 1);
 }
 
+// The attention types that carry memory, for messages: "xl, shaw, ...".
+std::string memory_attn_types() {
+  std::string names;
+  for (const auto& [type, name] : EnumNames<AttnType>::kNames) {
+    if (uses_relative_positions(type)) names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  return names;
+}
+
 // model.cmem_*: the compressed memory sits before a memory, which relative positions place.
 void check_compressive(Checker& k, const ExperimentConfig& c) {
   const ModelConfig& m = c.model;
@@ -172,8 +181,8 @@ void check_compressive(Checker& k, const ExperimentConfig& c) {
          "cmem_len " +
              text(m.cmem_len) + " with mem_len 0");
   k.rule(!uses_absolute_positions(m.attn_type), "model.cmem_len",
-         "compressive memory needs relative positions (xl, shaw, rope, alibi), got attn_type " +
-             to_string(m.attn_type));
+         "compressive memory needs relative positions (" + memory_attn_types() +
+             "), got attn_type " + to_string(m.attn_type));
 }
 
 // model.mem_tokens: read before the segment and written after it, so they need positions that
@@ -183,7 +192,7 @@ void check_memory_tokens(Checker& k, const ExperimentConfig& c) {
   k.at_least("model.mem_tokens", m.mem_tokens, 0);
   if (m.mem_tokens <= 0) return;
   k.rule(!uses_absolute_positions(m.attn_type), "model.mem_tokens",
-         "memory tokens need relative positions (xl, shaw, rope, alibi), got attn_type " +
+         "memory tokens need relative positions (" + memory_attn_types() + "), got attn_type " +
              to_string(m.attn_type));
   k.rule(c.train.bptt_segments >= 1, "model.mem_tokens",
          "memory tokens are written at a segment's end and learn only from the segments that "

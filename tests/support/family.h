@@ -7,17 +7,24 @@
 
 #include "txl/config/config.h"
 #include "txl/config/enums.h"
+#include "txl/modules/position_scheme.h"
 
 namespace txl::test {
 
-// The position schemes that carry Transformer-XL's memory: xl, shaw, rope, alibi. The model's
-// and the decoder's contract tests (causality, recurrence equals one pass, padding, the
-// stop-gradient, cached keys and values, decoding equals the forward) loop over this list, and
-// a test checks that every scheme with relative positions is on it: a new scheme meets them all.
+// The position schemes that carry Transformer-XL's memory, as the registry lists them
+// (modules/position_scheme.h). The model's and the decoder's contract tests (causality,
+// recurrence equals one pass, padding, the stop-gradient, cached keys and values, decoding
+// equals the forward) loop over this list: a new scheme meets them all.
 inline const std::vector<config::AttnType>& memory_attn_types() {
-  static const std::vector<config::AttnType> kTypes = {
-      config::AttnType::kXl, config::AttnType::kShaw, config::AttnType::kRope,
-      config::AttnType::kAlibi};
+  static const std::vector<config::AttnType> kTypes = [] {
+    std::vector<config::AttnType> out;
+    for (const auto* scheme : modules::position_schemes()) {
+      if (!scheme->traits().carries_memory()) continue;
+      const auto type = config::parse_enum<config::AttnType>(scheme->name());
+      if (type) out.push_back(*type);
+    }
+    return out;
+  }();
   return kTypes;
 }
 

@@ -327,8 +327,8 @@ constexpr bool uses_absolute_positions(AttnType type) {
   return type == AttnType::kVanilla || type == AttnType::kVanillaLearned;
 }
 
-// Relative positions (xl, shaw, rope, alibi): attention sees distances, so a memory of earlier
-// segments keeps its meaning; the attention types that carry memory.
+// Relative positions (every type but the absolute ones): attention sees distances, so a memory of
+// earlier segments keeps its meaning; the attention types that carry memory.
 constexpr bool uses_relative_positions(AttnType type) { return !uses_absolute_positions(type); }
 
 }  // namespace txl::config
