@@ -100,6 +100,8 @@ void add_model_fields(TableBuilder& t, ModelConfig& m) {
   t.add("model.untie_r", m.untie_r);
   t.add("model.max_rel_dist", m.max_rel_dist);
   t.add("model.max_positions", m.max_positions);
+  t.add_later("model.t5_buckets", m.t5_buckets);
+  t.add_later("model.t5_max_distance", m.t5_max_distance);
   t.add("model.allow_abs_with_memory", m.allow_abs_with_memory);
   t.add("model.cutoffs", m.cutoffs);
   t.add("model.div_val", m.div_val);

@@ -218,6 +218,10 @@ void check_model_shape(Checker& k, const ExperimentConfig& c) {
   k.rule(m.clamp_len != 0, "model.clamp_len", kClampZero);
   k.at_least("model.max_rel_dist", m.max_rel_dist, 1);
   k.at_least("model.max_positions", m.max_positions, 1);
+  k.at_least("model.t5_buckets", m.t5_buckets, 2);
+  k.rule(m.t5_max_distance > m.t5_buckets / 2, "model.t5_max_distance",
+         "must be above t5_buckets / 2 = " + text(m.t5_buckets / 2) +
+             " (the distances with a bucket each), got " + text(m.t5_max_distance));
   for (std::size_t i = 0; i < m.cutoffs.size(); ++i) {
     const std::string key = "model.cutoffs";
     k.rule(m.cutoffs[i] > 0, key, "entries must be > 0, got " + text(m.cutoffs[i]));

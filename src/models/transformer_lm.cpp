@@ -103,6 +103,8 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
   attention_.positions.own_biases = config.untie_r;
   attention_.positions.max_rel_dist = config.max_rel_dist;
   attention_.positions.max_positions = config.max_positions;
+  attention_.positions.t5_buckets = config.t5_buckets;
+  attention_.positions.t5_max_distance = config.t5_max_distance;
   attention_.init = init;
   positions_ = scheme_->for_model(*this, attention_.position_shape());
   layers = register_module("layers", torch::nn::ModuleList());

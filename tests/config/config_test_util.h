@@ -62,6 +62,8 @@ model:
   untie_r: true
   max_rel_dist: 32
   max_positions: 2048
+  t5_buckets: 16
+  t5_max_distance: 64
   allow_abs_with_memory: true
   cutoffs: [200, 400]
   div_val: 2

@@ -51,7 +51,7 @@ void expect_table(const std::vector<std::string>& spelled) {
 }
 
 TEST(EnumNames, EveryNameRoundTripsAndEachTableCoversItsEnum) {
-  expect_table<AttnType>({"xl", "shaw", "vanilla", "vanilla_learned", "rope", "alibi"});
+  expect_table<AttnType>({"xl", "shaw", "vanilla", "vanilla_learned", "rope", "alibi", "t5"});
   expect_table<Device>({"cpu", "cuda", "auto"});
   expect_table<Precision>({"fp32", "bf16"});
   expect_table<Optimizer>({"adam", "adamw", "sgd"});

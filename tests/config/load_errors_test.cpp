@@ -123,7 +123,7 @@ TEST(LoadExperiment, EnumErrorsListTheAllowedValues) {
             "x.yaml:1:16: eval.splits: item 2: 'dev' is not one of train | valid | test");
   EXPECT_EQ(load_error("", {"model.attn_type=transformer"}),
             "--set model.attn_type=transformer: model.attn_type: 'transformer' is not one of xl | "
-            "shaw | vanilla | vanilla_learned | rope | alibi");
+            "shaw | vanilla | vanilla_learned | rope | alibi | t5");
 }
 
 TEST(LoadExperiment, OutOfRangeValuesAreRejectedWhereTheyWereSet) {
@@ -184,6 +184,10 @@ TEST(LoadExperiment, OutOfRangeValuesAreRejectedWhereTheyWereSet) {
       {"model: {attn_type: rope}\neval: {clamp_len: 8}\n",
        "eval.clamp_len: attn_type rope has no distances to clamp; needs -1 (none) or -2 (the "
        "model's), got 8"},
+      {"model: {attn_type: t5, t5_buckets: 1}\n", "model.t5_buckets: must be >= 2, got 1"},
+      {"model: {attn_type: t5, t5_buckets: 32, t5_max_distance: 16}\n",
+       "model.t5_max_distance: must be above t5_buckets / 2 = 16 (the distances with a bucket "
+       "each), got 16"},
       {"data: {corpus: text}\n", "data.path: corpus 'text' needs the path"},
       {"train: {divergence_factor: -1}\n",
        "x.yaml:1:28: train.divergence_factor: must be >= 0.0, got -1.0"},

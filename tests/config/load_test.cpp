@@ -118,6 +118,8 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_TRUE(c.model.untie_r);
   EXPECT_EQ(c.model.max_rel_dist, 32);
   EXPECT_EQ(c.model.max_positions, 2048);
+  EXPECT_EQ(c.model.t5_buckets, 16);
+  EXPECT_EQ(c.model.t5_max_distance, 64);
   EXPECT_TRUE(c.model.allow_abs_with_memory);
   EXPECT_EQ(c.model.cutoffs, (std::vector<std::int64_t>{200, 400}));
   EXPECT_EQ(c.model.div_val, 2);

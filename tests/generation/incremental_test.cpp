@@ -90,6 +90,9 @@ TEST(IncrementalDecoder, EqualsTheModelsForwardTokenByToken) {
       {"alibi, clamp_len, adaptive softmax", AttnType::kAlibi, 7, false, 3, false, true},
       {"alibi, memory longer than the text", AttnType::kAlibi, 64},
       {"alibi, zero memory, pre_norm", AttnType::kAlibi, 4, false, -1, true, false, true},
+      {"t5", AttnType::kT5, 4},
+      {"t5, clamp_len, zero memory, pre_norm", AttnType::kT5, 9, false, 5, true, false, true},
+      {"t5, memory longer than the text", AttnType::kT5, 64},
   };
   const auto tokens = random_tokens(1, 31, 3);
   for (const auto& c : cases) {

@@ -35,7 +35,8 @@ const std::vector<Variant> kVariants = {{"xl", AttnType::kXl, 4},
                                         {"vanilla", AttnType::kVanilla, 0},
                                         {"vanilla_learned", AttnType::kVanillaLearned, 0},
                                         {"rope", AttnType::kRope, 4},
-                                        {"alibi", AttnType::kAlibi, 4}};
+                                        {"alibi", AttnType::kAlibi, 4},
+                                        {"t5", AttnType::kT5, 4}};
 
 // Test 1: changing token t never changes an output before t, and does change the output at t.
 TEST(TransformerLM, CausalForEveryVariant) {
@@ -256,7 +257,7 @@ TEST(TransformerLM, BadInputsAreClearErrors) {
   c.attn_type = static_cast<AttnType>(9);  // no enumerator: only a cast makes one
   TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab),
                         "model.attn_type: unknown value \"9\" (allowed: xl | shaw | vanilla | "
-                        "vanilla_learned | rope | alibi)");
+                        "vanilla_learned | rope | alibi | t5)");
   c = tiny(AttnType::kRope, 4);
   c.clamp_len = 3;
   TXL_EXPECT_THROW_WITH(TransformerLM(c, kVocab),

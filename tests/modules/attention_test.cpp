@@ -22,6 +22,9 @@ struct Setup {
   AttentionOptions options;
   MultiHeadAttention attn{nullptr};
   torch::Tensor u, v;
+  // The scheme's model part (t5's bias table) on a module of its own, in double.
+  std::shared_ptr<torch::nn::Module> model = std::make_shared<torch::nn::Module>();
+  std::shared_ptr<ModelPositions> model_part;
 };
 
 Setup make(const std::string& scheme, int64_t d = 6, int64_t heads = 2, int64_t d_head = 3) {
@@ -31,9 +34,15 @@ Setup make(const std::string& scheme, int64_t d = 6, int64_t heads = 2, int64_t 
   s.options.d_head = d_head;
   s.options.positions.scheme = scheme;
   s.options.positions.max_rel_dist = 3;
-  s.options.init.std = 0.5;  // large weights: sharp, position-sensitive attention
+  s.options.positions.t5_buckets = 8;        // distances 0-3 exact, 4-19 in 4 wider buckets
+  s.options.positions.t5_max_distance = 20;  // (no distance of the tests on a bucket's edge)
+  s.options.init.std = 0.5;                  // large weights: sharp, position-sensitive attention
   s.attn = MultiHeadAttention(s.options);
   s.attn->to(torch::kDouble);
+  if (scheme == "t5") {
+    s.model_part = position_scheme(scheme).for_model(*s.model, s.options.position_shape());
+    s.model->to(torch::kDouble);
+  }
   s.u = torch::randn({heads, d_head}, torch::kDouble);
   s.v = torch::randn({heads, d_head}, torch::kDouble);
   return s;
@@ -55,8 +64,18 @@ AttentionInputs inputs_for(const Setup& s, int64_t q_len, int64_t m_len, int64_t
     in.positions = position_scheme(s.options.positions.scheme)
                        .inputs(s.options.position_shape(), q_len, k_len, clamp_len, torch::kDouble,
                                torch::kCPU);
+    if (s.model_part) s.model_part->complete(in.positions, nullptr);
   }
   return in;
+}
+
+// T5's bucket of a distance n >= 0 (Raffel et al. 2020), in double: n below half the buckets,
+// then log(n / half) / log(max_distance / half) of the other half, capped at the last.
+int64_t t5_bucket(int64_t n, int64_t buckets, int64_t max_distance) {
+  const int64_t half = buckets / 2;
+  if (n < half) return n;
+  const double wider = std::log(double(n) / half) / std::log(double(max_distance) / half);
+  return std::min<int64_t>(buckets - 1, half + static_cast<int64_t>(wider * (buckets - half)));
 }
 
 // A parameter of the attention by name (the position scheme's are registered on it).
@@ -133,6 +152,11 @@ torch::Tensor naive_attention(Setup& s, const torch::Tensor& x, const torch::Ten
           }
           score = score / std::sqrt(double(D));
           if (s.options.positions.scheme == "alibi") score = score - alibi_slope(head, H) * dist;
+          if (s.options.positions.scheme == "t5") {
+            const auto& o = s.options.positions;
+            const auto table = *s.model->named_parameters().find("rel_bias");  // [buckets, H]
+            score = score + table[t5_bucket(dist, o.t5_buckets, o.t5_max_distance)][head];
+          }
           scores.push_back(score);
         }
         auto p = torch::softmax(torch::stack(scores), 0);  // [K]
@@ -193,6 +217,12 @@ TEST(Attention, AlibiEqualsPairByPairFormula) {
   check_against_naive("alibi", 4, 3, 2, true);  // distances clamped at 2
 }
 
+TEST(Attention, T5EqualsPairByPairFormula) {
+  check_against_naive("t5", 4, 0, -1, false);
+  check_against_naive("t5", 3, 7, -1, true, 3, 2);  // distances up to 9: the wider buckets
+  check_against_naive("t5", 4, 3, 2, true);         // distances clamped at 2
+}
+
 // A control that the pair-by-pair checks can fail: queries turned to their position in the
 // segment (i) instead of their place after the memory (M + i) give other outputs.
 TEST(Attention, RotaryQueriesSitAfterTheMemory) {
@@ -233,9 +263,9 @@ TEST(Attention, RotaryAndAlibiEqualPyPIsReferences) {
     std::string scheme;
     int64_t heads, d_head, q_len, m_len;
   };
-  for (const Case& c :
-       {Case{"rotary_a", "rope", 2, 4, 5, 3}, Case{"rotary_b", "rope", 3, 6, 4, 9},
-        Case{"alibi_a", "alibi", 4, 3, 5, 3}, Case{"alibi_b", "alibi", 3, 4, 4, 9}}) {
+  for (const Case& c : {Case{"rotary_a", "rope", 2, 4, 5, 3}, Case{"rotary_b", "rope", 3, 6, 4, 9},
+                        Case{"alibi_a", "alibi", 4, 3, 5, 3}, Case{"alibi_b", "alibi", 3, 4, 4, 9},
+                        Case{"t5_a", "t5", 2, 4, 5, 3}, Case{"t5_b", "t5", 3, 4, 4, 30}}) {
     torch::manual_seed(41 + c.m_len);
     auto s = make(c.scheme, 6, c.heads, c.d_head);
     auto x = torch::randn({2, c.q_len, 6}, torch::kDouble);
@@ -250,6 +280,10 @@ TEST(Attention, RotaryAndAlibiEqualPyPIsReferences) {
     dump.emplace_back(p + "keep", keep);
     dump.emplace_back(p + "n_head", torch::tensor(c.heads));
     dump.emplace_back(p + "d_head", torch::tensor(c.d_head));
+    if (c.scheme == "t5") {
+      dump.emplace_back(p + "rel_bias", *s.model->named_parameters().find("rel_bias"));
+      dump.emplace_back(p + "max_distance", torch::tensor(s.options.positions.t5_max_distance));
+    }
     dump.emplace_back(p + "y", s.attn(x, mem, inputs_for(s, c.q_len, c.m_len, -1, keep)));
   }
   txl::test::TempDir dir;
@@ -264,7 +298,7 @@ TEST(Attention, RotaryAndAlibiEqualPyPIsReferences) {
 // Test 8: finite differences in double precision through the fused projection, the u / v
 // biases, the relative shift and the masks.
 TEST(Attention, GradientMatchesFiniteDifferences) {
-  for (const std::string scheme : {"xl", "shaw", "rope", "alibi"}) {
+  for (const std::string scheme : {"xl", "shaw", "rope", "alibi", "t5"}) {
     torch::manual_seed(5);
     auto s = make(scheme, 4, 2, 2);
     auto x = torch::randn({2, 3, 4}, torch::dtype(torch::kDouble).requires_grad(true));
@@ -275,7 +309,11 @@ TEST(Attention, GradientMatchesFiniteDifferences) {
     in.positions.u = s.u.clone().requires_grad_(true);
     in.positions.v = s.v.clone().requires_grad_(true);
     auto weights = torch::randn({2, 3, 4}, torch::kDouble);
-    auto loss_fn = [&] { return (s.attn(x, mem, in) * weights).sum(); };
+    // t5's bias is made from the model's table each time, as each segment makes it.
+    auto loss_fn = [&] {
+      return (s.attn(x, mem, scheme == "t5" ? inputs_for(s, 3, 2, -1, key_mask) : in) * weights)
+          .sum();
+    };
 
     std::vector<torch::Tensor> checked{x};
     for (auto& p : s.attn->parameters()) checked.push_back(p);
@@ -283,6 +321,7 @@ TEST(Attention, GradientMatchesFiniteDifferences) {
       checked.push_back(in.positions.u);
       checked.push_back(in.positions.v);
     }
+    for (auto& p : s.model->parameters()) checked.push_back(p);  // t5's table
     for (auto& t : checked) {
       if (t.grad().defined()) t.grad().zero_();
     }

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""txl's rotary and ALiBi attention against the PyPI packages that define them, on the same
+"""txl's rotary, ALiBi and T5 attention against the PyPI packages that define them, on the same
 weights: rotary-embedding-torch's RotaryEmbedding (queries turned to the positions after the
-memory with its `offset`) and x-transformers' AlibiPositionalBias (its slopes, also for a head
-count that is not a power of two, and its query-key distances), with the rest of the attention
+memory with its `offset`), x-transformers' AlibiPositionalBias (its slopes, also for a head
+count that is not a power of two, and its query-key distances) and x-transformers'
+RelativePositionBias (T5's causal buckets and bias per head; its table is multiplied by sqrt(D)
+where txl's is not, so it is given txl's table divided by sqrt(D)), with the rest of the attention
 (projections, scale, masking, softmax, heads) written out here in a few lines; and, for the
 rotary cases, x-transformers' own Attention with its Transformer-XL memory (`mem`, `mem_mask`,
 its RotaryEmbedding over the positions -M .. Q-1 as its Decoder makes them), whole.
 
 usage: position_reference.py dump.safetensors   (written by the test
 Attention.RotaryAndAlibiEqualPyPIsReferences: per scheme its weights, inputs and txl's output, in
-double). Exit 0 when every case agrees (ALiBi
+double). Exit 0 when every case agrees (ALiBi and T5
 to 1e-10; rotary to 1e-6, because rotary-embedding-torch computes its frequencies in float32
 before they are made double) and the controls differ by more than 1e-3; 1 otherwise; 77 when a
 package is missing.
@@ -23,6 +25,7 @@ try:
     from safetensors.torch import load_file
     from x_transformers.x_transformers import AlibiPositionalBias
     from x_transformers.x_transformers import Attention as XAttention
+    from x_transformers.x_transformers import RelativePositionBias
     from x_transformers.x_transformers import RotaryEmbedding as XRotaryEmbedding
 except ImportError as e:
     print(f"skip: {e}")
@@ -69,6 +72,32 @@ def alibi_scores(n_head, d_head, reverse_heads=False):
     def scores(q, k, m_len):
         bias = alibi(q.size(-2), k.size(-2))  # [H, Q, K], queries the last Q of the keys
         return q @ k.transpose(-1, -2) / math.sqrt(d_head) + (bias.flip(0) if reverse_heads else bias)
+    return scores
+
+
+def t5_scores(d, prefix, queries_from_zero=False):
+    """T5's scores with x-transformers' RelativePositionBias holding txl's table; queries_from_zero:
+    the buckets of queries counted from the segment's start, not after the memory (the
+    control)."""
+    n_head, d_head = int(d[prefix + "n_head"]), int(d[prefix + "d_head"])
+    table = d[prefix + "rel_bias"]  # [buckets, H]
+    t5 = RelativePositionBias(scale=d_head ** 0.5, causal=True, heads=n_head,
+                              num_buckets=table.size(0),
+                              max_distance=int(d[prefix + "max_distance"])).double()
+    with torch.no_grad():
+        t5.relative_attention_bias.weight.copy_(table / math.sqrt(d_head))
+
+    def scores(q, k, m_len):
+        q_len, k_len = q.size(-2), k.size(-2)
+        if queries_from_zero:  # query i at position i instead of m_len + i
+            distance = torch.arange(k_len)[None, :] - torch.arange(q_len)[:, None]   # [Q, K]
+            buckets = t5._relative_position_bucket(distance, causal=True,
+                                                   num_buckets=t5.num_buckets,
+                                                   max_distance=t5.max_distance)
+            bias = t5.relative_attention_bias(buckets).permute(2, 0, 1) * t5.scale  # [H, Q, K]
+        else:
+            bias = t5(q_len, k_len)  # [H, Q, K], queries the last Q of the keys
+        return q @ k.transpose(-1, -2) / math.sqrt(d_head) + bias
     return scores
 
 
@@ -122,6 +151,14 @@ def main():
         control = worst(d, prefix, alibi_scores(n_head, d_head, reverse_heads=True))
         print(f"{prefix} x-transformers AlibiPositionalBias ({n_head} heads): max |txl - reference| = "
               f"{err:.3e}; slopes in reverse head order: {control:.3e}")
+        ok = ok and err <= ALIBI_TOLERANCE and control > CONTROL
+    for prefix in sorted({k.split(".")[0] + "." for k in d if k.startswith("t5")}):
+        err = worst(d, prefix, t5_scores(d, prefix))
+        # Control: the queries' distances counted from the segment's start, as if there were no
+        # memory before it, disagree.
+        control = worst(d, prefix, t5_scores(d, prefix, queries_from_zero=True))
+        print(f"{prefix} x-transformers RelativePositionBias: max |txl - reference| = {err:.3e}; "
+              f"queries counted from the segment's start: {control:.3e}")
         ok = ok and err <= ALIBI_TOLERANCE and control > CONTROL
     return 0 if ok else 1
 

@@ -28,13 +28,14 @@ TEST(PositionSchemes, TheRegistryListsModelAttnTypesNames) {
 }
 
 TEST(PositionSchemes, MessagesNameTheSchemesThatCarryMemory) {
-  EXPECT_EQ(memory_scheme_names(), "xl, shaw, rope, alibi");
+  EXPECT_EQ(memory_scheme_names(), "xl, shaw, rope, alibi, t5");
 }
 
 TEST(PositionSchemes, AnUnknownNameIsAnErrorListingTheNames) {
-  TXL_EXPECT_THROW_WITH(position_scheme("t5"),
-                        "model.attn_type: unknown value \"t5\" (allowed: xl | shaw | vanilla | "
-                        "vanilla_learned | rope | alibi)");
+  TXL_EXPECT_THROW_WITH(
+      position_scheme("transformer"),
+      "model.attn_type: unknown value \"transformer\" (allowed: xl | shaw | vanilla | "
+      "vanilla_learned | rope | alibi | t5)");
 }
 
 // What the fused decoding kernel reads is what the scheme offers: schemes that say fused_step
@@ -47,11 +48,12 @@ TEST(PositionSchemes, OnlySchemesTheKernelKnowsTakeTheFusedStep) {
     shape.d_head = 4;
     shape.options.scheme = std::string(scheme->name());
     shape.options.max_positions = 16;
-    torch::nn::Module owner;
-    auto part = scheme->for_attention(owner, shape);
+    // As the model prepares a decoder: the slots' inputs completed by the model's part.
+    torch::nn::Module model, attention;
+    const auto model_part = scheme->for_model(model, shape);
+    auto part = scheme->for_attention(attention, shape);
     auto slots = scheme->inputs(shape, 1, 6, -1, torch::kFloat, torch::kCPU);
-    slots.u = torch::randn({2, 4});
-    slots.v = torch::randn({2, 4});
+    if (model_part) model_part->complete(slots, nullptr);
     const auto step = part->prepare_step(slots, -1, 0.5);
     if (scheme->traits().fused_step) {
       // The kernel adds (q + v) . by_distance to (q + u) . k: nothing else may be needed.

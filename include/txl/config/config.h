@@ -67,7 +67,7 @@ struct DataConfig {
 
 // ---------------------------------------------------------------------------------- model
 struct ModelConfig {
-  AttnType attn_type = AttnType::kXl;  // xl | shaw | vanilla | vanilla_learned | rope | alibi
+  AttnType attn_type = AttnType::kXl;  // xl | shaw | vanilla | vanilla_learned | rope | alibi | t5
   int n_layer = 4;                     // decoder layers
   int d_model = 256;                   // model width d
   int n_head = 4;                      // heads H
@@ -86,6 +86,8 @@ struct ModelConfig {
   bool untie_r = false;                // u, v biases per layer instead of shared
   int max_rel_dist = 64;               // shaw: distances clipped to this
   int max_positions = 4096;            // vanilla_learned: absolute positions available
+  int t5_buckets = 32;                 // t5: distance buckets, each with a bias per head
+  int t5_max_distance = 128;           // t5: distances from it on share the last bucket
   bool allow_abs_with_memory = false;  // permit absolute positions with mem_len > 0 (warned)
   // Adaptive input / softmax (Baevski & Auli; Grave et al.). Empty cutoffs = plain softmax.
   std::vector<std::int64_t> cutoffs;       // vocabulary split points, e.g. [20000, 40000, 200000]

@@ -48,6 +48,7 @@ enum class AttnType {
   kVanillaLearned,  // absolute: a learned table of model.max_positions positions (Al-Rfou et al.)
   kRope,            // relative: queries and keys turned by their positions (Su et al., RoPE)
   kAlibi,           // relative: a slope per head times the distance (Press et al., ALiBi)
+  kT5,              // relative: a learned bias per head and distance bucket (Raffel et al., T5)
 };
 
 // run.device: where the model runs. The GPU index is the process's LOCAL_RANK, not a setting.
@@ -153,13 +154,14 @@ struct EnumNames<SentencePieceModel> {
 
 template <>
 struct EnumNames<AttnType> {
-  static constexpr std::array<std::pair<AttnType, const char*>, 6> kNames = {{
+  static constexpr std::array<std::pair<AttnType, const char*>, 7> kNames = {{
       {AttnType::kXl, "xl"},
       {AttnType::kShaw, "shaw"},
       {AttnType::kVanilla, "vanilla"},
       {AttnType::kVanillaLearned, "vanilla_learned"},
       {AttnType::kRope, "rope"},
       {AttnType::kAlibi, "alibi"},
+      {AttnType::kT5, "t5"},
   }};
 };
 

@@ -61,6 +61,8 @@ struct PositionOptions {
   bool own_biases = false;    // xl: every layer has its own u, v (model.untie_r)
   int64_t max_rel_dist = 64;  // shaw: distances clipped to this (model.max_rel_dist)
   int64_t max_positions = 0;  // vanilla_learned: rows of each layer's table (model.max_positions)
+  int64_t t5_buckets = 32;    // t5: distance buckets (model.t5_buckets)
+  int64_t t5_max_distance = 128;  // t5: distances from it on share the last bucket
 };
 
 // The sizes of the attention the positions serve, with the scheme's settings.

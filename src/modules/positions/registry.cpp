@@ -15,6 +15,7 @@ const PositionScheme& vanilla_positions();
 const PositionScheme& vanilla_learned_positions();
 const PositionScheme& rope_positions();
 const PositionScheme& alibi_positions();
+const PositionScheme& t5_positions();
 }  // namespace positions
 
 const std::vector<const PositionScheme*>& position_schemes() {
@@ -22,6 +23,7 @@ const std::vector<const PositionScheme*>& position_schemes() {
       &positions::xl_positions(),      &positions::shaw_positions(),
       &positions::vanilla_positions(), &positions::vanilla_learned_positions(),
       &positions::rope_positions(),    &positions::alibi_positions(),
+      &positions::t5_positions(),
   };
   return kSchemes;
 }
