@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "txl/models/memory_mechanism.h"
 #include "txl/modules/position_scheme.h"
 #include "txl/util/error.h"
 
@@ -37,10 +38,10 @@ const std::vector<Member>& members() {
          }},
     };
     // Every other position scheme that carries memory, in the registry's order.
-    for (const auto* scheme : modules::position_schemes()) {
+    for (const auto* scheme : modules::memory_schemes()) {
       const std::string name(scheme->name());
       const auto type = config::parse_enum<AttnType>(name);
-      if (!scheme->traits().carries_memory() || !type || *type == AttnType::kXl) continue;
+      if (!type || *type == AttnType::kXl) continue;
       out.push_back({name, "attn_type " + name, [t = *type](auto& c) { c.model.attn_type = t; }});
     }
     // The same keys per query as xl: 3/4 of the memory kept, the rest compressed 4:1.
@@ -87,10 +88,8 @@ std::vector<MemberCost> time_members(const config::ExperimentConfig& config, std
     cost.tokens_per_s = r.tokens_per_s;
     cost.us_per_token = 1e6 / r.tokens_per_s;
     cost.memory_mb = r.peak_rss_mb - r.rss_start_mb;
-    cost.state_bytes =
-        (static_cast<std::int64_t>(c.model.n_layer) * (c.model.mem_len + c.model.cmem_len) +
-         c.model.mem_tokens) *
-        c.model.d_model * static_cast<std::int64_t>(sizeof(float));
+    cost.state_bytes = models::memory_state_rows(c.model, c.model.mem_len) * c.model.d_model *
+                       static_cast<std::int64_t>(sizeof(float));
     cost.tokens_per_step = r.tokens_per_step;
     out.push_back(cost);
   }

@@ -23,10 +23,11 @@ std::string distance_edge_name(const std::vector<std::int64_t>& edges, size_t g)
 namespace {
 
 void check_request(const models::TransformerLM& model, const std::vector<std::int64_t>& edges) {
-  const auto& config = model->config();
-  TXL_CHECK(config.mem_tokens == 0 && config.cmem_len == 0,
-            "attention by distance needs keys at a distance: model.mem_tokens and model.cmem_len "
-            "must be 0");
+  for (const auto* mechanism : model->memory_mechanisms()) {
+    TXL_CHECK(mechanism->traits().keys_at_distance,
+              "attention by distance needs keys at a distance: not with ", mechanism->layout().what,
+              " (", mechanism->layout().setting, " must be 0)");
+  }
   TXL_CHECK(!edges.empty() && edges.front() == 0, "distance groups must start at 0");
   for (size_t g = 1; g < edges.size(); ++g)
     TXL_CHECK(edges[g] > edges[g - 1], "distance group edges must increase");

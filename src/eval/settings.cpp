@@ -47,19 +47,19 @@ Settings validation_settings(const config::ExperimentConfig& config, dist::Group
 
 models::Lookback segment_lookback(const Settings& settings, const models::TransformerLM& model) {
   const bool with_memory = settings.mode == Mode::kMemory && settings.mem_len > 0;
-  models::Lookback lookback;
+  models::Lookback lookback = model->default_lookback();  // the mechanisms' own settings
   lookback.mem_len = with_memory ? settings.mem_len : 0;
   lookback.clamp_len = settings.clamp_len;
   lookback.same_length = with_memory && settings.same_length;
   lookback.ext_len = with_memory ? settings.ext_len : 0;
   lookback.zero_memory = with_memory && settings.zero_memory;
   lookback.cache_kv = with_memory && settings.cache_kv && model->can_cache_kv();
-  lookback.cmem_len = with_memory ? model->config().cmem_len : 0;
   return lookback;
 }
 
 bool carries_memory(const Settings& settings, const models::TransformerLM& model) {
-  return settings.mode == Mode::kMemory && (settings.mem_len > 0 || model->config().mem_tokens > 0);
+  return settings.mode == Mode::kMemory &&
+         models::memory_state_rows(model->config(), settings.mem_len) > 0;
 }
 
 data::EvalStreamOptions eval_stream_options(const Settings& settings) {

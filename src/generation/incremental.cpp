@@ -18,8 +18,7 @@ DecoderWeights prepare_decoder(models::TransformerLM model, const DecodeOptions&
   DecoderWeights w;
   w.model = model;
   w.options = options;
-  const auto& c = model->config();
-  w.forward = c.mem_tokens > 0 || (c.cmem_len > 0 && options.mem_len > 0);
+  w.forward = !model->decodes_by_step(options.mem_len);
   if (w.forward) {  // the forward itself: no buffers, no prepared weights
     w.zero_memory = options.zero_memory && options.mem_len > 0;
     w.slots = torch::arange(0, torch::dtype(torch::kLong).device(model->crit->table(0).device()));
@@ -224,7 +223,6 @@ torch::Tensor IncrementalDecoder::forward_segment(const std::vector<int64_t>& to
   ctx.same_length = o.same_length;
   ctx.ext_len = 0;
   ctx.zero_memory = w_.zero_memory;
-  ctx.cmem_len = o.mem_len > 0 ? w_.model->config().cmem_len : 0;
   models::Inputs in;
   in.tokens = torch::tensor(tokens, torch::kLong).view({1, -1}).to(w_.slots.device());  // [1, n]
   auto out = w_.model->forward(in, memory, ctx);

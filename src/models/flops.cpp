@@ -1,5 +1,6 @@
 #include "txl/models/flops.h"
 
+#include "txl/models/memory_mechanism.h"
 #include "txl/modules/position_scheme.h"
 #include "txl/util/error.h"
 
@@ -10,13 +11,14 @@ FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab,
   TXL_CHECK(vocab > 0 && tgt_len > 0 && mem_len >= 0, "count_flops_per_token: needs vocab > 0, ",
             "tgt_len > 0, mem_len >= 0, got ", vocab, ", ", tgt_len, ", ", mem_len);
   const double d = c.d_model, hd = static_cast<double>(c.n_head) * c.d_head, f = c.d_inner;
-  // Compressive memory: its N rows are keys too, and a convolution compresses the rows leaving
-  // (a segment's worth at steady state: c rows of d into d per c tokens).
-  const double compressed = mem_len > 0 ? c.cmem_len : 0;
-  const double compress = compressed > 0 && c.cmem_compress == config::Compression::kConv
-                              ? 2.0 * c.d_model * c.d_model
-                              : 0.0;
-  const double q = static_cast<double>(tgt_len), k = q + mem_len + compressed;
+  // The keys and work the memory mechanisms add (compressive memory's rows and convolution).
+  double extra_keys = 0, mechanisms = 0;
+  for (const auto* mechanism : memory_mechanisms()) {
+    if (!mechanism->used_by(c)) continue;
+    extra_keys += static_cast<double>(mechanism->keys(c, mem_len));
+    mechanisms += mechanism->flops_per_token(c, mem_len);
+  }
+  const double q = static_cast<double>(tgt_len), k = q + mem_len + extra_keys;
   // Products of queries with a position encoding per key, as the scheme says (turning queries
   // and keys, or adding a bias, is no product).
   const auto traits = modules::position_scheme(config::to_string(c.attn_type)).traits();
@@ -30,7 +32,7 @@ FlopsPerToken count_flops_per_token(const config::ModelConfig& c, int64_t vocab,
                  + 2 * hd * k                      // weighted values
                  + 2 * hd * d                      // W_o
                  + 4 * d * f                       // feed-forward
-                 + compress;                       // compressive memory's convolution
+                 + mechanisms;                     // the memory mechanisms' own
   double output = 0;
   if (c.cutoffs.empty()) {
     output = 2 * d * vocab;

@@ -2,9 +2,44 @@
 
 #include <map>
 
+#include "txl/models/memory_mechanism.h"
 #include "txl/util/error.h"
 
 namespace txl::models {
+
+namespace {
+
+// Every layout of the registry with the part it names in `memory` (null where the memory has no
+// such part): the first, Transformer-XL's, is the memory of positions (Memory::layers,
+// Memory::key_mask).
+template <class M, class P>
+void for_each_part(M& memory, const P& visit) {
+  const auto& all = memory_mechanisms();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const PartLayout& layout = all[i]->layout();
+    if (i == 0) {
+      visit(layout, memory.layers, memory.key_mask);
+    } else if (auto found = memory.parts.find(layout.name); found != memory.parts.end()) {
+      visit(layout, found->second.layers, found->second.mask);
+    }
+  }
+}
+
+}  // namespace
+
+int64_t Memory::rows() const {
+  if (!layers.empty()) return layers.front().size(0);
+  for (const auto& [name, part] : parts) {
+    if (!part.layers.empty()) return part.rows();
+  }
+  return 0;
+}
+
+const MemoryPart& Memory::part(const std::string& name) const {
+  static const MemoryPart kNone;
+  const auto found = parts.find(name);
+  return found == parts.end() ? kNone : found->second;
+}
 
 torch::Tensor Memory::mask_or_ones() const {
   TXL_CHECK(!layers.empty(), "Memory::mask_or_ones: the memory holds no positions");
@@ -14,12 +49,12 @@ torch::Tensor Memory::mask_or_ones() const {
 }
 
 Memory Memory::detached() const {
-  Memory out;
-  for (const auto& layer : layers) out.layers.push_back(layer.detach());
-  out.key_mask = key_mask;
-  out.compressed = compressed;  // always detached (the compressor trains by its own loss)
-  out.compressed_mask = compressed_mask;
-  if (tokens.defined()) out.tokens = tokens.detach();
+  Memory out = *this;
+  out.kv.clear();
+  for (auto& t : out.layers) t = t.detach();
+  for (auto& [name, part] : out.parts) {
+    for (auto& t : part.layers) t = t.detach();
+  }
   return out;
 }
 
@@ -28,13 +63,78 @@ Memory Memory::narrow_rows(int64_t begin, int64_t count) const {
   if (empty()) return out;
   TXL_CHECK(begin >= 0 && count >= 0 && begin + count <= rows(), "Memory::narrow_rows: rows [",
             begin, ", ", begin + count, ") outside the memory's ", rows(), " rows");
-  for (const auto& t : layers) out.layers.push_back(t.narrow(0, begin, count));  // [count, M, d]
-  if (key_mask.defined()) out.key_mask = key_mask.narrow(0, begin, count);       // [count, M]
-  for (const auto& t : compressed) out.compressed.push_back(t.narrow(0, begin, count));
-  if (compressed_mask.defined()) out.compressed_mask = compressed_mask.narrow(0, begin, count);
-  if (tokens.defined()) out.tokens = tokens.narrow(0, begin, count);  // [count, m, d]
+  out = *this;
+  out.kv.clear();
+  const auto narrow = [&](std::vector<torch::Tensor>& tensors, torch::Tensor& mask) {
+    for (auto& t : tensors) t = t.narrow(0, begin, count);    // [count, n, d]
+    if (mask.defined()) mask = mask.narrow(0, begin, count);  // [count, n]
+  };
+  narrow(out.layers, out.key_mask);
+  for (auto& [name, part] : out.parts) narrow(part.layers, part.mask);
   return out;
 }
+
+namespace {
+
+// The pieces' part `index` of the registry, as (layers, mask) of each piece.
+std::vector<std::pair<const std::vector<torch::Tensor>*, const torch::Tensor*>> piece_parts(
+    const std::vector<Memory>& pieces, size_t index) {
+  std::vector<std::pair<const std::vector<torch::Tensor>*, const torch::Tensor*>> out;
+  static const std::vector<torch::Tensor> kNoLayers;
+  static const torch::Tensor kNoMask;
+  const std::string& name = memory_mechanisms()[index]->layout().name;
+  for (const auto& p : pieces) {
+    if (index == 0) {
+      out.emplace_back(&p.layers, &p.key_mask);
+    } else if (const auto found = p.parts.find(name); found != p.parts.end()) {
+      out.emplace_back(&found->second.layers, &found->second.mask);
+    } else {
+      out.emplace_back(&kNoLayers, &kNoMask);
+    }
+  }
+  return out;
+}
+
+// Joins one part of every piece; `layers` and `mask` receive it. The pieces must agree on the
+// number of tensors and their length.
+void join_part(const std::vector<
+                   std::pair<const std::vector<torch::Tensor>*, const torch::Tensor*>>& of_pieces,
+               const PartLayout& layout, std::vector<torch::Tensor>& layers, torch::Tensor& mask) {
+  const auto& first = *of_pieces.front().first;
+  const auto length = [](const std::vector<torch::Tensor>& t) {
+    return t.empty() ? int64_t{0} : t.front().size(1);
+  };
+  bool any_mask = false;
+  for (const auto& [tensors, piece_mask] : of_pieces) {
+    TXL_CHECK(tensors->size() == first.size() && length(*tensors) == length(first),
+              "Memory::join_rows: pieces whose ", layout.what, " is ", tensors->size(),
+              " layers x ", length(*tensors), " and ", first.size(), " x ", length(first),
+              " cannot be joined");
+    any_mask = any_mask || piece_mask->defined();
+  }
+  if (first.empty()) return;
+  for (size_t l = 0; l < first.size(); ++l) {
+    std::vector<torch::Tensor> rows;
+    for (const auto& piece : of_pieces) rows.push_back((*piece.first)[l]);
+    layers.push_back(torch::cat(rows, 0));  // [rows, n, d]
+  }
+  if (!any_mask) return;
+  for (const auto& piece : of_pieces) {
+    TXL_CHECK(piece.second->defined() || !layout.mask_required, "Memory::join_rows: a piece's ",
+              layout.what, " has no mask");
+  }
+  std::vector<torch::Tensor> masks;  // a piece without a mask: every row real
+  for (const auto& [tensors, piece_mask] : of_pieces) {
+    const auto& t = tensors->front();
+    masks.push_back(
+        piece_mask->defined()
+            ? *piece_mask
+            : torch::ones({t.size(0), t.size(1)}, torch::dtype(torch::kBool).device(t.device())));
+  }
+  mask = torch::cat(masks, 0);  // [rows, n]
+}
+
+}  // namespace
 
 Memory Memory::join_rows(const std::vector<Memory>& pieces) {
   Memory out;
@@ -43,48 +143,42 @@ Memory Memory::join_rows(const std::vector<Memory>& pieces) {
       TXL_CHECK(p.empty(), "Memory::join_rows: some pieces hold memory and others none");
     return out;
   }
-  const auto& first = pieces.front();
-  bool any_mask = false;
+  const auto& all = memory_mechanisms();
   for (const auto& p : pieces) {
-    TXL_CHECK(p.layers.size() == first.layers.size() && p.length() == first.length() &&
-                  p.compressed.size() == first.compressed.size() &&
-                  p.compressed_length() == first.compressed_length() &&
-                  p.tokens.defined() == first.tokens.defined(),
-              "Memory::join_rows: pieces of ", p.layers.size(), " layers x ", p.length(), " + ",
-              p.compressed_length(), " compressed positions and ", first.layers.size(), " x ",
-              first.length(), " + ", first.compressed_length(), " cannot be joined");
-    any_mask = any_mask || p.key_mask.defined();
+    for (const auto& [name, part] : p.parts) {
+      TXL_CHECK(pieces.front().has(name), "Memory::join_rows: pieces with and without the part '",
+                name, "' cannot be joined");
+    }
   }
-  // One tensor of every piece (`of` picks it), rows joined in order.
-  auto joined = [&](const auto& of) {
-    std::vector<torch::Tensor> rows;
-    for (const auto& p : pieces) rows.push_back(of(p));
-    return torch::cat(rows, 0);
-  };
-  for (size_t l = 0; l < first.layers.size(); ++l) {
-    out.layers.push_back(joined([l](const Memory& p) { return p.layers[l]; }));  // [rows, M, d]
+  for (size_t i = 0; i < all.size(); ++i) {
+    const PartLayout& layout = all[i]->layout();
+    std::vector<torch::Tensor> layers;
+    torch::Tensor mask;
+    join_part(piece_parts(pieces, i), layout, layers, mask);
+    if (i == 0) {
+      out.layers = std::move(layers);
+      out.key_mask = mask;
+    } else if (!layers.empty()) {
+      out.parts[layout.name] = MemoryPart{std::move(layers), mask};
+    }
   }
-  if (any_mask) out.key_mask = joined([](const Memory& p) { return p.mask_or_ones(); });
-  for (size_t l = 0; l < first.compressed.size(); ++l) {
-    out.compressed.push_back(joined([l](const Memory& p) { return p.compressed[l]; }));
-  }
-  if (!first.compressed.empty()) {
-    out.compressed_mask = joined([](const Memory& p) { return p.compressed_mask; });  // [rows, N]
-  }
-  if (first.tokens.defined()) out.tokens = joined([](const Memory& p) { return p.tokens; });
   return out;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Memory::to_tensors(
     const std::string& prefix) const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
-  for (size_t l = 0; l < layers.size(); ++l)
-    out.emplace_back(prefix + "layer." + std::to_string(l), layers[l]);                 // [B, M, d]
-  if (!empty() && key_mask.defined()) out.emplace_back(prefix + "key_mask", key_mask);  // [B, M]
-  for (size_t l = 0; l < compressed.size(); ++l)
-    out.emplace_back(prefix + "compressed." + std::to_string(l), compressed[l]);  // [B, N, d]
-  if (!compressed.empty()) out.emplace_back(prefix + "compressed_mask", compressed_mask);
-  if (tokens.defined()) out.emplace_back(prefix + "tokens", tokens);  // [B, m, d]
+  for_each_part(*this, [&](const PartLayout& layout, const std::vector<torch::Tensor>& tensors,
+                           const torch::Tensor& mask) {
+    if (tensors.empty()) return;
+    for (size_t l = 0; l < tensors.size(); ++l) {
+      out.emplace_back(prefix + layout.name + (layout.per_layer ? "." + std::to_string(l) : ""),
+                       tensors[l]);  // [B, n, d]
+    }
+    if (mask.defined() && !layout.mask_name.empty()) {
+      out.emplace_back(prefix + layout.mask_name, mask);  // [B, n]
+    }
+  });
   return out;
 }
 
@@ -100,34 +194,64 @@ int64_t layer_index(const std::string& name, const std::string& head) {
   return std::stoll(digits);
 }
 
-// The tensors of one family ("layer." or "compressed."), numbered 0..L-1 and of one floating
-// shape [B, length, d] (`length` names it in messages), each on `device`; `mask` (may be
-// undefined) bool [B, length].
-std::vector<torch::Tensor> checked_layers(const std::map<int64_t, torch::Tensor>& by_layer,
-                                          const torch::Tensor& mask, int64_t n_layer,
-                                          int64_t d_model, const torch::Device& device,
-                                          const std::string& origin, const std::string& what,
-                                          const char* length) {
-  TXL_CHECK(
-      static_cast<int64_t>(by_layer.size()) == n_layer && by_layer.rbegin()->first == n_layer - 1,
-      origin, ": the ", what, " has ", by_layer.size(), " layers (numbered up to ",
-      by_layer.rbegin()->first, ") but the model has ", n_layer);
-  const torch::Tensor& first = by_layer.begin()->second;
-  std::vector<torch::Tensor> out;
-  for (const auto& [l, t] : by_layer) {
-    TXL_CHECK(t.dim() == 3 && t.size(2) == d_model && t.sizes() == first.sizes() &&
-                  t.scalar_type() == first.scalar_type() && t.is_floating_point(),
-              origin, ": ", what, " layer ", l, " is ", t.scalar_type(), " ", t.sizes(),
-              "; expected one floating shape [B, ", length, ", ", d_model, "] for every layer");
-    out.push_back(t.to(device));  // [B, length, d]
+// One part as found under a prefix: its tensors by layer (by -1 for a part of the whole model)
+// and its mask.
+struct Found {
+  std::map<int64_t, torch::Tensor> by_layer;
+  torch::Tensor mask;
+};
+
+// The part's tensors, numbered 0..L-1 (or the one tensor of the whole model) and of one floating
+// shape [B, n, d], each on `device`, with the mask bool [B, n] checked.
+MemoryPart checked_part(const Found& found, const PartLayout& layout, int64_t n_layer,
+                        int64_t d_model, const torch::Device& device, const std::string& origin) {
+  const auto& by_layer = found.by_layer;
+  const std::string& what = layout.what;
+  if (layout.per_layer) {
+    TXL_CHECK(
+        static_cast<int64_t>(by_layer.size()) == n_layer && by_layer.rbegin()->first == n_layer - 1,
+        origin, ": the ", what, " has ", by_layer.size(), " layers (numbered up to ",
+        by_layer.rbegin()->first, ") but the model has ", n_layer);
   }
+  const torch::Tensor& first = by_layer.begin()->second;
+  MemoryPart out;
+  for (const auto& [l, t] : by_layer) {
+    TXL_CHECK(
+        t.dim() == 3 && t.size(2) == d_model && t.sizes() == first.sizes() &&
+            t.scalar_type() == first.scalar_type() && t.is_floating_point(),
+        origin, ": ",
+        layout.per_layer ? what + " layer " + std::to_string(l) + " is " : "the " + what + " are ",
+        t.scalar_type(), " ", t.sizes(), "; expected one floating shape [B, ", layout.length, ", ",
+        d_model, "]", layout.per_layer ? " for every layer" : "");
+    out.layers.push_back(t.to(device));  // [B, n, d]
+  }
+  const auto& mask = found.mask;
+  TXL_CHECK(mask.defined() || !layout.mask_required, origin, ": a ", what,
+            " needs both its layers and its mask");
   if (mask.defined()) {
     TXL_CHECK(mask.scalar_type() == torch::kBool && mask.dim() == 2 &&
                   mask.size(0) == first.size(0) && mask.size(1) == first.size(1),
               origin, ": the ", what, " key mask is ", mask.scalar_type(), " ", mask.sizes(),
               "; expected bool [", first.size(0), ", ", first.size(1), "]");
+    out.mask = mask.to(device);  // [B, n]
   }
   return out;
+}
+
+// Which part, and which of its tensors, `name` (after the prefix) is: (index in the registry,
+// layer or -1 for a part's single tensor, -2 for its mask), or (-1, 0) for none.
+std::pair<int, int64_t> part_of(const std::string& name) {
+  const auto& all = memory_mechanisms();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const PartLayout& layout = all[i]->layout();
+    if (!layout.mask_name.empty() && name == layout.mask_name) return {static_cast<int>(i), -2};
+    if (!layout.per_layer && name == layout.name) return {static_cast<int>(i), -1};
+    if (layout.per_layer) {
+      if (const int64_t l = layer_index(name, layout.name + "."); l >= 0)
+        return {static_cast<int>(i), l};
+    }
+  }
+  return {-1, 0};
 }
 
 }  // namespace
@@ -135,48 +259,38 @@ std::vector<torch::Tensor> checked_layers(const std::map<int64_t, torch::Tensor>
 Memory Memory::from_tensors(const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
                             const std::string& prefix, int64_t n_layer, int64_t d_model,
                             const torch::Device& device, const std::string& origin) {
-  std::map<int64_t, torch::Tensor> by_layer, by_compressed;
-  torch::Tensor mask, compressed_mask, tokens;
+  const auto& all = memory_mechanisms();
+  std::vector<Found> found(all.size());
   for (const auto& [name, t] : tensors) {
     if (name.rfind(prefix, 0) != 0) continue;
-    if (name == prefix + "tokens") {
-      tokens = t;
-    } else if (name == prefix + "key_mask") {
-      mask = t;
-    } else if (name == prefix + "compressed_mask") {
-      compressed_mask = t;
-    } else if (const int64_t l = layer_index(name, prefix + "layer."); l >= 0) {
-      by_layer[l] = t;
-    } else if (const int64_t c = layer_index(name, prefix + "compressed."); c >= 0) {
-      by_compressed[c] = t;
+    const auto [index, which] = part_of(name.substr(prefix.size()));
+    TXL_CHECK(index >= 0, origin, ": unexpected memory tensor '", name, "'");
+    if (which == -2) {
+      found[index].mask = t;
     } else {
-      TXL_FAIL(origin, ": unexpected memory tensor '", name, "'");
+      found[index].by_layer[which] = t;
     }
   }
   Memory out;
-  if (tokens.defined()) {
-    TXL_CHECK(tokens.dim() == 3 && tokens.size(2) == d_model && tokens.is_floating_point(), origin,
-              ": the memory tokens are ", tokens.scalar_type(), " ", tokens.sizes(),
-              "; expected a floating [B, m, ", d_model, "]");
-    out.tokens = tokens.to(device);  // [B, m, d]
+  for (size_t i = 0; i < all.size(); ++i) {
+    const PartLayout& layout = all[i]->layout();
+    if (found[i].by_layer.empty()) {
+      TXL_CHECK(!found[i].mask.defined(), origin, ": a ", layout.what,
+                " needs both its layers and its mask");
+      continue;
+    }
+    TXL_CHECK(!layout.needs_positions || !out.layers.empty(), origin, ": a ", layout.what,
+              " without memory layers");
+    MemoryPart part = checked_part(found[i], layout, n_layer, d_model, device, origin);
+    TXL_CHECK(out.empty() || part.rows() == out.rows(), origin, ": the ", layout.what, " has ",
+              part.rows(), " rows, the memory ", out.rows());
+    if (i == 0) {
+      out.layers = std::move(part.layers);
+      out.key_mask = part.mask;
+    } else {
+      out.parts[layout.name] = std::move(part);
+    }
   }
-  if (by_layer.empty()) {
-    TXL_CHECK(!mask.defined() && by_compressed.empty() && !compressed_mask.defined(), origin,
-              ": a memory key mask or compressed memory without memory layers");
-    return out;
-  }
-  out.layers = checked_layers(by_layer, mask, n_layer, d_model, device, origin, "memory", "M");
-  TXL_CHECK(!tokens.defined() || tokens.size(0) == out.rows(), origin, ": the memory tokens have ",
-            tokens.size(0), " rows, the memory ", out.rows());
-  if (mask.defined()) out.key_mask = mask.to(device);  // [B, M]
-  TXL_CHECK(by_compressed.empty() == !compressed_mask.defined(), origin,
-            ": a compressed memory needs both its layers and its mask");
-  if (by_compressed.empty()) return out;
-  out.compressed = checked_layers(by_compressed, compressed_mask, n_layer, d_model, device, origin,
-                                  "compressed memory", "N");
-  TXL_CHECK(out.compressed.front().size(0) == out.rows(), origin, ": the compressed memory has ",
-            out.compressed.front().size(0), " rows, the memory ", out.rows());
-  out.compressed_mask = compressed_mask.to(device);  // [B, N]
   return out;
 }
 

@@ -76,7 +76,7 @@ models::Memory gather_memory(dist::Group& group, const models::Memory& mine) {
     gathered.emplace_back(name, group.all_gather_rows(t.to(torch::kCPU, carrier))
                                     .to(t.device(), t.scalar_type()));  // [all rows, ...]
   }
-  const auto& any = mine.layers.empty() ? mine.tokens : mine.layers.front();  // [rows, ., d]
+  const auto any = mine.to_tensors("").front().second;  // [rows, n, d]: the first part's
   return models::Memory::from_tensors(gathered, "", static_cast<int64_t>(mine.layers.size()),
                                       any.size(2), any.device(), "the ranks' memory");
 }

@@ -419,10 +419,8 @@ TEST(Bench, MembersEachTrainAtTheExperimentsSizes) {
   const auto costs = time_members(tiny(), kVocab, phase);
   // xl, rel_no_memory, xl_bptt1, every other scheme that carries memory, compressive, rmt.
   std::vector<std::string> schemes;
-  for (const auto* scheme : modules::position_schemes()) {
-    if (scheme->traits().carries_memory() && scheme->name() != "xl") {
-      schemes.emplace_back(scheme->name());
-    }
+  for (const auto* scheme : modules::memory_schemes()) {
+    if (scheme->name() != "xl") schemes.emplace_back(scheme->name());
   }
   ASSERT_EQ(costs.size(), 5 + schemes.size());
   EXPECT_EQ(costs[0].name, "xl");

@@ -138,7 +138,12 @@ TEST(AttentionByDistance, RefusesWhatHasNoDistance) {
   config.model.mem_tokens = 2;
   txl::models::TransformerLM tokens(config.model, 30);
   TXL_EXPECT_THROW_WITH(attention_by_distance(tokens, text, memory_settings(2), {0, 1}),
-                        "model.mem_tokens and model.cmem_len must be 0");
+                        "not with memory tokens (model.mem_tokens must be 0)");
+  config.model.mem_tokens = 0;
+  config.model.cmem_len = 4;
+  txl::models::TransformerLM compressive(config.model, 30);
+  TXL_EXPECT_THROW_WITH(attention_by_distance(compressive, text, memory_settings(2), {0, 1}),
+                        "not with compressed memory (model.cmem_len must be 0)");
   EXPECT_EQ(distance_edge_name(default_distance_edges(), 2), "2-3");
   EXPECT_EQ(distance_edge_name(default_distance_edges(), 1), "1");
   EXPECT_EQ(distance_edge_name(default_distance_edges(), default_distance_edges().size() - 1),

@@ -25,6 +25,9 @@ using config::Compression;
 using txl::test::tensor_equal;
 using txl::test::tensor_near;
 
+// The compressed memory's part of a memory (models/memory/compressive.cpp); empty when absent.
+const MemoryPart& compressed_of(const Memory& memory) { return memory.part("compressed"); }
+
 constexpr int64_t kVocab = 11, kSeg = 4;
 
 // mem_len 4, segments of 4, groups of 2, 3 compressed rows: the second segment compresses the
@@ -83,8 +86,7 @@ Pass read(TransformerLM& model, const torch::Tensor& tokens, int64_t segments) {
 
 // `memory` with its compressed rows removed.
 Memory without_compressed(Memory memory) {
-  memory.compressed.clear();
-  memory.compressed_mask = torch::Tensor();
+  memory.parts.erase("compressed");
   return memory;
 }
 
@@ -136,9 +138,10 @@ TEST(Compressor, PoolsTheRealRowsOfEachGroupAndTheConvolutionStartsAsTheirMean) 
 // inputs that left the memory, oldest first: segment 2 compresses segment 1's memory, segment 3
 // adds segment 2's and keeps the last 3 rows, and so on.
 ::testing::AssertionResult written_from_what_left(const Pass& p) {
-  if (!p.outs[0].memory.compressed.empty()) return ::testing::AssertionFailure() << "written early";
+  if (!compressed_of(p.outs[0].memory).layers.empty())
+    return ::testing::AssertionFailure() << "written early";
   for (int s = 1; s < 4; ++s) {
-    if (p.outs[s].memory.compressed.size() != 2)
+    if (compressed_of(p.outs[s].memory).layers.size() != 2)
       return ::testing::AssertionFailure() << "segment " << s + 1 << ": no compressed memory";
   }
   for (int l = 0; l < 2; ++l) {
@@ -149,7 +152,8 @@ TEST(Compressor, PoolsTheRealRowsOfEachGroupAndTheConvolutionStartsAsTheirMean) 
                                                  torch::cat({first.narrow(1, 1, 1), second}, 1),
                                                  torch::cat({second.narrow(1, 1, 1), third}, 1)};
     for (int s = 1; s < 4; ++s) {
-      auto r = tensor_near(p.outs[s].memory.compressed[l], expected[s - 1], 1e-12, 1e-12);
+      auto r =
+          tensor_near(compressed_of(p.outs[s].memory).layers[l], expected[s - 1], 1e-12, 1e-12);
       if (!r) return r << " (segment " << s + 1 << ", layer " << l << ")";
     }
   }
@@ -164,16 +168,18 @@ TEST(CompressiveMemory, CompressedRowsAreTheRowsThatLeftTheMemory) {
   auto model = make(tiny(AttnType::kXl, Compression::kMean));
   auto p = read(model, tokens_of(2, 4, 5), 4);
   EXPECT_TRUE(written_from_what_left(p));
-  EXPECT_TRUE(tensor_equal(p.outs[3].memory.compressed_mask, torch::ones({2, 3}, torch::kBool)));
+  EXPECT_TRUE(
+      tensor_equal(compressed_of(p.outs[3].memory).mask, torch::ones({2, 3}, torch::kBool)));
   EXPECT_EQ(p.outs[3].memory.length(), 4);
   Pass never = p;
   for (auto& out : never.outs) {
-    for (auto& rows : out.memory.compressed) rows = torch::zeros_like(rows);
+    if (!out.memory.has("compressed")) continue;
+    for (auto& rows : out.memory.parts.at("compressed").layers) rows = torch::zeros_like(rows);
   }
   EXPECT_FALSE(written_from_what_left(never));
   Pass stayed = p;
   for (int l = 0; l < 2; ++l) {
-    stayed.outs[1].memory.compressed[l] = pooled(p.outs[1].memory.layers[l], 2);
+    stayed.outs[1].memory.parts.at("compressed").layers[l] = pooled(p.outs[1].memory.layers[l], 2);
   }
   EXPECT_FALSE(written_from_what_left(stayed));
 }
@@ -193,16 +199,16 @@ TEST(CompressiveMemory, RowsLeaveFromTheSegmentWhenTheMemoryIsShorter) {
   Inputs in;
   in.tokens = tokens.narrow(1, 0, kSeg);
   auto all = model->forward(in, {}, ctx).memory;
-  ASSERT_EQ(first.memory.compressed.size(), 2u);
+  ASSERT_EQ(compressed_of(first.memory).layers.size(), 2u);
   for (int l = 0; l < 2; ++l) {
     EXPECT_TRUE(tensor_near(first.memory.layers[l], all.layers[l].narrow(1, 2, 2), 1e-12, 1e-12));
-    EXPECT_TRUE(tensor_near(first.memory.compressed[l], pooled(all.layers[l].narrow(1, 0, 2), 2),
-                            1e-12, 1e-12));
+    EXPECT_TRUE(tensor_near(compressed_of(first.memory).layers[l],
+                            pooled(all.layers[l].narrow(1, 0, 2), 2), 1e-12, 1e-12));
   }
   // The next segment: the memory's 2 rows and the segment's first 2 leave, 2 compressed rows
   // more; 3 kept.
   auto second = run(model, tokens.narrow(1, kSeg, kSeg), first.memory);
-  EXPECT_EQ(second.memory.compressed_length(), 3);
+  EXPECT_EQ(compressed_of(second.memory).length(), 3);
   EXPECT_EQ(second.memory.length(), 2);
 }
 
@@ -215,15 +221,15 @@ TEST(CompressiveMemory, AttentionReadsTheCompressedRowsTheMaskAllows) {
     auto model = make(tiny(member.attn_type, member.compress));
     auto tokens = tokens_of(2, 4, 6);
     auto memory = read(model, tokens, 3).outs.back().memory;
-    ASSERT_EQ(memory.compressed_length(), 3);
-    ASSERT_EQ(memory.compressed.size(), 2u);
+    ASSERT_EQ(compressed_of(memory).length(), 3);
+    ASSERT_EQ(compressed_of(memory).layers.size(), 2u);
     auto next = tokens.narrow(1, 3 * kSeg, kSeg);
     auto with = run(model, next, memory);
     const Memory without = without_compressed(memory);
     auto plain = run(model, next, without);
     EXPECT_GT((with.logits - plain.logits).abs().max().item<double>(), 1e-4);
     Memory hidden = memory;
-    hidden.compressed_mask = torch::zeros_like(memory.compressed_mask);
+    hidden.parts.at("compressed").mask = torch::zeros_like(compressed_of(memory).mask);
     EXPECT_TRUE(tensor_near(run(model, next, hidden).logits, plain.logits, 1e-12, 1e-12));
   }
 }
@@ -241,8 +247,8 @@ TEST(CompressiveMemory, ResetForgetsTheCompressedMemoryOfThatRowOnly) {
   auto kept = run(model, next, memory);
   EXPECT_TRUE(tensor_near(out.logits[0], fresh.logits[0], 1e-10, 1e-10));
   EXPECT_TRUE(tensor_near(out.logits[1], kept.logits[1], 1e-10, 1e-10));
-  EXPECT_TRUE(tensor_equal(out.memory.compressed_mask[0], torch::zeros({3}, torch::kBool)));
-  EXPECT_TRUE(tensor_equal(out.memory.compressed_mask[1], torch::ones({3}, torch::kBool)));
+  EXPECT_TRUE(tensor_equal(compressed_of(out.memory).mask[0], torch::zeros({3}, torch::kBool)));
+  EXPECT_TRUE(tensor_equal(compressed_of(out.memory).mask[1], torch::ones({3}, torch::kBool)));
 }
 
 // The compressors' parameters, or (compressors = false) every other one.
@@ -276,7 +282,7 @@ TEST(CompressiveMemory, GradientsStopWhereDeclared) {
     model->train();
     auto tokens = tokens_of(2, 3, 10);
     const auto out = read(model, tokens, 3).outs.back();
-    for (const auto& t : out.memory.compressed) EXPECT_FALSE(t.requires_grad());
+    for (const auto& t : compressed_of(out.memory).layers) EXPECT_FALSE(t.requires_grad());
     ASSERT_TRUE(out.aux_loss.defined());
     EXPECT_GT(out.aux_loss.item<double>(), 0.0);
     const auto compressors = compressor_parameters(model);
@@ -317,12 +323,13 @@ TEST(CompressiveMemory, NamedTensorsAndRowOperationsKeepTheCompressedMemory) {
   auto memory = read(model, tokens_of(4, 3, 12), 3).outs.back().memory;
   auto tensors = memory.to_tensors("memory.");
   auto back = Memory::from_tensors(tensors, "memory.", 2, 8, torch::kCPU, "test");
-  ASSERT_EQ(back.compressed.size(), 2u);
-  for (int l = 0; l < 2; ++l) EXPECT_TRUE(tensor_equal(back.compressed[l], memory.compressed[l]));
-  EXPECT_TRUE(tensor_equal(back.compressed_mask, memory.compressed_mask));
+  ASSERT_EQ(compressed_of(back).layers.size(), 2u);
+  for (int l = 0; l < 2; ++l)
+    EXPECT_TRUE(tensor_equal(compressed_of(back).layers[l], compressed_of(memory).layers[l]));
+  EXPECT_TRUE(tensor_equal(compressed_of(back).mask, compressed_of(memory).mask));
   auto joined = Memory::join_rows({memory.narrow_rows(0, 1), memory.narrow_rows(1, 3)});
-  EXPECT_TRUE(tensor_equal(joined.compressed[1], memory.compressed[1]));
-  EXPECT_TRUE(tensor_equal(joined.compressed_mask, memory.compressed_mask));
+  EXPECT_TRUE(tensor_equal(compressed_of(joined).layers[1], compressed_of(memory).layers[1]));
+  EXPECT_TRUE(tensor_equal(compressed_of(joined).mask, compressed_of(memory).mask));
   // A compressed memory without its mask, or with a missing layer, is refused by name.
   std::vector<std::pair<std::string, torch::Tensor>> no_mask;
   for (const auto& [name, t] : tensors) {
@@ -418,4 +425,24 @@ TEST(CompressiveMemory, CompressionAndReconstructionEqualPyPIsReference) {
 }
 
 }  // namespace
+// What the rest of txl reads of the mechanism: no cached keys and values, decoding by the
+// forward while there is a memory to compress; a compressed memory handed to a model without
+// compressive memory is refused, naming the setting that would give it one.
+TEST(CompressiveMemory, TheModelSaysWhatItsMechanismsAllow) {
+  torch::NoGradGuard no_grad;
+  auto model = make(tiny(AttnType::kXl, Compression::kMean));
+  EXPECT_FALSE(model->can_cache_kv());
+  EXPECT_TRUE(model->decodes_by_step(0));
+  EXPECT_FALSE(model->decodes_by_step(4));
+  auto plain = make(txl::test::tiny_model_config(AttnType::kXl, kSeg, kSeg));
+  EXPECT_TRUE(plain->can_cache_kv());
+  EXPECT_TRUE(plain->decodes_by_step(4));
+  auto memory = read(model, tokens_of(2, 3, 5), 3).outs.back().memory;
+  ASSERT_GT(compressed_of(memory).length(), 0);
+  Inputs in;
+  in.tokens = tokens_of(2, 1, 6);
+  TXL_EXPECT_THROW_WITH(plain->forward(in, memory, plain->default_lookback()),
+                        "holds compressed memory but the model has model.cmem_len 0");
+}
+
 }  // namespace txl::models

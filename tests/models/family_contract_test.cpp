@@ -89,13 +89,16 @@ double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return ::testing::AssertionFailure() << "the third segment ignores the second (" << d << ")";
 }
 
-// The tensors of a memory that may hold a graph: the memory positions and the memory tokens
-// (the compressed rows are always detached).
+// The tensors of a memory that hold a graph: of the memory positions and of every other part
+// (memory tokens; the compressed rows are always detached).
 std::vector<torch::Tensor> state_of(const Memory& m) {
   std::vector<torch::Tensor> out;
   for (const auto& t : m.layers)
     if (t.requires_grad()) out.push_back(t);
-  if (m.tokens.defined() && m.tokens.requires_grad()) out.push_back(m.tokens);
+  for (const auto& [name, part] : m.parts) {
+    for (const auto& t : part.layers)
+      if (t.requires_grad()) out.push_back(t);
+  }
   return out;
 }
 

@@ -1,7 +1,10 @@
 // models::Memory's row operations and named-tensor form, which checkpoints carry.
 #include "txl/models/memory.h"
 
+#include <set>
+
 #include "support/test_support.h"
+#include "txl/models/memory_mechanism.h"
 
 namespace {
 
@@ -78,6 +81,105 @@ TEST(Memory, NamedTensorsThatDoNotFitTheModelAreRefused) {
   stray.emplace_back("memory/bogus", torch::zeros({1}));
   TXL_EXPECT_THROW_WITH(Memory::from_tensors(stray, "memory/", 2, 3, torch::kCPU, "ckpt"),
                         "memory/bogus");
+}
+
+// A memory of every registered part: positions with a mask, a compressed memory with its mask,
+// memory tokens (one tensor of the model).
+Memory with_parts() {
+  Memory m = sample(true);                                                      // [6, 5, 3] x 2
+  m.parts["compressed"] = {{torch::randn({6, 2, 3}), torch::randn({6, 2, 3})},  // [B, N, d]
+                           torch::rand({6, 2}) > 0.5};                          // [B, N]
+  m.parts["tokens"] = {{torch::randn({6, 4, 3})}, {}};                          // [B, m, d]
+  return m;
+}
+
+void expect_same_parts(const Memory& a, const Memory& b) {
+  ASSERT_EQ(a.layers.empty(), b.layers.empty());
+  if (!a.layers.empty()) expect_same(a, b);
+  ASSERT_EQ(a.parts.size(), b.parts.size());
+  for (const auto& [name, part] : a.parts) {
+    const auto& other = b.part(name);
+    ASSERT_EQ(part.layers.size(), other.layers.size()) << name;
+    for (size_t l = 0; l < part.layers.size(); ++l)
+      EXPECT_TRUE(txl::test::tensor_equal(part.layers[l], other.layers[l])) << name << " " << l;
+    ASSERT_EQ(part.mask.defined(), other.mask.defined()) << name;
+    if (part.mask.defined()) {
+      EXPECT_TRUE(txl::test::tensor_equal(part.mask, other.mask)) << name;
+    }
+  }
+}
+
+// Rows, joins, detaching and named tensors are written once over the parts: each part keeps its
+// checkpoint names (those of checkpoints written before the parts existed).
+TEST(Memory, EveryPartSplitsJoinsDetachesAndRoundTrips) {
+  const Memory m = with_parts();
+  std::vector<std::string> names;
+  for (const auto& [name, t] : m.to_tensors("memory/")) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"memory/layer.0", "memory/layer.1", "memory/key_mask",
+                                             "memory/compressed.0", "memory/compressed.1",
+                                             "memory/compressed_mask", "memory/tokens"}));
+  expect_same_parts(
+      Memory::from_tensors(m.to_tensors("memory/"), "memory/", 2, 3, torch::kCPU, "t"), m);
+  const Memory joined = Memory::join_rows({m.narrow_rows(0, 1), m.narrow_rows(1, 5)});
+  expect_same_parts(joined, m);
+  EXPECT_EQ(m.narrow_rows(2, 3).part("tokens").rows(), 3);
+  EXPECT_TRUE(txl::test::tensor_equal(m.narrow_rows(2, 3).part("compressed").mask,
+                                      m.part("compressed").mask.narrow(0, 2, 3)));
+  // Detaching cuts every part from the graph.
+  Memory grad = m;
+  grad.parts["tokens"].layers[0] = grad.part("tokens").layers[0].clone().requires_grad_(true);
+  grad.layers[0] = grad.layers[0].clone().requires_grad_(true);
+  const Memory cut = grad.detached();
+  EXPECT_FALSE(cut.layers[0].requires_grad());
+  EXPECT_FALSE(cut.part("tokens").layers[0].requires_grad());
+  EXPECT_TRUE(grad.part("tokens").layers[0].requires_grad());
+  // Memory tokens alone (no memory positions) are a memory too.
+  Memory tokens_only;
+  tokens_only.parts["tokens"] = m.part("tokens");
+  EXPECT_FALSE(tokens_only.empty());
+  EXPECT_EQ(tokens_only.rows(), 6);
+  expect_same_parts(
+      Memory::join_rows({tokens_only.narrow_rows(0, 4), tokens_only.narrow_rows(4, 2)}),
+      tokens_only);
+}
+
+TEST(Memory, PiecesOrTensorsWhosePartsDisagreeAreRefused) {
+  const Memory m = with_parts();
+  Memory without_tokens = m.narrow_rows(3, 3);
+  without_tokens.parts.erase("tokens");
+  TXL_EXPECT_THROW_WITH(Memory::join_rows({m.narrow_rows(0, 3), without_tokens}),
+                        "memory tokens is 0 layers");
+  TXL_EXPECT_THROW_WITH(Memory::join_rows({without_tokens, m.narrow_rows(0, 3)}),
+                        "with and without the part 'tokens'");
+  auto named = m.to_tensors("memory/");
+  // A compressed memory needs the memory it was compressed from, and rows of the same batch.
+  std::vector<std::pair<std::string, torch::Tensor>> no_positions;
+  for (const auto& [name, t] : named) {
+    if (name.rfind("memory/layer.", 0) != 0 && name != "memory/key_mask")
+      no_positions.emplace_back(name, t);
+  }
+  TXL_EXPECT_THROW_WITH(Memory::from_tensors(no_positions, "memory/", 2, 3, torch::kCPU, "ckpt"),
+                        "ckpt: a compressed memory without memory layers");
+  auto other_rows = named;
+  other_rows.back().second = torch::zeros({5, 4, 3});  // the tokens of 5 rows, the memory's 6
+  TXL_EXPECT_THROW_WITH(Memory::from_tensors(other_rows, "memory/", 2, 3, torch::kCPU, "ckpt"),
+                        "ckpt: the memory tokens has 5 rows, the memory 6");
+}
+
+// The registry: Transformer-XL's memory of positions first, every part under names of its own.
+TEST(Memory, EveryMechanismOfTheRegistryHasNamesOfItsOwn) {
+  const auto& all = txl::models::memory_mechanisms();
+  ASSERT_GE(all.size(), 3u);
+  EXPECT_EQ(all.front()->layout().name, "layer");
+  std::set<std::string> names, stems;
+  for (const auto* m : all) {
+    EXPECT_TRUE(names.insert(std::string(m->name())).second) << m->name();
+    EXPECT_TRUE(stems.insert(m->layout().name).second) << m->layout().name;
+    if (!m->layout().mask_name.empty()) {
+      EXPECT_TRUE(stems.insert(m->layout().mask_name).second) << m->layout().mask_name;
+    }
+    EXPECT_FALSE(m->layout().setting.empty()) << m->name();
+  }
 }
 
 }  // namespace

@@ -23,6 +23,12 @@ using config::AttnType;
 using txl::test::tensor_equal;
 using txl::test::tensor_near;
 
+// The memory tokens of a memory (models/memory/memory_tokens.cpp); undefined when absent.
+torch::Tensor tokens_of_memory(const Memory& memory) {
+  const auto& part = memory.part("tokens");
+  return part.layers.empty() ? torch::Tensor() : part.layers.front();
+}
+
 constexpr int64_t kVocab = 11, kSeg = 4, kTokens = 2;
 
 // Segments of 4, 2 memory tokens, and mem_len memory positions beside them (0 = tokens alone).
@@ -99,9 +105,9 @@ TEST(MemoryTokens, TheTokensWrittenAreTheOnesReadNext) {
     auto model = make(tiny(scheme));
     auto tokens = tokens_of(2, 2, 5);
     auto first = run(model, tokens.narrow(1, 0, kSeg), {});
-    ASSERT_TRUE(first.memory.tokens.defined());
+    ASSERT_TRUE(tokens_of_memory(first.memory).defined());
     EXPECT_TRUE(first.memory.layers.empty());
-    EXPECT_EQ(first.memory.tokens.sizes(), torch::IntArrayRef({2, kTokens, 8}));
+    EXPECT_EQ(tokens_of_memory(first.memory).sizes(), torch::IntArrayRef({2, kTokens, 8}));
     auto second = tokens.narrow(1, kSeg, kSeg);
     auto carried = run(model, second, first.memory);
     auto fresh = run(model, second, {});
@@ -127,7 +133,7 @@ TEST(MemoryTokens, MemoryPositionsHoldTheSegmentOnly) {
   auto out = run(model, tokens, {});
   ASSERT_EQ(out.memory.length(), kSeg);
   EXPECT_TRUE(tensor_near(out.memory.layers[0], model->word_emb(tokens), 1e-12, 1e-12));
-  ASSERT_TRUE(out.memory.tokens.defined());
+  ASSERT_TRUE(tokens_of_memory(out.memory).defined());
 }
 
 // Beside compressive memory too: the rows compressed are the segment's, never the tokens'
@@ -142,11 +148,11 @@ TEST(MemoryTokens, CompressedRowsHoldTheSegmentOnly) {
   auto tokens = tokens_of(2, 2, 16);
   auto first = run(model, tokens.narrow(1, 0, kSeg), {});
   auto second = run(model, tokens.narrow(1, kSeg, kSeg), first.memory);
-  ASSERT_EQ(second.memory.compressed_length(), 2);
+  ASSERT_EQ(second.memory.part("compressed").length(), 2);
   auto emb = model->word_emb(tokens.narrow(1, 0, kSeg));  // [2, 4, d]
-  EXPECT_TRUE(
-      tensor_near(second.memory.compressed[0], emb.view({2, 2, 2, 8}).mean(2), 1e-12, 1e-12));
-  ASSERT_TRUE(second.memory.tokens.defined());
+  EXPECT_TRUE(tensor_near(second.memory.part("compressed").layers[0],
+                          emb.view({2, 2, 2, 8}).mean(2), 1e-12, 1e-12));
+  ASSERT_TRUE(tokens_of_memory(second.memory).defined());
 }
 
 // Whether `loss` gives a non-zero gradient to `t` (a parameter or a tensor of the graph).
@@ -173,16 +179,16 @@ TEST(MemoryTokens, TheGradientFlowsAsFarBackAsTheMemoryKeepsItsGraph) {
       auto second = run(model, seg(1), first.memory.detached(), {}, {}, true);
       auto third = run(model, seg(2), second.memory, {}, {}, true);
       const auto loss = third.nll.sum();
-      EXPECT_TRUE(reaches(loss, second.memory.tokens));
-      EXPECT_TRUE(reaches(loss, model->memory_write_emb));
-      EXPECT_TRUE(reaches(loss, model->memory_read_emb));
-      EXPECT_FALSE(reaches(loss, first.memory.tokens));
+      EXPECT_TRUE(reaches(loss, tokens_of_memory(second.memory)));
+      EXPECT_TRUE(reaches(loss, model->named_parameters()["memory_write_emb"]));
+      EXPECT_TRUE(reaches(loss, model->named_parameters()["memory_read_emb"]));
+      EXPECT_FALSE(reaches(loss, tokens_of_memory(first.memory)));
       auto whole = run(model, seg(1), first.memory, {}, {}, true);
-      EXPECT_TRUE(
-          reaches(run(model, seg(2), whole.memory, {}, {}, true).nll.sum(), first.memory.tokens));
+      EXPECT_TRUE(reaches(run(model, seg(2), whole.memory, {}, {}, true).nll.sum(),
+                          tokens_of_memory(first.memory)));
       auto cut = run(model, seg(2), second.memory.detached(), {}, {}, true);
-      EXPECT_FALSE(reaches(cut.nll.sum(), model->memory_write_emb));
-      EXPECT_TRUE(reaches(cut.nll.sum(), model->memory_read_emb));
+      EXPECT_FALSE(reaches(cut.nll.sum(), model->named_parameters()["memory_write_emb"]));
+      EXPECT_TRUE(reaches(cut.nll.sum(), model->named_parameters()["memory_read_emb"]));
     }
   }
 }
@@ -193,16 +199,16 @@ TEST(MemoryTokens, TheMemoryRoundTripsThroughNamedTensorsAndIsChecked) {
   auto memory = run(model, tokens_of(3, 1, 4), {}).memory;
   const auto named = memory.to_tensors("memory/");
   auto back = Memory::from_tensors(named, "memory/", 2, 8, torch::kCPU, "ckpt");
-  EXPECT_TRUE(tensor_equal(back.tokens, memory.tokens));
+  EXPECT_TRUE(tensor_equal(tokens_of_memory(back), tokens_of_memory(memory)));
   EXPECT_EQ(back.length(), kSeg);
   auto tokens_model = make(tiny(AttnType::kXl));
   auto alone = run(tokens_model, tokens_of(3, 1, 4), {}).memory;  // tokens only
   auto tokens_only = Memory::from_tensors(alone.to_tensors("m/"), "m/", 2, 8, torch::kCPU, "c");
   EXPECT_EQ(tokens_only.rows(), 3);
-  EXPECT_TRUE(tensor_equal(tokens_only.tokens, alone.tokens));
+  EXPECT_TRUE(tensor_equal(tokens_of_memory(tokens_only), tokens_of_memory(alone)));
   // Rows split and joined again; the wrong width, or tokens in a model without them, refused.
   auto joined = Memory::join_rows({memory.narrow_rows(0, 1), memory.narrow_rows(1, 2)});
-  EXPECT_TRUE(tensor_equal(joined.tokens, memory.tokens));
+  EXPECT_TRUE(tensor_equal(tokens_of_memory(joined), tokens_of_memory(memory)));
   TXL_EXPECT_THROW_WITH(
       Memory::from_tensors({{"m/tokens", torch::zeros({3, 2, 5})}}, "m/", 2, 8, torch::kCPU, "c"),
       "c: the memory tokens are");
@@ -237,8 +243,8 @@ TEST(MemoryTokens, ThePyPIPackagesRecurrenceEqualsTxlsOnTheSameWeights) {
   Memory memory;
   for (int64_t s = 0; s < 3; ++s) {
     auto out = run(model, tokens.narrow(1, s * kSeg, kSeg), memory);
-    nll.push_back(out.nll);                // [B, Q]
-    written.push_back(out.memory.tokens);  // [B, m, d]
+    nll.push_back(out.nll);                           // [B, Q]
+    written.push_back(tokens_of_memory(out.memory));  // [B, m, d]
     memory = out.memory;
   }
   txl::safetensors::NamedTensors dump = {{"tokens", tokens},

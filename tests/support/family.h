@@ -18,8 +18,7 @@ namespace txl::test {
 inline const std::vector<config::AttnType>& memory_attn_types() {
   static const std::vector<config::AttnType> kTypes = [] {
     std::vector<config::AttnType> out;
-    for (const auto* scheme : modules::position_schemes()) {
-      if (!scheme->traits().carries_memory()) continue;
+    for (const auto* scheme : modules::memory_schemes()) {
       const auto type = config::parse_enum<config::AttnType>(scheme->name());
       if (type) out.push_back(*type);
     }

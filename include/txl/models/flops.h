@@ -16,12 +16,12 @@
 // every tail cluster k 2 d d_k (projection, div_val > 1) + 2 d_k V_k, i.e. every cluster for
 // every token (what log_prob computes; nll visits a tail only for its own tokens, so real
 // training costs a little less). Adaptive input projections (div_val > 1) add 2 d_0 d.
-// Compressive memory (model.cmem_len = N, with a memory): K = N + M + Q keys, and with the conv
-// compressor 2 d d per token for compressing the rows that leave (c rows of d into one of d for
-// every c tokens).
+// The memory mechanisms add their keys and work (MemoryMechanism::keys, flops_per_token): a
+// compressive memory of N rows K = N + M + Q keys, and with the conv compressor 2 d d per token
+// for compressing the rows that leave (c rows of d into one of d for every c tokens).
 // Not counted: W_R R (computed once per segment for the whole batch: under 1/B of one
-// projection), embedding lookups, LayerNorm, softmax and other element-wise work, and
-// compressive memory's attention-reconstruction loss (training only).
+// projection), embedding lookups, LayerNorm, softmax and other element-wise work, and the
+// mechanisms' training losses (compressive memory's attention reconstruction).
 // Training = 3 x forward (the backward pass costs two products per forward product).
 
 #include <cstdint>

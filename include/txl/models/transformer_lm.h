@@ -1,21 +1,11 @@
 #pragma once
 // The language model: adaptive input -> n_layer decoder layers with segment-level recurrent
-// memory -> adaptive softmax (docs/model.md sections 3-6). One class covers the ablation:
-//   xl               relative positions (paper 3.3) + memory; xl with mem_len 0 = rel_no_memory
-//   shaw             learned relative embeddings per clipped distance (Shaw et al. 2018)
-//   vanilla          sinusoid of the position within the segment added to the embedding
-//   vanilla_learned  learned absolute positions added at every layer (Al-Rfou et al. 2018)
-//   rope             queries and keys turned by their positions (Su et al. 2021) + memory
-//   alibi            a linear distance penalty per head (Press et al. 2022) + memory
-// With model.cmem_len > 0 any of the memory-carrying schemes keeps a compressive memory (Rae et
-// al. 2020): positions leave the memory cmem_rate at a time, each layer's compressor
-// (modules/compressor.h) turns every group into one row of a compressed memory of cmem_len
-// rows, and attention reads concat(compressed memory, memory, segment), positions counted over
-// that whole sequence as over one longer memory.
-// With model.mem_tokens = m > 0 (recurrent memory tokens, Bulatov et al. 2022) every layer runs
-// over concat(m tokens read, segment, m tokens written), causally; the last layer's output at
-// the tokens written is the memory's `tokens`, read by the next segment. The memory of
-// positions (mem_len) keeps the segment's rows only.
+// memory -> adaptive softmax (docs/model.md sections 3-6). One class covers the ablation and the
+// family: the position scheme of model.attn_type (modules/position_scheme.h: xl, shaw, vanilla,
+// vanilla_learned, rope, alibi, t5; xl with mem_len 0 = rel_no_memory) and the memory
+// mechanisms the settings ask for (models/memory_mechanism.h: Transformer-XL's memory of
+// positions, which every model has, and the others of the registry), whose hooks the forward
+// calls in turn.
 //
 // Memory is data, not module state: forward takes the caller's memory and returns the new one.
 //
@@ -32,10 +22,10 @@
 #include "txl/config/config.h"
 #include "txl/data/batch.h"
 #include "txl/models/memory.h"
+#include "txl/models/memory_mechanism.h"
 #include "txl/modules/adaptive_embedding.h"
 #include "txl/modules/adaptive_softmax.h"
 #include "txl/modules/attention.h"
-#include "txl/modules/compressor.h"
 #include "txl/modules/decoder_layer.h"
 #include "txl/modules/dropout.h"
 
@@ -94,10 +84,9 @@ struct LMOutput {
   torch::Tensor logits;  // [B, T, V] log-probabilities, only when asked
   torch::Tensor hidden;  // [B, T, d] the final hidden states (before the output layer)
   Memory memory;         // the new memory, detached
-  // Compressive memory in training (model.cmem_len > 0, a conv compressor): the
-  // attention-reconstruction loss of the rows this segment compressed, times
-  // model.cmem_loss_weight, averaged over the layers; a scalar whose gradient reaches only the
-  // compressors. Undefined when nothing was compressed or nothing trains.
+  // A memory mechanism's own training loss (MechanismPart::write; compressive memory's
+  // attention-reconstruction loss, whose gradient reaches only its compressors), a scalar.
+  // Undefined when there is none.
   torch::Tensor aux_loss;
 };
 
@@ -118,21 +107,22 @@ class TransformerLMImpl : public torch::nn::Module {
   // One segment: `in` (see Inputs), the memory as returned by the previous call (empty at the
   // start) and the run-time context. Throws txl::Error naming the value and the expectation on
   // bad input. `attention`, when given, receives every layer's attention weights, float
-  // [B, H, Q', K], keys in the order the layer reads them (compressed rows, memory, then the
-  // segment with any memory tokens around it; eval/attention_mass.h reads them).
+  // [B, H, Q', K], keys in the order the layer reads them (the mechanisms' prefix, memory, then
+  // the segment with the rows they put around it; eval/attention_mass.h reads them).
   LMOutput forward(const Inputs& in, const Memory& memory, const Lookback& ctx,
                    bool want_logits = false, std::vector<torch::Tensor>* attention = nullptr);
 
   // The masks and position inputs of one segment, shared by every layer (public for tests).
-  // key_mask bool [B, M + Q] over concat(memory, segment); compressed_keys bool [B, N] over a
-  // compressed memory read before them (undefined = none). same_length's window and
-  // ctx.extra_mask apply to concat(memory, segment); the real compressed rows are visible to
-  // every query. With memory tokens the queries are concat(read, segment, written) and the keys
-  // concat(compressed, memory, read, segment, written) (see with_memory_tokens).
+  // key_mask bool [B, M + Q] over concat(memory, segment); prefix_keys bool [B, N] over keys
+  // the mechanisms read before the memory (Segment::prefix_keys; undefined = none).
+  // same_length's window and ctx.extra_mask apply to concat(memory, segment); the real prefix
+  // keys are visible to every query. The rows the mechanisms put around the segment widen it
+  // (MechanismPart::visibility): queries concat(before, segment, after), keys concat(prefix,
+  // memory, before, segment, after).
   modules::AttentionInputs segment_inputs(int64_t q_len, int64_t m_len,
                                           const torch::Tensor& key_mask, const Lookback& ctx,
                                           torch::ScalarType dtype, torch::Device device,
-                                          const torch::Tensor& compressed_keys = {});
+                                          const torch::Tensor& prefix_keys = {});
 
   // Decoding with key/value buffers of `capacity` slots per layer, distances clamped at
   // clamp_len (-1 = none), and with zero_memory the key and value of the zero memory rows.
@@ -155,25 +145,23 @@ class TransformerLMImpl : public torch::nn::Module {
 
   const config::ModelConfig& config() const { return config_; }
   // Whether Lookback::cache_kv is allowed: not with a position scheme whose layers add positions
-  // to the memory anew each segment (PositionTraits::caches_memory_kv), nor with compressive
-  // memory, whose new compressed rows would need keys and values the cache does not hold, nor
-  // with memory tokens, whose keys sit between the memory's and the segment's.
-  bool can_cache_kv() const {
-    return scheme_->traits().caches_memory_kv && config_.cmem_len == 0 && config_.mem_tokens == 0;
-  }
+  // to the memory anew each segment (PositionTraits::caches_memory_kv), nor with a memory
+  // mechanism whose keys the cache does not hold (MechanismTraits::caches_kv).
+  bool can_cache_kv() const;
+  // Whether generation::IncrementalDecoder's step expresses every memory mechanism of the model
+  // with a memory of mem_len positions (MechanismPart::steps).
+  bool decodes_by_step(int64_t mem_len) const;
   // The position scheme of model.attn_type.
   const modules::PositionScheme& position_scheme() const { return *scheme_; }
+  // The memory mechanisms of the model, in registry order (Transformer-XL's memory first).
+  const std::vector<const MemoryMechanism*>& memory_mechanisms() const { return mechanisms_; }
   int64_t n_token() const { return n_token_; }
   Lookback default_lookback() const { return Lookback::from_config(config_); }
   const std::vector<modules::DecoderLayer>& layer_list() const { return layer_list_; }
 
   modules::AdaptiveEmbedding word_emb{nullptr};
-  torch::nn::ModuleList layers{nullptr};       // L DecoderLayer
-  torch::nn::ModuleList compressors{nullptr};  // model.cmem_len > 0: L Compressor
+  torch::nn::ModuleList layers{nullptr};  // L DecoderLayer
   modules::AdaptiveLogSoftmax crit{nullptr};
-  // model.mem_tokens = m > 0: [m, d] each. memory_read_emb is added to the tokens read (alone at
-  // a stream's start or reset); memory_write_emb are the tokens written after the segment.
-  torch::Tensor memory_read_emb, memory_write_emb;
   torch::nn::LayerNorm final_norm{nullptr};  // pre_norm with model.final_norm only
   modules::Dropout drop{nullptr};
 
@@ -181,43 +169,14 @@ class TransformerLMImpl : public torch::nn::Module {
   void check_inputs(const Inputs& in, const Memory& memory, const Lookback& ctx) const;
   // Lookback::cache_kv: allowed for this model, without gradients, memory.kv of every layer.
   void check_cache_kv(const Memory& memory) const;
-  void check_memory_tokens(const Memory& memory, int64_t batch, const Lookback& ctx,
-                           const torch::Device& device) const;
-  // Which keys are real: bool [B, M + Q] over concat(memory, segment) (a reset row forgets its
-  // memory; input_mask undefined = every token real) and bool [B, N] over the compressed memory
-  // (undefined without one).
-  std::pair<torch::Tensor, torch::Tensor> real_keys(const Memory& memory,
-                                                    const torch::Tensor& reset,
-                                                    const torch::Tensor& input_mask, int64_t batch,
-                                                    int64_t q_len, torch::Device device) const;
-  // Recurrent memory tokens, [B, m, d] in the dtype of `like` [B, ...]: those read before the
-  // segment (memory_read_emb plus the memory's tokens, except in reset rows) and those written
-  // after it (memory_write_emb).
-  torch::Tensor read_tokens(const Memory& memory, const torch::Tensor& reset,
-                            const torch::Tensor& like) const;
-  torch::Tensor write_tokens(const torch::Tensor& like) const;
   // Embedded tokens x [S..., d] with the positions the scheme adds to them (its
   // ModelPositions::embed): positions int64 of shape S or a shape that broadcasts to it.
   torch::Tensor with_positions(const torch::Tensor& x, const torch::Tensor& positions) const;
-  // Lookback::zero_memory: `memory`, or mem_len zero vectors when it is empty, with every reset
-  // row's memory zeroed and visible again (its cached keys and values are then dropped).
-  Memory zero_started(const Memory& memory, const torch::Tensor& reset, int64_t batch,
-                      const Lookback& ctx, const torch::TensorOptions& options) const;
-  // The next memory: the last mem_len positions of concat(memory, segment) (whole groups of
-  // cmem_rate leave it with compressive memory), and the compressed memory with the rows that
-  // left compressed (compress_evicted). key_mask bool [B, M + Q] over concat(memory, segment);
-  // compressed_keys bool [B, N] over the given compressed memory (reset rows hidden).
-  Memory update_memory(const Memory& memory, const std::vector<torch::Tensor>& hiddens,
-                       const std::vector<torch::Tensor>& kv, const torch::Tensor& key_mask,
-                       const torch::Tensor& compressed_keys, int64_t q_len, const Lookback& ctx,
-                       torch::Tensor* aux_loss);
-  // Compresses positions [0, evicted) of every layer's concat(memory, segment) into `next`'s
-  // compressed memory (after the given one's, the last ctx.cmem_len rows kept) and, in
-  // training, sets *aux_loss to the layers' mean reconstruction loss times its weight.
-  void compress_evicted(const Memory& memory, const std::vector<torch::Tensor>& hiddens,
-                        const torch::Tensor& key_mask, const torch::Tensor& compressed_keys,
-                        int64_t evicted, int64_t q_len, const Lookback& ctx, Memory& next,
-                        torch::Tensor* aux_loss);
+  // The layers over x [B, rows, d] (the segment's rows and those the mechanisms put around
+  // them), each reading the rows its mechanisms put before; fills segment.hiddens (and kv).
+  torch::Tensor run_layers(torch::Tensor x, Segment& segment,
+                           const modules::AttentionInputs& inputs,
+                           std::vector<torch::Tensor>* attention);
 
   config::ModelConfig config_;
   int64_t n_token_;
@@ -225,7 +184,8 @@ class TransformerLMImpl : public torch::nn::Module {
   modules::AttentionOptions attention_;                 // every layer's attention settings
   std::unique_ptr<modules::ModelPositions> positions_;  // the scheme's model part, or none
   std::vector<modules::DecoderLayer> layer_list_;
-  std::vector<modules::Compressor> compressor_list_;  // empty without compressive memory
+  std::vector<const MemoryMechanism*> mechanisms_;  // those of the registry the model has
+  std::vector<std::unique_ptr<MechanismPart>> mechanism_parts_;  // theirs, in the same order
 };
 TORCH_MODULE(TransformerLM);
 

@@ -167,7 +167,9 @@ const PositionScheme& position_scheme(std::string_view name);
 const std::vector<const PositionScheme*>& position_schemes();
 // The registry's names joined for messages: "xl | shaw | ...".
 std::string position_scheme_choices();
-// The names of the schemes that carry memory, joined for messages: "xl, shaw, ...".
+// The schemes that carry memory (PositionTraits::carries_memory), in the registry's order.
+const std::vector<const PositionScheme*>& memory_schemes();
+// Their names joined for messages: "xl, shaw, ...".
 std::string memory_scheme_names();
 
 // Scores of queries over keys with a position term by distance (Transformer-XL's appendix B,

@@ -36,12 +36,21 @@ std::string position_scheme_choices() {
   return text;
 }
 
+const std::vector<const PositionScheme*>& memory_schemes() {
+  static const std::vector<const PositionScheme*> kSchemes = [] {
+    std::vector<const PositionScheme*> out;
+    for (const auto* scheme : position_schemes()) {
+      if (scheme->traits().carries_memory()) out.push_back(scheme);
+    }
+    return out;
+  }();
+  return kSchemes;
+}
+
 std::string memory_scheme_names() {
   std::string text;
-  for (const auto* scheme : position_schemes()) {
-    if (scheme->traits().carries_memory()) {
-      text += (text.empty() ? "" : ", ") + std::string(scheme->name());
-    }
+  for (const auto* scheme : memory_schemes()) {
+    text += (text.empty() ? "" : ", ") + std::string(scheme->name());
   }
   return text;
 }
