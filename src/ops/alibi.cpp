@@ -30,17 +30,4 @@ torch::Tensor alibi_slopes(int64_t n_head, torch::ScalarType dtype, torch::Devic
   return torch::tensor(slopes, torch::dtype(torch::kDouble)).to(device, dtype);  // [H]
 }
 
-torch::Tensor query_key_distances(int64_t q_len, int64_t k_len, int64_t clamp_len,
-                                  torch::ScalarType dtype, torch::Device device) {
-  TXL_CHECK(q_len >= 0 && k_len >= q_len && clamp_len >= -1, "query_key_distances: needs ",
-            "0 <= Q <= K and clamp_len >= -1, got Q = ", q_len, ", K = ", k_len,
-            ", clamp_len = ", clamp_len);
-  const auto opts = torch::dtype(torch::kLong).device(device);
-  auto dist = (torch::arange(k_len - q_len, k_len, opts).unsqueeze(1) -
-               torch::arange(k_len, opts).unsqueeze(0))
-                  .clamp_min_(0);  // [Q, K]
-  if (clamp_len >= 0) dist.clamp_max_(clamp_len);
-  return dist.to(dtype);  // [Q, K]
-}
-
 }  // namespace txl::ops

@@ -50,4 +50,17 @@ torch::Tensor score_bias(const torch::Tensor& blocked, torch::ScalarType dtype) 
       .masked_fill_(blocked, blocked_score(dtype));
 }
 
+torch::Tensor query_key_distances(int64_t q_len, int64_t k_len, int64_t clamp_len,
+                                  torch::ScalarType dtype, torch::Device device) {
+  TXL_CHECK(q_len >= 0 && k_len >= q_len && clamp_len >= -1, "query_key_distances: needs ",
+            "0 <= Q <= K and clamp_len >= -1, got Q = ", q_len, ", K = ", k_len,
+            ", clamp_len = ", clamp_len);
+  const auto opts = torch::dtype(torch::kLong).device(device);
+  auto dist = (torch::arange(k_len - q_len, k_len, opts).unsqueeze(1) -
+               torch::arange(k_len, opts).unsqueeze(0))
+                  .clamp_min_(0);  // [Q, K]
+  if (clamp_len >= 0) dist.clamp_max_(clamp_len);
+  return dist.to(dtype);  // [Q, K]
+}
+
 }  // namespace txl::ops

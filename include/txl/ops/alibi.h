@@ -16,9 +16,4 @@ namespace txl::ops {
 // (footnote of section 3, as the authors' code does).
 torch::Tensor alibi_slopes(int64_t n_head, torch::ScalarType dtype, torch::Device device);
 
-// Distances M + i - j of query i to key j, [Q, K] in `dtype`: a key after its query (a blocked
-// one) counts 0, and distances above clamp_len count clamp_len (-1 = no clamp).
-torch::Tensor query_key_distances(int64_t q_len, int64_t k_len, int64_t clamp_len,
-                                  torch::ScalarType dtype, torch::Device device);
-
 }  // namespace txl::ops

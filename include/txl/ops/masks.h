@@ -35,4 +35,9 @@ double blocked_score(torch::ScalarType dtype);
 // masked_fill, whose backward would cost one more pass over the scores in every layer.
 torch::Tensor score_bias(const torch::Tensor& blocked, torch::ScalarType dtype);
 
+// Distances M + i - j of query i to key j, [Q, K] in `dtype`: a key after its query (a blocked
+// one) counts 0, and distances above clamp_len count clamp_len (-1 = no clamp).
+torch::Tensor query_key_distances(int64_t q_len, int64_t k_len, int64_t clamp_len,
+                                  torch::ScalarType dtype, torch::Device device);
+
 }  // namespace txl::ops

@@ -3,6 +3,7 @@
 
 #include "txl/ops/alibi.h"
 #include "parts.h"
+#include "txl/ops/masks.h"
 #include "txl/util/error.h"
 
 namespace txl::modules::positions {

@@ -13,7 +13,7 @@
 #include <cmath>
 
 #include "parts.h"
-#include "txl/ops/alibi.h"
+#include "txl/ops/masks.h"
 #include "txl/util/error.h"
 
 namespace txl::modules::positions {
