@@ -9,19 +9,24 @@ namespace txl::models {
 
 namespace {
 
-// Every layout of the registry with the part it names in `memory` (null where the memory has no
-// such part): the first, Transformer-XL's, is the memory of positions (Memory::layers,
-// Memory::key_mask).
-template <class M, class P>
-void for_each_part(M& memory, const P& visit) {
-  const auto& all = memory_mechanisms();
-  for (size_t i = 0; i < all.size(); ++i) {
-    const PartLayout& layout = all[i]->layout();
-    if (i == 0) {
-      visit(layout, memory.layers, memory.key_mask);
-    } else if (auto found = memory.parts.find(layout.name); found != memory.parts.end()) {
-      visit(layout, found->second.layers, found->second.mask);
-    }
+// The registry's part `index` of `memory` as (layers, mask), or (null, null) where the memory
+// has none: the first, Transformer-XL's, is the memory of positions (Memory::layers,
+// Memory::key_mask), the others entries of Memory::parts.
+std::pair<const std::vector<torch::Tensor>*, const torch::Tensor*> find_part(const Memory& memory,
+                                                                             size_t index) {
+  if (index == 0) return {&memory.layers, &memory.key_mask};
+  const auto found = memory.parts.find(memory_mechanisms()[index]->layout().name);
+  if (found == memory.parts.end()) return {nullptr, nullptr};
+  return {&found->second.layers, &found->second.mask};
+}
+
+// Stores `part` as the registry's part `index` of `memory` (a part without tensors: none).
+void store_part(Memory& memory, size_t index, MemoryPart part) {
+  if (index == 0) {
+    memory.layers = std::move(part.layers);
+    memory.key_mask = part.mask;
+  } else if (!part.layers.empty()) {
+    memory.parts[memory_mechanisms()[index]->layout().name] = std::move(part);
   }
 }
 
@@ -76,21 +81,16 @@ Memory Memory::narrow_rows(int64_t begin, int64_t count) const {
 
 namespace {
 
-// The pieces' part `index` of the registry, as (layers, mask) of each piece.
+// The pieces' part `index` of the registry, as (layers, mask) of each piece (no tensors and no
+// mask where a piece has none).
 std::vector<std::pair<const std::vector<torch::Tensor>*, const torch::Tensor*>> piece_parts(
     const std::vector<Memory>& pieces, size_t index) {
-  std::vector<std::pair<const std::vector<torch::Tensor>*, const torch::Tensor*>> out;
   static const std::vector<torch::Tensor> kNoLayers;
   static const torch::Tensor kNoMask;
-  const std::string& name = memory_mechanisms()[index]->layout().name;
+  std::vector<std::pair<const std::vector<torch::Tensor>*, const torch::Tensor*>> out;
   for (const auto& p : pieces) {
-    if (index == 0) {
-      out.emplace_back(&p.layers, &p.key_mask);
-    } else if (const auto found = p.parts.find(name); found != p.parts.end()) {
-      out.emplace_back(&found->second.layers, &found->second.mask);
-    } else {
-      out.emplace_back(&kNoLayers, &kNoMask);
-    }
+    const auto [layers, mask] = find_part(p, index);
+    out.emplace_back(layers != nullptr ? layers : &kNoLayers, mask != nullptr ? mask : &kNoMask);
   }
   return out;
 }
@@ -151,16 +151,9 @@ Memory Memory::join_rows(const std::vector<Memory>& pieces) {
     }
   }
   for (size_t i = 0; i < all.size(); ++i) {
-    const PartLayout& layout = all[i]->layout();
-    std::vector<torch::Tensor> layers;
-    torch::Tensor mask;
-    join_part(piece_parts(pieces, i), layout, layers, mask);
-    if (i == 0) {
-      out.layers = std::move(layers);
-      out.key_mask = mask;
-    } else if (!layers.empty()) {
-      out.parts[layout.name] = MemoryPart{std::move(layers), mask};
-    }
+    MemoryPart part;
+    join_part(piece_parts(pieces, i), all[i]->layout(), part.layers, part.mask);
+    store_part(out, i, std::move(part));
   }
   return out;
 }
@@ -168,17 +161,19 @@ Memory Memory::join_rows(const std::vector<Memory>& pieces) {
 std::vector<std::pair<std::string, torch::Tensor>> Memory::to_tensors(
     const std::string& prefix) const {
   std::vector<std::pair<std::string, torch::Tensor>> out;
-  for_each_part(*this, [&](const PartLayout& layout, const std::vector<torch::Tensor>& tensors,
-                           const torch::Tensor& mask) {
-    if (tensors.empty()) return;
-    for (size_t l = 0; l < tensors.size(); ++l) {
+  const auto& all = memory_mechanisms();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const PartLayout& layout = all[i]->layout();
+    const auto [tensors, mask] = find_part(*this, i);
+    if (tensors == nullptr || tensors->empty()) continue;
+    for (size_t l = 0; l < tensors->size(); ++l) {
       out.emplace_back(prefix + layout.name + (layout.per_layer ? "." + std::to_string(l) : ""),
-                       tensors[l]);  // [B, n, d]
+                       (*tensors)[l]);  // [B, n, d]
     }
-    if (mask.defined() && !layout.mask_name.empty()) {
-      out.emplace_back(prefix + layout.mask_name, mask);  // [B, n]
+    if (mask->defined() && !layout.mask_name.empty()) {
+      out.emplace_back(prefix + layout.mask_name, *mask);  // [B, n]
     }
-  });
+  }
   return out;
 }
 
@@ -284,12 +279,7 @@ Memory Memory::from_tensors(const std::vector<std::pair<std::string, torch::Tens
     MemoryPart part = checked_part(found[i], layout, n_layer, d_model, device, origin);
     TXL_CHECK(out.empty() || part.rows() == out.rows(), origin, ": the ", layout.what, " has ",
               part.rows(), " rows, the memory ", out.rows());
-    if (i == 0) {
-      out.layers = std::move(part.layers);
-      out.key_mask = part.mask;
-    } else {
-      out.parts[layout.name] = std::move(part);
-    }
+    store_part(out, i, std::move(part));
   }
   return out;
 }
