@@ -2,6 +2,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <fstream>
 
 #include <fmt/core.h>
 
@@ -244,6 +245,9 @@ struct Running {
 Running start_ablate(const std::string& yaml, const std::string& jobs, const stdfs::path& err) {
   Running r;
   r.err = err;
+  // The file exists before the child runs, so that the parent's polling never reads a file the
+  // child has not made yet (a race that failed this test once in a fresh clone's run).
+  std::ofstream(err).flush();
   r.pid = ::fork();
   if (r.pid == 0) {
     const std::string bin = (txl::test::bin_dir() / "txl-ablate").string();
