@@ -61,6 +61,12 @@ const std::vector<Member>& members() {
                      c.model.mem_tokens = 8;
                      c.train.bptt_segments = 1;
                    }});
+    // The same tokens beside xl's memory.
+    out.push_back({"rmt_xl", "attn_type xl, mem_tokens 8, bptt_segments 1", [](auto& c) {
+                     c.model.attn_type = AttnType::kXl;
+                     c.model.mem_tokens = 8;
+                     c.train.bptt_segments = 1;
+                   }});
     return out;
   }();
   return kMembers;
@@ -69,7 +75,8 @@ const std::vector<Member>& members() {
 }  // namespace
 
 std::vector<MemberCost> time_members(const config::ExperimentConfig& config, std::int64_t vocab,
-                                     const PhaseOptions& options) {
+                                     const PhaseOptions& options,
+                                     const GenerationOptions& decoding) {
   config::ExperimentConfig base = config;
   base.model.clamp_len = -1;  // rope has no distances to clamp: every member without a clamp
   base.train.bptt_segments = 0;
@@ -91,6 +98,14 @@ std::vector<MemberCost> time_members(const config::ExperimentConfig& config, std
     cost.state_bytes = models::memory_state_rows(c.model, c.model.mem_len) * c.model.d_model *
                        static_cast<std::int64_t>(sizeof(float));
     cost.tokens_per_step = r.tokens_per_step;
+    GenerationOptions g = decoding;
+    g.context = c.model.tgt_len;
+    g.mem_len = c.model.mem_len;
+    g.seed = options.seed;
+    g.batch_size = 1;
+    cost.decode_b1 = measure_generation(c, vocab, g).tokens_per_s;
+    g.batch_size = 16;
+    cost.decode_b16 = measure_generation(c, vocab, g).tokens_per_s;
     out.push_back(cost);
   }
   return out;
@@ -101,12 +116,15 @@ std::string members_table(const std::vector<MemberCost>& members) {
   const MemberCost& xl = members.front();
   std::string out =
       "| member | change | tokens/s | us per token | / xl | training memory MB | / xl | state "
-      "bytes per stream |\n"
-      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+      "bytes per stream | decoding tokens/s, batch 1 | / xl | batch 16 | / xl |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   for (const auto& m : members) {
-    out += fmt::format("| {} | {} | {:.0f} | {:.1f} | {:.2f} | {:.0f} | {:.2f} | {} |\n", m.name,
-                       m.change, m.tokens_per_s, m.us_per_token, m.us_per_token / xl.us_per_token,
-                       m.memory_mb, m.memory_mb / std::max(xl.memory_mb, 1e-9), m.state_bytes);
+    out += fmt::format(
+        "| {} | {} | {:.0f} | {:.1f} | {:.2f} | {:.0f} | {:.2f} | {} | {:.0f} | {:.2f} | {:.0f} | "
+        "{:.2f} |\n",
+        m.name, m.change, m.tokens_per_s, m.us_per_token, m.us_per_token / xl.us_per_token,
+        m.memory_mb, m.memory_mb / std::max(xl.memory_mb, 1e-9), m.state_bytes, m.decode_b1,
+        m.decode_b1 / xl.decode_b1, m.decode_b16, m.decode_b16 / xl.decode_b16);
   }
   return out;
 }
@@ -120,7 +138,9 @@ std::string members_json(const std::vector<MemberCost>& members) {
                     {"us_per_token", m.us_per_token},
                     {"memory_mb", m.memory_mb},
                     {"state_bytes", m.state_bytes},
-                    {"tokens_per_step", m.tokens_per_step}});
+                    {"tokens_per_step", m.tokens_per_step},
+                    {"decode_tokens_per_s_b1", m.decode_b1},
+                    {"decode_tokens_per_s_b16", m.decode_b16}});
   }
   return nlohmann::json{{"members", rows}}.dump();
 }

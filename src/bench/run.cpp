@@ -69,7 +69,10 @@ void run(const config::ExperimentConfig& config, const BenchRequest& request, st
     phase.bf16 = config.run.precision == config::Precision::kBf16;
     phase.seed = config.run.seed;
     phase.repetitions = request.quick ? 3 : 7;
-    const auto costs = time_members(config, request.vocab, phase);
+    GenerationOptions decoding;
+    decoding.new_tokens = request.quick ? 64 : 256;
+    decoding.repetitions = request.quick ? 1 : 7;
+    const auto costs = time_members(config, request.vocab, phase, decoding);
     out << (request.json ? members_json(costs) + "\n" : members_table(costs));
   }
   if (profiles || request.sweep || request.products || request.members) return;

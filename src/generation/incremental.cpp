@@ -18,16 +18,21 @@ DecoderWeights prepare_decoder(models::TransformerLM model, const DecodeOptions&
   DecoderWeights w;
   w.model = model;
   w.options = options;
-  w.forward = !model->decodes_by_step(options.mem_len);
-  if (w.forward) {  // the forward itself: no buffers, no prepared weights
+  w.segments = !model->decodes_by_step(options.mem_len);
+  const auto& like = model->crit->table(0);
+  if (w.segments) {  // buffers of one segment and what the mechanisms put before it
     w.zero_memory = options.zero_memory && options.mem_len > 0;
-    w.slots = torch::arange(0, torch::dtype(torch::kLong).device(model->crit->table(0).device()));
+    models::Lookback ctx = model->default_lookback();
+    ctx.mem_len = options.mem_len;
+    w.capacity = model->segment_capacity(ctx, options.tgt_len);
+    w.slots = torch::arange(w.capacity, torch::dtype(torch::kLong).device(like.device()));  // [C]
+    w.first_slots = model->layer_list().front()->attn->steps_by_first_slot(like);
+    w.step = model->prepare_step(w.capacity, options.clamp_len, false);
     return w;
   }
   w.sliding = model->position_scheme().traits().absolute || options.mem_len == 0;
   w.capacity = w.sliding ? options.tgt_len : options.mem_len + 2 * options.tgt_len;
   w.zero_memory = options.zero_memory && !w.sliding;
-  const auto& like = model->crit->table(0);
   w.slots = torch::arange(w.capacity, torch::dtype(torch::kLong).device(like.device()));  // [C]
   w.first_slots = !w.sliding && model->layer_list().front()->attn->steps_by_first_slot(like);
   w.step = model->prepare_step(w.capacity, options.clamp_len, w.zero_memory);
@@ -44,10 +49,7 @@ IncrementalDecoder::IncrementalDecoder(const DecoderWeights& weights, int64_t ro
   TXL_CHECK(!w_.model->is_training(), "decoding: the model must be in evaluation mode (eval())");
   torch::NoGradGuard no_grad;
   first_.assign(static_cast<size_t>(rows), 0);
-  if (w_.forward) {
-    states_.resize(static_cast<size_t>(rows));
-    return;
-  }
+  if (w_.segments) return;  // the groups' buffers come with the first read
   kv_ = key_value_buffers(rows);
   for (auto& kv : kv_) kv.zero_();  // mmap's blocks come zeroed, torch::empty's do not
   if (w_.zero_memory) {
@@ -201,8 +203,8 @@ torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch:
   start_rows(real, t_len);
   // A clear message for a bad id (the lookup itself would also refuse it).
   if (time_ == 0) modules::check_token_ids(tokens, w_.model->n_token(), "decoding");
-  if (w_.forward) return read_forward(tokens.to(torch::kCPU));
   const auto on_device = tokens.to(w_.slots.device());
+  if (w_.segments) return read_segments(on_device);
   if (w_.sliding) return read_sliding(on_device);
   torch::Tensor last;  // [B, d]
   for (int64_t begin = 0; begin < t_len; begin += w_.options.tgt_len) {
@@ -211,49 +213,6 @@ torch::Tensor IncrementalDecoder::read(const torch::Tensor& tokens, const torch:
     last = run_chunk(on_device.narrow(1, begin, q), {});
   }
   return w_.model->step_log_prob(softmax_, last);  // [B, V]
-}
-
-torch::Tensor IncrementalDecoder::forward_segment(const std::vector<int64_t>& tokens,
-                                                  const models::Memory& memory,
-                                                  models::Memory* next) {
-  const auto& o = w_.options;
-  models::Lookback ctx = w_.model->default_lookback();
-  ctx.mem_len = o.mem_len;
-  ctx.clamp_len = o.clamp_len;
-  ctx.same_length = o.same_length;
-  ctx.ext_len = 0;
-  ctx.zero_memory = w_.zero_memory;
-  models::Inputs in;
-  in.tokens = torch::tensor(tokens, torch::kLong).view({1, -1}).to(w_.slots.device());  // [1, n]
-  auto out = w_.model->forward(in, memory, ctx);
-  *next = std::move(out.memory);
-  return w_.model->crit->log_prob(out.hidden.select(1, out.hidden.size(1) - 1));  // [1, V]
-}
-
-torch::Tensor IncrementalDecoder::read_forward(const torch::Tensor& tokens) {
-  const auto ids = tokens.contiguous();
-  const auto a = ids.accessor<int64_t, 2>();
-  const auto tgt_len = static_cast<size_t>(w_.options.tgt_len);
-  std::vector<torch::Tensor> rows;  // per row [1, V]
-  for (int64_t b = 0; b < this->rows(); ++b) {
-    auto& row = states_[static_cast<size_t>(b)];
-    for (int64_t t = 0; t < ids.size(1); ++t) {
-      if (time_ + t < first_[static_cast<size_t>(b)]) continue;  // padding
-      row.segment.push_back(a[b][t]);
-      if (row.segment.size() < tgt_len) continue;
-      models::Memory next;  // a completed segment: its forward gives the next memory
-      row.last = forward_segment(row.segment, row.memory, &next);
-      row.memory = std::move(next);
-      row.segment.clear();
-    }
-    if (!row.segment.empty()) {
-      models::Memory ignored;
-      row.last = forward_segment(row.segment, row.memory, &ignored);
-    }
-    rows.push_back(row.last);
-  }
-  time_ += ids.size(1);
-  return torch::cat(rows, 0);  // [B, V]
 }
 
 void IncrementalDecoder::keep_rows(const torch::Tensor& rows) {
@@ -268,10 +227,8 @@ void IncrementalDecoder::keep_rows(const torch::Tensor& rows) {
               "decoding: keep_rows: indices must increase within [0, ", this->rows(), ")");
     first.push_back(first_[static_cast<size_t>(p[i])]);
   }
-  if (w_.forward) {
-    std::vector<RowState> states;
-    for (int64_t i = 0; i < host.size(0); ++i) states.push_back(states_[static_cast<size_t>(p[i])]);
-    states_ = std::move(states);
+  if (w_.segments) {
+    keep_group_rows(std::vector<int64_t>(p, p + host.size(0)));
     first_ = std::move(first);
     return;
   }
@@ -286,7 +243,12 @@ void IncrementalDecoder::keep_rows(const torch::Tensor& rows) {
 IncrementalDecoder IncrementalDecoder::clone() const {
   torch::NoGradGuard no_grad;
   IncrementalDecoder copy(*this);  // shares the tensors, which reads replace (window_, memory)
-  if (w_.forward) return copy;
+  if (w_.segments) {
+    for (auto& g : copy.groups_) {
+      for (auto& kv : g.kv) kv = kv.clone();  // [2, H, B_g, C, D]
+    }
+    return copy;
+  }
   copy.kv_ = key_value_buffers(rows());
   for (size_t l = 0; l < kv_.size(); ++l) copy.kv_[l].copy_(kv_[l]);  // [2, H, B, C, D]
   return copy;
@@ -326,12 +288,19 @@ IncrementalDecoder IncrementalDecoder::stack(const std::vector<IncrementalDecode
   }
   IncrementalDecoder merged(parts.front().w_, rows);  // zeroed buffers
   merged.time_ = time;
-  if (merged.w_.forward) {  // every row on its own: the parts' rows in order
-    merged.states_.clear();
+  if (merged.w_.segments) {  // the parts' groups, their rows renumbered and their starts aligned
     merged.first_.clear();
+    int64_t b = 0;
     for (const auto& p : parts) {
-      merged.states_.insert(merged.states_.end(), p.states_.begin(), p.states_.end());
-      merged.first_.insert(merged.first_.end(), p.first_.begin(), p.first_.end());
+      const int64_t offset = time - p.time_;
+      for (auto g : p.groups_) {
+        for (auto& row : g.rows) row += b;
+        g.first += offset;
+        for (auto& kv : g.kv) kv = kv.clone();  // [2, H, B_g, C, D]
+        merged.groups_.push_back(std::move(g));
+      }
+      for (const auto first : p.first_) merged.first_.push_back(first + offset);
+      b += p.rows();
     }
     return merged;
   }

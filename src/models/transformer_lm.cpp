@@ -216,31 +216,54 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
   for (const auto& part : mechanism_parts_) part->check(memory, batch, ctx, tokens.device());
 }
 
-modules::AttentionInputs TransformerLMImpl::segment_inputs(
-    int64_t q_len, int64_t m_len, const torch::Tensor& key_mask, const Lookback& ctx,
-    torch::ScalarType dtype, torch::Device device, const torch::Tensor& prefix_keys) {
+torch::Tensor TransformerLMImpl::segment_visibility(int64_t q_len, int64_t m_len,
+                                                    const torch::Tensor& key_mask,
+                                                    const Lookback& ctx, torch::Device device,
+                                                    const torch::Tensor& prefix_keys) const {
   const int64_t n_len = prefix_keys.defined() ? prefix_keys.size(1) : 0;
   // same_length (paper code): each query sees the mem_len most recent keys. With mem_len 0
   // there is no history to equalise and the flag has no effect.
   const int64_t window = ctx.same_length && ctx.mem_len > 0 ? ctx.mem_len : 0;
-  modules::AttentionInputs in;
   auto allowed = ops::attention_mask(q_len, m_len, window, key_mask, ctx.extra_mask, device);
   for (const auto& part : mechanism_parts_) {
     allowed = part->visibility(allowed, key_mask, q_len, m_len, device);
   }
-  const int64_t rows = allowed.size(-2);  // queries: the rows around the segment too
-  if (n_len > 0) {  // the prefix comes first, visible to every query where real
-    const int64_t batch = prefix_keys.size(0);
-    allowed = torch::cat({prefix_keys.unsqueeze(1).expand({batch, rows, n_len}),
-                          allowed.expand({batch, rows, allowed.size(-1)})},
-                         2);  // [B, Q', K]
-  }
+  if (n_len == 0) return allowed;
+  // The prefix comes first, visible to every query where real.
+  const int64_t batch = prefix_keys.size(0), rows = allowed.size(-2);
+  return torch::cat({prefix_keys.unsqueeze(1).expand({batch, rows, n_len}),
+                     allowed.expand({batch, rows, allowed.size(-1)})},
+                    2);  // [B, Q', K]
+}
+
+modules::AttentionInputs TransformerLMImpl::segment_inputs(
+    int64_t q_len, int64_t m_len, const torch::Tensor& key_mask, const Lookback& ctx,
+    torch::ScalarType dtype, torch::Device device, const torch::Tensor& prefix_keys) {
+  const auto allowed = segment_visibility(q_len, m_len, key_mask, ctx, device, prefix_keys);
+  modules::AttentionInputs in;
   in.blocked = allowed.logical_not().unsqueeze(0);     // [1, B, Q', K]
   in.score_bias = ops::score_bias(in.blocked, dtype);  // [1, B, Q', K]
-  in.positions = scheme_->inputs(attention_.position_shape(), rows, allowed.size(-1), ctx.clamp_len,
-                                 dtype, device);
+  in.positions = scheme_->inputs(attention_.position_shape(), allowed.size(-2), allowed.size(-1),
+                                 ctx.clamp_len, dtype, device);
   if (positions_) positions_->complete(in.positions, &drop);
   return in;
+}
+
+Segment TransformerLMImpl::open_segment(const Memory& given, const Lookback& ctx, int64_t batch,
+                                        int64_t q_len, const torch::Tensor& reset,
+                                        const torch::Tensor& input_mask, torch::Device device) {
+  Segment segment;
+  segment.batch = batch;
+  segment.q_len = q_len;
+  segment.ctx = &ctx;
+  segment.given = &given;
+  segment.reset = reset;
+  segment.input_mask = input_mask;
+  segment.options = word_emb->table(0).options().device(device);
+  segment.layers = &layer_list_;
+  segment.training = is_training();
+  for (const auto& part : mechanism_parts_) part->start(segment);
+  return segment;
 }
 
 LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const Lookback& ctx,
@@ -249,17 +272,7 @@ LMOutput TransformerLMImpl::forward(const Inputs& in, const Memory& given, const
   const auto& tokens = in.tokens;
   const int64_t batch = tokens.size(0), q_len = tokens.size(1), d = config_.d_model;
   const auto device = tokens.device();
-  Segment segment;
-  segment.batch = batch;
-  segment.q_len = q_len;
-  segment.ctx = &ctx;
-  segment.given = &given;
-  segment.reset = in.reset;
-  segment.input_mask = in.input_mask;
-  segment.options = word_emb->table(0).options().device(device);
-  segment.layers = &layer_list_;
-  segment.training = is_training();
-  for (const auto& part : mechanism_parts_) part->start(segment);
+  auto segment = open_segment(given, ctx, batch, q_len, in.reset, in.input_mask, device);
 
   // Vanilla: positions within the segment, added once to the embedding.
   auto x = with_positions(word_emb(tokens),
@@ -344,11 +357,19 @@ torch::Tensor TransformerLMImpl::step(const LMStep& weights, const torch::Tensor
                                       const std::vector<torch::Tensor>& kv, int64_t used,
                                       const modules::StepMask& mask) {
   auto x = with_positions(word_emb->step(tokens), positions);  // [B, q, d]
+  x = step_layers(weights, x, kv, used, mask, positions);      // [B, q, d]
+  auto last = x.select(1, x.size(1) - 1);                      // [B, d]
+  return final_norm ? final_norm(last) : last;                 // [B, d]
+}
+
+torch::Tensor TransformerLMImpl::step_layers(const LMStep& weights, torch::Tensor x,
+                                             const std::vector<torch::Tensor>& kv, int64_t used,
+                                             const modules::StepMask& mask,
+                                             const torch::Tensor& positions) {
   for (size_t l = 0; l < layer_list_.size(); ++l) {
     x = layer_list_[l]->step(weights.layers[l], x, kv[l], used, mask, positions);  // [B, q, d]
   }
-  auto last = x.select(1, x.size(1) - 1);       // [B, d]
-  return final_norm ? final_norm(last) : last;  // [B, d]
+  return x;
 }
 
 torch::Tensor TransformerLMImpl::step_log_prob(const modules::SoftmaxStep& softmax,

@@ -175,6 +175,19 @@ AttentionStep MultiHeadAttentionImpl::prepare_step(const PositionInputs& slots, 
   return w;
 }
 
+torch::Tensor MultiHeadAttentionImpl::project_heads(const AttentionStep& weights,
+                                                    const torch::Tensor& h) const {
+  return weights
+      .qkv(h)  // [B, n, 3 H D]
+      .view({h.size(0), h.size(1), 3, options_.n_head, options_.d_head})
+      .permute({2, 3, 0, 1, 4});  // [3, H, B, n, D], a view
+}
+
+void MultiHeadAttentionImpl::write_keys(const AttentionStep& weights, const torch::Tensor& h,
+                                        const torch::Tensor& slots) const {
+  slots.copy_(project_heads(weights, h).narrow(0, 1, 2));  // [2, H, B, n, D]
+}
+
 bool MultiHeadAttentionImpl::steps_by_first_slot(const torch::Tensor& like) const {
   return scheme_->traits().fused_step && ops::attend_cached_takes(like);
 }
@@ -212,10 +225,7 @@ torch::Tensor MultiHeadAttentionImpl::step(const AttentionStep& weights, const t
     write_zero_slots(weights, kv, used, mask);  // a padding query's own output is never read
     return weights.out(context.unsqueeze(1));   // [B, 1, d]
   }
-  auto heads = weights
-                   .qkv(h)  // [B, q, 3 H D]
-                   .view({batch, q, 3, n_head, d_head})
-                   .permute({2, 3, 0, 1, 4});          // [3, H, B, q, D], a view
+  const auto heads = project_heads(weights, h);        // [3, H, B, q, D], a view
   kv.narrow(3, used, q).copy_(heads.narrow(0, 1, 2));  // [2, H, B, q, D] into the buffer
   write_zero_slots(weights, kv, used, mask);
   const auto query = heads.select(0, 0);                    // [H, B, q, D], scaled

@@ -114,4 +114,11 @@ torch::Tensor DecoderLayerImpl::step(const DecoderLayerStep& weights, const torc
       [&](const torch::Tensor& a) { return ff->step(weights.ff, a); });  // [B, q, d]
 }
 
+void DecoderLayerImpl::write_keys(const DecoderLayerStep& weights, const torch::Tensor& x,
+                                  const torch::Tensor& slots) {
+  TXL_CHECK(!positions_, "decoder layer: ", attn->scheme().name(),
+            " positions change the rows' keys with their place; no keys written before a step");
+  attn->write_keys(weights.attn, options_.pre_norm ? attn_norm(x) : x, slots);
+}
+
 }  // namespace txl::modules

@@ -408,30 +408,39 @@ TEST(Bench, ProductsAreTheModelsShapesAndAgree) {
   EXPECT_NE(products_table(timings).find("| vocab | 16 -> 50 | 16 |"), std::string::npos);
 }
 
-// --members: every member trains at the experiment's sizes; xl_bptt1 and rmt read two segments
-// a step; the state a stream carries is (L (M + N) + m) d floats (none without memory;
-// compressive splits xl's M into M' + N; rmt keeps m = 8 tokens); table and JSON name each.
+// --members: every member trains and decodes at the experiment's sizes; xl_bptt1, rmt and
+// rmt_xl read two segments a step; the state a stream carries is (L (M + N) + m) d floats (none
+// without memory; compressive splits xl's M into M' + N; rmt keeps m = 8 tokens); table and JSON
+// name each.
 TEST(Bench, MembersEachTrainAtTheExperimentsSizes) {
   PhaseOptions phase;
   phase.batch_size = 2;
   phase.warmup = 1;
   phase.repetitions = 1;
-  const auto costs = time_members(tiny(), kVocab, phase);
-  // xl, rel_no_memory, xl_bptt1, every other scheme that carries memory, compressive, rmt.
+  GenerationOptions decoding;
+  decoding.new_tokens = 10;
+  decoding.warmup = 0;
+  decoding.repetitions = 1;
+  const auto costs = time_members(tiny(), kVocab, phase, decoding);
+  // xl, rel_no_memory, xl_bptt1, every other scheme that carries memory, compressive, rmt, rmt_xl.
   std::vector<std::string> schemes;
   for (const auto* scheme : modules::memory_schemes()) {
     if (scheme->name() != "xl") schemes.emplace_back(scheme->name());
   }
-  ASSERT_EQ(costs.size(), 5 + schemes.size());
+  ASSERT_EQ(costs.size(), 6 + schemes.size());
   EXPECT_EQ(costs[0].name, "xl");
   for (size_t i = 0; i < schemes.size(); ++i) EXPECT_EQ(costs[3 + i].name, schemes[i]);
+  EXPECT_EQ(costs.back().name, "rmt_xl");
   for (const auto& m : costs) {
     EXPECT_GT(m.tokens_per_s, 0) << m.name;
+    EXPECT_GT(m.decode_b1, 0) << m.name;
+    EXPECT_GT(m.decode_b16, 0) << m.name;
     const int64_t state = m.name == "rel_no_memory" ? 0
                           : m.name == "rmt"         ? 8 * 16 * 4
+                          : m.name == "rmt_xl"      ? (2 * 8 + 8) * 16 * 4
                                                     : 2 * 8 * 16 * 4;
     EXPECT_EQ(m.state_bytes, state) << m.name;
-    const bool two = m.name == "xl_bptt1" || m.name == "rmt";
+    const bool two = m.name == "xl_bptt1" || m.name == "rmt" || m.name == "rmt_xl";
     EXPECT_EQ(m.tokens_per_step, (two ? 2 : 1) * 2 * 8) << m.name;
   }
   const auto json = nlohmann::json::parse(members_json(costs));

@@ -189,11 +189,11 @@ TEST(IncrementalDecoder, LeftPaddedRowsEqualRowsAlone) {
   }
 }
 
-// The forward mode (memory tokens, compressive memory): token by token it gives evaluation's
+// The segment mode (memory tokens, compressive memory): token by token it gives evaluation's
 // log-probabilities in memory mode (which differ from a model without its memory: the check can
 // fail), and rows left-padded in a batch, leaving it, or read after a context copied and
 // stacked give what they give alone.
-TEST(IncrementalDecoder, MemoryTokensAndCompressiveMemoryDecodeByTheForward) {
+TEST(IncrementalDecoder, MemoryTokensAndCompressiveMemoryDecodeSegmentBySegment) {
   struct Member {
     std::string name;
     AttnType attn_type;
@@ -215,7 +215,7 @@ TEST(IncrementalDecoder, MemoryTokensAndCompressiveMemoryDecodeByTheForward) {
     config.cmem_compress = config::Compression::kConv;
     auto model = make(config, 21);
     DecodeOptions o{q, m.mem_len, -1, false, m.zero_memory};
-    ASSERT_TRUE(prepare_decoder(model, o).forward);
+    ASSERT_TRUE(prepare_decoder(model, o).segments);
     const auto text = random_tokens(3, 26, 6);
     const auto expected = txl::test::reference_log_probs(model, text.narrow(0, 0, 1), o);
     ASSERT_FALSE(tensor_near(

@@ -80,6 +80,9 @@ const std::vector<SizedDecodingCase>& sized_decoding_cases() {
       {"vanilla_learned", config::AttnType::kVanillaLearned, 0},
       {"rope, memory longer than a segment", config::AttnType::kRope, 24},
       {"alibi, memory shorter than a segment", config::AttnType::kAlibi, 8},
+      {"xl, compressive memory", config::AttnType::kXl, 8, false, 6},
+      {"xl, memory tokens and memory", config::AttnType::kXl, 8, false, 0, 4},
+      {"rope, memory tokens alone", config::AttnType::kRope, 0, false, 0, 4},
   };
   return cases;
 }
@@ -107,6 +110,10 @@ SizedDecodingErrors sized_decoding_errors(const SizedDecodingCase& c, const torc
   config.max_positions = 64;
   config.init_std = 0.05;  // outputs far from uniform: log-probabilities spread over 6 nats
   config.allow_abs_with_memory = true;
+  config.cmem_len = c.cmem_len;
+  config.cmem_rate = 2;
+  config.cmem_compress = config::Compression::kConv;
+  config.mem_tokens = c.mem_tokens;
   if (c.adaptive) {
     config.cutoffs = {1000, 4000};
     config.div_val = 2;

@@ -44,6 +44,8 @@ struct SizedDecodingCase {
   config::AttnType attn_type;
   int mem_len;
   bool adaptive = false;  // adaptive softmax (cutoffs 1000, 4000)
+  int cmem_len = 0;       // compressive memory (rate 2, conv), decoded segment by segment
+  int mem_tokens = 0;     // memory tokens, decoded segment by segment
 };
 const std::vector<SizedDecodingCase>& sized_decoding_cases();
 

@@ -17,14 +17,17 @@
 //   sliding  (vanilla, vanilla_learned, or mem_len 0) Every read takes the last tgt_len tokens
 //            as one segment without memory, positions counted from its start: the geometry the
 //            model was trained in (evaluation's sliding mode), at a constant cost per token.
-//   forward  (memory tokens, model.mem_tokens > 0, or compressive memory with mem_len > 0)
+//   segments (memory tokens, model.mem_tokens > 0, or compressive memory with mem_len > 0)
 //            Tokens are read in segments of tgt_len counted from each row's first token, as in
-//            memory mode, by the model's forward itself: a row's segment so far is read again
-//            over the memory its completed segments left, and a completed segment's forward
-//            gives the next memory (the tokens it writes, the rows it compresses). Exactly what
-//            evaluation in memory mode computes, by the same code; a token costs a forward over
-//            up to tgt_len tokens, and the rows run one at a time (each row's segments start at
-//            its own first token).
+//            memory mode, and each segment starts over the memory the forwards of the row's
+//            completed segments left: the model's begin_segment runs the forward's start (its
+//            mechanisms' hooks, its masks), writes the keys and values of the rows its layers
+//            read before the segment (compressed rows, memory, the memory tokens read) into the
+//            buffer, and the segment's tokens then step over it as in memory mode, with the
+//            forward's own masks. A completed segment's forward gives the next memory (the tokens
+//            it writes, the rows it compresses): exactly what evaluation in memory mode computes.
+//            Rows whose first tokens came at one time step share their segments and run as one
+//            batch; rows of other starts run as other batches.
 //
 // The decoder is bookkeeping only: which rows it holds, where each row's first token is, which
 // buffer slot holds which time step, what each query may see, compaction. The math is the
@@ -73,8 +76,8 @@ struct DecoderWeights {
   bool sliding = false;      // sliding window (absolute positions, or mem_len 0)
   int64_t capacity = 0;      // C: key rows each layer's buffer holds
   bool first_slots = false;  // one query per row reads its first visible slot, not a bias
-  bool zero_memory = false;  // rows start from zero vectors (memory and forward modes)
-  bool forward = false;      // the forward mode (memory tokens or compressive memory)
+  bool zero_memory = false;  // rows start from zero vectors (memory and segment modes)
+  bool segments = false;     // the segment mode (memory tokens or compressive memory)
   torch::Tensor slots;       // int64 [C]: 0 .. C-1
   models::LMStep step;       // the modules' prepared weights
 };
@@ -136,12 +139,29 @@ class IncrementalDecoder {
   // not fit.
   void make_room(int64_t q);
   torch::Tensor read_sliding(const torch::Tensor& tokens);
-  // The forward mode's read: tokens int64 [B, T] on the host.
-  torch::Tensor read_forward(const torch::Tensor& tokens);
-  // The forward mode: one forward of `tokens` (a row's segment so far) over `memory`; returns
-  // the log-probabilities [1, V] after its last token, and the memory after it in *next.
-  torch::Tensor forward_segment(const std::vector<int64_t>& tokens, const models::Memory& memory,
-                                models::Memory* next);
+  // The segment mode (src/generation/segments.cpp). Rows whose first token came at one time
+  // step: their segments start together.
+  struct Group {
+    std::vector<int64_t> rows;      // indices into the decoder's rows, increasing
+    int64_t first = 0;              // the time step of their first token
+    std::vector<torch::Tensor> kv;  // per layer [2, H, B_g, C, D]
+    models::Memory memory;          // what the forwards of their completed segments left
+    models::SegmentSteps segment;   // the segment being read (q_len 0: none begun)
+    torch::Tensor tokens;           // int64 [B_g, i]: the segment's tokens read so far
+    torch::Tensor last;             // [B_g, V]: log-probabilities after their last token
+    modules::SoftmaxStep softmax;   // the softmax's step weights for B_g rows
+  };
+  // The lookback of the segment mode's forwards: the decoder's lengths.
+  models::Lookback segment_lookback() const;
+  // Tokens int64 [B, T] on the buffers' device.
+  torch::Tensor read_segments(const torch::Tensor& tokens);
+  // A group's tokens int64 [B_g, n] (from its first on).
+  void read_group(Group& group, const torch::Tensor& tokens);
+  // The groups of the rows' first tokens (start_rows).
+  void make_groups();
+  Group new_group(std::vector<int64_t> rows, int64_t first) const;
+  // The segment mode's keep_rows: `kept` indices into the current rows, increasing.
+  void keep_group_rows(const std::vector<int64_t>& kept);
   void start_rows(const torch::Tensor& real, int64_t t_len);
   // Per layer an uninitialised [2, H, rows, C, D] buffer, views of one block of 2 MB pages.
   std::vector<torch::Tensor> key_value_buffers(int64_t rows) const;
@@ -154,14 +174,7 @@ class IncrementalDecoder {
   int64_t time_ = 0;               // time steps read
   int64_t base_ = 0;               // time of buffer slot 0
   int64_t used_ = 0;               // buffer slots holding keys
-  // The forward mode, per row: the memory its completed segments left, its segment so far, and
-  // the log-probabilities [1, V] after its last token when that ended a segment.
-  struct RowState {
-    models::Memory memory;
-    std::vector<int64_t> segment;
-    torch::Tensor last;
-  };
-  std::vector<RowState> states_;
+  std::vector<Group> groups_;      // the segment mode's rows
 };
 
 }  // namespace txl::generation

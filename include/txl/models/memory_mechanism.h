@@ -113,8 +113,10 @@ class MechanismPart {
   virtual void write(Segment& /*segment*/, Memory& /*next*/, torch::Tensor* /*aux_loss*/) const {}
   // Positions leave the memory of positions in whole groups of this many under `ctx`.
   virtual int64_t eviction_group(const Lookback& /*ctx*/) const { return 1; }
-  // Whether generation::IncrementalDecoder's step over cached keys expresses it with a memory of
-  // mem_len positions; otherwise the decoder runs the forward over each row's segment so far.
+  // Whether generation::IncrementalDecoder's memory mode (each layer's keys and values carried
+  // in its buffer from segment to segment, a slot per time step) expresses it with a memory of
+  // mem_len positions; otherwise the decoder begins every segment over the memory the forward
+  // returned (its segment mode, TransformerLMImpl::begin_segment).
   virtual bool steps(int64_t /*mem_len*/) const { return true; }
 };
 

@@ -98,6 +98,20 @@ struct LMStep {
   modules::SoftmaxStep softmax;
 };
 
+// A segment decoded a few tokens at a time (generation::IncrementalDecoder's segment mode), as
+// TransformerLMImpl::begin_segment starts it: the rows the layers read before the segment's
+// tokens (the mechanisms' prefix, the memory, the rows they put before the segment) hold slots
+// 0 .. lead - 1 of the buffers, the segment's token i slot lead + i, and which slots each query
+// sees are the forward's own masks (segment_inputs).
+struct SegmentSteps {
+  int64_t lead = 0;       // slots before the segment's first token
+  int64_t q_len = 0;      // Q: the segment's tokens; 0 = no segment begun
+  torch::Tensor blocked;  // bool [B, Q, lead + Q]: true where query i may not see slot j
+  // Per row and query (row-major [B, Q]): the first slot it sees when it sees every slot from
+  // there to its own, else -1.
+  std::vector<int64_t> first;
+};
+
 class TransformerLMImpl : public torch::nn::Module {
  public:
   // Builds and initialises the model for a vocabulary of n_token words. Throws txl::Error
@@ -136,6 +150,20 @@ class TransformerLMImpl : public torch::nn::Module {
   torch::Tensor step(const LMStep& weights, const torch::Tensor& tokens,
                      const torch::Tensor& positions, const std::vector<torch::Tensor>& kv,
                      int64_t used, const modules::StepMask& mask);
+  // The slots of a decoding buffer that a segment of q_len tokens needs at most under ctx: the
+  // mechanisms' prefix (MemoryMechanism::keys), the memory (ctx.mem_len and what an eviction
+  // group keeps besides), the rows they put before the segment, and the segment.
+  int64_t segment_capacity(const Lookback& ctx, int64_t q_len);
+  // Begins decoding a segment of q_len tokens of B rows over `memory` (what the forwards of the
+  // rows' earlier segments returned) under ctx: the hooks of the forward's start (start,
+  // surround, the masks of segment_inputs), the keys and values of the rows the layers read
+  // before the segment written into slots 0 .. lead - 1 of kv (per layer [2, H, B, C, D]), and
+  // the rows the mechanisms put before the segment run through the layers. The segment's tokens
+  // then go through `step` at slots lead + i; the forward of the whole segment gives the next
+  // memory. Without gradients, in evaluation mode. Throws txl::Error for a memory the forward
+  // would refuse, or more slots than the buffers hold.
+  SegmentSteps begin_segment(const LMStep& weights, const Memory& memory, const Lookback& ctx,
+                             int64_t batch, int64_t q_len, const std::vector<torch::Tensor>& kv);
   // Log-probabilities [B, V] of the next token after final hidden states [B, d]; `softmax` is
   // LMStep::softmax made for the decoder's rows (AdaptiveLogSoftmaxImpl::for_rows).
   torch::Tensor step_log_prob(const modules::SoftmaxStep& softmax, const torch::Tensor& hidden);
@@ -148,8 +176,9 @@ class TransformerLMImpl : public torch::nn::Module {
   // to the memory anew each segment (PositionTraits::caches_memory_kv), nor with a memory
   // mechanism whose keys the cache does not hold (MechanismTraits::caches_kv).
   bool can_cache_kv() const;
-  // Whether generation::IncrementalDecoder's step expresses every memory mechanism of the model
-  // with a memory of mem_len positions (MechanismPart::steps).
+  // Whether generation::IncrementalDecoder's memory mode expresses every memory mechanism of
+  // the model with a memory of mem_len positions (MechanismPart::steps); otherwise it decodes
+  // segment by segment (begin_segment).
   bool decodes_by_step(int64_t mem_len) const;
   // The position scheme of model.attn_type.
   const modules::PositionScheme& position_scheme() const { return *scheme_; }
@@ -169,6 +198,19 @@ class TransformerLMImpl : public torch::nn::Module {
   void check_inputs(const Inputs& in, const Memory& memory, const Lookback& ctx) const;
   // Lookback::cache_kv: allowed for this model, without gradients, memory.kv of every layer.
   void check_cache_kv(const Memory& memory) const;
+  // A segment of B rows of q_len tokens over `given` under ctx, its mechanisms' start hooks run.
+  Segment open_segment(const Memory& given, const Lookback& ctx, int64_t batch, int64_t q_len,
+                       const torch::Tensor& reset, const torch::Tensor& input_mask,
+                       torch::Device device);
+  // Which keys of concat(prefix, memory, before, segment, after) the queries concat(before,
+  // segment, after) see, bool [B or 1, Q', K'] (see segment_inputs).
+  torch::Tensor segment_visibility(int64_t q_len, int64_t m_len, const torch::Tensor& key_mask,
+                                   const Lookback& ctx, torch::Device device,
+                                   const torch::Tensor& prefix_keys) const;
+  // A decoding step's layers over x [B, q, d] (see step) -> [B, q, d].
+  torch::Tensor step_layers(const LMStep& weights, torch::Tensor x,
+                            const std::vector<torch::Tensor>& kv, int64_t used,
+                            const modules::StepMask& mask, const torch::Tensor& positions);
   // Embedded tokens x [S..., d] with the positions the scheme adds to them (its
   // ModelPositions::embed): positions int64 of shape S or a shape that broadcasts to it.
   torch::Tensor with_positions(const torch::Tensor& x, const torch::Tensor& positions) const;

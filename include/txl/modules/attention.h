@@ -125,6 +125,10 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   // mask allows, [B, q, d]. Without gradients.
   torch::Tensor step(const AttentionStep& weights, const torch::Tensor& h, const torch::Tensor& kv,
                      int64_t used, const StepMask& mask);
+  // Writes the keys and values of rows h [B, n, d] (normalised when pre_norm) into `slots`
+  // [2, H, B, n, D] (a view of a buffer), as a step writes its new tokens'. Without gradients.
+  void write_keys(const AttentionStep& weights, const torch::Tensor& h,
+                  const torch::Tensor& slots) const;
   // Whether a step of one query per row reads StepMask::first (the fused kernel takes buffers
   // like `like` and what this position scheme offers) rather than a score bias.
   bool steps_by_first_slot(const torch::Tensor& like) const;
@@ -151,6 +155,9 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   // merged and W_o: scores [H, B, Q, K], bias broadcast to it, values [H, B, K, D] -> [B, Q, d].
   torch::Tensor mix(torch::Tensor scores, const torch::Tensor& bias, const torch::Tensor& values,
                     const ops::Projection& out_weight, torch::Tensor* probs);
+  // The step weights' queries (scaled), keys and values of rows h [B, n, d]: [3, H, B, n, D], a
+  // view.
+  torch::Tensor project_heads(const AttentionStep& weights, const torch::Tensor& h) const;
   // Zero memory: the step's slots that mask.zero_slots names get the zero memory's keys.
   static void write_zero_slots(const AttentionStep& weights, const torch::Tensor& kv, int64_t used,
                                const StepMask& mask);

@@ -75,6 +75,12 @@ class DecoderLayerImpl : public torch::nn::Module {
                      const torch::Tensor& kv, int64_t used, const StepMask& mask,
                      const torch::Tensor& positions);
 
+  // Writes the keys and values of rows x [B, n, d] this layer reads before a step's tokens (a
+  // memory's, as the forward reads them: after the norm when pre_norm) into `slots`
+  // [2, H, B, n, D] of its buffer. Not for a scheme whose layer part adds positions to them.
+  void write_keys(const DecoderLayerStep& weights, const torch::Tensor& x,
+                  const torch::Tensor& slots);
+
   MultiHeadAttention attn{nullptr};
   FeedForward ff{nullptr};
   torch::nn::LayerNorm attn_norm{nullptr}, ff_norm{nullptr};

@@ -1,0 +1,152 @@
+// IncrementalDecoder's segment mode (see incremental.h): groups of rows that share their
+// segments, each segment begun by the model over the memory its earlier segments' forwards left.
+#include <algorithm>
+#include <map>
+
+#include "txl/generation/incremental.h"
+#include "txl/ops/masks.h"
+#include "txl/util/error.h"
+
+namespace txl::generation {
+
+models::Lookback IncrementalDecoder::segment_lookback() const {
+  const auto& o = w_.options;
+  models::Lookback ctx = w_.model->default_lookback();
+  ctx.mem_len = o.mem_len;
+  ctx.clamp_len = o.clamp_len;
+  ctx.same_length = o.same_length;
+  ctx.ext_len = 0;
+  ctx.zero_memory = w_.zero_memory;
+  return ctx;
+}
+
+IncrementalDecoder::Group IncrementalDecoder::new_group(std::vector<int64_t> rows,
+                                                        int64_t first) const {
+  Group g;
+  g.rows = std::move(rows);
+  g.first = first;
+  g.kv = key_value_buffers(static_cast<int64_t>(g.rows.size()));
+  for (auto& kv : g.kv) kv.zero_();
+  g.softmax = modules::AdaptiveLogSoftmaxImpl::for_rows(w_.step.softmax,
+                                                        static_cast<int64_t>(g.rows.size()));
+  return g;
+}
+
+void IncrementalDecoder::make_groups() {
+  std::map<int64_t, std::vector<int64_t>> by_first;
+  for (int64_t b = 0; b < rows(); ++b) by_first[first_[static_cast<size_t>(b)]].push_back(b);
+  for (auto& [first, rows] : by_first) groups_.push_back(new_group(std::move(rows), first));
+}
+
+torch::Tensor IncrementalDecoder::read_segments(const torch::Tensor& tokens) {
+  if (groups_.empty()) make_groups();
+  const int64_t t_len = tokens.size(1);
+  for (auto& g : groups_) {
+    const int64_t from = std::max<int64_t>(0, g.first - time_);
+    if (from >= t_len) continue;  // their first token comes later
+    const bool all = static_cast<int64_t>(g.rows.size()) == rows();
+    const auto mine =
+        all ? tokens
+            : tokens.index_select(0, torch::tensor(g.rows, torch::kLong).to(tokens.device()));
+    read_group(g, mine.narrow(1, from, t_len - from));  // [B_g, n]
+  }
+  time_ += t_len;
+  if (groups_.size() == 1) {
+    TXL_CHECK(groups_.front().last.defined(), "decoding: no row has read a token yet");
+    return groups_.front().last;  // [B, V]
+  }
+  torch::Tensor out;  // [B, V]
+  for (const auto& g : groups_) {
+    TXL_CHECK(g.last.defined(), "decoding: row ", g.rows.front(),
+              " has read no token yet (its first read was padding only)");
+    if (!out.defined()) out = torch::empty({rows(), g.last.size(1)}, g.last.options());
+    out.index_copy_(0, torch::tensor(g.rows, torch::kLong).to(out.device()), g.last);
+  }
+  return out;
+}
+
+void IncrementalDecoder::read_group(Group& g, const torch::Tensor& tokens) {
+  const int64_t q_len = w_.options.tgt_len, n = tokens.size(1);
+  const int64_t batch = tokens.size(0);
+  const auto ctx = segment_lookback();
+  torch::Tensor last;  // [B_g, d]
+  for (int64_t pos = 0; pos < n;) {
+    auto& s = g.segment;
+    if (s.q_len == 0) {
+      s = w_.model->begin_segment(w_.step, g.memory, ctx, batch, q_len, g.kv);
+      g.tokens = tokens.narrow(1, 0, 0);
+    }
+    const int64_t i = g.tokens.size(1), q = std::min(n - pos, q_len - i);
+    modules::StepMask mask;
+    if (q == 1 && w_.first_slots) {
+      for (int64_t b = 0; b < batch; ++b) {
+        mask.first.push_back(s.first[static_cast<size_t>(b * q_len + i)]);
+      }
+      if (std::any_of(mask.first.begin(), mask.first.end(), [](int64_t f) { return f < 0; })) {
+        mask.first.clear();
+      }
+    }
+    if (mask.first.empty()) {
+      mask.bias = ops::score_bias(s.blocked.narrow(1, i, q).narrow(2, 0, s.lead + i + q),
+                                  g.kv.front().scalar_type());  // [B_g, q, K]
+    }
+    const auto chunk = tokens.narrow(1, pos, q);  // [B_g, q]
+    last = w_.model->step(w_.step, chunk, {}, g.kv, s.lead + i, mask);
+    g.tokens = torch::cat({g.tokens, chunk}, 1);  // [B_g, i + q]
+    pos += q;
+    if (i + q < q_len) continue;
+    // A completed segment: its forward gives the next memory.
+    models::Inputs in;
+    in.tokens = g.tokens;
+    g.memory = w_.model->forward(in, g.memory, ctx).memory;
+    g.segment = {};
+    g.tokens = torch::Tensor();
+  }
+  g.last = w_.model->step_log_prob(g.softmax, last);  // [B_g, V]
+}
+
+void IncrementalDecoder::keep_group_rows(const std::vector<int64_t>& kept) {
+  std::vector<int64_t> new_index(static_cast<size_t>(rows()), -1);
+  for (size_t i = 0; i < kept.size(); ++i) new_index[static_cast<size_t>(kept[i])] = i;
+  std::vector<Group> groups;
+  for (auto& g : groups_) {
+    std::vector<int64_t> local, rows;  // the kept rows' places in the group, their new indices
+    for (size_t j = 0; j < g.rows.size(); ++j) {
+      const int64_t to = new_index[static_cast<size_t>(g.rows[j])];
+      if (to < 0) continue;
+      local.push_back(static_cast<int64_t>(j));
+      rows.push_back(to);
+    }
+    if (rows.empty()) continue;
+    if (rows.size() == g.rows.size()) {
+      g.rows = std::move(rows);
+      groups.push_back(std::move(g));
+      continue;
+    }
+    const auto index = torch::tensor(local, torch::kLong).to(w_.slots.device());
+    Group k = new_group(std::move(rows), g.first);
+    for (size_t l = 0; l < g.kv.size(); ++l) torch::index_select_out(k.kv[l], g.kv[l], 2, index);
+    if (!g.memory.empty()) {
+      std::vector<models::Memory> pieces;
+      for (const auto j : local) pieces.push_back(g.memory.narrow_rows(j, 1));
+      k.memory = models::Memory::join_rows(pieces);
+    }
+    k.segment = g.segment;
+    if (k.segment.q_len > 0) {
+      k.segment.blocked = g.segment.blocked.index_select(0, index);
+      k.segment.first.clear();
+      const auto q_len = static_cast<size_t>(g.segment.q_len);
+      for (const auto j : local) {
+        const auto from = g.segment.first.begin() + static_cast<std::ptrdiff_t>(j * q_len);
+        k.segment.first.insert(k.segment.first.end(), from,
+                               from + static_cast<std::ptrdiff_t>(q_len));
+      }
+      k.tokens = g.tokens.index_select(0, index);
+    }
+    if (g.last.defined()) k.last = g.last.index_select(0, index);
+    groups.push_back(std::move(k));
+  }
+  groups_ = std::move(groups);
+}
+
+}  // namespace txl::generation
