@@ -30,24 +30,19 @@ MEMBERS = {
     "alibi": (r"alibi",
               [ATTN_TYPES, "src/modules/positions/alibi.cpp", "include/txl/ops/alibi.h",
                "src/ops/alibi.cpp"], None),
-    "t5": (r"\bt5",
-           [ATTN_TYPES, "src/modules/positions/t5.cpp", *SETTINGS,
-            "include/txl/modules/position_scheme.h", "src/models/transformer_lm.cpp"],
-           "PositionOptions copies its two settings (position_scheme.h, transformer_lm.cpp); "
-           "schemes reading the model's settings themselves would take both files off"),
+    "t5": (r"\bt5", [ATTN_TYPES, "src/modules/positions/t5.cpp", *SETTINGS], None),
     "vanilla_learned": (r"vanilla_?learned",
                         [ATTN_TYPES, "src/modules/positions/vanilla_learned.cpp",
                          "src/config/validate.cpp",
                          "src/experiment/findings.cpp"],  # the paper's baseline, in the headline
                         None),
     "compressive": (r"compress|cmem",
-                    ["src/models/memory/compressive.cpp", *SETTINGS, ATTN_TYPES,
-                     "include/txl/modules/compressor.h", "src/modules/compressor.cpp",
-                     "include/txl/modules/decoder_layer.h", "src/modules/decoder_layer.cpp",
-                     "include/txl/models/transformer_lm.h", "src/models/transformer_lm.cpp",
-                     "src/bench/members.cpp"],
-                    "its compressor module and the layer's reconstruction loss sit in modules/, "
-                    "its cmem_len in the model's Lookback, its benchmark member in bench/"),
+                    ["src/models/memory/compressive.cpp", "include/txl/models/memory/compressive.h",
+                     *SETTINGS, ATTN_TYPES, "src/bench/members.cpp"],
+                    "its settings span config.h, fields.cpp, enums.h (cmem_compress's names) and "
+                    "the validator (validate.cpp, a twin of its mechanism's check), and its "
+                    "benchmark member is in bench/"),
+    "knn": (r"knn", ["src/models/memory/knn.cpp", *SETTINGS[:2], "src/bench/members.cpp"], None),
     "memory_tokens": (r"mem_tokens|memory_?tokens|memory tokens",
                       ["src/models/memory/memory_tokens.cpp", *SETTINGS[:2], SETTINGS[2],
                        "src/bench/members.cpp"], None),

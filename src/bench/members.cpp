@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 
@@ -67,6 +68,15 @@ const std::vector<Member>& members() {
                      c.model.mem_tokens = 8;
                      c.train.bptt_segments = 1;
                    }});
+    // A kNN memory in the second layer (the last of one) beside xl's memory: the 32 nearest of
+    // the 4 M latest positions that left it.
+    out.push_back(
+        {"knn", "attn_type xl, knn_layer 2, knn_topk 32, knn_size 4 mem_len", [](auto& c) {
+           c.model.attn_type = AttnType::kXl;
+           c.model.knn_layer = std::min(2, c.model.n_layer);
+           c.model.knn_size = std::max(32, 4 * c.model.mem_len);
+           c.model.knn_topk = 32;
+         }});
     return out;
   }();
   return kMembers;

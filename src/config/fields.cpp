@@ -117,6 +117,9 @@ void add_model_fields(TableBuilder& t, ModelConfig& m) {
   t.add_later("model.cmem_compress", m.cmem_compress);
   t.add_later("model.cmem_loss_weight", m.cmem_loss_weight);
   t.add_later("model.mem_tokens", m.mem_tokens);
+  t.add_later("model.knn_layer", m.knn_layer);
+  t.add_later("model.knn_topk", m.knn_topk);
+  t.add_later("model.knn_size", m.knn_size);
 }
 
 void add_train_fields(TableBuilder& t, TrainConfig& tr) {
@@ -312,3 +315,14 @@ std::string closest(const std::string& word, const std::vector<std::string>& can
 }
 
 }  // namespace txl::config::detail
+
+namespace txl::config {
+
+std::map<std::string, int64_t> position_settings(const ModelConfig& config) {
+  return {{"max_rel_dist", config.max_rel_dist},
+          {"max_positions", config.max_positions},
+          {"t5_buckets", config.t5_buckets},
+          {"t5_max_distance", config.t5_max_distance}};
+}
+
+}  // namespace txl::config

@@ -302,6 +302,7 @@ IncrementalDecoder IncrementalDecoder::stack(const std::vector<IncrementalDecode
       for (const auto first : p.first_) merged.first_.push_back(first + offset);
       b += p.rows();
     }
+    merged.merge_groups();
     return merged;
   }
   merged.used_ = used;

@@ -41,6 +41,10 @@ void IncrementalDecoder::make_groups() {
 torch::Tensor IncrementalDecoder::read_segments(const torch::Tensor& tokens) {
   if (groups_.empty()) make_groups();
   const int64_t t_len = tokens.size(1);
+  for (const auto& g : groups_) {
+    TXL_CHECK(g.last.defined() || g.first < time_ + t_len, "decoding: row ", g.rows.front(),
+              " has no token in its first read (padding only); every row needs one");
+  }
   for (auto& g : groups_) {
     const int64_t from = std::max<int64_t>(0, g.first - time_);
     if (from >= t_len) continue;  // their first token comes later
@@ -52,13 +56,10 @@ torch::Tensor IncrementalDecoder::read_segments(const torch::Tensor& tokens) {
   }
   time_ += t_len;
   if (groups_.size() == 1) {
-    TXL_CHECK(groups_.front().last.defined(), "decoding: no row has read a token yet");
     return groups_.front().last;  // [B, V]
   }
   torch::Tensor out;  // [B, V]
   for (const auto& g : groups_) {
-    TXL_CHECK(g.last.defined(), "decoding: row ", g.rows.front(),
-              " has read no token yet (its first read was padding only)");
     if (!out.defined()) out = torch::empty({rows(), g.last.size(1)}, g.last.options());
     out.index_copy_(0, torch::tensor(g.rows, torch::kLong).to(out.device()), g.last);
   }
@@ -73,12 +74,12 @@ void IncrementalDecoder::read_group(Group& g, const torch::Tensor& tokens) {
   for (int64_t pos = 0; pos < n;) {
     auto& s = g.segment;
     if (s.q_len == 0) {
-      s = w_.model->begin_segment(w_.step, g.memory, ctx, batch, q_len, g.kv);
+      s = w_.model->begin_segment(w_.step, g.memory, ctx, batch, q_len, g.kv, w_.first_slots);
       g.tokens = tokens.narrow(1, 0, 0);
     }
     const int64_t i = g.tokens.size(1), q = std::min(n - pos, q_len - i);
     modules::StepMask mask;
-    if (q == 1 && w_.first_slots) {
+    if (q == 1 && !s.first.empty()) {
       for (int64_t b = 0; b < batch; ++b) {
         mask.first.push_back(s.first[static_cast<size_t>(b * q_len + i)]);
       }
@@ -91,7 +92,7 @@ void IncrementalDecoder::read_group(Group& g, const torch::Tensor& tokens) {
                                   g.kv.front().scalar_type());  // [B_g, q, K]
     }
     const auto chunk = tokens.narrow(1, pos, q);  // [B_g, q]
-    last = w_.model->step(w_.step, chunk, {}, g.kv, s.lead + i, mask);
+    last = w_.model->step(w_.step, chunk, {}, g.kv, s.lead + i, mask, s.contexts);
     g.tokens = torch::cat({g.tokens, chunk}, 1);  // [B_g, i + q]
     pos += q;
     if (i + q < q_len) continue;
@@ -136,7 +137,7 @@ void IncrementalDecoder::keep_group_rows(const std::vector<int64_t>& kept) {
       k.segment.blocked = g.segment.blocked.index_select(0, index);
       k.segment.first.clear();
       const auto q_len = static_cast<size_t>(g.segment.q_len);
-      for (const auto j : local) {
+      for (const auto j : g.segment.first.empty() ? std::vector<int64_t>() : local) {
         const auto from = g.segment.first.begin() + static_cast<std::ptrdiff_t>(j * q_len);
         k.segment.first.insert(k.segment.first.end(), from,
                                from + static_cast<std::ptrdiff_t>(q_len));
@@ -147,6 +148,58 @@ void IncrementalDecoder::keep_group_rows(const std::vector<int64_t>& kept) {
     groups.push_back(std::move(k));
   }
   groups_ = std::move(groups);
+}
+
+namespace {
+
+// Whether two groups of one first time step are at the same place of the same kind of segment,
+// without per-row hooks (their stores), so that their rows can run as one batch.
+template <typename Group>
+bool mergeable(const Group& a, const Group& b) {
+  const auto& s = a.segment;
+  const auto& t = b.segment;
+  const bool hooks = std::any_of(s.contexts.begin(), s.contexts.end(),
+                                 [](const auto& c) { return static_cast<bool>(c); }) ||
+                     std::any_of(t.contexts.begin(), t.contexts.end(),
+                                 [](const auto& c) { return static_cast<bool>(c); });
+  return a.first == b.first && s.q_len == t.q_len && s.lead == t.lead && !hooks &&
+         s.first.empty() == t.first.empty() && a.tokens.defined() == b.tokens.defined() &&
+         (!a.tokens.defined() || a.tokens.size(1) == b.tokens.size(1)) &&
+         a.last.defined() == b.last.defined() && a.memory.length() == b.memory.length() &&
+         a.memory.parts.size() == b.memory.parts.size();
+}
+
+}  // namespace
+
+void IncrementalDecoder::merge_groups() {
+  std::vector<Group> merged;
+  for (auto& g : groups_) {
+    auto into =
+        std::find_if(merged.begin(), merged.end(), [&](const Group& m) { return mergeable(m, g); });
+    if (into == merged.end()) {
+      merged.push_back(std::move(g));
+      continue;
+    }
+    std::vector<int64_t> rows = into->rows;
+    rows.insert(rows.end(), g.rows.begin(), g.rows.end());
+    Group both = new_group(std::move(rows), g.first);
+    const int64_t n = static_cast<int64_t>(into->rows.size());
+    for (size_t l = 0; l < both.kv.size(); ++l) {
+      both.kv[l].narrow(2, 0, n).copy_(into->kv[l]);
+      both.kv[l].narrow(2, n, static_cast<int64_t>(g.rows.size())).copy_(g.kv[l]);
+    }
+    if (!into->memory.empty()) both.memory = models::Memory::join_rows({into->memory, g.memory});
+    both.segment = into->segment;
+    if (both.segment.q_len > 0) {
+      both.segment.blocked = torch::cat({into->segment.blocked, g.segment.blocked}, 0);
+      both.segment.first.insert(both.segment.first.end(), g.segment.first.begin(),
+                                g.segment.first.end());
+    }
+    if (into->tokens.defined()) both.tokens = torch::cat({into->tokens, g.tokens}, 0);
+    if (into->last.defined()) both.last = torch::cat({into->last, g.last}, 0);
+    *into = std::move(both);
+  }
+  groups_ = std::move(merged);
 }
 
 }  // namespace txl::generation

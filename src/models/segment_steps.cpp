@@ -12,7 +12,7 @@ namespace {
 
 // Per row and query i of allowed bool [B, Q, lead + Q] (host): the first slot it sees when it
 // sees every slot from there to its own (lead + i), else -1.
-std::vector<int64_t> first_slots(const torch::Tensor& allowed, int64_t lead) {
+std::vector<int64_t> contiguous_firsts(const torch::Tensor& allowed, int64_t lead) {
   const auto a = allowed.accessor<bool, 3>();
   std::vector<int64_t> first;
   first.reserve(static_cast<size_t>(allowed.size(0) * allowed.size(1)));
@@ -23,7 +23,7 @@ std::vector<int64_t> first_slots(const torch::Tensor& allowed, int64_t lead) {
       while (f <= self && !a[b][i][f]) ++f;
       int64_t j = f;
       while (j <= self && a[b][i][j]) ++j;
-      first.push_back(j == self + 1 ? f : -1);
+      first.push_back(f <= self && j == self + 1 ? f : -1);
     }
   }
   return first;
@@ -47,7 +47,8 @@ int64_t TransformerLMImpl::segment_capacity(const Lookback& ctx, int64_t q_len) 
 
 SegmentSteps TransformerLMImpl::begin_segment(const LMStep& weights, const Memory& memory,
                                               const Lookback& ctx, int64_t batch, int64_t q_len,
-                                              const std::vector<torch::Tensor>& kv) {
+                                              const std::vector<torch::Tensor>& kv,
+                                              bool first_slots) {
   torch::NoGradGuard no_grad;
   TXL_CHECK(!is_training(), "decoding: the model must be in evaluation mode (eval())");
   TXL_CHECK(kv.size() == layer_list_.size(), "decoding: buffers of ", kv.size(),
@@ -67,6 +68,8 @@ SegmentSteps TransformerLMImpl::begin_segment(const LMStep& weights, const Memor
   auto allowed = segment_visibility(q_len, m_len, s.key_mask, ctx, device, s.prefix_keys);
   if (allowed.dim() == 2) allowed = allowed.unsqueeze(0);
   allowed = allowed.expand({batch, allowed.size(1), allowed.size(2)});  // [B, Q', K']
+  std::vector<modules::ContextHook> contexts;  // per layer, as the forward's
+  for (size_t l = 0; l < layer_list_.size(); ++l) contexts.push_back(layer_context(s, l));
   // The layers' rows before the segment: their keys and values, as the forward projects them.
   for (size_t l = 0; l < layer_list_.size(); ++l) {
     torch::Tensor before;  // [B, N + M, d]
@@ -82,14 +85,21 @@ SegmentSteps TransformerLMImpl::begin_segment(const LMStep& weights, const Memor
     modules::StepMask mask;
     mask.bias = ops::score_bias(allowed.narrow(1, 0, s.before).narrow(2, 0, lead).logical_not(),
                                 kv.front().scalar_type());  // [B, before, lead]
-    step_layers(weights, x.narrow(1, 0, s.before), kv, rows, mask, {});
+    step_layers(weights, x.narrow(1, 0, s.before), kv, rows, mask, {}, contexts);
   }
   SegmentSteps out;
+  out.contexts = std::move(contexts);
   out.lead = lead;
   out.q_len = q_len;
-  const auto segment = allowed.narrow(1, s.before, q_len).narrow(2, 0, lead + q_len);
+  const auto queries = allowed.narrow(1, s.before, q_len);  // [B, Q, K']
+  // A step's query reads the slots up to its own: the forward's must see no later key.
+  const auto later = torch::ones({q_len, allowed.size(2)}, queries.options()).triu(lead + 1);
+  TXL_CHECK(!queries.logical_and(later).any().item<bool>(),
+            "decoding: a query of the segment sees a later key; its mechanisms cannot decode "
+            "step by step");
+  const auto segment = queries.narrow(2, 0, lead + q_len);
   out.blocked = segment.logical_not().contiguous();  // [B, Q, lead + Q]
-  out.first = first_slots(segment.to(torch::kCPU).contiguous(), lead);
+  if (first_slots) out.first = contiguous_firsts(segment.to(torch::kCPU).contiguous(), lead);
   return out;
 }
 

@@ -68,7 +68,6 @@ Lookback Lookback::from_config(const config::ModelConfig& config) {
   ctx.same_length = config.same_length;
   ctx.ext_len = config.ext_len;
   ctx.zero_memory = config.mem_init == config::MemInit::kZeros;
-  ctx.cmem_len = config.cmem_len;
   return ctx;
 }
 
@@ -92,10 +91,7 @@ TransformerLMImpl::TransformerLMImpl(const config::ModelConfig& config, int64_t 
   attention_.dropatt = config.dropatt;
   attention_.positions.scheme = scheme_->name();
   attention_.positions.own_biases = config.untie_r;
-  attention_.positions.max_rel_dist = config.max_rel_dist;
-  attention_.positions.max_positions = config.max_positions;
-  attention_.positions.t5_buckets = config.t5_buckets;
-  attention_.positions.t5_max_distance = config.t5_max_distance;
+  attention_.positions.settings = config::position_settings(config);
   attention_.init = init;
   positions_ = scheme_->for_model(*this, attention_.position_shape());
   layers = register_module("layers", torch::nn::ModuleList());
@@ -191,9 +187,6 @@ void TransformerLMImpl::check_inputs(const Inputs& in, const Memory& memory,
   TXL_CHECK(ctx.clamp_len >= -1, "model context: clamp_len = ", ctx.clamp_len,
             " must be -1 (no clamp) or >= 0");
   check_clamp(*scheme_, ctx.clamp_len, "model context: clamp_len");
-  TXL_CHECK(ctx.cmem_len >= 0, "model context: cmem_len = ", ctx.cmem_len, " must be >= 0");
-  TXL_CHECK(ctx.cmem_len == 0 || config_.cmem_len > 0, "model context: cmem_len = ", ctx.cmem_len,
-            " but the model has no compressive memory (model.cmem_len 0)");
   if (scheme_->traits().absolute) {
     TXL_CHECK((ctx.mem_len == 0 && memory.empty()) || config_.allow_abs_with_memory,
               "model context: attn_type ", config_.attn_type, " with mem_len = ", ctx.mem_len,
@@ -317,7 +310,14 @@ torch::Tensor TransformerLMImpl::run_layers(torch::Tensor x, Segment& segment,
     modules::KeyValueCache cache;
     if (ctx.cache_kv && memory.length() > 0 && !memory.kv.empty()) cache.memory = memory.kv[l];
     torch::Tensor weights;
-    x = layer_list_[l](x, rows, inputs, attention != nullptr ? &weights : nullptr,
+    auto context = layer_context(segment, l);
+    modules::AttentionInputs own;  // the layer's own inputs, when it reads more than its keys
+    if (context) {
+      own = inputs;
+      own.context = std::move(context);
+    }
+    x = layer_list_[l](x, rows, own.context ? own : inputs,
+                       attention != nullptr ? &weights : nullptr,
                        ctx.cache_kv ? &cache : nullptr);      // [B, Q', d]
     if (attention != nullptr) attention->push_back(weights);  // [B, H, Q', K]
     if (ctx.cache_kv) segment.kv.push_back(cache.all);
@@ -355,21 +355,43 @@ LMStep TransformerLMImpl::prepare_step(int64_t capacity, int64_t clamp_len, bool
 torch::Tensor TransformerLMImpl::step(const LMStep& weights, const torch::Tensor& tokens,
                                       const torch::Tensor& positions,
                                       const std::vector<torch::Tensor>& kv, int64_t used,
-                                      const modules::StepMask& mask) {
-  auto x = with_positions(word_emb->step(tokens), positions);  // [B, q, d]
-  x = step_layers(weights, x, kv, used, mask, positions);      // [B, q, d]
-  auto last = x.select(1, x.size(1) - 1);                      // [B, d]
-  return final_norm ? final_norm(last) : last;                 // [B, d]
+                                      const modules::StepMask& mask,
+                                      const std::vector<modules::ContextHook>& contexts) {
+  auto x = with_positions(word_emb->step(tokens), positions);        // [B, q, d]
+  x = step_layers(weights, x, kv, used, mask, positions, contexts);  // [B, q, d]
+  auto last = x.select(1, x.size(1) - 1);                            // [B, d]
+  return final_norm ? final_norm(last) : last;                       // [B, d]
 }
 
 torch::Tensor TransformerLMImpl::step_layers(const LMStep& weights, torch::Tensor x,
                                              const std::vector<torch::Tensor>& kv, int64_t used,
                                              const modules::StepMask& mask,
-                                             const torch::Tensor& positions) {
+                                             const torch::Tensor& positions,
+                                             const std::vector<modules::ContextHook>& contexts) {
   for (size_t l = 0; l < layer_list_.size(); ++l) {
+    if (l < contexts.size() && contexts[l]) {
+      auto own = mask;
+      own.context = contexts[l];
+      x = layer_list_[l]->step(weights.layers[l], x, kv[l], used, own, positions);  // [B, q, d]
+      continue;
+    }
     x = layer_list_[l]->step(weights.layers[l], x, kv[l], used, mask, positions);  // [B, q, d]
   }
   return x;
+}
+
+modules::ContextHook TransformerLMImpl::layer_context(const Segment& segment, size_t l) const {
+  modules::ContextHook hook;
+  for (const auto& part : mechanism_parts_) {
+    auto next = part->context(segment, l);
+    if (!next) continue;
+    hook = !hook
+               ? next
+               : modules::ContextHook([hook, next](const torch::Tensor& q, const torch::Tensor& c) {
+                   return next(q, hook(q, c));
+                 });
+  }
+  return hook;
 }
 
 torch::Tensor TransformerLMImpl::step_log_prob(const modules::SoftmaxStep& softmax,

@@ -129,13 +129,16 @@ MultiHeadAttentionImpl::Heads MultiHeadAttentionImpl::project(const torch::Tenso
 
 torch::Tensor MultiHeadAttentionImpl::mix(torch::Tensor scores, const torch::Tensor& bias,
                                           const torch::Tensor& values,
-                                          const ops::Projection& out_weight, torch::Tensor* probs) {
+                                          const ops::Projection& out_weight, torch::Tensor* probs,
+                                          const ContextHook& context_hook,
+                                          const torch::Tensor& queries) {
   // Blocked keys get a large finite negative score (a query with no visible key averages
   // instead of producing NaN); added rather than filled, so the backward pass has nothing to do.
   scores.add_(bias);
   auto weights = torch::softmax(scores, -1);                     // [H, B, Q, K]
   if (probs != nullptr) *probs = weights.permute({1, 0, 2, 3});  // [B, H, Q, K]
   auto context = torch::matmul(dropatt(weights), values);        // [H, B, Q, D]
+  if (context_hook) context = context_hook(queries, context);    // [H, B, Q, D]
   const int64_t batch = context.size(1), q_len = context.size(2);
   return out_weight(context.permute({1, 2, 0, 3})
                         .reshape({batch, q_len, options_.n_head * options_.d_head}));  // [B, Q, d]
@@ -152,7 +155,9 @@ torch::Tensor MultiHeadAttentionImpl::forward(const torch::Tensor& x, const torc
   const auto bias = inputs.score_bias.defined()
                         ? inputs.score_bias
                         : ops::score_bias(inputs.blocked, scores.scalar_type());  // [1, B, Q, K]
-  return mix(scores, bias, heads.v, ops::Projection(out->weight), probs);         // [B, Q, d]
+  const auto queries = inputs.context ? heads.q * scale : torch::Tensor();        // [H, B, Q, D]
+  return mix(scores, bias, heads.v, ops::Projection(out->weight), probs, inputs.context,
+             queries);  // [B, Q, d]
 }
 
 AttentionStep MultiHeadAttentionImpl::prepare_step(const PositionInputs& slots, int64_t clamp_len,
@@ -181,6 +186,14 @@ torch::Tensor MultiHeadAttentionImpl::project_heads(const AttentionStep& weights
       .qkv(h)  // [B, n, 3 H D]
       .view({h.size(0), h.size(1), 3, options_.n_head, options_.d_head})
       .permute({2, 3, 0, 1, 4});  // [3, H, B, n, D], a view
+}
+
+torch::Tensor MultiHeadAttentionImpl::keys_values(const torch::Tensor& h) const {
+  torch::NoGradGuard no_grad;
+  const int64_t inner = options_.n_head * options_.d_head;
+  return torch::linear(h, qkv->weight.narrow(0, inner, 2 * inner))  // [B, n, 2 H D]
+      .view({h.size(0), h.size(1), 2, options_.n_head, options_.d_head})
+      .permute({2, 3, 0, 1, 4});  // [2, H, B, n, D]
 }
 
 void MultiHeadAttentionImpl::write_keys(const AttentionStep& weights, const torch::Tensor& h,
@@ -223,7 +236,12 @@ torch::Tensor MultiHeadAttentionImpl::step(const AttentionStep& weights, const t
     keys.v = weights.positions.v;
     auto context = ops::attend_cached(qkv_rows, keys, k_len, mask.first);  // [B, H D]
     write_zero_slots(weights, kv, used, mask);  // a padding query's own output is never read
-    return weights.out(context.unsqueeze(1));   // [B, 1, d]
+    if (mask.context) {
+      const auto query = qkv_rows.select(1, 0).transpose(0, 1).unsqueeze(2);  // [H, B, 1, D]
+      const auto heads = context.view({batch, n_head, 1, d_head}).transpose(0, 1);
+      context = mask.context(query, heads).transpose(0, 1).reshape({batch, n_head * d_head});
+    }
+    return weights.out(context.unsqueeze(1));  // [B, 1, d]
   }
   const auto heads = project_heads(weights, h);        // [3, H, B, q, D], a view
   kv.narrow(3, used, q).copy_(heads.narrow(0, 1, 2));  // [2, H, B, q, D] into the buffer
@@ -231,8 +249,8 @@ torch::Tensor MultiHeadAttentionImpl::step(const AttentionStep& weights, const t
   const auto query = heads.select(0, 0);                    // [H, B, q, D], scaled
   const auto keys = kv.select(0, 0).narrow(2, 0, k_len);    // [H, B, K, D]
   const auto values = kv.select(0, 1).narrow(2, 0, k_len);  // [H, B, K, D]
-  auto scores = positions_->step_scores(weights.positions, query, keys, used);  // [H, B, q, K]
-  return mix(scores, mask.bias, values, weights.out, nullptr);                  // [B, q, d]
+  auto scores = positions_->step_scores(weights.positions, query, keys, used);       // [H, B, q, K]
+  return mix(scores, mask.bias, values, weights.out, nullptr, mask.context, query);  // [B, q, d]
 }
 
 }  // namespace txl::modules

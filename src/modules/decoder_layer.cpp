@@ -66,10 +66,10 @@ torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const torch::Ten
 }
 
 torch::Tensor DecoderLayerImpl::reconstruction_loss(const torch::Tensor& x,
-                                                    const torch::Tensor& old,
-                                                    const torch::Tensor& old_mask,
-                                                    const torch::Tensor& compressed,
-                                                    const torch::Tensor& compressed_mask,
+                                                    const torch::Tensor& rows,
+                                                    const torch::Tensor& rows_mask,
+                                                    const torch::Tensor& summary,
+                                                    const torch::Tensor& summary_mask,
                                                     const torch::Tensor& query_mask) {
   // What the attention reads: pre-norm normalises its inputs, with the norm's weights constant.
   auto seen = [&](const torch::Tensor& t) {
@@ -79,10 +79,10 @@ torch::Tensor DecoderLayerImpl::reconstruction_loss(const torch::Tensor& x,
   };
   const auto queries = seen(x.detach());  // [B, Q, d]
   const auto target =
-      attn->content_attention(queries, seen(old.detach()), old_mask);  // [H, B, Q, D]
-  const auto got = attn->content_attention(queries, seen(compressed), compressed_mask);
+      attn->content_attention(queries, seen(rows.detach()), rows_mask);  // [H, B, Q, D]
+  const auto got = attn->content_attention(queries, seen(summary), summary_mask);
   const auto counted = query_mask
-                           .logical_and(old_mask.any(1, /*keepdim=*/true))  // [B, Q]
+                           .logical_and(rows_mask.any(1, /*keepdim=*/true))  // [B, Q]
                            .unsqueeze(0)
                            .unsqueeze(3)
                            .to(got.scalar_type());  // [1, B, Q, 1]
@@ -112,6 +112,13 @@ torch::Tensor DecoderLayerImpl::step(const DecoderLayerStep& weights, const torc
         return attn->step(weights.attn, segment, kv, used, mask);
       },
       [&](const torch::Tensor& a) { return ff->step(weights.ff, a); });  // [B, q, d]
+}
+
+torch::Tensor DecoderLayerImpl::keys_values(const torch::Tensor& x) {
+  torch::NoGradGuard no_grad;
+  TXL_CHECK(!positions_, "decoder layer: ", attn->scheme().name(),
+            " positions change the rows' keys with their place; no keys of rows alone");
+  return attn->keys_values(options_.pre_norm ? attn_norm(x) : x);  // [2, H, B, n, D]
 }
 
 void DecoderLayerImpl::write_keys(const DecoderLayerStep& weights, const torch::Tensor& x,

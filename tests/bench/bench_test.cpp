@@ -422,15 +422,16 @@ TEST(Bench, MembersEachTrainAtTheExperimentsSizes) {
   decoding.warmup = 0;
   decoding.repetitions = 1;
   const auto costs = time_members(tiny(), kVocab, phase, decoding);
-  // xl, rel_no_memory, xl_bptt1, every other scheme that carries memory, compressive, rmt, rmt_xl.
+  // xl, rel_no_memory, xl_bptt1, every other scheme that carries memory, compressive, rmt, rmt_xl,
+  // knn.
   std::vector<std::string> schemes;
   for (const auto* scheme : modules::memory_schemes()) {
     if (scheme->name() != "xl") schemes.emplace_back(scheme->name());
   }
-  ASSERT_EQ(costs.size(), 6 + schemes.size());
+  ASSERT_EQ(costs.size(), 7 + schemes.size());
   EXPECT_EQ(costs[0].name, "xl");
   for (size_t i = 0; i < schemes.size(); ++i) EXPECT_EQ(costs[3 + i].name, schemes[i]);
-  EXPECT_EQ(costs.back().name, "rmt_xl");
+  EXPECT_EQ(costs.back().name, "knn");
   for (const auto& m : costs) {
     EXPECT_GT(m.tokens_per_s, 0) << m.name;
     EXPECT_GT(m.decode_b1, 0) << m.name;
@@ -438,6 +439,7 @@ TEST(Bench, MembersEachTrainAtTheExperimentsSizes) {
     const int64_t state = m.name == "rel_no_memory" ? 0
                           : m.name == "rmt"         ? 8 * 16 * 4
                           : m.name == "rmt_xl"      ? (2 * 8 + 8) * 16 * 4
+                          : m.name == "knn"         ? (2 * 8 + 32) * 16 * 4
                                                     : 2 * 8 * 16 * 4;
     EXPECT_EQ(m.state_bytes, state) << m.name;
     const bool two = m.name == "xl_bptt1" || m.name == "rmt" || m.name == "rmt_xl";

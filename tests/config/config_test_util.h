@@ -79,6 +79,9 @@ model:
   cmem_compress: max
   cmem_loss_weight: 0.5
   mem_tokens: 3
+  knn_layer: 2
+  knn_topk: 8
+  knn_size: 64
 train:
   optimizer: adamw
   lr: 1.0e-3

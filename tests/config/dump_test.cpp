@@ -68,9 +68,10 @@ std::string dump_line(const std::string& key) {
 // The keys added after experiments were stored: left out of the dump at their default, so that
 // older dumps and fingerprints stay as they were.
 const std::vector<std::string> kAddedLater = {
-    "model.final_norm",    "model.mem_init",         "model.cmem_len",       "model.cmem_rate",
-    "model.cmem_compress", "model.cmem_loss_weight", "model.mem_tokens",     "train.bptt_segments",
-    "eval.mem_init",       "model.t5_buckets",       "model.t5_max_distance"};
+    "model.final_norm",    "model.mem_init",         "model.cmem_len",        "model.cmem_rate",
+    "model.cmem_compress", "model.cmem_loss_weight", "model.mem_tokens",      "train.bptt_segments",
+    "eval.mem_init",       "model.t5_buckets",       "model.t5_max_distance", "model.knn_layer",
+    "model.knn_topk",      "model.knn_size"};
 
 bool added_later(const std::string& key) {
   return std::find(kAddedLater.begin(), kAddedLater.end(), key) != kAddedLater.end();

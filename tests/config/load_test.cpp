@@ -135,6 +135,9 @@ TEST(LoadExperiment, EveryFieldOfEverySectionLoads) {
   EXPECT_EQ(c.model.cmem_compress, Compression::kMax);
   EXPECT_DOUBLE_EQ(c.model.cmem_loss_weight, 0.5);
   EXPECT_EQ(c.model.mem_tokens, 3);
+  EXPECT_EQ(c.model.knn_layer, 2);
+  EXPECT_EQ(c.model.knn_topk, 8);
+  EXPECT_EQ(c.model.knn_size, 64);
 
   EXPECT_EQ(c.train.optimizer, Optimizer::kAdamW);
   EXPECT_DOUBLE_EQ(c.train.lr, 1e-3);

@@ -191,20 +191,25 @@ TEST(IncrementalDecoder, LeftPaddedRowsEqualRowsAlone) {
 
 // The segment mode (memory tokens, compressive memory): token by token it gives evaluation's
 // log-probabilities in memory mode (which differ from a model without its memory: the check can
-// fail), and rows left-padded in a batch, leaving it, or read after a context copied and
-// stacked give what they give alone.
+// fail), and rows left-padded in a batch, leaving it (mid-segment, from a batch of one prompt
+// length too), or read after a context copied and stacked give what they give alone.
 TEST(IncrementalDecoder, MemoryTokensAndCompressiveMemoryDecodeSegmentBySegment) {
   struct Member {
     std::string name;
     AttnType attn_type;
     int mem_len, mem_tokens, cmem_len;
-    bool zero_memory = false;
+    bool zero_memory = false, same_length = false;
+    int clamp_len = -1;
+    bool pre_norm = false;
   };
   const std::vector<Member> members = {
       {"xl, memory tokens alone", AttnType::kXl, 0, 2, 0},
       {"alibi, memory tokens and memory", AttnType::kAlibi, 4, 2, 0},
       {"rope, compressive", AttnType::kRope, 4, 0, 3},
-      {"xl, compressive, zero memory", AttnType::kXl, 4, 0, 3, true}};
+      {"xl, compressive, zero memory", AttnType::kXl, 4, 0, 3, true},
+      {"xl, compressive and memory tokens, same_length", AttnType::kXl, 4, 2, 3, false, true},
+      {"shaw, compressive, clamp_len 2, pre-norm", AttnType::kShaw, 4, 0, 3, false, false, 2,
+       true}};
   const int q = 5;
   for (const auto& m : members) {
     SCOPED_TRACE(m.name);
@@ -213,8 +218,9 @@ TEST(IncrementalDecoder, MemoryTokensAndCompressiveMemoryDecodeSegmentBySegment)
     config.cmem_len = m.cmem_len;
     config.cmem_rate = 2;
     config.cmem_compress = config::Compression::kConv;
+    config.pre_norm = m.pre_norm;
     auto model = make(config, 21);
-    DecodeOptions o{q, m.mem_len, -1, false, m.zero_memory};
+    DecodeOptions o{q, m.mem_len, m.clamp_len, m.same_length, m.zero_memory};
     ASSERT_TRUE(prepare_decoder(model, o).segments);
     const auto text = random_tokens(3, 26, 6);
     const auto expected = txl::test::reference_log_probs(model, text.narrow(0, 0, 1), o);
@@ -264,6 +270,33 @@ TEST(IncrementalDecoder, MemoryTokensAndCompressiveMemoryDecodeSegmentBySegment)
     auto both = stacked.read(torch::stack({text[0].narrow(0, 8, 1), text[0].narrow(0, 7, 1)}));
     EXPECT_TRUE(tensor_near(both[0], expected[0][8], 1e-10, 1e-10));
     EXPECT_TRUE(tensor_near(both[1], expected[0][7], 1e-10, 1e-10));
+    // Copies that read as much run as one batch after the stack.
+    std::vector<IncrementalDecoder> even = {primed.clone(), primed.clone()};
+    for (auto& part : even) part.read(text.narrow(0, 0, 1).narrow(1, 6, 1));
+    auto one = IncrementalDecoder::stack(even);
+    auto twice = one.read(torch::stack({text[0].narrow(0, 7, 1), text[0].narrow(0, 7, 1)}));
+    EXPECT_TRUE(tensor_near(twice[0], expected[0][7], 1e-10, 1e-10));
+    EXPECT_TRUE(tensor_near(twice[1], expected[0][7], 1e-10, 1e-10));
+    // Three rows of one prompt length (one batch); row 1 leaves in the middle of a segment.
+    IncrementalDecoder group(model, o, 3);
+    auto glp = group.read(text.narrow(1, 0, 7));  // [3, V]
+    std::vector<torch::Tensor> solo;              // [1, 7, V] each
+    for (int64_t b = 0; b < 3; ++b) {
+      solo.push_back(decoded(model, text[b].narrow(0, 0, 13).unsqueeze(0), 7, o));
+    }
+    rows = {0, 1, 2};
+    for (int64_t s = 0;; ++s) {
+      for (size_t i = 0; i < rows.size(); ++i)
+        EXPECT_TRUE(tensor_near(glp[i], solo[rows[i]][0][s], 1e-10, 1e-10)) << rows[i] << " " << s;
+      if (s == 6) break;
+      if (s == 1) {
+        group.keep_rows(torch::tensor(std::vector<int64_t>{0, 2}));
+        rows = {0, 2};
+      }
+      auto next = torch::empty({static_cast<int64_t>(rows.size()), 1}, torch::kLong);
+      for (size_t i = 0; i < rows.size(); ++i) next[i][0] = text[rows[i]][7 + s];
+      glp = group.read(next);
+    }
   }
 }
 

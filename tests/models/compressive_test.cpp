@@ -10,8 +10,8 @@
 
 #include "support/test_support.h"
 #include "support/tiny_model.h"
+#include "txl/models/memory/compressive.h"
 #include "txl/models/transformer_lm.h"
-#include "txl/modules/compressor.h"
 #include "txl/modules/decoder_layer.h"
 #include "txl/util/fs.h"
 #include "txl/util/process.h"
@@ -99,9 +99,9 @@ TEST(Compressor, PoolsTheRealRowsOfEachGroupAndTheConvolutionStartsAsTheirMean) 
   torch::manual_seed(1);
   auto rows = torch::randn({2, 6, 8}, torch::kDouble);  // [B, G c, d], c = 3
   auto mask = torch::ones({2, 6}, torch::kBool);
-  modules::Compressor mean(modules::CompressorOptions{8, 3, "mean"});
-  modules::Compressor max(modules::CompressorOptions{8, 3, "max"});
-  modules::Compressor conv(modules::CompressorOptions{8, 3, "conv"});
+  models::memory::Compressor mean(models::memory::CompressorOptions{8, 3, "mean"});
+  models::memory::Compressor max(models::memory::CompressorOptions{8, 3, "max"});
+  models::memory::Compressor conv(models::memory::CompressorOptions{8, 3, "conv"});
   conv->to(torch::kDouble);
   EXPECT_TRUE(conv->trains());
   EXPECT_FALSE(mean->trains());
@@ -195,7 +195,6 @@ TEST(CompressiveMemory, RowsLeaveFromTheSegmentWhenTheMemoryIsShorter) {
   // The same segment's layer inputs, all kept: a context with a longer memory and no compression.
   auto ctx = model->default_lookback();
   ctx.mem_len = kSeg;
-  ctx.cmem_len = 0;
   Inputs in;
   in.tokens = tokens.narrow(1, 0, kSeg);
   auto all = model->forward(in, {}, ctx).memory;
@@ -385,7 +384,7 @@ TEST(CompressiveMemory, CompressionAndReconstructionEqualPyPIsReference) {
   o.d_inner = 16;
   o.dropout = 0;
   modules::DecoderLayer layer(o);
-  modules::Compressor compressor(modules::CompressorOptions{kD, kRate, "conv"});
+  models::memory::Compressor compressor(models::memory::CompressorOptions{kD, kRate, "conv"});
   layer->to(torch::kDouble);
   compressor->to(torch::kDouble);
   {

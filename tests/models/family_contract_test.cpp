@@ -200,7 +200,8 @@ TEST(FamilyContract, AResetRowStartsAfreshAndOnlyThatRow) {
 }
 
 // k = 0 (the paper): the memory carries no graph. k = 1: the gradient reaches one segment back
-// and stops at the detached memory.
+// and stops at the detached memory; a state that takes no gradient (a kNN store alone) carries
+// no graph even then.
 TEST(FamilyContract, TheGradientStopsWhereDeclaredAndFlowsKSegmentsBack) {
   for (const auto& member : txl::test::contract_members()) {
     SCOPED_TRACE(member.name);
@@ -208,6 +209,11 @@ TEST(FamilyContract, TheGradientStopsWhereDeclaredAndFlowsKSegmentsBack) {
     model->train();
     auto out = run(model, tokens_of(2, 1, 4), {});
     EXPECT_TRUE(state_of(out.memory).empty()) << "a memory with a graph under the stop-gradient";
+    if (!member.gradient_through_state) {
+      auto with_grad = run(model, tokens_of(2, 1, 4), out.memory, {}, {}, /*memory_grad=*/true);
+      EXPECT_TRUE(state_of(with_grad.memory).empty()) << "a graph through a state without one";
+      continue;
+    }
     EXPECT_TRUE(
         gradient_flows_one_segment_back(model, [](const Memory& m) { return m.detached(); }));
   }

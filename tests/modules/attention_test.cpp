@@ -33,10 +33,10 @@ Setup make(const std::string& scheme, int64_t d = 6, int64_t heads = 2, int64_t 
   s.options.n_head = heads;
   s.options.d_head = d_head;
   s.options.positions.scheme = scheme;
-  s.options.positions.max_rel_dist = 3;
-  s.options.positions.t5_buckets = 8;        // distances 0-3 exact, 4-19 in 4 wider buckets
-  s.options.positions.t5_max_distance = 20;  // (no distance of the tests on a bucket's edge)
-  s.options.init.std = 0.5;                  // large weights: sharp, position-sensitive attention
+  s.options.positions.settings = {{"max_rel_dist", 3},
+                                  {"t5_buckets", 8},         // distances 0-3 exact, 4-19 in 4
+                                  {"t5_max_distance", 20}};  // wider buckets (none on an edge)
+  s.options.init.std = 0.5;  // large weights: sharp, position-sensitive attention
   s.attn = MultiHeadAttention(s.options);
   s.attn->to(torch::kDouble);
   if (scheme == "t5") {
@@ -59,7 +59,7 @@ AttentionInputs inputs_for(const Setup& s, int64_t q_len, int64_t m_len, int64_t
     in.positions.u = s.u;
     in.positions.v = s.v;
   } else if (s.options.positions.scheme == "shaw") {
-    in.positions.table = dist.clamp_max(s.options.positions.max_rel_dist);
+    in.positions.table = dist.clamp_max(s.options.positions.setting("max_rel_dist", 64));
   } else {
     in.positions = position_scheme(s.options.positions.scheme)
                        .inputs(s.options.position_shape(), q_len, k_len, clamp_len, torch::kDouble,
@@ -143,9 +143,8 @@ torch::Tensor naive_attention(Setup& s, const torch::Tensor& x, const torch::Ten
             auto wr = torch::matmul(parameter(s, "r_net.weight"), r).view({H, D})[head];
             score = (qi + s.u[head]).dot(kj) + (qi + s.v[head]).dot(wr);
           } else if (s.options.positions.scheme == "shaw") {
-            auto a = parameter(
-                s,
-                "rel_key.weight")[std::min<int64_t>(dist, s.options.positions.max_rel_dist)][head];
+            auto a = parameter(s, "rel_key.weight")[std::min<int64_t>(
+                dist, s.options.positions.setting("max_rel_dist", 64))][head];
             score = qi.dot(kj) + qi.dot(a);
           } else {
             score = qi.dot(kj);
@@ -155,7 +154,8 @@ torch::Tensor naive_attention(Setup& s, const torch::Tensor& x, const torch::Ten
           if (s.options.positions.scheme == "t5") {
             const auto& o = s.options.positions;
             const auto table = *s.model->named_parameters().find("rel_bias");  // [buckets, H]
-            score = score + table[t5_bucket(dist, o.t5_buckets, o.t5_max_distance)][head];
+            score = score + table[t5_bucket(dist, o.setting("t5_buckets", 32),
+                                            o.setting("t5_max_distance", 128))][head];
           }
           scores.push_back(score);
         }
@@ -282,7 +282,8 @@ TEST(Attention, RotaryAndAlibiEqualPyPIsReferences) {
     dump.emplace_back(p + "d_head", torch::tensor(c.d_head));
     if (c.scheme == "t5") {
       dump.emplace_back(p + "rel_bias", *s.model->named_parameters().find("rel_bias"));
-      dump.emplace_back(p + "max_distance", torch::tensor(s.options.positions.t5_max_distance));
+      dump.emplace_back(p + "max_distance",
+                        torch::tensor(s.options.positions.setting("t5_max_distance", 128)));
     }
     dump.emplace_back(p + "y", s.attn(x, mem, inputs_for(s, c.q_len, c.m_len, -1, keep)));
   }

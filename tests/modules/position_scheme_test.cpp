@@ -47,7 +47,7 @@ TEST(PositionSchemes, OnlySchemesTheKernelKnowsTakeTheFusedStep) {
     shape.n_head = 2;
     shape.d_head = 4;
     shape.options.scheme = std::string(scheme->name());
-    shape.options.max_positions = 16;
+    shape.options.settings["max_positions"] = 16;
     // As the model prepares a decoder: the slots' inputs completed by the model's part.
     torch::nn::Module model, attention;
     const auto model_part = scheme->for_model(model, shape);

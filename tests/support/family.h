@@ -38,6 +38,10 @@ struct MemoryMember {
   std::optional<config::Compression> compress = std::nullopt;
   int mem_tokens = 0;  // recurrent memory tokens m (0 = none)
   int mem_len = -1;    // memory positions kept (-1 = the configuration's own)
+  int knn_layer = 0;   // the layer with a kNN memory (0 = none): top 2 of 6 stored positions
+  // Back-propagation through segments reaches the segment before: false where the state is a
+  // kNN store alone, which takes no gradient (Wu et al. 2022).
+  bool gradient_through_state = true;
   // Sets the member on a model configuration (groups of 2 positions compressed).
   void apply(config::ModelConfig& c) const {
     c.attn_type = attn_type;
@@ -46,6 +50,9 @@ struct MemoryMember {
     if (compress) c.cmem_compress = *compress;
     c.mem_tokens = mem_tokens;
     if (mem_len >= 0) c.mem_len = mem_len;
+    c.knn_layer = knn_layer;
+    c.knn_topk = 2;
+    c.knn_size = 6;
   }
 };
 
@@ -62,6 +69,9 @@ inline const std::vector<MemoryMember>& memory_members() {
     out.push_back(
         {"alibi+memory tokens", config::AttnType::kAlibi, 0, std::nullopt, 2, /*mem_len=*/0});
     out.push_back({"xl+memory tokens", config::AttnType::kXl, 0, std::nullopt, 2});
+    out.push_back({"xl+knn", config::AttnType::kXl, 0, std::nullopt, 0, -1, 2});
+    out.push_back(
+        {"rope+knn, no memory", config::AttnType::kRope, 0, std::nullopt, 0, 0, 1, false});
     return out;
   }();
   return kMembers;
@@ -69,7 +79,8 @@ inline const std::vector<MemoryMember>& memory_members() {
 
 // Every scheme of memory_attn_types() with every memory mechanism: Transformer-XL's cache,
 // compressive memory over it (groups of 2, 3 compressed rows; a trained convolution, mean or
-// max pooling, in turn), memory tokens alone (mem_len 0) and memory tokens beside the cache.
+// max pooling, in turn), memory tokens alone (mem_len 0) and memory tokens beside the cache, and
+// a kNN memory in the last layer beside the cache and in the first without one.
 // The model-level contract suite (tests/models/family_contract_test.cpp) runs every property over
 // it: a new scheme or mechanism enters by joining this list and passing it.
 inline const std::vector<MemoryMember>& contract_members() {
@@ -86,6 +97,8 @@ inline const std::vector<MemoryMember>& contract_members() {
           {name + "+compressive(" + config::to_string(compress) + ")", type, 3, compress});
       out.push_back({name + "+memory tokens", type, 0, std::nullopt, 2, /*mem_len=*/0});
       out.push_back({name + "+memory tokens+memory", type, 0, std::nullopt, 2});
+      out.push_back({name + "+knn", type, 0, std::nullopt, 0, -1, 2});
+      out.push_back({name + "+knn, no memory", type, 0, std::nullopt, 0, 0, 1, false});
     }
     return out;
   }();

@@ -16,7 +16,6 @@ torch::Tensor segmented_log_probs(models::TransformerLM& model, const torch::Ten
   ctx.clamp_len = o.clamp_len;
   ctx.same_length = o.same_length;
   ctx.zero_memory = o.zero_memory;
-  ctx.cmem_len = o.mem_len > 0 ? model->config().cmem_len : 0;  // compressive memory
   models::Memory memory;
   std::vector<torch::Tensor> out;
   for (int64_t b = 0; b < tokens.size(1); b += o.tgt_len) {
@@ -53,10 +52,10 @@ torch::Tensor one_pass_log_probs(models::TransformerLM& model, const torch::Tens
 
 torch::Tensor reference_log_probs(models::TransformerLM& model, const torch::Tensor& tokens,
                                   const generation::DecodeOptions& o) {
-  // Memory tokens carry state without memory positions.
-  const bool sliding =
-      model->config().mem_tokens == 0 &&
-      (o.mem_len == 0 || config::uses_absolute_positions(model->config().attn_type));
+  // A model that carries no state from segment to segment slides a window; memory tokens and a
+  // kNN store carry state without memory positions.
+  const bool sliding = models::memory_state_rows(model->config(), o.mem_len) == 0 ||
+                       config::uses_absolute_positions(model->config().attn_type);
   return sliding ? windowed_log_probs(model, tokens, o.tgt_len, o.clamp_len)
                  : segmented_log_probs(model, tokens, o);
 }

@@ -115,7 +115,17 @@ struct ModelConfig {
   // written after it; what the last layer makes of the written ones is read by the next segment.
   // They learn only through the segments after them: train.bptt_segments >= 1.
   int mem_tokens = 0;  // m (0 = none)
+  // A kNN memory (Memorizing Transformers, Wu et al. 2022): layer knn_layer also attends to the
+  // knn_topk nearest of a store of its inputs at the knn_size latest positions that left the
+  // memory, mixed by a learned gate per head.
+  int knn_layer = 0;    // 1 .. n_layer (0 = none)
+  int knn_topk = 32;    // k: stored keys each query reads
+  int knn_size = 4096;  // S: stored positions per stream
 };
+
+// The settings the position schemes read themselves (modules::PositionOptions::settings), by
+// their model.* key: max_rel_dist, max_positions, t5_buckets, t5_max_distance.
+std::map<std::string, int64_t> position_settings(const ModelConfig& config);
 
 // ---------------------------------------------------------------------------------- train
 struct TrainConfig {

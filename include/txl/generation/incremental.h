@@ -108,9 +108,9 @@ class IncrementalDecoder {
   // one (a long context read once, then one copy per prompt).
   IncrementalDecoder clone() const;
 
-  // The rows of `parts` (memory decoders of one model and lengths that have read at least one
-  // token each, any number of tokens), in order, as one decoder: each row then gives what it
-  // gives in its part. Rows that have read fewer tokens are aligned at the end, as if
+  // The rows of `parts` (memory or segment decoders of one model and lengths that have read at
+  // least one token each, any number of tokens), in order, as one decoder: each row then gives
+  // what it gives in its part. Rows that have read fewer tokens are aligned at the end, as if
   // left-padded. Throws txl::Error for no part, a sliding decoder, a part that has read nothing,
   // or parts of other models or lengths.
   static IncrementalDecoder stack(const std::vector<IncrementalDecoder>& parts);
@@ -162,6 +162,9 @@ class IncrementalDecoder {
   Group new_group(std::vector<int64_t> rows, int64_t first) const;
   // The segment mode's keep_rows: `kept` indices into the current rows, increasing.
   void keep_group_rows(const std::vector<int64_t>& kept);
+  // Groups of one first time step made one (stack's parts after one context): their rows then
+  // run as one batch.
+  void merge_groups();
   void start_rows(const torch::Tensor& real, int64_t t_len);
   // Per layer an uninitialised [2, H, rows, C, D] buffer, views of one block of 2 MB pages.
   std::vector<torch::Tensor> key_value_buffers(int64_t rows) const;

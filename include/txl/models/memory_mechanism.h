@@ -16,6 +16,7 @@
 //       surround      rows put around the segment's rows (read before, written after)
 //       visibility    which keys those rows see and are seen by
 //       layer_memory  the rows a layer reads before the segment's
+//       context       what a layer's attention reads besides its keys (a kNN memory's)
 //       finish        after the layers: the segment's own rows back
 //       write         its part of the next memory
 //
@@ -102,6 +103,11 @@ class MechanismPart {
   virtual torch::Tensor layer_memory(const Segment& /*segment*/, size_t /*l*/,
                                      const torch::Tensor& rows, torch::ScalarType /*dtype*/) const {
     return rows;
+  }
+  // What layer `l`'s attention reads besides its keys (modules::ContextHook), in the forward and
+  // in decoding alike; empty = nothing.
+  virtual modules::ContextHook context(const Segment& /*segment*/, size_t /*l*/) const {
+    return {};
   }
   // The last layer's output x [B, before + Q + after, d] -> the rows it added taken away (what
   // it keeps of them goes to `next`).

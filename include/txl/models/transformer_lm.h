@@ -32,7 +32,7 @@
 namespace txl::models {
 
 // How one forward pass looks back over what came before its segment: the memory it keeps and
-// reads (length, compressed rows, zero start, cached keys and values, gradient through it) and
+// reads (length, zero start, cached keys and values, gradient through it) and
 // the distances it encodes. Run-time settings; evaluation may use other values than training.
 // (Not "context": in txl that word means the tokens a prediction sees.)
 struct Lookback {
@@ -59,8 +59,6 @@ struct Lookback {
   // segments before it. The caller detaches the memory where the gradient is to stop. False =
   // the paper's stop-gradient (section 3.2).
   bool memory_grad = false;
-  // Compressed memory rows kept (model.cmem_len; 0 = positions leaving the memory are dropped).
-  int64_t cmem_len = 0;
 
   static Lookback from_config(const config::ModelConfig& config);
 };
@@ -107,8 +105,10 @@ struct SegmentSteps {
   int64_t lead = 0;       // slots before the segment's first token
   int64_t q_len = 0;      // Q: the segment's tokens; 0 = no segment begun
   torch::Tensor blocked;  // bool [B, Q, lead + Q]: true where query i may not see slot j
+  // Per layer, what its attention reads besides its keys (MechanismPart::context); empty = none.
+  std::vector<modules::ContextHook> contexts;
   // Per row and query (row-major [B, Q]): the first slot it sees when it sees every slot from
-  // there to its own, else -1.
+  // there to its own, else -1 (empty unless begin_segment was asked for them).
   std::vector<int64_t> first;
 };
 
@@ -147,9 +147,11 @@ class TransformerLMImpl : public torch::nn::Module {
   // used .. used + q - 1) as `mask` allows. `positions` int64 [B, q]: the tokens' absolute
   // positions (vanilla, vanilla_learned), else undefined. Returns the final hidden state of each
   // row's last token, [B, d]. Without gradients, in evaluation mode.
+  // `contexts`: per layer what its attention reads besides its keys (SegmentSteps::contexts).
   torch::Tensor step(const LMStep& weights, const torch::Tensor& tokens,
                      const torch::Tensor& positions, const std::vector<torch::Tensor>& kv,
-                     int64_t used, const modules::StepMask& mask);
+                     int64_t used, const modules::StepMask& mask,
+                     const std::vector<modules::ContextHook>& contexts = {});
   // The slots of a decoding buffer that a segment of q_len tokens needs at most under ctx: the
   // mechanisms' prefix (MemoryMechanism::keys), the memory (ctx.mem_len and what an eviction
   // group keeps besides), the rows they put before the segment, and the segment.
@@ -160,10 +162,13 @@ class TransformerLMImpl : public torch::nn::Module {
   // before the segment written into slots 0 .. lead - 1 of kv (per layer [2, H, B, C, D]), and
   // the rows the mechanisms put before the segment run through the layers. The segment's tokens
   // then go through `step` at slots lead + i; the forward of the whole segment gives the next
-  // memory. Without gradients, in evaluation mode. Throws txl::Error for a memory the forward
-  // would refuse, or more slots than the buffers hold.
+  // memory. With first_slots, SegmentSteps::first too (for the fused one-query kernel). Without
+  // gradients, in evaluation mode. Throws txl::Error for a memory the forward would refuse, more
+  // slots than the buffers hold, or a segment query that sees a later key (a step reads the
+  // slots up to its own).
   SegmentSteps begin_segment(const LMStep& weights, const Memory& memory, const Lookback& ctx,
-                             int64_t batch, int64_t q_len, const std::vector<torch::Tensor>& kv);
+                             int64_t batch, int64_t q_len, const std::vector<torch::Tensor>& kv,
+                             bool first_slots);
   // Log-probabilities [B, V] of the next token after final hidden states [B, d]; `softmax` is
   // LMStep::softmax made for the decoder's rows (AdaptiveLogSoftmaxImpl::for_rows).
   torch::Tensor step_log_prob(const modules::SoftmaxStep& softmax, const torch::Tensor& hidden);
@@ -210,7 +215,10 @@ class TransformerLMImpl : public torch::nn::Module {
   // A decoding step's layers over x [B, q, d] (see step) -> [B, q, d].
   torch::Tensor step_layers(const LMStep& weights, torch::Tensor x,
                             const std::vector<torch::Tensor>& kv, int64_t used,
-                            const modules::StepMask& mask, const torch::Tensor& positions);
+                            const modules::StepMask& mask, const torch::Tensor& positions,
+                            const std::vector<modules::ContextHook>& contexts);
+  // What layer l's attention reads besides its keys: its mechanisms' hooks, in turn.
+  modules::ContextHook layer_context(const Segment& segment, size_t l) const;
   // Embedded tokens x [S..., d] with the positions the scheme adds to them (its
   // ModelPositions::embed): positions int64 of shape S or a shape that broadcasts to it.
   torch::Tensor with_positions(const torch::Tensor& x, const torch::Tensor& positions) const;

@@ -26,6 +26,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -48,12 +49,19 @@ struct AttentionOptions {
   PositionShape position_shape() const { return {d_model, n_head, d_head, positions, init}; }
 };
 
+// What a layer's attention reads besides its keys (a kNN memory's nearest stored keys): from
+// the queries [H, B, Q, D] (scaled by 1/sqrt(D)) and the heads' output of its own attention
+// [H, B, Q, D], the heads' output it goes on with (before W_o), [H, B, Q, D].
+using ContextHook =
+    std::function<torch::Tensor(const torch::Tensor& queries, const torch::Tensor& context)>;
+
 // Inputs computed once per segment and shared by every layer.
 struct AttentionInputs {
   torch::Tensor blocked;     // bool [1, B or 1, Q, K], true = key hidden from the query
   torch::Tensor score_bias;  // optional: ops::score_bias(blocked), computed once per segment;
                              // derived from `blocked` by each layer when absent
   PositionInputs positions;  // the scheme's inputs for Q queries over K keys
+  ContextHook context;       // one layer's own (a copy of the inputs); empty = none
 };
 
 // Keys and values of the memory carried from one segment to the next (evaluation, where the
@@ -78,6 +86,7 @@ struct StepMask {
   // Zero memory: per row, how many of the step's new slots (from its first) stand for the
   // row's zero memory (padding before the row's first token); empty = none.
   std::vector<int64_t> zero_slots;
+  ContextHook context;  // as AttentionInputs::context, for the layer of this mask
 };
 
 // A layer's weights prepared for decoding, shared by every decoder of the model: copies
@@ -125,6 +134,9 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   // mask allows, [B, q, d]. Without gradients.
   torch::Tensor step(const AttentionStep& weights, const torch::Tensor& h, const torch::Tensor& kv,
                      int64_t used, const StepMask& mask);
+  // The keys and values [2, H, B, n, D] of rows h [B, n, d] (normalised when pre_norm), with the
+  // weights as constants (no gradient).
+  torch::Tensor keys_values(const torch::Tensor& h) const;
   // Writes the keys and values of rows h [B, n, d] (normalised when pre_norm) into `slots`
   // [2, H, B, n, D] (a view of a buffer), as a step writes its new tokens'. Without gradients.
   void write_keys(const AttentionStep& weights, const torch::Tensor& h,
@@ -153,8 +165,10 @@ class MultiHeadAttentionImpl : public torch::nn::Module {
   Heads project(const torch::Tensor& x, const torch::Tensor& memory, KeyValueCache* cache);
   // softmax(scores + bias) over the keys, attention dropout, the values' weighted sum, heads
   // merged and W_o: scores [H, B, Q, K], bias broadcast to it, values [H, B, K, D] -> [B, Q, d].
+  // With `context` (and the queries [H, B, Q, D], scaled) the heads' output goes through it.
   torch::Tensor mix(torch::Tensor scores, const torch::Tensor& bias, const torch::Tensor& values,
-                    const ops::Projection& out_weight, torch::Tensor* probs);
+                    const ops::Projection& out_weight, torch::Tensor* probs,
+                    const ContextHook& context = {}, const torch::Tensor& queries = {});
   // The step weights' queries (scaled), keys and values of rows h [B, n, d]: [3, H, B, n, D], a
   // view.
   torch::Tensor project_heads(const AttentionStep& weights, const torch::Tensor& h) const;

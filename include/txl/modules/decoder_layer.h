@@ -51,17 +51,16 @@ class DecoderLayerImpl : public torch::nn::Module {
 
   void reset_parameters(const InitOptions& init);
 
-  // Compressive memory's attention-reconstruction loss for this layer (Rae et al. 2020,
-  // algorithm 2): the mean squared difference between the content attention
-  // (MultiHeadAttentionImpl::content_attention) of the segment's queries x [B, Q, d] over the
-  // memory rows that left, old [B, G c, d] with old_mask bool [B, G c], and over their
-  // compression [B, G, d] with compressed_mask bool [B, G]. Stop-gradients: x, old and this
-  // layer's weights (the norm's too, with pre_norm) are constants, so that only the compressor
-  // learns from it. Averaged over the real queries (query_mask bool [B, Q]) of rows with a real
-  // old row; a scalar.
-  torch::Tensor reconstruction_loss(const torch::Tensor& x, const torch::Tensor& old,
-                                    const torch::Tensor& old_mask, const torch::Tensor& compressed,
-                                    const torch::Tensor& compressed_mask,
+  // The attention-reconstruction loss of a summary of rows (compressive memory's, Rae et al.
+  // 2020, algorithm 2): the mean squared difference between the content attention
+  // (MultiHeadAttentionImpl::content_attention) of the segment's queries x [B, Q, d] over rows
+  // [B, G c, d] with rows_mask bool [B, G c], and over their summary [B, G, d] with summary_mask
+  // bool [B, G]. Stop-gradients: x, rows and this layer's weights (the norm's too, with
+  // pre_norm) are constants, so that only what made the summary learns from it. Averaged over the
+  // real queries (query_mask bool [B, Q]) of rows with a real row; a scalar.
+  torch::Tensor reconstruction_loss(const torch::Tensor& x, const torch::Tensor& rows,
+                                    const torch::Tensor& rows_mask, const torch::Tensor& summary,
+                                    const torch::Tensor& summary_mask,
                                     const torch::Tensor& query_mask);
 
   // Decoding with buffers of C slots (see MultiHeadAttentionImpl::prepare_step); with
@@ -75,6 +74,9 @@ class DecoderLayerImpl : public torch::nn::Module {
                      const torch::Tensor& kv, int64_t used, const StepMask& mask,
                      const torch::Tensor& positions);
 
+  // The keys and values [2, H, B, n, D] this layer's attention makes of rows x [B, n, d] (after
+  // its norm when pre_norm), with its weights as constants (no gradient).
+  torch::Tensor keys_values(const torch::Tensor& x);
   // Writes the keys and values of rows x [B, n, d] this layer reads before a step's tokens (a
   // memory's, as the forward reads them: after the norm when pre_norm) into `slots`
   // [2, H, B, n, D] of its buffer. Not for a scheme whose layer part adds positions to them.

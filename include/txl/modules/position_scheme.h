@@ -24,6 +24,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -59,10 +60,15 @@ struct PositionTraits {
 struct PositionOptions {
   std::string scheme = "xl";  // model.attn_type: a name of the registry
   bool own_biases = false;    // xl: every layer has its own u, v (model.untie_r)
-  int64_t max_rel_dist = 64;  // shaw: distances clipped to this (model.max_rel_dist)
-  int64_t max_positions = 0;  // vanilla_learned: rows of each layer's table (model.max_positions)
-  int64_t t5_buckets = 32;    // t5: distance buckets (model.t5_buckets)
-  int64_t t5_max_distance = 128;  // t5: distances from it on share the last bucket
+  // The schemes' own settings by their model.* key (config::position_settings), e.g. Shaw's
+  // max_rel_dist: each scheme reads its own.
+  std::map<std::string, int64_t> settings;
+
+  // settings[key], or `fallback` (the model's default) when it is not given.
+  int64_t setting(const std::string& key, int64_t fallback) const {
+    const auto it = settings.find(key);
+    return it == settings.end() ? fallback : it->second;
+  }
 };
 
 // The sizes of the attention the positions serve, with the scheme's settings.

@@ -1,18 +1,66 @@
 // Compressive memory (Rae et al. 2020; docs/model.md), model.cmem_len > 0: positions leave the
-// memory of positions cmem_rate at a time, each layer's compressor (modules/compressor.h) turns
+// memory of positions cmem_rate at a time, each layer's compressor (Compressor, below) turns
 // every group into one row of a compressed memory of cmem_len rows, and attention reads
 // concat(compressed memory, memory, segment), positions counted over that whole sequence as
 // over one longer memory. A conv compressor trains by the attention-reconstruction loss alone.
 // Its part: "compressed", L tensors [B, N, d], always detached, with a mask [B, N].
+#include "txl/models/memory/compressive.h"
+
 #include <algorithm>
+#include <limits>
 #include <optional>
 
+#include "txl/config/enums.h"
 #include "txl/models/memory_mechanism.h"
 #include "txl/models/transformer_lm.h"
-#include "txl/modules/compressor.h"
 #include "txl/util/error.h"
 
 namespace txl::models::memory {
+
+namespace {
+
+// model.cmem_compress's value through its name table (config/enums.h).
+std::optional<config::Compression> compression(const CompressorOptions& options) {
+  return config::parse_enum<config::Compression>(options.kind);
+}
+
+}  // namespace
+
+CompressorImpl::CompressorImpl(const CompressorOptions& options) : options_(options) {
+  TXL_CHECK(options.rate >= 1, "model.cmem_rate = ", options.rate, " must be >= 1");
+  TXL_CHECK(compression(options).has_value(), "model.cmem_compress: unknown value \"", options.kind,
+            "\" (allowed: conv, mean, max)");
+  if (compression(options) != config::Compression::kConv) return;
+  const int64_t d = options.d_model, c = options.rate;
+  conv = register_module("conv",
+                         torch::nn::Conv1d(torch::nn::Conv1dOptions(d, d, c).stride(c).bias(true)));
+  // Mean pooling to start with: tap k of output channel o reads input channel o with 1/c.
+  torch::NoGradGuard no_grad;
+  conv->weight.copy_(torch::eye(d).unsqueeze(2).expand({d, d, c}) / static_cast<double>(c));
+  conv->bias.zero_();
+}
+
+std::pair<torch::Tensor, torch::Tensor> CompressorImpl::forward(const torch::Tensor& rows,
+                                                                const torch::Tensor& mask) {
+  const int64_t batch = rows.size(0), n = rows.size(1), d = rows.size(2), c = options_.rate;
+  TXL_CHECK(n % c == 0, "compressive memory: ", n, " rows do not make whole groups of ", c);
+  const int64_t groups = n / c;
+  const auto real = mask.view({batch, groups, c});                           // [B, G, c]
+  const auto group_mask = real.any(2);                                       // [B, G]
+  const auto zeroed = rows.masked_fill(mask.logical_not().unsqueeze(2), 0);  // [B, G c, d]
+  if (trains()) {
+    auto out = conv(zeroed.transpose(1, 2)).transpose(1, 2);  // [B, d, G c] -> [B, G, d]
+    return {out, group_mask};
+  }
+  const auto grouped = zeroed.view({batch, groups, c, d});  // [B, G, c, d]
+  if (compression(options_) == config::Compression::kMean) {
+    const auto count = real.sum(2, /*keepdim=*/true).clamp_min(1).to(rows.scalar_type());
+    return {grouped.sum(2) / count, group_mask};  // [B, G, d]
+  }
+  const auto lowest = -std::numeric_limits<float>::infinity();
+  const auto maxed = grouped.masked_fill(real.logical_not().unsqueeze(3), lowest).amax(2);
+  return {maxed.masked_fill(group_mask.logical_not().unsqueeze(2), 0), group_mask};  // [B, G, d]
+}
 
 const MemoryMechanism& compressive();
 
@@ -23,11 +71,11 @@ constexpr const char* kCompressed = "compressed";
 class Compressive final : public MechanismPart {
  public:
   Compressive(TransformerLMImpl& model, const config::ModelConfig& config)
-      : rate_(config.cmem_rate), loss_weight_(config.cmem_loss_weight) {
+      : rate_(config.cmem_rate), length_(config.cmem_len), loss_weight_(config.cmem_loss_weight) {
     auto list = model.register_module("compressors", torch::nn::ModuleList());
     for (int i = 0; i < config.n_layer; ++i) {
-      compressors_.emplace_back(modules::CompressorOptions{
-          config.d_model, config.cmem_rate, config::to_string(config.cmem_compress)});
+      compressors_.emplace_back(CompressorOptions{config.d_model, config.cmem_rate,
+                                                  config::to_string(config.cmem_compress)});
       list->push_back(compressors_.back());
     }
   }
@@ -77,9 +125,7 @@ class Compressive final : public MechanismPart {
 
   void write(Segment& s, Memory& next, torch::Tensor* aux_loss) const override;
 
-  int64_t eviction_group(const Lookback& ctx) const override {
-    return ctx.cmem_len > 0 ? rate_ : 1;
-  }
+  int64_t eviction_group(const Lookback& ctx) const override { return ctx.mem_len > 0 ? rate_ : 1; }
   bool steps(int64_t mem_len) const override { return mem_len == 0; }
 
  private:
@@ -93,17 +139,17 @@ class Compressive final : public MechanismPart {
     return torch::cat({s.memory.layers[l], hidden.narrow(1, 0, evicted - m_len)}, 1).detach();
   }
 
-  int64_t rate_;
+  int64_t rate_, length_;  // model.cmem_rate, model.cmem_len
   double loss_weight_;
-  mutable std::vector<modules::Compressor> compressors_;  // handles: their modules train
+  mutable std::vector<Compressor> compressors_;  // handles: their modules train
 };
 
 // Compresses positions [0, evicted) of every layer's concat(memory, segment) into `next`'s
-// compressed memory (after the given one's, the last ctx.cmem_len rows kept) and, in training,
+// compressed memory (after the given one's, the last model.cmem_len rows kept) and, in training,
 // sets *aux_loss to the layers' mean reconstruction loss times its weight.
 void Compressive::write(Segment& s, Memory& next, torch::Tensor* aux_loss) const {
   const Lookback& ctx = *s.ctx;
-  if (ctx.mem_len == 0 || ctx.cmem_len == 0) return;
+  if (ctx.mem_len == 0) return;
   const auto& given = s.given->part(kCompressed);
   const int64_t evicted = s.evicted, n_len = given.length();
   const int64_t m_len = s.memory.length(), q_len = s.q_len;
@@ -130,7 +176,7 @@ void Compressive::write(Segment& s, Memory& next, torch::Tensor* aux_loss) const
       rows = rows.defined() ? torch::cat({rows.to(made.scalar_type()), made}, 1) : made;
       made_mask = mask;
     }
-    const int64_t keep = std::min<int64_t>(ctx.cmem_len, rows.size(1));
+    const int64_t keep = std::min<int64_t>(length_, rows.size(1));
     out.layers.push_back(rows.narrow(1, rows.size(1) - keep, keep));  // [B, N', d]
   }
   const auto& keys = s.prefix_keys;

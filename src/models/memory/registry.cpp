@@ -9,6 +9,7 @@ namespace memory {
 const MemoryMechanism& xl_cache();
 const MemoryMechanism& compressive();
 const MemoryMechanism& memory_tokens();
+const MemoryMechanism& knn();
 }  // namespace memory
 
 const std::vector<const MemoryMechanism*>& memory_mechanisms() {
@@ -16,6 +17,7 @@ const std::vector<const MemoryMechanism*>& memory_mechanisms() {
       &memory::xl_cache(),
       &memory::compressive(),
       &memory::memory_tokens(),
+      &memory::knn(),
   };
   return kMechanisms;
 }

@@ -13,7 +13,7 @@ namespace {
 class ShawAttention final : public ByDistanceAttention {
  public:
   ShawAttention(torch::nn::Module& attn, const PositionShape& shape) {
-    const int64_t max_rel_dist = shape.options.max_rel_dist;
+    const int64_t max_rel_dist = shape.options.setting("max_rel_dist", 64);
     TXL_CHECK(max_rel_dist >= 0, "model.max_rel_dist must be >= 0, got ", max_rel_dist);
     rel_key_ = attn.register_module(
         "rel_key", LearnedPositions(max_rel_dist + 1,
@@ -46,7 +46,7 @@ class Shaw final : public PositionScheme {
                         int64_t clamp_len, torch::ScalarType /*dtype*/,
                         torch::Device device) const override {
     const auto distances = ops::relative_distances(k_len, clamp_len, device);  // [K], K-1 .. 0
-    return {distances.clamp_max(shape.options.max_rel_dist), {}, {}};          // int64 [K]
+    return {distances.clamp_max(shape.options.setting("max_rel_dist", 64)), {}, {}};  // int64 [K]
   }
   std::unique_ptr<AttentionPositions> for_attention(torch::nn::Module& attn,
                                                     const PositionShape& shape) const override {

@@ -34,11 +34,17 @@ torch::Tensor bucket_of(const torch::Tensor& n, int64_t buckets, int64_t max_dis
   return torch::where(n < exact, n, wider);
 }
 
+// The scheme's settings (model.t5_buckets, model.t5_max_distance), the model's defaults when
+// not given.
+int64_t bucket_count(const PositionShape& shape) { return shape.options.setting("t5_buckets", 32); }
+int64_t far_distance(const PositionShape& shape) {
+  return shape.options.setting("t5_max_distance", 128);
+}
+
 class T5Model final : public ModelPositions {
  public:
   T5Model(torch::nn::Module& model, const PositionShape& shape) {
-    bias_ = model.register_parameter("rel_bias",
-                                     torch::empty({shape.options.t5_buckets, shape.n_head}));
+    bias_ = model.register_parameter("rel_bias", torch::empty({bucket_count(shape), shape.n_head}));
     init_weight(bias_, shape.init);
   }
   // The buckets [Q, K] become the bias [H, Q, K].
@@ -94,17 +100,16 @@ class T5 final : public PositionScheme {
   std::string_view name() const override { return "t5"; }
   PositionTraits traits() const override { return {}; }
   void check(const PositionShape& shape) const override {
-    const auto& o = shape.options;
-    TXL_CHECK(o.t5_buckets >= 2, "model.t5_buckets = ", o.t5_buckets, " must be >= 2");
-    TXL_CHECK(o.t5_max_distance > o.t5_buckets / 2, "model.t5_max_distance = ", o.t5_max_distance,
-              " must be above t5_buckets / 2 = ", o.t5_buckets / 2,
-              " (the distances with a bucket each)");
+    const int64_t n = bucket_count(shape), far = far_distance(shape);
+    TXL_CHECK(n >= 2, "model.t5_buckets = ", n, " must be >= 2");
+    TXL_CHECK(far > n / 2, "model.t5_max_distance = ", far,
+              " must be above t5_buckets / 2 = ", n / 2, " (the distances with a bucket each)");
   }
   PositionInputs inputs(const PositionShape& shape, int64_t q_len, int64_t k_len, int64_t clamp_len,
                         torch::ScalarType /*dtype*/, torch::Device device) const override {
     const auto distances =
         ops::query_key_distances(q_len, k_len, clamp_len, torch::kLong, device);  // [Q, K]
-    return {bucket_of(distances, shape.options.t5_buckets, shape.options.t5_max_distance),
+    return {bucket_of(distances, bucket_count(shape), far_distance(shape)),
             {},
             {}};  // int64 [Q, K]; the model's part makes them the bias
   }

@@ -14,7 +14,7 @@ class LearnedLayer final : public LayerPositions {
  public:
   LearnedLayer(torch::nn::Module& layer, const PositionShape& shape) {
     table_ = layer.register_module(
-        "pos_emb", LearnedPositions(shape.options.max_positions,
+        "pos_emb", LearnedPositions(shape.options.setting("max_positions", 0),
                                     std::vector<int64_t>{shape.d_model}, shape.init));
   }
   void reset_parameters(const InitOptions& init) override { table_->reset_parameters(init); }
@@ -44,8 +44,8 @@ class VanillaLearned final : public PositionScheme {
     return t;
   }
   void check(const PositionShape& shape) const override {
-    TXL_CHECK(shape.options.max_positions > 0,
-              "model.max_positions = ", shape.options.max_positions, " must be > 0");
+    const int64_t rows = shape.options.setting("max_positions", 0);
+    TXL_CHECK(rows > 0, "model.max_positions = ", rows, " must be > 0");
   }
   std::unique_ptr<LayerPositions> for_layer(torch::nn::Module& layer,
                                             const PositionShape& shape) const override {

@@ -1,9 +1,10 @@
 #pragma once
-// The compression function of compressive memory (Rae et al. 2020, section 3.1): groups of c
-// consecutive memory rows -> one compressed row, per layer.
+// Compressive memory's own module (src/models/memory/compressive.cpp, the mechanism): the
+// compression function of Rae et al. 2020, section 3.1: groups of c consecutive memory rows ->
+// one compressed row, per layer.
 //   conv  a strided 1-D convolution (kernel c, stride c, d -> d channels, with bias): each
 //         compressed row is an affine map of its group's c rows. It starts as mean pooling and
-//         trains only by the attention-reconstruction loss (TransformerLMImpl, docs/model.md).
+//         trains only by the attention-reconstruction loss (docs/model.md).
 //   mean  the mean of the group's real rows (no parameters)
 //   max   the element-wise maximum of the group's real rows (no parameters)
 // Padding rows (mask false) are zeros to the convolution and left out of the pooling; a
@@ -17,7 +18,7 @@
 #include <string>
 #include <utility>
 
-namespace txl::modules {
+namespace txl::models::memory {
 
 struct CompressorOptions {
   int64_t d_model = 256;      // d
@@ -46,4 +47,4 @@ class CompressorImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Compressor);
 
-}  // namespace txl::modules
+}  // namespace txl::models::memory
