@@ -4,7 +4,7 @@
 // model.knn_size most recent positions that left the memory of positions (every position of
 // the segment when there is none), and a reset row forgets its store. Each attention has its own
 // softmax, and a learned gate per head mixes their outputs, before W_o:
-//   out_h = g_h knn_h + (1 - g_h) local_h,   g_h = sigmoid(knn_gate_h)   (paper eq. 2)
+//   out_h = g_h knn_h + (1 - g_h) local_h,   g_h = sigmoid(knn_gate_h)
 // A row with nothing stored yet reads its local attention alone. The search is exact.
 // The store takes no gradient, and its keys and values are projected with the layer's weights
 // as they are when read (without gradient to them): never stale, where the paper keeps the keys
