@@ -143,6 +143,15 @@ void IncrementalDecoder::keep_group_rows(const std::vector<int64_t>& kept) {
                                from + static_cast<std::ptrdiff_t>(q_len));
       }
       k.tokens = g.tokens.index_select(0, index);
+      const auto& hooks = g.segment.contexts;
+      if (std::any_of(hooks.begin(), hooks.end(),
+                      [](const auto& c) { return static_cast<bool>(c); })) {
+        // Hooks hold their rows' data (a kNN store): begun again over the kept rows' memory, the
+        // segment writes the same keys into the slots before its tokens and hooks of their own.
+        k.segment = w_.model->begin_segment(w_.step, k.memory, segment_lookback(),
+                                            static_cast<int64_t>(k.rows.size()), g.segment.q_len,
+                                            k.kv, w_.first_slots);
+      }
     }
     if (g.last.defined()) k.last = g.last.index_select(0, index);
     groups.push_back(std::move(k));

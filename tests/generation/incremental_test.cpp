@@ -201,6 +201,7 @@ TEST(IncrementalDecoder, MemoryTokensAndCompressiveMemoryDecodeSegmentBySegment)
     bool zero_memory = false, same_length = false;
     int clamp_len = -1;
     bool pre_norm = false;
+    int knn_layer = 0;  // a kNN memory in that layer (top 2 of 8 stored positions)
   };
   const std::vector<Member> members = {
       {"xl, memory tokens alone", AttnType::kXl, 0, 2, 0},
@@ -208,8 +209,10 @@ TEST(IncrementalDecoder, MemoryTokensAndCompressiveMemoryDecodeSegmentBySegment)
       {"rope, compressive", AttnType::kRope, 4, 0, 3},
       {"xl, compressive, zero memory", AttnType::kXl, 4, 0, 3, true},
       {"xl, compressive and memory tokens, same_length", AttnType::kXl, 4, 2, 3, false, true},
-      {"shaw, compressive, clamp_len 2, pre-norm", AttnType::kShaw, 4, 0, 3, false, false, 2,
-       true}};
+      {"shaw, compressive, clamp_len 2, pre-norm", AttnType::kShaw, 4, 0, 3, false, false, 2, true},
+      {"xl, knn memory", AttnType::kXl, 4, 0, 0, false, false, -1, false, 2},
+      {"rope, knn memory and memory tokens, no memory", AttnType::kRope, 0, 2, 0, false, false, -1,
+       false, 1}};
   const int q = 5;
   for (const auto& m : members) {
     SCOPED_TRACE(m.name);
@@ -219,6 +222,9 @@ TEST(IncrementalDecoder, MemoryTokensAndCompressiveMemoryDecodeSegmentBySegment)
     config.cmem_rate = 2;
     config.cmem_compress = config::Compression::kConv;
     config.pre_norm = m.pre_norm;
+    config.knn_layer = m.knn_layer;
+    config.knn_topk = 2;
+    config.knn_size = 8;
     auto model = make(config, 21);
     DecodeOptions o{q, m.mem_len, m.clamp_len, m.same_length, m.zero_memory};
     ASSERT_TRUE(prepare_decoder(model, o).segments);
