@@ -22,9 +22,8 @@ DecoderWeights prepare_decoder(models::TransformerLM model, const DecodeOptions&
   const auto& like = model->crit->table(0);
   if (w.segments) {  // buffers of one segment and what the mechanisms put before it
     w.zero_memory = options.zero_memory && options.mem_len > 0;
-    models::Lookback ctx = model->default_lookback();
-    ctx.mem_len = options.mem_len;
-    w.capacity = model->segment_capacity(ctx, options.tgt_len);
+    w.capacity =
+        model->segment_capacity(segment_lookback(model, options, w.zero_memory), options.tgt_len);
     w.slots = torch::arange(w.capacity, torch::dtype(torch::kLong).device(like.device()));  // [C]
     w.first_slots = model->layer_list().front()->attn->steps_by_first_slot(like);
     w.step = model->prepare_step(w.capacity, options.clamp_len, false);

@@ -9,16 +9,27 @@
 
 namespace txl::generation {
 
-models::Lookback IncrementalDecoder::segment_lookback() const {
-  const auto& o = w_.options;
-  models::Lookback ctx = w_.model->default_lookback();
-  ctx.mem_len = o.mem_len;
-  ctx.clamp_len = o.clamp_len;
-  ctx.same_length = o.same_length;
+models::Lookback segment_lookback(const models::TransformerLM& model, const DecodeOptions& options,
+                                  bool zero_memory) {
+  models::Lookback ctx = model->default_lookback();
+  ctx.mem_len = options.mem_len;
+  ctx.clamp_len = options.clamp_len;
+  ctx.same_length = options.same_length;
   ctx.ext_len = 0;
-  ctx.zero_memory = w_.zero_memory;
+  ctx.zero_memory = zero_memory;
   return ctx;
 }
+
+namespace {
+
+// Whether a segment's hooks hold data of its rows (a kNN store): its rows cannot be cut or joined
+// without beginning it again.
+bool holds_rows(const models::SegmentSteps& s) {
+  return std::any_of(s.contexts.begin(), s.contexts.end(),
+                     [](const auto& c) { return static_cast<bool>(c); });
+}
+
+}  // namespace
 
 IncrementalDecoder::Group IncrementalDecoder::new_group(std::vector<int64_t> rows,
                                                         int64_t first) const {
@@ -69,7 +80,7 @@ torch::Tensor IncrementalDecoder::read_segments(const torch::Tensor& tokens) {
 void IncrementalDecoder::read_group(Group& g, const torch::Tensor& tokens) {
   const int64_t q_len = w_.options.tgt_len, n = tokens.size(1);
   const int64_t batch = tokens.size(0);
-  const auto ctx = segment_lookback();
+  const auto ctx = segment_lookback(w_.model, w_.options, w_.zero_memory);
   torch::Tensor last;  // [B_g, d]
   for (int64_t pos = 0; pos < n;) {
     auto& s = g.segment;
@@ -143,14 +154,12 @@ void IncrementalDecoder::keep_group_rows(const std::vector<int64_t>& kept) {
                                from + static_cast<std::ptrdiff_t>(q_len));
       }
       k.tokens = g.tokens.index_select(0, index);
-      const auto& hooks = g.segment.contexts;
-      if (std::any_of(hooks.begin(), hooks.end(),
-                      [](const auto& c) { return static_cast<bool>(c); })) {
-        // Hooks hold their rows' data (a kNN store): begun again over the kept rows' memory, the
-        // segment writes the same keys into the slots before its tokens and hooks of their own.
-        k.segment = w_.model->begin_segment(w_.step, k.memory, segment_lookback(),
-                                            static_cast<int64_t>(k.rows.size()), g.segment.q_len,
-                                            k.kv, w_.first_slots);
+      if (holds_rows(g.segment)) {
+        // Begun again over the kept rows' memory, the segment writes the same keys into the
+        // slots before its tokens, and hooks of their own.
+        k.segment = w_.model->begin_segment(
+            w_.step, k.memory, segment_lookback(w_.model, w_.options, w_.zero_memory),
+            static_cast<int64_t>(k.rows.size()), g.segment.q_len, k.kv, w_.first_slots);
       }
     }
     if (g.last.defined()) k.last = g.last.index_select(0, index);
@@ -167,12 +176,9 @@ template <typename Group>
 bool mergeable(const Group& a, const Group& b) {
   const auto& s = a.segment;
   const auto& t = b.segment;
-  const bool hooks = std::any_of(s.contexts.begin(), s.contexts.end(),
-                                 [](const auto& c) { return static_cast<bool>(c); }) ||
-                     std::any_of(t.contexts.begin(), t.contexts.end(),
-                                 [](const auto& c) { return static_cast<bool>(c); });
-  return a.first == b.first && s.q_len == t.q_len && s.lead == t.lead && !hooks &&
-         s.first.empty() == t.first.empty() && a.tokens.defined() == b.tokens.defined() &&
+  return a.first == b.first && s.q_len == t.q_len && s.lead == t.lead && !holds_rows(s) &&
+         !holds_rows(t) && s.first.empty() == t.first.empty() &&
+         a.tokens.defined() == b.tokens.defined() &&
          (!a.tokens.defined() || a.tokens.size(1) == b.tokens.size(1)) &&
          a.last.defined() == b.last.defined() && a.memory.length() == b.memory.length() &&
          a.memory.parts.size() == b.memory.parts.size();

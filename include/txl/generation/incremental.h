@@ -82,6 +82,11 @@ struct DecoderWeights {
   models::LMStep step;       // the modules' prepared weights
 };
 
+// The lookback of the segment mode's forwards (and of its buffers' capacity): the model's, with
+// the decoder's lengths, no ext_len, and zero memory as `zero_memory` says.
+models::Lookback segment_lookback(const models::TransformerLM& model, const DecodeOptions& options,
+                                  bool zero_memory);
+
 // Throws txl::Error for lengths out of range (tgt_len < 1, mem_len < 0, clamp_len < -1) or a
 // model in training mode.
 DecoderWeights prepare_decoder(models::TransformerLM model, const DecodeOptions& options);
@@ -151,8 +156,6 @@ class IncrementalDecoder {
     torch::Tensor last;             // [B_g, V]: log-probabilities after their last token
     modules::SoftmaxStep softmax;   // the softmax's step weights for B_g rows
   };
-  // The lookback of the segment mode's forwards: the decoder's lengths.
-  models::Lookback segment_lookback() const;
   // Tokens int64 [B, T] on the buffers' device.
   torch::Tensor read_segments(const torch::Tensor& tokens);
   // A group's tokens int64 [B_g, n] (from its first on).
