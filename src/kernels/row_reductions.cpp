@@ -1,6 +1,7 @@
 #include "txl/kernels/row_reductions.h"
 #include "txl/kernels/vector_loops.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
 #include <algorithm>
@@ -51,6 +52,77 @@ inline __attribute__((always_inline)) void log_softmax_row(T* __restrict x, cons
   for (int64_t i = 0; i < n; ++i) x[i] -= total;
 }
 
+// One row of n: x += b, then the log-sum-exp, returned; with write, x becomes the softmax.
+template <typename T>
+inline __attribute__((always_inline)) T softmax_row(T* __restrict x, const T* __restrict b,
+                                                    int64_t n, bool write) {
+  T top = -std::numeric_limits<T>::infinity();
+#pragma omp simd reduction(max : top)
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] += b[i];
+    top = x[i] > top ? x[i] : top;
+  }
+  const T shift = std::isinf(top) && top < 0 ? T(0) : top;
+  constexpr int64_t kBlock = 256;  // as log_softmax_row: float blocks, summed in double
+  double sum = 0;
+  for (int64_t begin = 0; begin < n; begin += kBlock) {
+    const int64_t end = std::min(n, begin + kBlock);
+    T block = 0;
+    if (write) {
+#pragma omp simd reduction(+ : block)
+      for (int64_t i = begin; i < end; ++i) {
+        const T e = exp_nonpositive(x[i] - shift);
+        x[i] = e;
+        block += e;
+      }
+    } else {
+#pragma omp simd reduction(+ : block)
+      for (int64_t i = begin; i < end; ++i) block += exp_nonpositive(x[i] - shift);
+    }
+    sum += static_cast<double>(block);
+  }
+  if (write) {
+    const T inverse = static_cast<T>(1.0 / sum);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) x[i] *= inverse;
+  }
+  return static_cast<T>(static_cast<double>(shift) + std::log(sum));
+}
+
+TXL_VECTOR_LEVELS(float, softmax_row_of, softmax_row,
+                  (float* x, const float* b, int64_t n, bool write), (x, b, n, write))
+TXL_VECTOR_LEVELS(double, softmax_row_of, softmax_row,
+                  (double* x, const double* b, int64_t n, bool write), (x, b, n, write))
+
+// Columns [begin, end) of a block's rows: out = probs * grad[r], the bias gradient summed.
+template <typename T>
+inline __attribute__((always_inline)) void cross_entropy_grad_columns(
+    const T* __restrict probs, const T* __restrict grad, const int64_t* __restrict target,
+    const T* __restrict d_target, T* __restrict out, T* __restrict d_bias, int64_t rows, int64_t n,
+    int64_t begin, int64_t end) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* p = probs + r * n;
+    T* o = out + r * n;
+    const T g = grad[r];
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) o[i] = p[i] * g;
+    if (target[r] >= begin && target[r] < end) o[target[r]] = d_target[r];
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) d_bias[i] += o[i];
+  }
+}
+
+TXL_VECTOR_LEVELS(void, cross_entropy_grad_columns_of, cross_entropy_grad_columns,
+                  (const float* probs, const float* grad, const int64_t* target,
+                   const float* d_target, float* out, float* d_bias, int64_t rows, int64_t n,
+                   int64_t begin, int64_t end),
+                  (probs, grad, target, d_target, out, d_bias, rows, n, begin, end))
+TXL_VECTOR_LEVELS(void, cross_entropy_grad_columns_of, cross_entropy_grad_columns,
+                  (const double* probs, const double* grad, const int64_t* target,
+                   const double* d_target, double* out, double* d_bias, int64_t rows, int64_t n,
+                   int64_t begin, int64_t end),
+                  (probs, grad, target, d_target, out, d_bias, rows, n, begin, end))
+
 TXL_VECTOR_LEVELS(void, log_softmax_row_of, log_softmax_row, (float* x, const float* b, int64_t n),
                   (x, b, n))
 TXL_VECTOR_LEVELS(void, log_softmax_row_of, log_softmax_row,
@@ -99,7 +171,87 @@ void argmax_all(const torch::Tensor& x, torch::Tensor& out) {
   });
 }
 
+template <typename T>
+void softmax_all(torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& lse, bool write) {
+  const int64_t rows = x.size(0), n = x.size(1);
+  T* xp = x.data_ptr<T>();
+  const T* bp = bias.data_ptr<T>();
+  T* lp = lse.data_ptr<T>();
+  // Training's kernel: LibTorch's threads (run.threads), not generation's side thread, whose
+  // half of the work would land on a core another job of an ablation holds. About 16k entries
+  // a task at least.
+  at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / n), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) lp[r] = softmax_row_of(xp + r * n, bp, n, write);
+  });
+}
+
+template <typename T>
+void cross_entropy_grad_all(const torch::Tensor& probs, const torch::Tensor& grad,
+                            const torch::Tensor& target, const torch::Tensor& d_target,
+                            torch::Tensor& out, torch::Tensor& d_bias) {
+  const int64_t rows = probs.size(0), n = probs.size(1);
+  const T* pp = probs.data_ptr<T>();
+  const T* gp = grad.data_ptr<T>();
+  const int64_t* tp = target.data_ptr<int64_t>();
+  const T* dp = d_target.data_ptr<T>();
+  T* op = out.data_ptr<T>();
+  T* bp = d_bias.data_ptr<T>();
+  // Blocks of 256 columns; about three operations per entry of a column (multiply, store, sum).
+  constexpr int64_t kColumns = 256;
+  const int64_t blocks = (n + kColumns - 1) / kColumns;
+  // LibTorch's threads, as softmax_all; about 16k entries a task at least.
+  const int64_t grain = std::max<int64_t>(1, 16384 / (kColumns * std::max<int64_t>(rows, 1)));
+  at::parallel_for(0, blocks, grain, [&](int64_t first, int64_t last) {
+    cross_entropy_grad_columns_of(pp, gp, tp, dp, op, bp, rows, n, first * kColumns,
+                                  std::min(n, last * kColumns));
+  });
+}
+
 }  // namespace
+
+void softmax_rows_(torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& lse, bool write) {
+  TXL_CHECK(vector_loops_take(x) && x.dim() == 2 && x.size(1) >= 1 && x.is_contiguous(),
+            "softmax_rows_: x must be a contiguous CPU float or double [n, V >= 1]");
+  TXL_CHECK(bias.dim() == 1 && bias.size(0) == x.size(1) && bias.is_contiguous() &&
+                bias.scalar_type() == x.scalar_type() && bias.is_cpu(),
+            "softmax_rows_: bias must be contiguous [V = ", x.size(1), "] of x's dtype");
+  TXL_CHECK(lse.dim() == 1 && lse.size(0) == x.size(0) && lse.is_contiguous() &&
+                lse.scalar_type() == x.scalar_type() && lse.is_cpu(),
+            "softmax_rows_: lse must be contiguous [n = ", x.size(0), "] of x's dtype");
+  RECORD_FUNCTION("txl::softmax_rows_", std::vector<c10::IValue>({x}));  // in profiles
+  for_vector_dtype(x, [&](auto zero) { softmax_all<decltype(zero)>(x, bias, lse, write); });
+}
+
+void cross_entropy_grad_rows(const torch::Tensor& probs, const torch::Tensor& grad,
+                             const torch::Tensor& target, const torch::Tensor& d_target,
+                             torch::Tensor& out, torch::Tensor& d_bias) {
+  TXL_CHECK(vector_loops_take(probs) && probs.dim() == 2 && probs.is_contiguous() &&
+                out.sizes() == probs.sizes() && out.is_contiguous() && out.is_cpu() &&
+                out.scalar_type() == probs.scalar_type(),
+            "cross_entropy_grad_rows: probs and out must be contiguous CPU float or double "
+            "[n, V] of one dtype");
+  const int64_t rows = probs.size(0), n = probs.size(1);
+  for (const torch::Tensor* t : {&grad, &d_target}) {
+    TXL_CHECK(t->dim() == 1 && t->size(0) == rows && t->is_contiguous() && t->is_cpu() &&
+                  t->scalar_type() == probs.scalar_type(),
+              "cross_entropy_grad_rows: grad and d_target must be contiguous [n = ", rows,
+              "] of probs' dtype");
+  }
+  TXL_CHECK(d_bias.dim() == 1 && d_bias.size(0) == n && d_bias.is_contiguous() && d_bias.is_cpu() &&
+                d_bias.scalar_type() == probs.scalar_type(),
+            "cross_entropy_grad_rows: d_bias must be contiguous [V = ", n, "] of probs' dtype");
+  TXL_CHECK(target.dim() == 1 && target.size(0) == rows && target.is_contiguous() &&
+                target.is_cpu() && target.scalar_type() == torch::kLong,
+            "cross_entropy_grad_rows: target must be contiguous int64 [n = ", rows, "]");
+  if (rows > 0) {
+    TXL_CHECK(target.min().item<int64_t>() >= 0 && target.max().item<int64_t>() < n,
+              "cross_entropy_grad_rows: a target outside [0, ", n, ")");
+  }
+  RECORD_FUNCTION("txl::cross_entropy_grad_rows", std::vector<c10::IValue>({probs}));
+  for_vector_dtype(probs, [&](auto zero) {
+    cross_entropy_grad_all<decltype(zero)>(probs, grad, target, d_target, out, d_bias);
+  });
+}
 
 torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias) {
   TXL_CHECK(vector_loops_take(x) && x.dim() == 2 && x.size(1) >= 1 && x.is_contiguous(),

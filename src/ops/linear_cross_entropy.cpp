@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "txl/kernels/row_reductions.h"
+#include "txl/kernels/vector_loops.h"
 #include "txl/util/autocast.h"
 #include "txl/util/cpu.h"
 
@@ -55,6 +57,18 @@ Forward forward_pass(const torch::Tensor& hidden, const torch::Tensor& weight,
   if (same_dtype) f.picked.add_(bias.index_select(0, target));
   f.lse = torch::empty({rows}, hidden.options().dtype(stats));  // [N]
   const std::int64_t block = block_rows(chunk_rows, classes);
+  if (same_dtype && kernels::vector_loops_take(logits)) {
+    // CPU float or double: txl's row kernel, one pass per step over each row of a block.
+    const torch::Tensor b = bias.contiguous();  // [V]
+    for (std::int64_t r = 0; r < rows; r += block) {
+      const std::int64_t n = std::min(block, rows - r);
+      torch::Tensor out = logits.narrow(0, r, n);  // [n, V]
+      torch::Tensor lse = f.lse.narrow(0, r, n);   // [n]
+      kernels::softmax_rows_(out, b, lse, keep_softmax);
+    }
+    if (keep_softmax) f.softmax = logits;
+    return f;
+  }
   // Reduced precision: each block is copied into one fp32 buffer (it stays in cache).
   torch::Tensor buffer;
   if (!same_dtype)
@@ -111,19 +125,32 @@ class LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> 
     const torch::Tensor d_target = (picked - lse).exp_().sub_(1).mul_(grad).unsqueeze(1);  // [N, 1]
     const std::int64_t block = block_rows(ctx->saved_data["chunk_rows"].toInt(), classes);
     torch::Tensor d_logits = torch::empty_like(probs, torch::MemoryFormat::Contiguous);  // [N, V]
-    torch::Tensor buffer;
-    if (!same_dtype)
-      buffer = torch::empty({std::min(block, rows), classes}, lse.options());  // [n, V]
-    torch::Tensor d_bias = torch::zeros({classes}, lse.options());             // [V]
-    for (std::int64_t r = 0; r < rows; r += block) {
-      const std::int64_t n = std::min(block, rows - r);
-      torch::Tensor out = d_logits.narrow(0, r, n);  // [n, V]
-      torch::Tensor p =
-          same_dtype ? out : buffer.narrow(0, 0, n).copy_(probs.narrow(0, r, n));  // [n, V]
-      torch::mul_out(p, same_dtype ? probs.narrow(0, r, n) : p, grad.narrow(0, r, n).unsqueeze(1));
-      p.scatter_(1, target.narrow(0, r, n).unsqueeze(1), d_target.narrow(0, r, n));
-      d_bias.add_(p.sum(0));  // [V]
-      if (!same_dtype) out.copy_(p);
+    torch::Tensor d_bias = torch::zeros({classes}, lse.options());                       // [V]
+    if (same_dtype && kernels::vector_loops_take(probs) && probs.is_contiguous()) {
+      // CPU float or double: txl's kernel writes d_logits and sums d_bias in one pass a block.
+      const torch::Tensor g = grad.contiguous(), t = target.contiguous();
+      const torch::Tensor d_t = d_target.squeeze(1).contiguous();  // [N]
+      for (std::int64_t r = 0; r < rows; r += block) {
+        const std::int64_t n = std::min(block, rows - r);
+        torch::Tensor out = d_logits.narrow(0, r, n);  // [n, V]
+        kernels::cross_entropy_grad_rows(probs.narrow(0, r, n), g.narrow(0, r, n),
+                                         t.narrow(0, r, n), d_t.narrow(0, r, n), out, d_bias);
+      }
+    } else {
+      torch::Tensor buffer;
+      if (!same_dtype)
+        buffer = torch::empty({std::min(block, rows), classes}, lse.options());  // [n, V]
+      for (std::int64_t r = 0; r < rows; r += block) {
+        const std::int64_t n = std::min(block, rows - r);
+        torch::Tensor out = d_logits.narrow(0, r, n);  // [n, V]
+        torch::Tensor p =
+            same_dtype ? out : buffer.narrow(0, 0, n).copy_(probs.narrow(0, r, n));  // [n, V]
+        torch::mul_out(p, same_dtype ? probs.narrow(0, r, n) : p,
+                       grad.narrow(0, r, n).unsqueeze(1));
+        p.scatter_(1, target.narrow(0, r, n).unsqueeze(1), d_target.narrow(0, r, n));
+        d_bias.add_(p.sum(0));  // [V]
+        if (!same_dtype) out.copy_(p);
+      }
     }
 
     torch::Tensor d_hidden, d_weight;

@@ -18,6 +18,7 @@
 #include "txl/eval/evaluator.h"
 #include "txl/models/checkpoint.h"
 #include "txl/models/transformer_lm.h"
+#include "txl/train/adam.h"
 #include "txl/train/schedule.h"
 #include "txl/train/state.h"
 #include "txl/train/step.h"
@@ -37,10 +38,10 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::TrainConfi
                                                         std::vector<torch::Tensor> params) {
   switch (t.optimizer) {
     case config::Optimizer::kAdam:
-      return std::make_unique<torch::optim::Adam>(
+      return std::make_unique<OnePassAdam>(
           params, torch::optim::AdamOptions(t.lr).weight_decay(t.weight_decay));
     case config::Optimizer::kAdamW:
-      return std::make_unique<torch::optim::AdamW>(
+      return std::make_unique<OnePassAdamW>(
           params, torch::optim::AdamWOptions(t.lr).weight_decay(t.weight_decay));
     case config::Optimizer::kSgd:
       return std::make_unique<torch::optim::SGD>(

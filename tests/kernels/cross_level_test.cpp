@@ -2,7 +2,8 @@
 // inputs (util::KernelLevelScope), against a plain fp64 reference written with LibTorch's
 // operations: the packed products (AVX-512 and portable panels), the matrix-vector product, the
 // attention over cached keys (the AVX-512 heads of 16 N and the loops of each level), the row
-// log-softmax and argmax, the fused add and layer norm, and the vector exp. Sizes are odd on
+// log-softmax and argmax, the output layer's softmax and its gradient, the fused add and layer
+// norm, the vector exp and Adam's update. Sizes are odd on
 // purpose (tails of a vector, heads of 12 and 41, widths of 410, 97 and 10,003) and values are
 // large (std 0.3 over 410 features, inputs scaled by 30).
 //
@@ -20,6 +21,7 @@
 
 #include "kernels/attention_definition.h"
 #include "support/test_support.h"
+#include "txl/kernels/adam.h"
 #include "txl/kernels/cached_attention.h"
 #include "txl/kernels/layer_norm.h"
 #include "txl/kernels/matvec.h"
@@ -159,6 +161,64 @@ TEST(CrossLevel, RowLogSoftmaxAndArgmaxEqualTheReference) {
       }
       EXPECT_TRUE(torch::equal(argmax_rows(x), expected_argmax));
     });
+  }
+}
+
+// The output layer's softmax (softmax_rows_) and its gradient (cross_entropy_grad_rows) on rows of
+// n logits of std 3 and 30 with a bias (std 30: most of a row's softmax is below exp(-87), the
+// vector exp's floor; the last logit of each row is its largest, so that the tail weighs in its
+// sum).
+// The log-sum-exp within fp32's rounding of 1 + |lse|, each probability of its own size; the
+// gradient and the bias's sum within rounding of the same sums over absolute values. Controls:
+// a first pass that missed the tail's bias, and a gradient whose tail column was not scaled.
+TEST(CrossLevel, SoftmaxAndCrossEntropyGradientEqualTheReference) {
+  for (int64_t n : {1, 15, 17, 120, 10003}) {
+    for (double spread : {3.0, 30.0}) {
+      SCOPED_TRACE(::testing::Message() << "n " << n << " std " << spread);
+      torch::manual_seed(n);
+      auto x = torch::randn({5, n}) * spread;               // [B, V]
+      auto b = torch::randn({n});                           // [V]
+      x.select(1, n - 1).copy_(std::get<0>(x.max(1)) + 1);  // the tail leads every row
+      b[n - 1] = 1.5;
+      const auto grad = torch::rand({5}) * 2 - 0.5;  // [B]
+      const auto target = torch::randint(n, {5}, torch::kLong);
+      const auto d_target = torch::randn({5});               // [B]
+      const auto z = f64(x) + f64(b);                        // [B, V]
+      const auto exact_lse = torch::logsumexp(z, 1);         // [B]
+      const auto exact = torch::softmax(z, 1);               // [B, V]
+      auto missed = z.clone();                               // [B, V]
+      missed.select(1, n - 1) -= f64(b)[n - 1];              // the tail's bias left out
+      const auto control_lse = torch::logsumexp(missed, 1);  // [B]
+      // The gradient from the exact softmax; the scale of each entry is its own size.
+      auto exact_out = exact * f64(grad).unsqueeze(1);  // [B, V]
+      exact_out.scatter_(1, target.unsqueeze(1), f64(d_target).unsqueeze(1));
+      const auto exact_bias = exact_out.sum(0);        // [V]
+      const auto out_scale = exact_out.abs() + 1e-30;  // [B, V]
+      const auto bias_scale = exact_out.abs().sum(0) + 1e-30;
+      auto unscaled = exact_out.clone();
+      unscaled.select(1, n - 1) = exact.select(1, n - 1);  // a tail that missed grad[r]
+      unscaled.scatter_(1, target.unsqueeze(1), f64(d_target).unsqueeze(1));
+      at_every_level([&](CpuLevel) {
+        auto got = x.clone();
+        auto lse = torch::empty({5});
+        softmax_rows_(got, b, lse, /*write=*/true);
+        expect_within(
+            lse, exact_lse, 1 + exact_lse.abs(),
+            n > 1 ? std::vector<torch::Tensor>{control_lse} : std::vector<torch::Tensor>{});
+        // A probability below exp(-87) is the floor's (about 1.6e-38 / sum): absolute 1e-37.
+        EXPECT_LT(excess(got, exact, exact + 1e-32), kBound);
+        auto no_write = x.clone();
+        auto lse_only = torch::empty({5});
+        softmax_rows_(no_write, b, lse_only, /*write=*/false);
+        EXPECT_TRUE(torch::equal(lse_only, lse));
+        auto out = torch::empty_like(got);
+        auto d_bias = torch::zeros({n});
+        cross_entropy_grad_rows(got, grad, target, d_target, out, d_bias);
+        expect_within(out, exact_out, out_scale + 1e-30,
+                      n > 1 ? std::vector<torch::Tensor>{unscaled} : std::vector<torch::Tensor>{});
+        EXPECT_LT(excess(d_bias, exact_bias, bias_scale), kBound);
+      });
+    }
   }
 }
 
@@ -303,6 +363,70 @@ TEST(CrossLevel, VectorExpEqualsTheReference) {
     EXPECT_LT(relative(got), 4e-7);
     EXPECT_EQ(got[-2].item<float>(), inf);  // +inf
   });
+}
+
+// Adam's update (and AdamW's), three steps on 10,003 values of std 0.3 (a tail for every vector
+// width) with gradients scaled by 30: the same bits at every level (the file is built without
+// fused multiply-adds), and within fp32's rounding of the update written in fp64 with LibTorch's
+// operations, term by term as torch::optim::Adam writes it. Scales: the same sums over absolute
+// terms (a moment is a difference of terms that can cancel). The control leaves the last
+// value's update out.
+TEST(CrossLevel, AdamUpdateEqualsTheReference) {
+  constexpr int64_t kN = 10003;
+  for (bool decoupled : {false, true}) {
+    SCOPED_TRACE(decoupled ? "adamw" : "adam");
+    torch::manual_seed(decoupled ? 8 : 7);
+    const auto p0 = torch::randn({kN}) * 0.3;
+    std::vector<torch::Tensor> grads;
+    for (int step = 0; step < 3; ++step) grads.push_back(torch::randn({kN}) * 30);
+    AdamScalars s;
+    s.lr = 3e-3;
+    s.weight_decay = 0.01;
+    s.decoupled = decoupled;
+    // The reference in fp64, and its scales: m_abs the first moment over |terms|, p_scale
+    // |p| plus the update's size over m_abs.
+    auto p = f64(p0), m = torch::zeros_like(p), v = torch::zeros_like(p);
+    auto m_abs = torch::zeros_like(p), p_scale = p.abs();
+    torch::Tensor last_step;  // [N] the last step's change of p
+    for (int step = 1; step <= 3; ++step) {
+      auto g = f64(grads[step - 1]);
+      const auto before = p.clone();
+      auto g_abs = g.abs();
+      if (decoupled) {
+        p = p * (1 - s.lr * s.weight_decay);
+      } else {
+        g = g + s.weight_decay * p;
+        g_abs = g_abs + s.weight_decay * p.abs();
+      }
+      m = m * s.beta1 + (1 - s.beta1) * g;
+      m_abs = m_abs * s.beta1 + (1 - s.beta1) * g_abs;
+      v = v * s.beta2 + (1 - s.beta2) * g * g;
+      const double bias1 = 1 - std::pow(s.beta1, step), bias2 = 1 - std::pow(s.beta2, step);
+      const auto denom = v.sqrt() / std::sqrt(bias2) + s.eps;
+      p = p - (s.lr / bias1) * m / denom;
+      p_scale = p_scale + (s.lr / bias1) * m_abs / denom;
+      last_step = p - before;
+    }
+    auto control = p.clone();
+    control[kN - 1] -= last_step[kN - 1];  // the tail's last update left out
+    torch::Tensor first;
+    at_every_level([&](CpuLevel) {
+      auto got = p0.clone(), gm = torch::zeros_like(got), gv = torch::zeros_like(got);
+      for (int step = 1; step <= 3; ++step) {
+        s.step = step;
+        adam_update(got, grads[step - 1], gm, gv, s);
+      }
+      EXPECT_LT(excess(got, p, p_scale), kBound);
+      EXPECT_LT(excess(gm, m, m_abs), kBound);
+      EXPECT_LT(excess(gv, v, v), kBound);
+      EXPECT_GT(excess(control, p, p_scale), 10 * kBound) << "a control passed: the bound is blind";
+      if (!first.defined()) {
+        first = got;
+      } else {
+        EXPECT_TRUE(torch::equal(got, first)) << "another level gives other bits";
+      }
+    });
+  }
 }
 
 }  // namespace

@@ -23,4 +23,23 @@ torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias = {
 // (vector_loops_take; ops::argmax_rows takes any x). Throws txl::Error for what it does not take.
 torch::Tensor argmax_rows(const torch::Tensor& x);
 
+// The output layer's softmax for training and evaluation, one pass of vector loops per step
+// over each row of a block of logits, in place (LibTorch takes six operations: add the bias,
+// amax, subtract, exp, sum, divide). x [n, V] (logits without their bias) contiguous, CPU float
+// or double; bias [V] of x's dtype; lse [n] of x's dtype, contiguous. Writes lse[r] = log sum_j
+// exp(x[r, j] + bias[j]) and, with `write`, x[r] = softmax(x[r] + bias) (else x holds x + bias).
+// fp32: the vector exp (within 4e-7), sums in fp64 over blocks of 256. Rows are split between
+// LibTorch's threads (at::parallel_for: a training job's run.threads).
+void softmax_rows_(torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& lse, bool write);
+
+// The gradient of sum_r grad[r] * nll[r] with respect to a block of logits, from their softmax:
+// out[r, j] = probs[r, j] * grad[r] except out[r, target[r]] = d_target[r] (its softmax - 1 times
+// grad[r], formed by the caller), and d_bias[j] += sum_r out[r, j]. probs and out [n, V]
+// contiguous, CPU float or double, one dtype; grad, d_target [n] and d_bias [V] of that dtype,
+// target int64 [n] in [0, V). Columns are split between LibTorch's threads (each owns its d_bias
+// entries).
+void cross_entropy_grad_rows(const torch::Tensor& probs, const torch::Tensor& grad,
+                             const torch::Tensor& target, const torch::Tensor& d_target,
+                             torch::Tensor& out, torch::Tensor& d_bias);
+
 }  // namespace txl::kernels

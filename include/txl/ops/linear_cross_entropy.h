@@ -11,7 +11,10 @@
 //     d_z = (softmax(z) - onehot(target)) * d_nll
 // a block at a time, the target entries from the log-sum-exp in the statistics dtype (a bf16
 // softmax near 1 minus 1 would lose the difference), writes it once in the product's dtype, and
-// finishes with d_h = d_z W, d_W = d_z^T h, d_b = sum of d_z over rows.
+// finishes with d_h = d_z W, d_W = d_z^T h, d_b = sum of d_z over rows. On the CPU in fp32 or
+// fp64 a block's softmax and its d_z (with d_b's sum) are one kernel call each
+// (kernels::softmax_rows_, kernels::cross_entropy_grad_rows: a pass per step over the block,
+// where LibTorch's operations take six); elsewhere LibTorch's operations do the same steps.
 //
 // Precision, as the unfused path under autocast where the CPU has AVX-512 (and on CUDA): the
 // matrix products run in the autocast dtype
