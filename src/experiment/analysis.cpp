@@ -271,9 +271,20 @@ ReclTable group_recl(const std::vector<ResultRecord>& records, const std::string
     table.note = "fewer than two variants have a context sweep on " + split;
     return table;
   }
-  std::set<std::int64_t> shared(sweeps.front().contexts.begin(), sweeps.front().contexts.end());
+  // The grid starts from a relative-position sweep where there is one (an absolute-position
+  // sweep stops at its training length).
+  const auto& start = *std::find_if(sweeps.begin(), sweeps.end(), [&](const ContextSweep& s) {
+    return !config::uses_absolute_positions(s.attn_type) || &s == &sweeps.back();
+  });
+  std::set<std::int64_t> shared(start.contexts.begin(), start.contexts.end());
   for (const auto& s : sweeps) {
     std::set<std::int64_t> mine(s.contexts.begin(), s.contexts.end()), both;
+    // An absolute-position sweep stops at its training length Q (sweep_plan): every longer
+    // context is read at its longest one within Q (context_used), so it covers them all.
+    if (config::uses_absolute_positions(s.attn_type) && !s.contexts.empty()) {
+      for (std::int64_t c : shared)
+        if (c > s.train_tgt_len) mine.insert(c);
+    }
     std::set_intersection(shared.begin(), shared.end(), mine.begin(), mine.end(),
                           std::inserter(both, both.end()));
     shared = both;

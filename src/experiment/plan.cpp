@@ -73,9 +73,19 @@ std::vector<std::int64_t> sweep_contexts(const config::AblationConfig& ablation)
 
 std::vector<PlannedEval> sweep_plan(const config::ExperimentConfig& variant,
                                     const std::vector<std::int64_t>& contexts) {
+  // An absolute-position model has no positions beyond its training length Q: a window longer
+  // than Q runs it on positions it never saw, which RECL does not count (it reads the loss at the
+  // longest context within Q) and which cost 8c tokens a scored token. It is swept up to Q (the
+  // shortest context if every one is longer).
+  std::vector<std::int64_t> used;
+  const bool absolute = config::uses_absolute_positions(variant.model.attn_type);
+  for (std::int64_t c : contexts) {
+    if (!absolute || c <= variant.model.tgt_len || used.empty()) used.push_back(c);
+    if (absolute && c >= variant.model.tgt_len) break;
+  }
   std::vector<PlannedEval> plan;
   for (const auto& split : variant.eval.splits) {
-    for (std::int64_t c : contexts) {
+    for (std::int64_t c : used) {
       const config::ExperimentConfig v = eval::at_context(variant, c);
       plan.push_back({split, eval::resolve_settings(v), /*sweep=*/true});
     }

@@ -149,6 +149,44 @@ std::string method_sentence(const Analysis& a, const ReportOptions& options) {
       a.pairs.empty() ? 64 : a.pairs.front().interval.block);
 }
 
+// The report's first lines: each pair's ppl ratio with its interval, and each variant trained
+// with memory at its training memory against each variant trained without memory (relative
+// positions) at the best context of its sweep: whether the memory-trained model is at least as
+// good as the memory-less one given any context of the grid.
+std::string headline_section(const Analysis& a) {
+  std::string md;
+  for (const auto& p : a.pairs) {
+    md += fmt::format(
+        "- ppl({}) / ppl({}) = {} [{}, {}]: {}\n", p.a, p.b, fixed(p.interval.ratio, 4),
+        fixed(p.interval.low, 4), fixed(p.interval.high, 4),
+        p.interval.significant() ? (p.interval.ratio < 1 ? p.a : p.b) + " is lower, significantly"
+                                 : std::string("no significant difference"));
+  }
+  for (const auto& m : a.summaries) {
+    const ResultRecord& r = m.first;
+    if (!is_headline(r) || r.train_mem_len <= 0 || config::uses_absolute_positions(r.attn_type))
+      continue;
+    for (const auto& sweep : a.sweeps) {
+      if (sweep.variant == r.variant || sweep.train_context != sweep.train_tgt_len ||
+          config::uses_absolute_positions(sweep.attn_type) || sweep.ppl.empty())
+        continue;
+      size_t best = 0;
+      for (size_t i = 1; i < sweep.ppl.size(); ++i)
+        if (sweep.ppl[i].mean < sweep.ppl[best].mean) best = i;
+      const double theirs = sweep.ppl[best].mean;
+      md += fmt::format(
+          "- {} at its training memory (M = {}): ppl {}; {} (trained without memory) at its best "
+          "context of the sweep (c = {}): ppl {}: {}\n",
+          r.variant, r.mem_len, fixed(m.ppl.mean, 2), sweep.variant, sweep.contexts[best],
+          fixed(theirs, 2),
+          m.ppl.mean <= theirs ? r.variant + " is at least as good"
+                               : sweep.variant + " given memory at evaluation is better");
+    }
+  }
+  if (md.empty()) return "";
+  return "\n## Headline (" + a.split + ")\n\n" + md;
+}
+
 std::string significance_section(const Analysis& a, const ReportOptions& options) {
   std::string md = "\n## Significance (" + a.split + ")\n\n" + method_sentence(a, options);
   if (a.pairs.empty())
@@ -195,7 +233,8 @@ std::string sweep_section(const Analysis& a, const ReportOptions& options) {
              "sees: relative-position models with memory M = c and same_length (every "
              "query sees c keys, as the paper evaluates; each stream warmed up with c "
              "unscored tokens), absolute-position models with a sliding window L = c "
-             "scoring c/{} tokens per window (so each scored token sees 7c/8 to c). PPL "
+             "scoring c/{} tokens per window (so each scored token sees 7c/8 to c), up to "
+             "their training length (they have no positions beyond it). PPL "
              "init is at the longest context of training (Q + M), PPL best the lowest over "
              "the grid and Attn Len the shortest c that reaches it (the paper's Table 6).\n\n",
              options.sweep_stride_divisor) +
@@ -262,8 +301,9 @@ std::string report_markdown(const std::string& ablation_name,
   const auto main = main_records(records);
   const auto summaries = summarize_seeds(main);
   const auto means = mean_records(summaries, main);
-  std::string md = "# Ablation: " + ablation_name + "\n" + failed_section(options) +
-                   "\n## What was compared\n\n";
+  std::string md = "# Ablation: " + ablation_name + "\n" + failed_section(options);
+  for (const auto& a : analyses) md += headline_section(a);
+  md += "\n## What was compared\n\n";
   md += compared_section(variants_in_order(records), options);
   md += training_table(means, curves);
   for (const auto& split : splits_in_order(main)) {

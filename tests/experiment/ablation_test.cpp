@@ -319,8 +319,12 @@ TEST_F(Ablation, SeedsAndSweepGiveIntervalsSweepsAndRecl) {
       EXPECT_TRUE(stdfs::exists(run_dir(a, name) / seed / "token_losses.safetensors"));
     }
   }
-  // Main plans (2 + 2 + 4) and 3 sweep points per variant, per seed.
-  ASSERT_EQ(result.records.size(), 2u * (2 + 2 + 4 + 3 * 3));
+  // Main plans (2 + 2 + 4) and 3 sweep points per variant, per seed, but vanilla's 2: it is
+  // swept up to its training length (8), not at 16.
+  ASSERT_EQ(result.records.size(), 2u * (2 + 2 + 4 + 2 + 3 + 3));
+  for (const auto& r : result.records) {
+    if (r.sweep && r.variant == "vanilla") EXPECT_LE(r.context(), 8) << r.context();
+  }
   std::map<std::string, std::vector<double>> headline_loss;
   for (const auto& r : result.records) {
     ASSERT_TRUE(r.token_losses.defined()) << r.variant;
@@ -350,6 +354,12 @@ TEST_F(Ablation, SeedsAndSweepGiveIntervalsSweepsAndRecl) {
   EXPECT_EQ(analysis["recl"]["variants"].size(), 3u);
   EXPECT_EQ(analysis["recl"]["contexts"], nlohmann::json({4, 8, 16}));
   const std::string md = read(stdfs::path(a.output_dir) / "report.md");
+  // The headline comes first: each pair's ratio and xl against rel_no_memory's best context.
+  EXPECT_LT(md.find("## Headline (test)"), md.find("## What was compared")) << md;
+  EXPECT_NE(md.find("- ppl(rel_no_memory) / ppl(xl) = "), std::string::npos) << md;
+  EXPECT_NE(md.find("- xl at its training memory (M = "), std::string::npos) << md;
+  EXPECT_EQ(md.find("- rel_no_memory at its training memory"), std::string::npos) << md;
+  EXPECT_EQ(md.find("vanilla (trained without memory)"), std::string::npos) << md;
   for (const char* section :
        {"## Significance (test)", "## Context sweep (test)",
         "## Relative effective context length (test)", " ± ", "blocks of 64 contiguous tokens",

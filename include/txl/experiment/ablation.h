@@ -58,8 +58,9 @@ std::vector<std::int64_t> sweep_contexts(const config::AblationConfig& ablation)
 
 // The sweep's evaluations of a variant, on every split, one per context c of `contexts`, each
 // the variant at eval::at_context(c) (memory M = c with same_length for relative positions, a
-// sliding window L = c at stride c/8 for absolute ones). All score the same prefix
-// (eval.max_tokens), so their per-token losses line up for RECL.
+// sliding window L = c at stride c/8 for absolute ones, only up to their training length Q:
+// they have no positions beyond it). All score the same prefix (eval.max_tokens), so their
+// per-token losses line up for RECL.
 std::vector<PlannedEval> sweep_plan(const config::ExperimentConfig& variant,
                                     const std::vector<std::int64_t>& contexts);
 
