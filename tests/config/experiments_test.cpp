@@ -103,21 +103,32 @@ TEST(Experiments, KjvAblationComparesTheNamedVariants) {
   }
 }
 
-// The default job: the same books model with and without memory, nothing else different.
-TEST(Experiments, BooksAblationTakesOnlyTheMemoryAway) {
+// The default job: vanilla, the same model without memory and Transformer-XL on the books,
+// nothing else different.
+TEST(Experiments, BooksAblationComparesVanillaNoMemoryAndXl) {
   auto a = load_ablation((experiments() / "books_ablation.yaml").string());
-  ASSERT_EQ(a.variants.size(), 2u);
+  ASSERT_EQ(a.variants.size(), 3u);
   EXPECT_GE(a.seeds.size(), 2u);
-  const auto& none = a.variants[0].second;
-  const auto& xl = a.variants[1].second;
-  EXPECT_EQ(a.variants[0].first, "rel_no_memory");
+  const auto& vanilla = a.variants[0].second;
+  const auto& none = a.variants[1].second;
+  const auto& xl = a.variants[2].second;
+  EXPECT_EQ(a.variants[0].first, "vanilla");
+  EXPECT_EQ(vanilla.model.attn_type, txl::config::AttnType::kVanilla);
+  EXPECT_EQ(vanilla.model.mem_len, 0);
+  EXPECT_EQ(a.variants[1].first, "rel_no_memory");
+  EXPECT_EQ(none.model.attn_type, txl::config::AttnType::kXl);
   EXPECT_EQ(none.model.mem_len, 0);
-  EXPECT_EQ(xl.model.mem_len, 128);
+  EXPECT_EQ(xl.model.attn_type, txl::config::AttnType::kXl);
+  EXPECT_EQ(xl.model.mem_len, 64);
   EXPECT_EQ(none.data.corpus, txl::config::Corpus::kBooks);
   for (const auto& [name, v] : a.variants) {
-    EXPECT_EQ(v.model.attn_type, txl::config::AttnType::kXl) << name;
     EXPECT_EQ(v.model.tgt_len, xl.model.tgt_len) << name;
+    EXPECT_EQ(v.model.d_model, xl.model.d_model) << name;
+    EXPECT_EQ(v.model.dropout, xl.model.dropout) << name;
     EXPECT_EQ(v.train.max_steps, xl.train.max_steps) << name;
+    EXPECT_EQ(v.train.batch_size, xl.train.batch_size) << name;
+    EXPECT_EQ(v.train.lr, xl.train.lr) << name;
+    EXPECT_EQ(v.run.seed, xl.run.seed) << name;
     EXPECT_EQ(v.data.tokenizer.vocab_size, xl.data.tokenizer.vocab_size) << name;
     EXPECT_EQ(v.run.output_dir, "runs/books_ablation/" + name);
   }
