@@ -96,8 +96,10 @@ void adam_update(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& exp_av
     const T* gp = g.data_ptr<T>();
     T* mp = exp_avg.data_ptr<T>();
     T* vp = exp_avg_sq.data_ptr<T>();
-    // Chunks of 16k elements (256 KB of the four arrays in fp32) per task.
-    at::parallel_for(0, p.numel(), 16384, [&](int64_t begin, int64_t end) {
+    // Chunks of 256k elements at least: a smaller parameter is one pass on the calling thread
+    // (waking LibTorch's threads costs more than the pass, and at 2 threads they contend with
+    // the BLAS's own, still spinning after the last product).
+    at::parallel_for(0, p.numel(), int64_t{1} << 18, [&](int64_t begin, int64_t end) {
       adam_rows_of(pp + begin, gp + begin, mp + begin, vp + begin, end - begin, t, decay,
                    s.decoupled);
     });

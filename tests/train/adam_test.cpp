@@ -1,8 +1,8 @@
 // train::make_optimizer's Adam and AdamW (one pass per parameter, ops::adam_update) against
 // LibTorch's torch::optim::Adam and AdamW on the same parameters and gradients: ten steps, with
-// and without weight decay, at odd sizes (a scalar, 41, 7 x 13, 100,003: several threads' chunks)
-// and a parameter whose gradient is missing on some steps. fp64 agrees to 1e-10; fp32 to its
-// rounding (LibTorch's vectorized add fuses a product into the sum, the one pass does not). The
+// and without weight decay, at odd sizes (a scalar, 41, 7 x 13, 600,007: chunks of 2^18 for
+// threads) and a parameter whose gradient is missing on some steps. fp64 agrees to 1e-10; fp32 to
+// its rounding (LibTorch's vectorized add fuses a product into the sum, the one pass does not). The
 // state is LibTorch's own: same step counts and moments, so checkpoints are unchanged.
 #include "txl/train/adam.h"
 
@@ -20,7 +20,7 @@ namespace {
 std::vector<torch::Tensor> random_parameters(torch::ScalarType dtype) {
   torch::manual_seed(3);
   std::vector<torch::Tensor> params;
-  for (auto shape : std::vector<std::vector<int64_t>>{{}, {41}, {7, 13}, {100003}}) {
+  for (auto shape : std::vector<std::vector<int64_t>>{{}, {41}, {7, 13}, {600007}}) {
     params.push_back((torch::randn(shape, torch::kDouble) * 0.3).to(dtype).requires_grad_());
   }
   return params;
