@@ -168,16 +168,13 @@ std::string headline_section(const Analysis& a) {
       continue;
     for (const auto& sweep : a.sweeps) {
       if (sweep.variant == r.variant || sweep.train_context != sweep.train_tgt_len ||
-          config::uses_absolute_positions(sweep.attn_type) || sweep.ppl.empty())
+          config::uses_absolute_positions(sweep.attn_type) || !std::isfinite(sweep.ppl_best))
         continue;
-      size_t best = 0;
-      for (size_t i = 1; i < sweep.ppl.size(); ++i)
-        if (sweep.ppl[i].mean < sweep.ppl[best].mean) best = i;
-      const double theirs = sweep.ppl[best].mean;
+      const double theirs = sweep.ppl_best;  // at attn_len, the first context that reaches it
       md += fmt::format(
           "- {} at its training memory (M = {}): ppl {}; {} (trained without memory) at its best "
           "context of the sweep (c = {}): ppl {}: {}\n",
-          r.variant, r.mem_len, fixed(m.ppl.mean, 2), sweep.variant, sweep.contexts[best],
+          r.variant, r.mem_len, fixed(m.ppl.mean, 2), sweep.variant, sweep.attn_len,
           fixed(theirs, 2),
           m.ppl.mean <= theirs ? r.variant + " is at least as good"
                                : sweep.variant + " given memory at evaluation is better");

@@ -36,7 +36,8 @@ void softmax_rows_(torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& l
 // out[r, j] = probs[r, j] * grad[r] except out[r, target[r]] = d_target[r] (its softmax - 1 times
 // grad[r], formed by the caller), and d_bias[j] += sum_r out[r, j]. probs and out [n, V]
 // contiguous, CPU float or double, one dtype; grad, d_target [n] and d_bias [V] of that dtype,
-// target int64 [n] in [0, V). Columns are split between LibTorch's threads (each owns its d_bias
+// target int64 [n] (not checked per block: a target outside [0, V) writes no entry; the forward's
+// gather has refused it). Columns are split between LibTorch's threads (each owns its d_bias
 // entries).
 void cross_entropy_grad_rows(const torch::Tensor& probs, const torch::Tensor& grad,
                              const torch::Tensor& target, const torch::Tensor& d_target,
