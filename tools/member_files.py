@@ -38,14 +38,10 @@ MEMBERS = {
                         None),
     "compressive": (r"compress|cmem",
                     ["src/models/memory/compressive.cpp", "include/txl/models/memory/compressive.h",
-                     *SETTINGS, ATTN_TYPES, "src/bench/members.cpp"],
-                    "its settings span config.h, fields.cpp, enums.h (cmem_compress's names) and "
-                    "the validator (validate.cpp, a twin of its mechanism's check), and its "
-                    "benchmark member is in bench/"),
-    "knn": (r"knn", ["src/models/memory/knn.cpp", *SETTINGS[:2], "src/bench/members.cpp"], None),
+                     *SETTINGS], None),
+    "knn": (r"knn", ["src/models/memory/knn.cpp", *SETTINGS[:2]], None),
     "memory_tokens": (r"mem_tokens|memory_?tokens|memory tokens",
-                      ["src/models/memory/memory_tokens.cpp", *SETTINGS[:2], SETTINGS[2],
-                       "src/bench/members.cpp"], None),
+                      ["src/models/memory/memory_tokens.cpp", *SETTINGS], None),
 }
 
 # Files where a member's pattern means something else.

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <functional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -16,11 +16,8 @@ namespace txl::bench {
 
 namespace {
 
-struct Member {
-  std::string name;
-  std::string change;
-  std::function<void(config::ExperimentConfig&)> apply;
-};
+// A member: its name, the change in words and what it sets (a mechanism's examples have it).
+using Member = models::MemoryMechanism::Example;
 
 const std::vector<Member>& members() {
   using config::AttnType;
@@ -45,38 +42,10 @@ const std::vector<Member>& members() {
       if (!type || *type == AttnType::kXl) continue;
       out.push_back({name, "attn_type " + name, [t = *type](auto& c) { c.model.attn_type = t; }});
     }
-    // The same keys per query as xl: 3/4 of the memory kept, the rest compressed 4:1.
-    out.push_back({"compressive",
-                   "attn_type xl, mem_len 3/4, cmem_len 1/4 of it, cmem_rate 4 (conv)",
-                   [](auto& c) {
-                     c.model.attn_type = AttnType::kXl;
-                     c.model.cmem_len = c.model.mem_len / 4;
-                     c.model.mem_len -= c.model.cmem_len;
-                     c.model.cmem_rate = 4;
-                     c.model.cmem_compress = config::Compression::kConv;
-                   }});
-    // Recurrent memory tokens alone, trained through 2 segments as they must be.
-    out.push_back({"rmt", "attn_type xl, mem_len 0, mem_tokens 8, bptt_segments 1", [](auto& c) {
-                     c.model.attn_type = AttnType::kXl;
-                     c.model.mem_len = 0;
-                     c.model.mem_tokens = 8;
-                     c.train.bptt_segments = 1;
-                   }});
-    // The same tokens beside xl's memory.
-    out.push_back({"rmt_xl", "attn_type xl, mem_tokens 8, bptt_segments 1", [](auto& c) {
-                     c.model.attn_type = AttnType::kXl;
-                     c.model.mem_tokens = 8;
-                     c.train.bptt_segments = 1;
-                   }});
-    // A kNN memory in the second layer (the last of one) beside xl's memory: the 32 nearest of
-    // the 4 M latest positions that left it.
-    out.push_back(
-        {"knn", "attn_type xl, knn_layer 2, knn_topk 32, knn_size 4 mem_len", [](auto& c) {
-           c.model.attn_type = AttnType::kXl;
-           c.model.knn_layer = std::min(2, c.model.n_layer);
-           c.model.knn_size = std::max(32, 4 * c.model.mem_len);
-           c.model.knn_topk = 32;
-         }});
+    // The members the memory mechanisms make, in the registry's order.
+    for (const auto* mechanism : models::memory_mechanisms()) {
+      for (auto& example : mechanism->examples()) out.push_back(std::move(example));
+    }
     return out;
   }();
   return kMembers;

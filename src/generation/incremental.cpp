@@ -72,6 +72,14 @@ std::vector<torch::Tensor> IncrementalDecoder::key_value_buffers(int64_t rows) c
   return buffers;
 }
 
+std::vector<torch::Tensor> IncrementalDecoder::copied_buffers(
+    const std::vector<torch::Tensor>& kv) const {
+  if (kv.empty()) return {};
+  auto out = key_value_buffers(kv.front().size(2));
+  for (size_t l = 0; l < kv.size(); ++l) out[l].copy_(kv[l]);  // [2, H, B, C, D]
+  return out;
+}
+
 void IncrementalDecoder::start_rows(const torch::Tensor& real, int64_t t_len) {
   if (!real.defined()) return;
   TXL_CHECK(real.dim() == 2 && real.size(0) == rows() && real.size(1) == t_len &&
@@ -243,13 +251,10 @@ IncrementalDecoder IncrementalDecoder::clone() const {
   torch::NoGradGuard no_grad;
   IncrementalDecoder copy(*this);  // shares the tensors, which reads replace (window_, memory)
   if (w_.segments) {
-    for (auto& g : copy.groups_) {
-      for (auto& kv : g.kv) kv = kv.clone();  // [2, H, B_g, C, D]
-    }
+    for (auto& g : copy.groups_) g.kv = copied_buffers(g.kv);  // [2, H, B_g, C, D]
     return copy;
   }
-  copy.kv_ = key_value_buffers(rows());
-  for (size_t l = 0; l < kv_.size(); ++l) copy.kv_[l].copy_(kv_[l]);  // [2, H, B, C, D]
+  copy.kv_ = copied_buffers(kv_);  // [2, H, B, C, D]
   return copy;
 }
 
@@ -295,7 +300,7 @@ IncrementalDecoder IncrementalDecoder::stack(const std::vector<IncrementalDecode
       for (auto g : p.groups_) {
         for (auto& row : g.rows) row += b;
         g.first += offset;
-        for (auto& kv : g.kv) kv = kv.clone();  // [2, H, B_g, C, D]
+        g.kv = merged.copied_buffers(g.kv);  // [2, H, B_g, C, D]
         merged.groups_.push_back(std::move(g));
       }
       for (const auto first : p.first_) merged.first_.push_back(first + offset);

@@ -138,11 +138,7 @@ void IncrementalDecoder::keep_group_rows(const std::vector<int64_t>& kept) {
     const auto index = torch::tensor(local, torch::kLong).to(w_.slots.device());
     Group k = new_group(std::move(rows), g.first);
     for (size_t l = 0; l < g.kv.size(); ++l) torch::index_select_out(k.kv[l], g.kv[l], 2, index);
-    if (!g.memory.empty()) {
-      std::vector<models::Memory> pieces;
-      for (const auto j : local) pieces.push_back(g.memory.narrow_rows(j, 1));
-      k.memory = models::Memory::join_rows(pieces);
-    }
+    k.memory = g.memory.index_rows(index);
     k.segment = g.segment;
     if (k.segment.q_len > 0) {
       k.segment.blocked = g.segment.blocked.index_select(0, index);

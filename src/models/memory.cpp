@@ -32,6 +32,33 @@ void store_part(Memory& memory, size_t index, MemoryPart part) {
 
 }  // namespace
 
+void check_part(const MemoryPart& part, const PartLayout& layout, const PartShape& shape,
+                const torch::Device& device) {
+  TXL_CHECK(part.layers.size() == shape.tensors, "model memory: the ", layout.what, " is ",
+            part.layers.size(), " tensors; expected ", shape.tensors);
+  const int64_t n = part.length();
+  const bool length_ok = shape.length >= 0 ? n == shape.length : n <= shape.max_length;
+  const std::string n_text =
+      shape.length >= 0 ? std::to_string(shape.length) : "<= " + std::to_string(shape.max_length);
+  for (size_t l = 0; l < part.layers.size(); ++l) {
+    const auto& t = part.layers[l];
+    TXL_CHECK(t.defined() && t.dim() == 3 && t.size(0) == shape.batch && length_ok &&
+                  t.size(1) == n && t.size(2) == shape.width && t.device() == device &&
+                  (shape.grad || !t.requires_grad()),
+              "model memory: the ", layout.what, "'s tensor ", l, " must be [B = ", shape.batch,
+              ", ", layout.length, " = ", n_text, ", d = ", shape.width, "] on ", device,
+              shape.grad ? "" : " without gradient", ", got ",
+              t.defined() ? t.sizes() : torch::IntArrayRef{},
+              t.defined() && t.requires_grad() ? " with gradient" : "");
+  }
+  if (!layout.mask_required && !part.mask.defined()) return;
+  const auto& mask = part.mask;
+  TXL_CHECK(mask.defined() && mask.dim() == 2 && mask.size(0) == shape.batch && mask.size(1) == n &&
+                mask.scalar_type() == torch::kBool,
+            "model memory: the ", layout.what, "'s mask must be bool [B = ", shape.batch, ", ",
+            layout.length, " = ", n, "]");
+}
+
 int64_t Memory::rows() const {
   if (!layers.empty()) return layers.front().size(0);
   for (const auto& [name, part] : parts) {
@@ -76,6 +103,20 @@ Memory Memory::narrow_rows(int64_t begin, int64_t count) const {
   };
   narrow(out.layers, out.key_mask);
   for (auto& [name, part] : out.parts) narrow(part.layers, part.mask);
+  return out;
+}
+
+Memory Memory::index_rows(const torch::Tensor& index) const {
+  Memory out;
+  if (empty()) return out;
+  out = *this;
+  out.kv.clear();
+  const auto pick = [&](std::vector<torch::Tensor>& tensors, torch::Tensor& mask) {
+    for (auto& t : tensors) t = t.index_select(0, index);    // [B', n, d]
+    if (mask.defined()) mask = mask.index_select(0, index);  // [B', n]
+  };
+  pick(out.layers, out.key_mask);
+  for (auto& [name, part] : out.parts) pick(part.layers, part.mask);
   return out;
 }
 

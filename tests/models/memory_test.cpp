@@ -5,6 +5,7 @@
 
 #include "support/test_support.h"
 #include "txl/models/memory_mechanism.h"
+#include "txl/util/error.h"
 
 namespace {
 
@@ -125,6 +126,12 @@ TEST(Memory, EveryPartSplitsJoinsDetachesAndRoundTrips) {
   EXPECT_EQ(m.narrow_rows(2, 3).part("tokens").rows(), 3);
   EXPECT_TRUE(txl::test::tensor_equal(m.narrow_rows(2, 3).part("compressed").mask,
                                       m.part("compressed").mask.narrow(0, 2, 3)));
+  // Picking rows by index equals joining them one by one, every part and mask with them.
+  const Memory picked = m.index_rows(torch::tensor({4, 1, 3}, torch::kLong));
+  expect_same_parts(
+      picked, Memory::join_rows({m.narrow_rows(4, 1), m.narrow_rows(1, 1), m.narrow_rows(3, 1)}));
+  EXPECT_FALSE(txl::test::tensor_equal(picked.layers[0], m.narrow_rows(1, 3).layers[0]));
+  EXPECT_TRUE(Memory().index_rows(torch::tensor({0}, torch::kLong)).empty());
   // Detaching cuts every part from the graph.
   Memory grad = m;
   grad.parts["tokens"].layers[0] = grad.part("tokens").layers[0].clone().requires_grad_(true);
@@ -183,3 +190,51 @@ TEST(Memory, EveryMechanismOfTheRegistryHasNamesOfItsOwn) {
 }
 
 }  // namespace
+
+// What a forward is given as a mechanism's part: a wrong count, shape, gradient or mask is
+// refused naming the part; the right one passes.
+TEST(Memory, APartOfTheWrongShapeIsRefusedNamingThePart) {
+  using txl::models::check_part;
+  using txl::models::MemoryPart;
+  using txl::models::PartLayout;
+  using txl::models::PartShape;
+  const PartLayout layout{"store", false, "store_mask", true, false, "test store", "S", "x"};
+  const torch::Device cpu(torch::kCPU);
+  const PartShape shape{1, 2, -1, 4, 3, false};  // one [B = 2, S <= 4, d = 3]
+  const auto good = [] {
+    MemoryPart p;
+    p.layers = {torch::zeros({2, 4, 3})};
+    p.mask = torch::ones({2, 4}, torch::kBool);
+    return p;
+  };
+  EXPECT_NO_THROW(check_part(good(), layout, shape, cpu));
+  MemoryPart p = good();
+  p.layers.push_back(torch::zeros({2, 4, 3}));
+  TXL_EXPECT_THROW_WITH(check_part(p, layout, shape, cpu),
+                        "the test store is 2 tensors; expected 1");
+  for (const auto& sizes : {std::vector<int64_t>{3, 4, 3}, {2, 5, 3}, {2, 4, 2}}) {
+    p = good();
+    p.layers = {torch::zeros(sizes)};
+    p.mask = torch::ones({sizes[0], sizes[1]}, torch::kBool);
+    TXL_EXPECT_THROW_WITH(check_part(p, layout, shape, cpu),
+                          "the test store's tensor 0 must be [B = 2, S = <= 4, d = 3]");
+  }
+  p = good();
+  p.layers = {torch::zeros({2, 4, 3}, torch::requires_grad())};
+  TXL_EXPECT_THROW_WITH(check_part(p, layout, shape, cpu), "without gradient");
+  PartShape with_grad = shape;
+  with_grad.grad = true;
+  EXPECT_NO_THROW(check_part(p, layout, with_grad, cpu));
+  p = good();
+  p.mask = torch::ones({2, 4});  // not bool
+  TXL_EXPECT_THROW_WITH(check_part(p, layout, shape, cpu),
+                        "the test store's mask must be bool [B = 2, S = 4]");
+  p.mask = torch::Tensor();  // the layout requires one
+  EXPECT_THROW(check_part(p, layout, shape, cpu), txl::Error);
+  PartLayout optional_mask = layout;
+  optional_mask.mask_required = false;
+  EXPECT_NO_THROW(check_part(p, optional_mask, shape, cpu));
+  PartShape exact = shape;
+  exact.length = 3;  // exactly 3 rows
+  TXL_EXPECT_THROW_WITH(check_part(good(), layout, exact, cpu), "S = 3");
+}

@@ -66,6 +66,23 @@ struct DataConfig {
 };
 
 // ---------------------------------------------------------------------------------- model
+// model.cmem_compress: compressive memory's compression function (its module:
+// txl/models/memory/compressive.h).
+enum class Compression {
+  kConv,  // a strided 1-D convolution per layer, trained by the attention-reconstruction loss
+  kMean,  // mean pooling
+  kMax,   // max pooling
+};
+
+template <>
+struct EnumNames<Compression> {
+  static constexpr std::array<std::pair<Compression, const char*>, 3> kNames = {{
+      {Compression::kConv, "conv"},
+      {Compression::kMean, "mean"},
+      {Compression::kMax, "max"},
+  }};
+};
+
 struct ModelConfig {
   AttnType attn_type = AttnType::kXl;  // xl | shaw | vanilla | vanilla_learned | rope | alibi | t5
   int n_layer = 4;                     // decoder layers

@@ -1,10 +1,10 @@
 #pragma once
 // The settings that take one of a fixed set of names, as enums: run.device, run.precision,
 // data.corpus, data.tokenizer.type, data.tokenizer.model_type, model.attn_type, model.init,
-// model.norm_init, model.mem_init, model.cmem_compress, train.optimizer, train.schedule,
-// eval.mem_init and eval.mode. Each enum has one name table, EnumNames<E>::kNames; the loader
-// parses with it, and the dump, error messages, logs, JSON records and cache keys print with it,
-// so a name is spelled once. After loading nothing compares names.
+// model.norm_init, model.mem_init, train.optimizer, train.schedule, eval.mem_init and eval.mode
+// (and a member's own, beside its fields in config.h). Each enum has one name table,
+// EnumNames<E>::kNames; the loader parses with it, and the dump, error messages, logs, JSON records
+// and cache keys print with it, so a name is spelled once. After loading nothing compares names.
 
 #include <array>
 #include <optional>
@@ -80,13 +80,6 @@ enum class NormInit {
 enum class MemInit {
   kEmpty,  // none (the paper code)
   kZeros,  // mem_len zero vectors every layer attends to (Hugging Face's TransfoXL)
-};
-
-// model.cmem_compress: the compression function of compressive memory.
-enum class Compression {
-  kConv,  // a strided 1-D convolution per layer, trained by the attention-reconstruction loss
-  kMean,  // mean pooling
-  kMax,   // max pooling
 };
 
 // train.optimizer.
@@ -203,15 +196,6 @@ struct EnumNames<MemInit> {
   static constexpr std::array<std::pair<MemInit, const char*>, 2> kNames = {{
       {MemInit::kEmpty, "empty"},
       {MemInit::kZeros, "zeros"},
-  }};
-};
-
-template <>
-struct EnumNames<Compression> {
-  static constexpr std::array<std::pair<Compression, const char*>, 3> kNames = {{
-      {Compression::kConv, "conv"},
-      {Compression::kMean, "mean"},
-      {Compression::kMax, "max"},
   }};
 };
 

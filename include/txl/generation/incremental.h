@@ -171,6 +171,8 @@ class IncrementalDecoder {
   void start_rows(const torch::Tensor& real, int64_t t_len);
   // Per layer an uninitialised [2, H, rows, C, D] buffer, views of one block of 2 MB pages.
   std::vector<torch::Tensor> key_value_buffers(int64_t rows) const;
+  // A copy of `kv` (per layer [2, H, B, C, D]) in buffers of its own (key_value_buffers').
+  std::vector<torch::Tensor> copied_buffers(const std::vector<torch::Tensor>& kv) const;
 
   DecoderWeights w_;               // the model, lengths and weights, shared with other decoders
   std::vector<torch::Tensor> kv_;  // per layer [2, H, B, C, D]

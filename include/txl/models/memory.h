@@ -45,6 +45,23 @@ struct PartLayout {
   std::string setting;           // the model setting that gives a model the part
 };
 
+// What a forward is given as a mechanism's part must be (MechanismPart::check): `tensors`
+// tensors [batch, n, width] on `device`, n = `length` (or n <= `max_length` when length is -1),
+// without gradient unless `grad`; its mask, where the layout requires one or the part has one,
+// bool [batch, n].
+struct PartShape {
+  size_t tensors = 1;
+  int64_t batch = 0;
+  int64_t length = -1;
+  int64_t max_length = -1;
+  int64_t width = 0;
+  bool grad = false;
+};
+
+// Throws txl::Error naming the part (its layout's words and letters) when `part` is not `shape`.
+void check_part(const MemoryPart& part, const PartLayout& layout, const PartShape& shape,
+                const torch::Device& device);
+
 struct Memory {
   // Transformer-XL's memory of positions (the part of models/memory/xl_cache.cpp, named "layer"
   // in checkpoints): L tensors [B, M, d], the input of each layer (the embedding output for
@@ -79,6 +96,9 @@ struct Memory {
 
   // Rows [begin, begin + count) (views; kv dropped). An empty memory stays empty.
   Memory narrow_rows(int64_t begin, int64_t count) const;
+  // The rows `index` (int64 [B'], on the memory's device) picks, in its order (copies; kv
+  // dropped). An empty memory stays empty.
+  Memory index_rows(const torch::Tensor& index) const;
 
   // Pieces of consecutive rows joined in order (chunks, then ranks). Empty pieces must all be
   // empty; a part's mask is kept when any piece has one (the others' rows count as real).

@@ -28,7 +28,9 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -153,6 +155,15 @@ class MemoryMechanism {
   virtual std::unique_ptr<MechanismPart> for_model(TransformerLMImpl& model,
                                                    const config::ModelConfig& config,
                                                    const modules::InitOptions& init) const = 0;
+
+  // The members of the family it makes, as txl-bench --members times them: a name, the change
+  // in words, and what it sets on an experiment with Transformer-XL's positions and a memory.
+  struct Example {
+    std::string name;
+    std::string change;
+    std::function<void(config::ExperimentConfig&)> apply;
+  };
+  virtual std::vector<Example> examples() const { return {}; }
 };
 
 // `t` on `device`: itself when it is there already (no call to count as a move, see

@@ -10,7 +10,7 @@
 #include <limits>
 #include <optional>
 
-#include "txl/config/enums.h"
+#include "txl/config/config.h"
 #include "txl/models/memory_mechanism.h"
 #include "txl/models/transformer_lm.h"
 #include "txl/util/error.h"
@@ -86,21 +86,10 @@ class Compressive final : public MechanismPart {
              const torch::Device& device) const override {
     if (!memory.has(kCompressed)) return;
     const auto& part = memory.part(kCompressed);
-    TXL_CHECK(part.layers.size() == memory.layers.size(), "model memory: compressed memory of ",
-              part.layers.size(), " layers, the memory has ", memory.layers.size());
-    const int64_t n = part.length(), d = compressors_.front()->options().d_model;
-    for (size_t l = 0; l < part.layers.size(); ++l) {
-      const auto& c = part.layers[l];
-      TXL_CHECK(c.defined() && c.dim() == 3 && c.size(0) == batch && c.size(1) == n &&
-                    c.size(2) == d && c.device() == device && !c.requires_grad(),
-                "model memory: compressed layer ", l, " must be [B = ", batch, ", N = ", n,
-                ", d = ", d, "] on ", device, " without gradient, got ",
-                c.defined() ? c.sizes() : torch::IntArrayRef{});
-    }
-    const auto& mask = part.mask;
-    TXL_CHECK(mask.defined() && mask.dim() == 2 && mask.size(0) == batch && mask.size(1) == n &&
-                  mask.scalar_type() == torch::kBool,
-              "model memory: compressed_mask must be bool [B = ", batch, ", N = ", n, "]");
+    check_part(part, compressive().layout(),
+               {memory.layers.size(), batch, part.length(), -1,
+                compressors_.front()->options().d_model, false},
+               device);
   }
 
   // The compressed rows are keys before the memory, visible to every query where real; a reset
@@ -228,6 +217,17 @@ class CompressiveMechanism final : public MemoryMechanism {
                                            const config::ModelConfig& config,
                                            const modules::InitOptions& /*init*/) const override {
     return std::make_unique<Compressive>(model, config);
+  }
+  // The same keys per query as xl: 3/4 of the memory kept, the rest compressed 4:1.
+  std::vector<Example> examples() const override {
+    return {{"compressive", "attn_type xl, mem_len 3/4, cmem_len 1/4 of it, cmem_rate 4 (conv)",
+             [](config::ExperimentConfig& c) {
+               c.model.attn_type = config::AttnType::kXl;
+               c.model.cmem_len = c.model.mem_len / 4;
+               c.model.mem_len -= c.model.cmem_len;
+               c.model.cmem_rate = 4;
+               c.model.cmem_compress = config::Compression::kConv;
+             }}};
   }
 };
 

@@ -63,18 +63,7 @@ class Knn final : public MechanismPart {
   void check(const Memory& memory, int64_t batch, const Lookback& /*ctx*/,
              const torch::Device& device) const override {
     if (!memory.has(kStore)) return;
-    const auto& part = memory.part(kStore);
-    TXL_CHECK(part.layers.size() == 1 && part.layers.front().defined(),
-              "model memory: the kNN store is ", part.layers.size(),
-              " tensors; expected one [B, S, d]");
-    const auto& t = part.layers.front();
-    TXL_CHECK(t.dim() == 3 && t.size(0) == batch && t.size(1) <= size_ && t.size(2) == d_ &&
-                  t.device() == device && !t.requires_grad(),
-              "model memory: the kNN store must be [B = ", batch, ", S <= ", size_, ", d = ", d_,
-              "] on ", device, " without gradient, got ", t.sizes(), " on ", t.device());
-    TXL_CHECK(part.mask.defined() && part.mask.dim() == 2 && part.mask.size(0) == batch &&
-                  part.mask.size(1) == t.size(1) && part.mask.scalar_type() == torch::kBool,
-              "model memory: knn_mask must be bool [B = ", batch, ", S = ", t.size(1), "]");
+    check_part(memory.part(kStore), knn().layout(), {1, batch, -1, size_, d_, false}, device);
   }
 
   modules::ContextHook context(const Segment& s, size_t l) const override {
@@ -176,6 +165,17 @@ class KnnMechanism final : public MemoryMechanism {
                                            const config::ModelConfig& config,
                                            const modules::InitOptions& /*init*/) const override {
     return std::make_unique<Knn>(model, config);
+  }
+  // In the second layer (the last of one) beside xl's memory: the 32 nearest of the 4 M latest
+  // positions that left it.
+  std::vector<Example> examples() const override {
+    return {{"knn", "attn_type xl, knn_layer 2, knn_topk 32, knn_size 4 mem_len",
+             [](config::ExperimentConfig& c) {
+               c.model.attn_type = config::AttnType::kXl;
+               c.model.knn_layer = std::min(2, c.model.n_layer);
+               c.model.knn_size = std::max(32, 4 * c.model.mem_len);
+               c.model.knn_topk = 32;
+             }}};
   }
 };
 

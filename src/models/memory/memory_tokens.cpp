@@ -30,21 +30,12 @@ class MemoryTokens final : public MechanismPart {
     modules::init_weight(write_emb_, init);
   }
 
+  // One [B, m, d], detached unless the context back-propagates through memory.
   void check(const Memory& memory, int64_t batch, const Lookback& ctx,
              const torch::Device& device) const override {
     if (!memory.has(kTokens)) return;
-    const auto& part = memory.part(kTokens);
-    TXL_CHECK(part.layers.size() == 1 && part.layers.front().defined(),
-              "model memory: the memory tokens are ", part.layers.size(),
-              " tensors; expected one [B, m, d]");
-    const auto& t = part.layers.front();
-    TXL_CHECK(t.dim() == 3 && t.size(0) == batch && t.size(1) == m_ && t.size(2) == d_ &&
-                  t.device() == device,
-              "model memory: tokens must be [B = ", batch, ", m = ", m_, ", d = ", d_, "] on ",
-              device, ", got ", t.sizes(), " on ", t.device());
-    TXL_CHECK(ctx.memory_grad || !t.requires_grad(),
-              "model memory: the memory tokens require grad; memory must be detached unless the "
-              "context says memory_grad");
+    check_part(memory.part(kTokens), memory_tokens().layout(),
+               {1, batch, m_, -1, d_, ctx.memory_grad}, device);
   }
 
   // The tokens read (memory_read_emb plus the memory's tokens, except in reset rows) before the
@@ -130,6 +121,23 @@ class MemoryTokensMechanism final : public MemoryMechanism {
                                            const config::ModelConfig& config,
                                            const modules::InitOptions& init) const override {
     return std::make_unique<MemoryTokens>(model, config, init);
+  }
+  // Recurrent memory tokens alone, trained through 2 segments as they must be, and the same
+  // tokens beside xl's memory.
+  std::vector<Example> examples() const override {
+    return {
+        {"rmt", "attn_type xl, mem_len 0, mem_tokens 8, bptt_segments 1",
+         [](config::ExperimentConfig& c) {
+           c.model.attn_type = config::AttnType::kXl;
+           c.model.mem_len = 0;
+           c.model.mem_tokens = 8;
+           c.train.bptt_segments = 1;
+         }},
+        {"rmt_xl", "attn_type xl, mem_tokens 8, bptt_segments 1", [](config::ExperimentConfig& c) {
+           c.model.attn_type = config::AttnType::kXl;
+           c.model.mem_tokens = 8;
+           c.train.bptt_segments = 1;
+         }}};
   }
 };
 
