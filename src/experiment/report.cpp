@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "report_parts.h"
 #include "txl/experiment/analysis.h"
@@ -149,13 +150,31 @@ std::string method_sentence(const Analysis& a, const ReportOptions& options) {
       a.pairs.empty() ? 64 : a.pairs.front().interval.block);
 }
 
+// More variants than this: the headline keeps the comparisons with the first variant (the
+// reference, as xl in a family); the significance section has every pair.
+constexpr size_t kHeadlineVariants = 3;
+
 // The report's first lines: each pair's ppl ratio with its interval, and each variant trained
 // with memory at its training memory against each variant trained without memory (relative
 // positions) at the best context of its sweep: whether the memory-trained model is at least as
 // good as the memory-less one given any context of the grid.
 std::string headline_section(const Analysis& a) {
+  std::set<std::string> variants;
+  for (const auto& p : a.pairs) variants.insert({p.a, p.b});
+  const std::string reference =
+      variants.size() > kHeadlineVariants ? a.pairs.front().a : std::string();
+  const auto shown = [&](const std::string& x, const std::string& y) {
+    return reference.empty() || x == reference || y == reference;
+  };
   std::string md;
+  if (!reference.empty()) {
+    md += fmt::format(
+        "{} variants: the comparisons with {}, the first; the significance section below has "
+        "every pair.\n\n",
+        variants.size(), reference);
+  }
   for (const auto& p : a.pairs) {
+    if (!shown(p.a, p.b)) continue;
     md += fmt::format(
         "- ppl({}) / ppl({}) = {} [{}, {}]: {}\n", p.a, p.b, fixed(p.interval.ratio, 4),
         fixed(p.interval.low, 4), fixed(p.interval.high, 4),
@@ -168,7 +187,8 @@ std::string headline_section(const Analysis& a) {
       continue;
     for (const auto& sweep : a.sweeps) {
       if (sweep.variant == r.variant || sweep.train_context != sweep.train_tgt_len ||
-          config::uses_absolute_positions(sweep.attn_type) || !std::isfinite(sweep.ppl_best))
+          config::uses_absolute_positions(sweep.attn_type) || !std::isfinite(sweep.ppl_best) ||
+          !shown(r.variant, sweep.variant))
         continue;
       const double theirs = sweep.ppl_best;  // at attn_len, the first context that reaches it
       md += fmt::format(

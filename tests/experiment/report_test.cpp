@@ -353,6 +353,44 @@ TEST(Report, MarkdownStatesTheMarginAndTheEvaluationCost) {
       << md;
 }
 
+// A family of many variants: the headline compares each with the first (the reference); every
+// pair stays in the significance section. Three variants keep every pair in the headline.
+TEST(Report, HeadlineOfManyVariantsComparesEachWithTheFirst) {
+  const std::vector<std::string> names = {"xl", "rope", "alibi", "t5", "knn"};
+  std::vector<ResultRecord> records;
+  torch::manual_seed(0);
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto r = make(names[i], AttnType::kXl, EvalMode::kMemory, "test", 128, 0, 40.0 + i, 1.0);
+    r.token_losses = torch::rand({1000}) + 3.0 + 0.01 * static_cast<double>(i);
+    records.push_back(r);
+  }
+  const auto headline = [](const std::string& md) {  // the section alone
+    const auto begin = md.find("## Headline (test)");
+    return md.substr(begin, md.find("\n## ", begin + 1) - begin);
+  };
+  TempDir dir;
+  txl::experiment::write_report(dir.path(), "family", records, {}, no_plots());
+  const std::string md = txl::fs::read_file(dir / "report.md"), head = headline(md);
+  EXPECT_TRUE(contains(head, "5 variants: the comparisons with xl, the first")) << md;
+  for (size_t i = 1; i < names.size(); ++i) {
+    EXPECT_TRUE(contains(head, "- ppl(xl) / ppl(" + names[i] + ") = ")) << names[i] << "\n" << md;
+  }
+  EXPECT_FALSE(contains(head, "- ppl(rope) / ppl(alibi)") ||
+               contains(head, "- ppl(t5) / ppl(knn)"));
+  // Every pair in the significance table, rope / alibi among them.
+  std::istringstream lines(md.substr(md.find("## Significance (test)")));
+  bool rope_alibi = false;
+  for (std::string line; std::getline(lines, line);) {
+    rope_alibi = rope_alibi || (line.rfind("| rope ", 0) == 0 && contains(line, "| alibi "));
+  }
+  EXPECT_TRUE(rope_alibi) << md;
+  records.resize(3);  // three variants: every pair in the headline
+  txl::experiment::write_report(dir.path(), "three", records, {}, no_plots());
+  const std::string three = headline(txl::fs::read_file(dir / "report.md"));
+  EXPECT_FALSE(contains(three, "the comparisons with")) << three;
+  EXPECT_TRUE(contains(three, "- ppl(rope) / ppl(alibi) = ")) << three;
+}
+
 // ----------------------------------------------------------------------------------- margin
 
 TEST(Margin, ComparesXlAtItsTrainingMemoryWithVanillaSegmentsAtTheSameLength) {
