@@ -152,7 +152,7 @@ std::int64_t product(const std::vector<std::int64_t>& shape) {
 double matmul_flops(const std::string& name, const std::vector<std::vector<std::int64_t>>& inputs) {
   // The two factors: the first two inputs, or the second and third after an added term.
   const bool added = in(name, {"aten::addmm", "aten::baddbmm", "aten::addmv"});
-  if (!added && !in(name, {"aten::mm", "aten::bmm", "aten::mv"})) return 0.0;
+  if (!added && !in(name, {"aten::mm", "aten::bmm", "aten::mv", "txl::batched_matmul"})) return 0.0;
   const size_t first = added ? 1 : 0;
   if (inputs.size() < first + 2) return 0.0;
   const auto& a = inputs[first];      // [m, k] or [b, m, k]

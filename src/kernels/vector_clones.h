@@ -19,9 +19,24 @@
     if (level == ::txl::util::CpuLevel::kAvx2) return name##_avx2 args;                    \
     return name##_baseline args;                                                           \
   }
+// The same for a body written with GCC's vector types, a template over its vectors' bytes: each
+// level gets its registers' width (64 for AVX-512's zmm, 32 for AVX2's ymm, 16 for SSE2's xmm);
+// a vector type wider than the target's registers compiles to stack traffic.
+#define TXL_VECTOR_WIDTHS(ret, name, body, params, args)                                       \
+  __attribute__((target("arch=x86-64-v4"))) ret name##_avx512 params { return body<64> args; } \
+  __attribute__((target("arch=x86-64-v3"))) ret name##_avx2 params { return body<32> args; }   \
+  ret name##_baseline params { return body<16> args; }                                         \
+  ret name params {                                                                            \
+    const ::txl::util::CpuLevel level = ::txl::util::kernel_level();                           \
+    if (level == ::txl::util::CpuLevel::kAvx512) return name##_avx512 args;                    \
+    if (level == ::txl::util::CpuLevel::kAvx2) return name##_avx2 args;                        \
+    return name##_baseline args;                                                               \
+  }
 #else
 #define TXL_VECTOR_LEVELS(ret, name, body, params, args) \
   ret name params { return body args; }
+#define TXL_VECTOR_WIDTHS(ret, name, body, params, args) \
+  ret name params { return body<16> args; }
 #endif
 
 namespace txl::kernels {

@@ -4,6 +4,7 @@
 
 #include "txl/ops/cached_attention.h"
 #include "txl/ops/masks.h"
+#include "txl/ops/matmul.h"
 #include "txl/util/error.h"
 
 namespace txl::modules {
@@ -137,7 +138,7 @@ torch::Tensor MultiHeadAttentionImpl::mix(torch::Tensor scores, const torch::Ten
   scores.add_(bias);
   auto weights = torch::softmax(scores, -1);                     // [H, B, Q, K]
   if (probs != nullptr) *probs = weights.permute({1, 0, 2, 3});  // [B, H, Q, K]
-  auto context = torch::matmul(dropatt(weights), values);        // [H, B, Q, D]
+  auto context = ops::batched_matmul(dropatt(weights), values);  // [H, B, Q, D]
   if (context_hook) context = context_hook(queries, context);    // [H, B, Q, D]
   const int64_t batch = context.size(1), q_len = context.size(2);
   return out_weight(context.permute({1, 2, 0, 3})

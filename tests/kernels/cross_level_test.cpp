@@ -1,6 +1,7 @@
 // Every hand-written kernel at every CPU level this machine runs, in one process on the same
 // inputs (util::KernelLevelScope), against a plain fp64 reference written with LibTorch's
-// operations: the packed products (AVX-512 and portable panels), the matrix-vector product, the
+// operations: the packed products (AVX-512 and portable panels), the batched small products, the
+// matrix-vector product, the
 // attention over cached keys (the AVX-512 heads of 16 N and the loops of each level), the row
 // log-softmax and argmax, the output layer's softmax and its gradient, the fused add and layer
 // norm, the vector exp and Adam's update. Sizes are odd on
@@ -22,6 +23,7 @@
 #include "kernels/attention_definition.h"
 #include "support/test_support.h"
 #include "txl/kernels/adam.h"
+#include "txl/kernels/batched_matmul.h"
 #include "txl/kernels/cached_attention.h"
 #include "txl/kernels/layer_norm.h"
 #include "txl/kernels/matvec.h"
@@ -115,6 +117,44 @@ TEST(CrossLevel, PackedProductsEqualTheReference) {
         o.relu = true;
         EXPECT_TRUE(torch::equal(linear_packed(p.x, packed, o), got.relu()));
       }
+    });
+  }
+}
+
+// Batches of small products c[s] = a[s] b[s] (the attention's per head and row) at odd sizes:
+// columns not a whole vector, heads of 41 and 12, sums of 410; b as stored, b transposed (the
+// keys of q k^T, copied into whole vectors first) and a transposed (a^T grad, the backward's).
+TEST(CrossLevel, BatchedProductsEqualTheReference) {
+  struct Size {
+    int64_t s, m, k, n;
+  };
+  for (const auto& z : std::vector<Size>{{3, 1, 41, 17},
+                                         {5, 7, 12, 33},
+                                         {2, 32, 32, 96},
+                                         {3, 5, 410, 97},
+                                         {4, 41, 41, 41},
+                                         {2, 3, 1, 16},
+                                         {1, 6, 9, 8}}) {
+    SCOPED_TRACE(::testing::Message() << z.s << " x " << z.m << " x " << z.k << " x " << z.n);
+    torch::manual_seed(z.m * 100 + z.n);
+    const auto a = torch::randn({z.s, z.m, z.k}) * 30, b = torch::randn({z.s, z.k, z.n}) * 0.3;
+    const auto exact = torch::bmm(f64(a), f64(b));              // [S, M, N]
+    const auto scale = torch::bmm(f64(a).abs(), f64(b).abs());  // [S, M, N]
+    // A kernel that dropped the last term of its sums, and one that stored no tail column.
+    auto control = exact - torch::bmm(f64(a).narrow(2, z.k - 1, 1), f64(b).narrow(1, z.k - 1, 1));
+    auto unstored = exact.clone();
+    unstored.select(2, z.n - 1).zero_();
+    const auto bt = b.transpose(1, 2).contiguous().transpose(1, 2);  // b's values, N-major
+    const auto at = a.transpose(1, 2).contiguous().transpose(1, 2);  // a's values, M-major
+    at_every_level([&](CpuLevel) {
+      for (const auto& [x, y] : {std::pair{a, b}, std::pair{a, bt}, std::pair{at, b}}) {
+        const auto got = batched_matmul(x, y);
+        EXPECT_TRUE(got.is_contiguous());
+        expect_within(got, exact, scale, {control, unstored});
+      }
+      // Double: to double's rounding.
+      EXPECT_LT((batched_matmul(f64(a), f64(bt)) - exact).abs().div(scale).max().item<double>(),
+                1e-13);
     });
   }
 }

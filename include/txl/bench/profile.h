@@ -51,7 +51,8 @@ StepProfile profile_eval_segment(const config::ExperimentConfig& config, std::in
 
 // The matrix-product FLOPs one call of `fn` performs, counted from the ops it runs (the same
 // profiler, with input shapes): 2 m k n for every aten::mm and addmm ([m, k] x [k, n]), bmm and
-// baddbmm (times the batch), mv and addmv (2 m k). Composite ops (matmul, linear, einsum) are
+// baddbmm (times the batch) and txl's batched_matmul (the attention's, the same way), mv and
+// addmv (2 m k). Composite ops (matmul, linear, einsum) are
 // counted through the products they call. A count of work: it does not depend on the machine.
 double count_matmul_flops(const std::function<void()>& fn);
 

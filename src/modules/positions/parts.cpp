@@ -1,5 +1,6 @@
 #include "parts.h"
 
+#include "txl/ops/matmul.h"
 #include "txl/ops/rel_shift.h"
 #include "txl/util/error.h"
 
@@ -7,7 +8,7 @@ namespace txl::modules {
 
 torch::Tensor distance_scores(const torch::Tensor& q_content, const torch::Tensor& q_position,
                               const torch::Tensor& keys, const torch::Tensor& r) {
-  auto content = torch::matmul(q_content, keys.transpose(-1, -2));  // [H, B, Q, K]
+  auto content = ops::batched_matmul(q_content, keys.transpose(-1, -2));  // [H, B, Q, K]
   if (!r.defined()) return content;
   const int64_t n_head = q_position.size(0), batch = q_position.size(1);
   const int64_t q_len = q_position.size(2), d_head = q_position.size(3), k_len = keys.size(2);
