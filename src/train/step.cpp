@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
+#include "txl/ops/projection.h"
 #include "txl/util/autocast.h"
 #include "txl/util/error.h"
 
@@ -89,6 +91,11 @@ torch::Tensor Step::chunk_backward(const std::vector<data::Batch>& rank_batches,
 
 StepResult Step::backward(const std::vector<data::Batch>& unroll) {
   TXL_CHECK(!unroll.empty(), "training step: no batch to read");
+  // On the CPU the step's products run on OpenBLAS's threads and LibTorch's loops on one
+  // (ops::ProductThreads): two pools taking turns on the cores made a step of the default job's
+  // model at 2 threads 1.4x slower (docs/performance.md, 2026-12-07, third entry).
+  std::optional<ops::ProductThreads> threads;
+  if (settings_.device.is_cpu()) threads.emplace();
   // This rank's rows, and each chunk's, are cut on the host (counting their scored tokens
   // there) and moved to the device chunk by chunk.
   std::vector<data::Batch> rank_batches;
@@ -124,6 +131,8 @@ StepResult Step::backward(const std::vector<data::Batch>& unroll) {
 }
 
 void Step::update(double lr) {
+  std::optional<ops::ProductThreads> threads;  // as in backward
+  if (settings_.device.is_cpu()) threads.emplace();
   for (auto& group : optimizer_.param_groups()) group.options().set_lr(lr);
   optimizer_.step();
 }

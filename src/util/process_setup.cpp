@@ -1,5 +1,6 @@
 #include "txl/util/process_setup.h"
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -101,6 +102,15 @@ void on_bus_error(int sig, siginfo_t* info, void* context) {
   ::raise(sig);
 }
 
+// OpenBLAS's own entry point, among the loaded libraries (none when LibTorch multiplies with
+// another BLAS, whose threads LibTorch sets itself).
+void set_openblas_threads(int n) {
+  using SetThreads = void (*)(int);
+  static const auto set =
+      reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (set != nullptr) set(n);
+}
+
 void install_bus_error_handler() {
   if (g_bus_handler_installed.exchange(true)) return;  // once: never chained to itself
   struct sigaction action {};
@@ -142,6 +152,7 @@ int ProcessSetup::apply(char** argv) const {
   }
   const int n = resolved_threads();
   torch::set_num_threads(n);
+  set_openblas_threads(n);
   if (keep_freed_memory) keep_freed_blocks_in_heap();
   if (report_changed_mapped_files) install_bus_error_handler();
   return n;

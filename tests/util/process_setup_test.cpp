@@ -3,6 +3,8 @@
 // overrides the user's own choice.
 #include "txl/util/process_setup.h"
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
@@ -35,10 +37,20 @@ TEST(ProcessSetup, ResolvesThreadsAndSetsThem) {
   EXPECT_EQ(setup.resolved_threads(), std::max(1, cores / 2));
   setup.threads = 3;  // asked for: taken as is
   EXPECT_EQ(setup.resolved_threads(), 3);
+  // OpenBLAS's threads follow (where it is loaded: Debian's LibTorch).
+  using GetThreads = int (*)();
+  const auto openblas =
+      reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  const int openblas_before = openblas != nullptr ? openblas() : 0;
   for (int threads : {1, 3}) {
     setup.threads = threads;
     EXPECT_EQ(setup.apply(nullptr), threads);
     EXPECT_EQ(torch::get_num_threads(), threads);
+    if (openblas != nullptr) EXPECT_EQ(openblas(), threads);
+  }
+  if (openblas != nullptr) {
+    setup.threads = openblas_before;
+    setup.apply(nullptr);
   }
 }
 

@@ -20,7 +20,10 @@ namespace txl {
 
 struct ProcessSetup {
   // LibTorch intra-op threads, e.g. run.threads; <= 0: this machine's cores divided among
-  // processes_per_node (at least 1).
+  // processes_per_node (at least 1). OpenBLAS's own threads too, where LibTorch multiplies with
+  // it (Debian's): left alone, OpenBLAS takes every core in every process, so that two ablation
+  // jobs of one thread each on 2 cores ran 4 matrix threads (6,000 training tokens/s each
+  // against 7,900 with one each; docs/performance.md, 2026-12-07, third entry).
   int threads = 0;
   // Processes of one data-parallel job on this node, which share its cores (LOCAL_WORLD_SIZE,
   // dist::LaunchEnv::local_world_size); 1 for a process alone.
