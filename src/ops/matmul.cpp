@@ -2,6 +2,7 @@
 
 #include "txl/kernels/batched_matmul.h"
 #include "txl/kernels/vector_loops.h"
+#include "txl/util/autocast.h"
 #include "txl/util/error.h"
 
 namespace txl::ops {
@@ -34,6 +35,12 @@ class BatchedMatmul : public torch::autograd::Function<BatchedMatmul> {
     const auto a = as_batch(saved[0]), b = as_batch(saved[1]);  // [S, M, K], [S, K, N]
     const auto grad = as_batch(grads[0]);                       // [S, M, N]
     torch::Tensor grad_a, grad_b;
+    if (torch::GradMode::is_enabled()) {  // a graph of the backward (create_graph): LibTorch's
+      if (ctx->needs_input_grad(0)) grad_a = torch::matmul(grad, b.transpose(1, 2));
+      if (ctx->needs_input_grad(1)) grad_b = torch::matmul(a.transpose(1, 2), grad);
+      return {grad_a.defined() ? grad_a.view(saved[0].sizes()) : grad_a,
+              grad_b.defined() ? grad_b.view(saved[1].sizes()) : grad_b};
+    }
     if (ctx->needs_input_grad(0)) {
       grad_a = kernels::batched_matmul(grad, b.transpose(1, 2)).view(saved[0].sizes());
     }
@@ -54,8 +61,9 @@ torch::Tensor batched_matmul(const torch::Tensor& a, const torch::Tensor& b) {
             "got ",
             a.defined() ? a.sizes() : torch::IntArrayRef{}, " and ",
             b.defined() ? b.sizes() : torch::IntArrayRef{});
+  // Under autocast the products are LibTorch's, in its lower precision.
   if (!kernels::vector_loops_take(a) || !kernels::vector_loops_take(b) ||
-      a.scalar_type() != b.scalar_type()) {
+      a.scalar_type() != b.scalar_type() || autocast_enabled(a.device())) {
     return torch::matmul(a, b);
   }
   return BatchedMatmul::apply(a, b);  // [..., M, N]

@@ -48,6 +48,19 @@ TEST(BatchedMatmul, EqualsMatmulInValuesAndGradients) {
   expect_matmul(torch::kFloat, 1e-4);
 }
 
+// The second derivative (a backward with a graph) equals torch::matmul's.
+TEST(BatchedMatmul, DifferentiatesTwice) {
+  torch::manual_seed(5);
+  const auto opts = torch::dtype(torch::kDouble).requires_grad(true);
+  auto a = torch::randn({2, 3, 4, 5}, opts), b = torch::randn({2, 3, 5, 6}, opts);
+  const auto second = [&](bool ours) {
+    const auto c = ours ? batched_matmul(a, b) : torch::matmul(a, b);
+    const auto ga = torch::autograd::grad({c.pow(2).sum()}, {a}, {}, true, true)[0];
+    return torch::autograd::grad({ga.pow(2).sum()}, {b})[0];
+  };
+  EXPECT_TRUE(txl::test::tensor_near(second(true), second(false), 1e-10, 1e-10));
+}
+
 TEST(BatchedMatmul, OtherDtypesAreMatmulAndBadShapesAreRefused) {
   const auto a = torch::randn({2, 3, 4}).to(torch::kBFloat16);
   const auto b = torch::randn({2, 4, 5}).to(torch::kBFloat16);
