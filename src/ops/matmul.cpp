@@ -34,18 +34,16 @@ class BatchedMatmul : public torch::autograd::Function<BatchedMatmul> {
     const auto saved = ctx->get_saved_variables();
     const auto a = as_batch(saved[0]), b = as_batch(saved[1]);  // [S, M, K], [S, K, N]
     const auto grad = as_batch(grads[0]);                       // [S, M, N]
+    // A backward with a graph (create_graph) is LibTorch's, whose products differentiate again.
+    const auto product = [](const torch::Tensor& x, const torch::Tensor& y) {
+      return torch::GradMode::is_enabled() ? torch::matmul(x, y) : kernels::batched_matmul(x, y);
+    };
     torch::Tensor grad_a, grad_b;
-    if (torch::GradMode::is_enabled()) {  // a graph of the backward (create_graph): LibTorch's
-      if (ctx->needs_input_grad(0)) grad_a = torch::matmul(grad, b.transpose(1, 2));
-      if (ctx->needs_input_grad(1)) grad_b = torch::matmul(a.transpose(1, 2), grad);
-      return {grad_a.defined() ? grad_a.view(saved[0].sizes()) : grad_a,
-              grad_b.defined() ? grad_b.view(saved[1].sizes()) : grad_b};
-    }
     if (ctx->needs_input_grad(0)) {
-      grad_a = kernels::batched_matmul(grad, b.transpose(1, 2)).view(saved[0].sizes());
+      grad_a = product(grad, b.transpose(1, 2)).view(saved[0].sizes());
     }
     if (ctx->needs_input_grad(1)) {
-      grad_b = kernels::batched_matmul(a.transpose(1, 2), grad).view(saved[1].sizes());
+      grad_b = product(a.transpose(1, 2), grad).view(saved[1].sizes());
     }
     return {grad_a, grad_b};
   }
