@@ -66,10 +66,10 @@ TXL_VECTOR_LEVELS(void, adam_rows_of, adam_rows,
 
 }  // namespace
 
-void adam_update(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& exp_avg,
-                 torch::Tensor& exp_avg_sq, const AdamScalars& s) {
-  const torch::Tensor* all[] = {&p, &g, &exp_avg, &exp_avg_sq};
-  for (const torch::Tensor* t : all) {
+void adam_update(at::Tensor& p, const at::Tensor& g, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                 const AdamScalars& s) {
+  const at::Tensor* all[] = {&p, &g, &exp_avg, &exp_avg_sq};
+  for (const at::Tensor* t : all) {
     TXL_CHECK(vector_loops_take(*t) && t->is_contiguous() && t->sizes() == p.sizes() &&
                   t->scalar_type() == p.scalar_type(),
               "adam_update: the parameter, its gradient and moments must be contiguous CPU float "

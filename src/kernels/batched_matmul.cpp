@@ -126,8 +126,7 @@ void copy_rows(const T* __restrict b, int64_t sk, int64_t sn, int64_t k, int64_t
 // Products [begin, end): each b copied into `block` [K, whole tiles] first unless its rows are
 // whole tiles of adjacent columns already.
 template <typename T>
-void products(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c, int64_t begin,
-              int64_t end) {
+void products(const at::Tensor& a, const at::Tensor& b, at::Tensor& c, int64_t begin, int64_t end) {
   constexpr int64_t kTile = kWidestTile<T>;
   const int64_t m = a.size(1), k = a.size(2), n = b.size(2);
   const int64_t width = (n + kTile - 1) / kTile * kTile;
@@ -154,13 +153,13 @@ void products(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c, 
 
 }  // namespace
 
-void batched_matmul_into(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c) {
+void batched_matmul_into(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   TXL_CHECK(vector_loops_take(a) && a.dim() == 3,
             "batched_matmul: a must be a CPU float or double [S, M, K]");
   TXL_CHECK(b.defined() && b.dim() == 3 && b.size(0) == a.size(0) && b.size(1) == a.size(2) &&
                 b.scalar_type() == a.scalar_type() && b.is_cpu(),
             "batched_matmul: b must be [S = ", a.size(0), ", K = ", a.size(2),
-            ", N] of a's dtype on the CPU, got ", b.defined() ? b.sizes() : torch::IntArrayRef{});
+            ", N] of a's dtype on the CPU, got ", b.defined() ? b.sizes() : at::IntArrayRef{});
   TXL_CHECK(c.defined() && c.dim() == 3 && c.size(0) == a.size(0) && c.size(1) == a.size(1) &&
                 c.size(2) == b.size(2) && c.is_contiguous() && c.scalar_type() == a.scalar_type() &&
                 c.is_cpu(),
@@ -179,10 +178,10 @@ void batched_matmul_into(const torch::Tensor& a, const torch::Tensor& b, torch::
   });
 }
 
-torch::Tensor batched_matmul(const torch::Tensor& a, const torch::Tensor& b) {
+at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b) {
   TXL_CHECK(a.defined() && a.dim() == 3 && b.defined() && b.dim() == 3,
             "batched_matmul: a [S, M, K] and b [S, K, N]");
-  auto c = torch::empty({a.size(0), a.size(1), b.size(2)}, a.options());  // [S, M, N]
+  auto c = at::empty({a.size(0), a.size(1), b.size(2)}, a.options());  // [S, M, N]
   batched_matmul_into(a, b, c);
   return c;
 }

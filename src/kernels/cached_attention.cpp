@@ -217,7 +217,7 @@ HeadKernel avx512_head(int64_t d, CachedKernel kernel) {
   return nullptr;
 }
 
-void check(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
+void check(const at::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
            const std::vector<int64_t>& first) {
   TXL_CHECK(qkv.defined() && qkv.dim() == 4 && qkv.size(1) == 3 && qkv.is_contiguous() &&
                 vector_loops_take(qkv),
@@ -254,8 +254,8 @@ void check(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
 }
 
 template <typename T>
-void attend_all(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
-                const std::vector<int64_t>& first, CachedKernel kernel, torch::Tensor& out) {
+void attend_all(const at::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
+                const std::vector<int64_t>& first, CachedKernel kernel, at::Tensor& out) {
   const int64_t batch = qkv.size(0), heads = qkv.size(2), d = qkv.size(3);
   const int64_t capacity = keys.buffer.size(3);
   const T* qkv_data = qkv.data_ptr<T>();
@@ -299,16 +299,16 @@ void attend_all(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
 
 }  // namespace
 
-bool attend_cached_takes(const torch::Tensor& like) { return vector_loops_take(like); }
+bool attend_cached_takes(const at::Tensor& like) { return vector_loops_take(like); }
 
 bool cached_kernel_vectorised() { return avx512_head(16, CachedKernel::kBest) != nullptr; }
 
-torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
-                            const std::vector<int64_t>& first, CachedKernel kernel) {
+at::Tensor attend_cached(const at::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
+                         const std::vector<int64_t>& first, CachedKernel kernel) {
   check(qkv, keys, k_len, first);
   RECORD_FUNCTION("txl::attend_cached", std::vector<c10::IValue>({qkv}));  // in profiles
   const int64_t batch = qkv.size(0), heads = qkv.size(2), d = qkv.size(3);
-  auto out = torch::empty({batch, heads * d}, qkv.options());  // [B, H D]
+  auto out = at::empty({batch, heads * d}, qkv.options());  // [B, H D]
   for_vector_dtype(
       qkv, [&](auto zero) { attend_all<decltype(zero)>(qkv, keys, k_len, first, kernel, out); });
   return out;

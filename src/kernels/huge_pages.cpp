@@ -14,7 +14,7 @@ namespace {
 
 // The bytes of the block empty_huge maps for a tensor of `sizes` like `options`, 0 where it maps
 // none: only a strided, non-quantized CPU tensor of at least kHugePageMinBytes, on Linux.
-size_t own_block_bytes(at::IntArrayRef sizes, const torch::TensorOptions& options) {
+size_t own_block_bytes(at::IntArrayRef sizes, const at::TensorOptions& options) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (options.device().type() != c10::kCPU || options.layout() != c10::kStrided) return 0;
   const auto dtype = c10::typeMetaToScalarType(options.dtype());
@@ -35,9 +35,9 @@ size_t own_block_bytes(at::IntArrayRef sizes, const torch::TensorOptions& option
 
 }  // namespace
 
-torch::Tensor empty_huge(at::IntArrayRef sizes, const torch::TensorOptions& options) {
+at::Tensor empty_huge(at::IntArrayRef sizes, const at::TensorOptions& options) {
   const size_t block = own_block_bytes(sizes, options);
-  if (block == 0) return torch::empty(sizes, options);
+  if (block == 0) return at::empty(sizes, options);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   const auto page = static_cast<size_t>(kHugePageBytes);
   // Fresh pages from mmap, not the C heap's: memory the heap has touched keeps its 4 KB pages.
@@ -53,25 +53,25 @@ torch::Tensor empty_huge(at::IntArrayRef sizes, const torch::TensorOptions& opti
   void* data = reinterpret_cast<void*>(start);
   madvise(data, block, MADV_HUGEPAGE);  // advice only: refused, the pages stay 4 KB
   try {
-    return torch::from_blob(
+    return at::from_blob(
         data, sizes, [block](void* p) { munmap(p, block); }, options);
   } catch (...) {
     munmap(data, block);  // from_blob refused it: nothing owns the block
     throw;
   }
 #else
-  return torch::empty(sizes, options);
+  return at::empty(sizes, options);
 #endif
 }
 
-void share_huge_block(const std::vector<torch::Tensor*>& tensors) {
+void share_huge_block(const std::vector<at::Tensor*>& tensors) {
   if (tensors.empty()) return;
   for (const auto* t : tensors) {
     TORCH_CHECK(t != nullptr && t->defined() && t->is_cpu() && t->layout() == c10::kStrided &&
                     t->dtype() == tensors.front()->dtype(),
                 "share_huge_block: strided CPU tensors of one dtype");
   }
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   const auto options = tensors.front()->options().requires_grad(false);
   const int64_t align = 64 / static_cast<int64_t>(tensors.front()->element_size());  // a line
   int64_t total = 0;

@@ -59,8 +59,8 @@ TXL_VECTOR_LEVELS(void, add_norm_row_of, add_norm_row,
                   (x, y, w, b, out, d, eps))
 
 template <typename T>
-void add_norm_all(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& weight,
-                  const torch::Tensor& bias, double eps, torch::Tensor& out) {
+void add_norm_all(const at::Tensor& x, const at::Tensor& y, const at::Tensor& weight,
+                  const at::Tensor& bias, double eps, at::Tensor& out) {
   const int64_t d = x.size(-1), rows = x.numel() / d;
   const T* xp = x.data_ptr<T>();
   const T* yp = y.data_ptr<T>();
@@ -75,14 +75,14 @@ void add_norm_all(const torch::Tensor& x, const torch::Tensor& y, const torch::T
   });
 }
 
-void check(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& weight,
-           const torch::Tensor& bias) {
+void check(const at::Tensor& x, const at::Tensor& y, const at::Tensor& weight,
+           const at::Tensor& bias) {
   TXL_CHECK(vector_loops_take(x) && x.dim() >= 1 && x.size(-1) >= 1 && x.is_contiguous(),
             "add_layer_norm: x must be a contiguous CPU float or double [..., d >= 1]");
   TXL_CHECK(y.defined() && y.sizes() == x.sizes() && y.scalar_type() == x.scalar_type() &&
                 y.is_cpu() && y.is_contiguous(),
             "add_layer_norm: y must be contiguous ", x.sizes(), " of x's dtype, got ",
-            y.defined() ? y.sizes() : torch::IntArrayRef{});
+            y.defined() ? y.sizes() : at::IntArrayRef{});
   for (const auto* p : {&weight, &bias}) {
     TXL_CHECK(!p->defined() || (p->dim() == 1 && p->size(0) == x.size(-1) && p->is_contiguous() &&
                                 p->scalar_type() == x.scalar_type() && p->is_cpu()),
@@ -93,11 +93,11 @@ void check(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& 
 
 }  // namespace
 
-torch::Tensor add_layer_norm(const torch::Tensor& x, const torch::Tensor& y,
-                             const torch::Tensor& weight, const torch::Tensor& bias, double eps) {
+at::Tensor add_layer_norm(const at::Tensor& x, const at::Tensor& y, const at::Tensor& weight,
+                          const at::Tensor& bias, double eps) {
   check(x, y, weight, bias);
   RECORD_FUNCTION("txl::add_layer_norm", std::vector<c10::IValue>({x, y}));  // in profiles
-  auto out = torch::empty_like(x);                                           // [..., d]
+  auto out = at::empty_like(x);                                              // [..., d]
   for_vector_dtype(x,
                    [&](auto zero) { add_norm_all<decltype(zero)>(x, y, weight, bias, eps, out); });
   return out;

@@ -60,8 +60,7 @@ TXL_VECTOR_LEVELS(void, rows_times_of, rows_times,
                   (w, x, b, y, in, begin, end))
 
 template <typename T>
-void matvec_as(const torch::Tensor& w, const torch::Tensor& x, const torch::Tensor& bias,
-               torch::Tensor& y) {
+void matvec_as(const at::Tensor& w, const at::Tensor& x, const at::Tensor& bias, at::Tensor& y) {
   const int64_t out = w.size(0), in = w.size(1);
   const T* wp = w.data_ptr<T>();
   const T* xp = x.data_ptr<T>();
@@ -76,19 +75,19 @@ void matvec_as(const torch::Tensor& w, const torch::Tensor& x, const torch::Tens
 
 }  // namespace
 
-torch::Tensor matvec(const torch::Tensor& w, const torch::Tensor& x, const torch::Tensor& bias) {
+at::Tensor matvec(const at::Tensor& w, const at::Tensor& x, const at::Tensor& bias) {
   TXL_CHECK(vector_loops_take(w) && w.dim() == 2 && w.is_contiguous(),
             "matvec: w must be a contiguous CPU float or double [out, in]");
   TXL_CHECK(x.defined() && x.dim() == 1 && x.size(0) == w.size(1) && x.is_contiguous() &&
                 x.scalar_type() == w.scalar_type() && x.is_cpu(),
             "matvec: x must be contiguous [in = ", w.size(1), "] of w's dtype, got ",
-            x.defined() ? x.sizes() : torch::IntArrayRef{});
+            x.defined() ? x.sizes() : at::IntArrayRef{});
   TXL_CHECK(
       !bias.defined() || (bias.dim() == 1 && bias.size(0) == w.size(0) && bias.is_contiguous() &&
                           bias.scalar_type() == w.scalar_type() && bias.is_cpu()),
       "matvec: bias must be contiguous [out = ", w.size(0), "] of w's dtype");
   RECORD_FUNCTION("txl::matvec", std::vector<c10::IValue>({w, x}));  // in profiles
-  auto y = torch::empty({w.size(0)}, w.options());                   // [out]
+  auto y = at::empty({w.size(0)}, w.options());                      // [out]
   for_vector_dtype(w, [&](auto zero) { matvec_as<decltype(zero)>(w, x, bias, y); });
   return y;
 }

@@ -165,7 +165,7 @@ void panels_avx512(const Product<T>& c, int64_t begin, int64_t end) {
 #endif
 
 template <typename T>
-void run(const torch::Tensor& x, const PackedWeight& w, const LinearOptions& o, torch::Tensor& y) {
+void run(const at::Tensor& x, const PackedWeight& w, const LinearOptions& o, at::Tensor& y) {
   Product<T> c;
   c.panels = w.panels.data_ptr<T>();
   c.bias = w.bias.defined() ? w.bias.data_ptr<T>() : nullptr;
@@ -175,9 +175,9 @@ void run(const torch::Tensor& x, const PackedWeight& w, const LinearOptions& o, 
   c.rows = x.numel() / c.in;
   c.relu = o.relu;
   const bool vectorised = o.kernel == PackedKernel::kBest && cpu_has_avx512();
-  torch::Tensor blocks;  // [N in]: x's blocks transposed; one row is its own transpose
+  at::Tensor blocks;  // [N in]: x's blocks transposed; one row is its own transpose
   if (c.rows > 1) {
-    blocks = torch::empty({x.numel()}, x.options());
+    blocks = at::empty({x.numel()}, x.options());
     transpose_blocks(x.data_ptr<T>(), c.rows, c.in, vectorised ? kAvx512Rows : kPortableRows,
                      blocks.data_ptr<T>());
   }
@@ -210,48 +210,47 @@ void check_layout(const PackedWeight& w) {
 
 }  // namespace
 
-bool packed_takes(const torch::Tensor& weight) {
+bool packed_takes(const at::Tensor& weight) {
   return vector_loops_take(weight) && weight.dim() == 2 && weight.size(0) >= 1 &&
          weight.size(1) >= 1;
 }
 
 bool packed_kernel_vectorised() { return cpu_has_avx512(); }
 
-PackedWeight pack_weight(const torch::Tensor& weight, const torch::Tensor& bias) {
+PackedWeight pack_weight(const at::Tensor& weight, const at::Tensor& bias) {
   TXL_CHECK(packed_takes(weight), "pack_weight: weight must be a CPU float or double [out, in]",
-            " with out, in >= 1, got ", weight.defined() ? weight.sizes() : torch::IntArrayRef{});
+            " with out, in >= 1, got ", weight.defined() ? weight.sizes() : at::IntArrayRef{});
   const int64_t out = weight.size(0), in = weight.size(1);
   TXL_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == out &&
                                 bias.scalar_type() == weight.scalar_type() && bias.is_cpu()),
             "pack_weight: bias must be [out = ", out, "] of the weight's dtype");
-  torch::NoGradGuard no_grad;
+  at::NoGradGuard no_grad;
   const int64_t lanes = 64 / static_cast<int64_t>(weight.element_size());
   const int64_t count = (out + lanes - 1) / lanes;
   const auto w = weight.detach();
   PackedWeight packed;
   packed.out = out;
-  auto padded = torch::zeros({count * lanes, in}, w.options());  // [P L, in]
+  auto padded = at::zeros({count * lanes, in}, w.options());  // [P L, in]
   padded.narrow(0, 0, out).copy_(w);
   packed.panels = padded.view({count, lanes, in}).transpose(1, 2).contiguous();  // [P, in, L]
   if (bias.defined()) {
-    packed.bias = torch::zeros({count * lanes}, w.options());  // [P L]
+    packed.bias = at::zeros({count * lanes}, w.options());  // [P L]
     packed.bias.narrow(0, 0, out).copy_(bias.detach());
   }
   return packed;
 }
 
-torch::Tensor linear_packed(const torch::Tensor& x, const PackedWeight& w,
-                            const LinearOptions& options) {
+at::Tensor linear_packed(const at::Tensor& x, const PackedWeight& w, const LinearOptions& options) {
   TXL_CHECK(w.defined(), "linear_packed: the weight is not packed (pack_weight)");
   check_layout(w);
   TXL_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == w.in() && x.is_contiguous() &&
                 x.scalar_type() == w.panels.scalar_type() && x.is_cpu(),
             "linear_packed: x must be a contiguous CPU [..., in = ", w.in(),
-            "] of the weight's dtype, got ", x.defined() ? x.sizes() : torch::IntArrayRef{});
+            "] of the weight's dtype, got ", x.defined() ? x.sizes() : at::IntArrayRef{});
   RECORD_FUNCTION("txl::linear_packed", std::vector<c10::IValue>({x}));  // in profiles
   auto sizes = x.sizes().vec();
   sizes.back() = w.out;
-  auto y = torch::empty(sizes, x.options());  // [..., out]
+  auto y = at::empty(sizes, x.options());  // [..., out]
   if (x.numel() == 0) return y;
   for_vector_dtype(x, [&](auto zero) { run<decltype(zero)>(x, w, options, y); });
   return y;

@@ -148,7 +148,7 @@ TXL_VECTOR_LEVELS(int64_t, argmax_row_of, argmax_row, (const float* x, int64_t n
 TXL_VECTOR_LEVELS(int64_t, argmax_row_of, argmax_row, (const double* x, int64_t n), (x, n))
 
 template <typename T>
-void log_softmax_all(torch::Tensor& x, const torch::Tensor& bias) {
+void log_softmax_all(at::Tensor& x, const at::Tensor& bias) {
   const int64_t rows = x.size(0), n = x.size(1);
   T* xp = x.data_ptr<T>();
   const T* bp = bias.defined() ? bias.data_ptr<T>() : nullptr;
@@ -159,7 +159,7 @@ void log_softmax_all(torch::Tensor& x, const torch::Tensor& bias) {
 }
 
 template <typename T>
-void argmax_all(const torch::Tensor& x, torch::Tensor& out) {
+void argmax_all(const at::Tensor& x, at::Tensor& out) {
   const int64_t rows = x.size(0), n = x.size(1);
   const T* xp = x.data_ptr<T>();
   auto* op = out.data_ptr<int64_t>();
@@ -171,7 +171,7 @@ void argmax_all(const torch::Tensor& x, torch::Tensor& out) {
 }
 
 template <typename T>
-void softmax_all(torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& lse, bool write) {
+void softmax_all(at::Tensor& x, const at::Tensor& bias, at::Tensor& lse, bool write) {
   const int64_t rows = x.size(0), n = x.size(1);
   T* xp = x.data_ptr<T>();
   const T* bp = bias.data_ptr<T>();
@@ -185,9 +185,9 @@ void softmax_all(torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& lse
 }
 
 template <typename T>
-void cross_entropy_grad_all(const torch::Tensor& probs, const torch::Tensor& grad,
-                            const torch::Tensor& target, const torch::Tensor& d_target,
-                            torch::Tensor& out, torch::Tensor& d_bias) {
+void cross_entropy_grad_all(const at::Tensor& probs, const at::Tensor& grad,
+                            const at::Tensor& target, const at::Tensor& d_target, at::Tensor& out,
+                            at::Tensor& d_bias) {
   const int64_t rows = probs.size(0), n = probs.size(1);
   const T* pp = probs.data_ptr<T>();
   const T* gp = grad.data_ptr<T>();
@@ -208,7 +208,7 @@ void cross_entropy_grad_all(const torch::Tensor& probs, const torch::Tensor& gra
 
 }  // namespace
 
-void softmax_rows_(torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& lse, bool write) {
+void softmax_rows_(at::Tensor& x, const at::Tensor& bias, at::Tensor& lse, bool write) {
   TXL_CHECK(vector_loops_take(x) && x.dim() == 2 && x.size(1) >= 1 && x.is_contiguous(),
             "softmax_rows_: x must be a contiguous CPU float or double [n, V >= 1]");
   TXL_CHECK(bias.dim() == 1 && bias.size(0) == x.size(1) && bias.is_contiguous() &&
@@ -221,16 +221,16 @@ void softmax_rows_(torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& l
   for_vector_dtype(x, [&](auto zero) { softmax_all<decltype(zero)>(x, bias, lse, write); });
 }
 
-void cross_entropy_grad_rows(const torch::Tensor& probs, const torch::Tensor& grad,
-                             const torch::Tensor& target, const torch::Tensor& d_target,
-                             torch::Tensor& out, torch::Tensor& d_bias) {
+void cross_entropy_grad_rows(const at::Tensor& probs, const at::Tensor& grad,
+                             const at::Tensor& target, const at::Tensor& d_target, at::Tensor& out,
+                             at::Tensor& d_bias) {
   TXL_CHECK(vector_loops_take(probs) && probs.dim() == 2 && probs.is_contiguous() &&
                 out.sizes() == probs.sizes() && out.is_contiguous() && out.is_cpu() &&
                 out.scalar_type() == probs.scalar_type(),
             "cross_entropy_grad_rows: probs and out must be contiguous CPU float or double "
             "[n, V] of one dtype");
   const int64_t rows = probs.size(0), n = probs.size(1);
-  for (const torch::Tensor* t : {&grad, &d_target}) {
+  for (const at::Tensor* t : {&grad, &d_target}) {
     TXL_CHECK(t->dim() == 1 && t->size(0) == rows && t->is_contiguous() && t->is_cpu() &&
                   t->scalar_type() == probs.scalar_type(),
               "cross_entropy_grad_rows: grad and d_target must be contiguous [n = ", rows,
@@ -240,7 +240,7 @@ void cross_entropy_grad_rows(const torch::Tensor& probs, const torch::Tensor& gr
                 d_bias.scalar_type() == probs.scalar_type(),
             "cross_entropy_grad_rows: d_bias must be contiguous [V = ", n, "] of probs' dtype");
   TXL_CHECK(target.dim() == 1 && target.size(0) == rows && target.is_contiguous() &&
-                target.is_cpu() && target.scalar_type() == torch::kLong,
+                target.is_cpu() && target.scalar_type() == at::kLong,
             "cross_entropy_grad_rows: target must be contiguous int64 [n = ", rows, "]");
   RECORD_FUNCTION("txl::cross_entropy_grad_rows", std::vector<c10::IValue>({probs}));
   for_vector_dtype(probs, [&](auto zero) {
@@ -248,7 +248,7 @@ void cross_entropy_grad_rows(const torch::Tensor& probs, const torch::Tensor& gr
   });
 }
 
-torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias) {
+at::Tensor& log_softmax_rows_(at::Tensor& x, const at::Tensor& bias) {
   TXL_CHECK(vector_loops_take(x) && x.dim() == 2 && x.size(1) >= 1 && x.is_contiguous(),
             "log_softmax_rows_: x must be a contiguous CPU float or double [B, V >= 1]");
   TXL_CHECK(
@@ -260,11 +260,11 @@ torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias) {
   return x;
 }
 
-torch::Tensor argmax_rows(const torch::Tensor& x) {
+at::Tensor argmax_rows(const at::Tensor& x) {
   TXL_CHECK(vector_loops_take(x) && x.dim() == 2 && x.size(1) >= 1 && x.is_contiguous(),
             "argmax_rows: x must be a contiguous CPU float or double [B, V >= 1]");
   RECORD_FUNCTION("txl::argmax_rows", std::vector<c10::IValue>({x}));  // in profiles
-  auto out = torch::empty({x.size(0)}, torch::kLong);                  // [B]
+  auto out = at::empty({x.size(0)}, at::kLong);                        // [B]
   for_vector_dtype(x, [&](auto zero) { argmax_all<decltype(zero)>(x, out); });
   return out;
 }

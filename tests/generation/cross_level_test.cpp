@@ -130,7 +130,7 @@ double max_difference(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
-TEST(CrossLevel, DecodingEqualsTheForwardAtEveryLevel) {
+TEST(CrossLevelDecoding, DecodingEqualsTheForwardAtEveryLevel) {
   constexpr int64_t kRows = 3, kLen = 24, kPrompt = 5;
   for (const auto& c : level_cases()) {
     SCOPED_TRACE(c.name);
@@ -157,7 +157,7 @@ TEST(CrossLevel, DecodingEqualsTheForwardAtEveryLevel) {
 }
 
 // The control: the bound sees the bug it was written for, at every level and both weight scales.
-TEST(CrossLevel, ABiasCountedTwiceFailsTheBound) {
+TEST(CrossLevelDecoding, ABiasCountedTwiceFailsTheBound) {
   constexpr int64_t kLen = 16, kPrompt = 5;
   for (const auto* name : {"xl, d_head 12", "xl, memory longer than the text"}) {
     SCOPED_TRACE(name);

@@ -9,7 +9,7 @@
 // its scalars rounded to that dtype as LibTorch rounds them, without contracting a product and
 // a sum into one rounding (fma): every CPU level gives the same bits.
 
-#include <torch/torch.h>
+#include "txl/kernels/tensor.h"
 
 #include <cstdint>
 
@@ -28,7 +28,7 @@ struct AdamScalars {
 // One step of Adam (AdamW) in place on p, exp_avg and exp_avg_sq, with gradient g: all four of
 // one shape, contiguous, CPU float or double (vector_loops_take), of one dtype. Throws
 // txl::Error for what it does not take. Large parameters are split between threads.
-void adam_update(torch::Tensor& p, const torch::Tensor& g, torch::Tensor& exp_avg,
-                 torch::Tensor& exp_avg_sq, const AdamScalars& s);
+void adam_update(at::Tensor& p, const at::Tensor& g, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
+                 const AdamScalars& s);
 
 }  // namespace txl::kernels

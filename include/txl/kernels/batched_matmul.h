@@ -10,15 +10,15 @@
 // columns are not adjacent or not a whole number of tiles). a and b may be any strided
 // views (a transposed one included); c is written contiguous.
 
-#include <torch/torch.h>
+#include "txl/kernels/tensor.h"
 
 namespace txl::kernels {
 
 // a [S, M, K] and b [S, K, N], CPU float or double (vector_loops_take), one dtype, any strides
 // -> c [S, M, N] contiguous. Matrices split between LibTorch's threads. Throws txl::Error for
 // shapes, dtypes or a device it does not take.
-torch::Tensor batched_matmul(const torch::Tensor& a, const torch::Tensor& b);
+at::Tensor batched_matmul(const at::Tensor& a, const at::Tensor& b);
 // The same into c, contiguous [S, M, N] of a's dtype.
-void batched_matmul_into(const torch::Tensor& a, const torch::Tensor& b, torch::Tensor& c);
+void batched_matmul_into(const at::Tensor& a, const at::Tensor& b, at::Tensor& c);
 
 }  // namespace txl::kernels

@@ -21,7 +21,7 @@
 //
 // Legend: B rows, H heads, D head size, C buffer capacity (slots), K keys in use.
 
-#include <torch/torch.h>
+#include "txl/kernels/tensor.h"
 
 #include <cstdint>
 #include <vector>
@@ -35,15 +35,15 @@ namespace txl::kernels {
 enum class CachedKernel { kBest, kPortable };
 
 // Whether attend_cached takes buffers like `like`: CPU float or double (vector_loops_take).
-bool attend_cached_takes(const torch::Tensor& like);
+bool attend_cached_takes(const at::Tensor& like);
 
 // Whether kBest takes the AVX-512 kernel on this CPU (for float heads of 16 N, N <= 8).
 bool cached_kernel_vectorised();
 
 struct CachedKeys {
-  torch::Tensor buffer;       // [2, H, B, C, D]: keys, values; slots 0 .. K-2 already filled
-  torch::Tensor by_distance;  // [H, C, D] encodings of distance 0 .. C-1, or undefined
-  torch::Tensor u, v;         // [H, D] query biases (content, position), or both undefined
+  at::Tensor buffer;       // [2, H, B, C, D]: keys, values; slots 0 .. K-2 already filled
+  at::Tensor by_distance;  // [H, C, D] encodings of distance 0 .. C-1, or undefined
+  at::Tensor u, v;         // [H, D] query biases (content, position), or both undefined
 };
 
 // qkv [B, 3, H, D], contiguous: the new position's query (already scaled by 1/sqrt(D)), key
@@ -51,8 +51,8 @@ struct CachedKeys {
 // returns the attention output [B, H D] (heads in order). first[b]: the first slot row b sees
 // (0 <= first[b] < k_len). CPU, float or double (vector_loops_take), every tensor of one dtype.
 // `kernel`: see CachedKernel. Throws txl::Error for shapes, dtypes or a device it does not take.
-torch::Tensor attend_cached(const torch::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
-                            const std::vector<int64_t>& first,
-                            CachedKernel kernel = CachedKernel::kBest);
+at::Tensor attend_cached(const at::Tensor& qkv, const CachedKeys& keys, int64_t k_len,
+                         const std::vector<int64_t>& first,
+                         CachedKernel kernel = CachedKernel::kBest);
 
 }  // namespace txl::kernels

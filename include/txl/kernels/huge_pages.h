@@ -10,7 +10,7 @@
 // "never", with none free, or elsewhere, the block is ordinary memory. Off Linux, empty_huge is
 // torch::empty.
 
-#include <torch/torch.h>
+#include "txl/kernels/tensor.h"
 
 #include <cstdint>
 #include <vector>
@@ -27,7 +27,7 @@ constexpr int64_t kHugePageBytes = 2 << 20;
 // its own, mmap'ed, 2 MB-aligned (size rounded up to 2 MB), zero-filled, and given back to the
 // system with the tensor; such a storage cannot be resized (resize_, out= ops that grow it
 // throw). Throws c10::Error for an impossible shape or when memory runs out, as torch::empty.
-torch::Tensor empty_huge(at::IntArrayRef sizes, const torch::TensorOptions& options);
+at::Tensor empty_huge(at::IntArrayRef sizes, const at::TensorOptions& options);
 
 // Moves strided CPU tensors of one dtype into one empty_huge block, each a contiguous view of
 // it (starting on a 64-byte line) with its values and shape, no longer requiring gradients:
@@ -36,6 +36,6 @@ torch::Tensor empty_huge(at::IntArrayRef sizes, const torch::TensorOptions& opti
 // their bytes for a moment); views of the old tensors, and aliases between them, keep the old
 // storage. Throws c10::Error for null, undefined, non-CPU or non-strided tensors or mixed
 // dtypes.
-void share_huge_block(const std::vector<torch::Tensor*>& tensors);
+void share_huge_block(const std::vector<at::Tensor*>& tensors);
 
 }  // namespace txl::kernels

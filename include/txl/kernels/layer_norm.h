@@ -5,7 +5,7 @@
 //
 // Legend: N rows, d features.
 
-#include <torch/torch.h>
+#include "txl/kernels/tensor.h"
 
 namespace txl::kernels {
 
@@ -15,7 +15,7 @@ namespace txl::kernels {
 // mean and (biased) variance over the last dimension, as torch::layer_norm(x + y, {d}, weight,
 // bias, eps): fp64 to 1e-12, fp32 to 1e-5 (moments summed in double). Throws txl::Error for
 // shapes, dtypes or a device it does not take.
-torch::Tensor add_layer_norm(const torch::Tensor& x, const torch::Tensor& y,
-                             const torch::Tensor& weight, const torch::Tensor& bias, double eps);
+at::Tensor add_layer_norm(const at::Tensor& x, const at::Tensor& y, const at::Tensor& weight,
+                          const at::Tensor& bias, double eps);
 
 }  // namespace txl::kernels

@@ -7,14 +7,13 @@
 // generation::IncrementalDecoder uses it for one row when the BLAS has no threads of its own
 // (blas_has_own_threads).
 
-#include <torch/torch.h>
+#include "txl/kernels/tensor.h"
 
 namespace txl::kernels {
 
 // w [out, in] contiguous, x [in] contiguous, bias [out] or undefined, one dtype (float or
 // double: vector_loops_take), CPU -> [out]. Throws txl::Error for shapes, dtypes or a device it
 // does not take.
-torch::Tensor matvec(const torch::Tensor& w, const torch::Tensor& x,
-                     const torch::Tensor& bias = {});
+at::Tensor matvec(const at::Tensor& w, const at::Tensor& x, const at::Tensor& bias = {});
 
 }  // namespace txl::kernels

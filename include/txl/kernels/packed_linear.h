@@ -16,30 +16,30 @@
 // Legend: N rows of x, in input features, out output features, L lanes (64 bytes of T),
 // P = ceil(out / L) panels.
 
-#include <torch/torch.h>
+#include "txl/kernels/tensor.h"
 
 #include <cstdint>
 
 namespace txl::kernels {
 
 struct PackedWeight {
-  torch::Tensor panels;  // [P, in, L]: panels[p][k][j] = W[p L + j][k], 0 beyond out
-  torch::Tensor bias;    // [P L]: the bias, 0 beyond out; undefined without a bias
-  int64_t out = 0;       // output features (W's rows)
+  at::Tensor panels;  // [P, in, L]: panels[p][k][j] = W[p L + j][k], 0 beyond out
+  at::Tensor bias;    // [P L]: the bias, 0 beyond out; undefined without a bias
+  int64_t out = 0;    // output features (W's rows)
 
   bool defined() const { return panels.defined(); }
   int64_t in() const { return panels.size(1); }
 };
 
 // Whether pack_weight takes `weight`: a 2-d CPU float or double tensor.
-bool packed_takes(const torch::Tensor& weight);
+bool packed_takes(const at::Tensor& weight);
 
 // Whether linear_packed runs the AVX-512 kernel on this CPU (else the portable one).
 bool packed_kernel_vectorised();
 
 // W [out, in] (torch::nn::Linear's layout) and bias [out] or undefined, of W's dtype -> its
 // panels. Throws txl::Error for a weight packed_takes refuses or a bias of another shape.
-PackedWeight pack_weight(const torch::Tensor& weight, const torch::Tensor& bias = {});
+PackedWeight pack_weight(const at::Tensor& weight, const at::Tensor& bias = {});
 
 enum class PackedKernel {
   kBest,      // AVX-512 where the CPU has it, else portable
@@ -57,7 +57,7 @@ struct LinearOptions {
 // 1e-5 sqrt(in) of LibTorch's linear for unit-sized entries, fp64 within 1e-12. Throws
 // txl::Error for a shape, dtype or device it does not take, or panels not as pack_weight makes
 // them.
-torch::Tensor linear_packed(const torch::Tensor& x, const PackedWeight& w,
-                            const LinearOptions& options = {});
+at::Tensor linear_packed(const at::Tensor& x, const PackedWeight& w,
+                         const LinearOptions& options = {});
 
 }  // namespace txl::kernels

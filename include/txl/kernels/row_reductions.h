@@ -6,7 +6,7 @@
 //
 // Legend: B rows, V vocabulary.
 
-#include <torch/torch.h>
+#include "txl/kernels/tensor.h"
 
 namespace txl::kernels {
 
@@ -16,12 +16,12 @@ namespace txl::kernels {
 // in fp32); fp64: to 1e-12. -inf stays -inf; a NaN or +inf makes its row NaN. Throws txl::Error
 // for a shape, dtype or device it does not take. Rows are split between threads by
 // split_work.
-torch::Tensor& log_softmax_rows_(torch::Tensor& x, const torch::Tensor& bias = {});
+at::Tensor& log_softmax_rows_(at::Tensor& x, const at::Tensor& bias = {});
 
 // The index of each row's largest entry, int64 [B], as torch::argmax(x, 1): the first of equal
 // maxima, and the first NaN in a row that has one. x [B, V >= 1] contiguous, CPU float or double
 // (vector_loops_take; ops::argmax_rows takes any x). Throws txl::Error for what it does not take.
-torch::Tensor argmax_rows(const torch::Tensor& x);
+at::Tensor argmax_rows(const at::Tensor& x);
 
 // The output layer's softmax for training and evaluation, one pass of vector loops per step
 // over each row of a block of logits, in place (LibTorch takes six operations: add the bias,
@@ -30,7 +30,7 @@ torch::Tensor argmax_rows(const torch::Tensor& x);
 // exp(x[r, j] + bias[j]) and, with `write`, x[r] = softmax(x[r] + bias) (else x holds x + bias).
 // fp32: the vector exp (within 4e-7), sums in fp64 over blocks of 256. Rows are split between
 // LibTorch's threads (at::parallel_for: a training job's run.threads).
-void softmax_rows_(torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& lse, bool write);
+void softmax_rows_(at::Tensor& x, const at::Tensor& bias, at::Tensor& lse, bool write);
 
 // The gradient of sum_r grad[r] * nll[r] with respect to a block of logits, from their softmax:
 // out[r, j] = probs[r, j] * grad[r] except out[r, target[r]] = d_target[r] (its softmax - 1 times
@@ -39,8 +39,8 @@ void softmax_rows_(torch::Tensor& x, const torch::Tensor& bias, torch::Tensor& l
 // target int64 [n] (not checked per block: a target outside [0, V) writes no entry; the forward's
 // gather has refused it). Columns are split between LibTorch's threads (each owns its d_bias
 // entries).
-void cross_entropy_grad_rows(const torch::Tensor& probs, const torch::Tensor& grad,
-                             const torch::Tensor& target, const torch::Tensor& d_target,
-                             torch::Tensor& out, torch::Tensor& d_bias);
+void cross_entropy_grad_rows(const at::Tensor& probs, const at::Tensor& grad,
+                             const at::Tensor& target, const at::Tensor& d_target, at::Tensor& out,
+                             at::Tensor& d_bias);
 
 }  // namespace txl::kernels
