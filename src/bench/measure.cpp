@@ -152,9 +152,11 @@ PhaseResult measure_training(const config::ExperimentConfig& config, std::int64_
                              const PhaseOptions& options) {
   check_phase(options);
   RssWindow rss;
-  detail::TrainingLoop loop(config, vocab, options, options.warmup + options.repetitions);
+  train::RandomSteps loop(config, vocab, detail::random_steps_options(options),
+                          options.warmup + options.repetitions);
   PhaseResult r;
-  r.timing = time_repeated([&] { r.loss = loop.step(); }, options.warmup, options.repetitions);
+  r.timing =
+      time_repeated([&] { r.loss = loop.step(options.bf16); }, options.warmup, options.repetitions);
   r.tokens_per_step = loop.tokens_per_step();
   r.tokens_per_s = static_cast<double>(r.tokens_per_step) / r.timing.median_s;
   rss.finish(r);
@@ -209,7 +211,7 @@ EvalCost sliding_cost(const config::ExperimentConfig& config, std::int64_t vocab
   models::TransformerLM model(vanilla.model, vocab);
   model->eval();
   const std::int64_t windows = options.batch_size * (2 + options.warmup + options.repetitions);
-  data::SlidingStream stream(detail::random_ids(l + windows + 1, vocab, options.seed),
+  data::SlidingStream stream(train::random_ids(l + windows + 1, vocab, options.seed),
                              eval::sliding_stream_options(settings));
   std::int64_t index = 1, scored = 0;
   auto window_batch = [&] {

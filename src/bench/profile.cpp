@@ -119,9 +119,9 @@ StepProfile profile_call(const std::function<void()>& fn, bool by_shape) {
 
 StepProfile profile_training_step(const config::ExperimentConfig& config, std::int64_t vocab,
                                   const PhaseOptions& options, bool by_shape) {
-  detail::TrainingLoop loop(config, vocab, options, options.warmup + 1);
-  for (int i = 0; i < options.warmup; ++i) loop.step();
-  auto profile = profile_call([&] { loop.step(); }, by_shape);
+  train::RandomSteps loop(config, vocab, detail::random_steps_options(options), options.warmup + 1);
+  for (int i = 0; i < options.warmup; ++i) loop.step(options.bf16);
+  auto profile = profile_call([&] { loop.step(options.bf16); }, by_shape);
   profile.what = "one training step";
   profile.bf16 = options.bf16;
   return profile;

@@ -35,6 +35,7 @@ using detail::kTag;
 using detail::lock_job_folder;
 using detail::run_job;
 using detail::VariantOutcome;
+using detail::with_precision_resolved;
 
 namespace {
 
@@ -287,13 +288,13 @@ ReportOptions report_options(const config::AblationConfig& ablation,
 
 }  // namespace
 
-AblationResult run_ablation(const config::AblationConfig& ablation,
-                            const AblationOptions& options) {
-  TXL_CHECK(!ablation.variants.empty(), "ablation ", ablation.name,
+AblationResult run_ablation(const config::AblationConfig& asked, const AblationOptions& options) {
+  TXL_CHECK(!asked.variants.empty(), "ablation ", asked.name,
             " has no variants; list them under `variants:`");
   TXL_CHECK(options.jobs >= 1, "--jobs must be at least 1, got ", options.jobs);
   TXL_CHECK(!options.lock_held || !options.job.empty(),
             "--lock-held is for the one job (--job) of a txl-ablate that holds its lock");
+  const config::AblationConfig ablation = with_precision_resolved(asked, options);
   const std::vector<Job> jobs = selected_jobs(ablation, options);
   const std::vector<std::int64_t> contexts = sweep_contexts(ablation);
   AblationResult result;

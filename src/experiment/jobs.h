@@ -19,6 +19,7 @@ namespace txl::experiment::detail {
 inline constexpr const char* kTag = "ablate";
 inline constexpr const char* kDoneFile = "done.json";
 inline constexpr const char* kEvalFile = "eval_results.json";
+inline constexpr const char* kPrecisionFile = "precision.json";  // run.precision: auto's answer
 
 // A variant's progress marker: written once training finished ("trained") and again once every
 // planned evaluation is cached ("evaluated"), with the figures the report needs from training.
@@ -116,5 +117,12 @@ VariantOutcome cached_outcome(const Job& job, const AblationOptions& options,
 // Whether a job's training and evaluations are all current (nothing for it to do).
 bool job_finished(const Job& job, const AblationOptions& options,
                   const std::vector<std::int64_t>& contexts);
+
+// The ablation with run.precision: auto replaced by fp32 or bf16 in the base and every variant
+// that asks for it (precision.cpp): read from <ablation dir>/precision.json, or measured with the
+// first such job's model, data and share of the threads and written there. Unchanged when no
+// variant asks for auto.
+config::AblationConfig with_precision_resolved(const config::AblationConfig& ablation,
+                                               const AblationOptions& options);
 
 }  // namespace txl::experiment::detail

@@ -19,6 +19,7 @@
 #include "txl/models/checkpoint.h"
 #include "txl/models/transformer_lm.h"
 #include "txl/train/adam.h"
+#include "txl/train/precision.h"
 #include "txl/train/schedule.h"
 #include "txl/train/state.h"
 #include "txl/train/step.h"
@@ -112,8 +113,9 @@ class Trainer {
   TrainSummary run();
 
  private:
-  void build();  // data, model, optimizer, stream
-  void start();  // run-folder rules, resume, config.yaml and metrics
+  void build();              // data, model, optimizer, stream
+  void resolve_precision();  // run.precision: auto -> fp32 or bf16, before the model is built
+  void start();              // run-folder rules, resume, config.yaml and metrics
   void restore_rng(const torch::Tensor& states);
   std::string stop_reason();  // "" = keep going; agreed by every rank
   // What a checkpoint of the current step holds besides weights, optimizer and TrainState.
@@ -137,7 +139,7 @@ class Trainer {
   void log_start() const;
   void finish(const std::string& reason);  // the last validation and checkpoint, the summary
 
-  const config::ExperimentConfig& config_;
+  config::ExperimentConfig config_;  // the caller's, with run.precision resolved
   const config::TrainConfig& t_;
   TrainOptions options_;
   stdfs::path dir_;
@@ -173,7 +175,7 @@ class Trainer {
 
 Trainer::Trainer(const config::ExperimentConfig& config, const TrainOptions& options)
     : config_(config),
-      t_(config.train),
+      t_(config_.train),
       options_(options),
       dir_(run_dir(config)),
       schedule_(config.train, config.run.log_interval) {
@@ -195,6 +197,7 @@ void Trainer::build() {
   // first; the other ranks then read it)
   dataset_ = dist::main_rank_first(*group_, [&] { return data::load_dataset(config_.data); });
   vocab_ = dataset_.tokenizer->vocab_size();
+  if (config_.run.precision == config::Precision::kAuto) resolve_precision();
   // -> model and optimizer (every rank starts from rank 0's parameters)
   model_ = models::TransformerLM(config_.model, vocab_);
   model_->to(device_);
@@ -218,6 +221,34 @@ void Trainer::build() {
   valid_settings_ = eval::validation_settings(config_, group_.get());
   if (config_.data.corpus == config::Corpus::kSynthetic)
     recall_mask_ = data::synthetic_recall_mask(dataset_.valid.ids, *dataset_.tokenizer);
+}
+
+// run.precision: auto. A resumed run keeps the precision of its config.yaml; a new one measures
+// (choose_precision, on rank 0: every rank takes its answer). The probe leaves the generators as
+// they were, so a run resolved to fp32 is the run that asked for fp32.
+void Trainer::resolve_precision() {
+  if (options_.start == StartMode::kResume) {
+    const stdfs::path path = dir_ / kConfigFile;
+    const auto stored = config::parse_experiment_string(fs::read_file(path), path.string());
+    TXL_CHECK(stored.run.precision != config::Precision::kAuto, path.string(),
+              " says run.precision: auto; a run stores the precision it chose (fp32 or bf16)");
+    config_.run.precision = stored.run.precision;
+    log::info("train", "run.precision auto: {}, as {} was trained",
+              config::to_string(config_.run.precision), dir_.string());
+    return;
+  }
+  PrecisionChoice choice;
+  if (main_rank_) choice = choose_precision(config_, vocab_, device_, mine_.size());
+  if (group_->distributed()) {
+    std::vector<torch::Tensor> bf16{torch::full(
+        {1}, choice.precision == config::Precision::kBf16 ? 1.0 : 0.0, torch::device(device_))};
+    group_->broadcast(bf16);
+    choice.precision =
+        bf16[0].item<double>() > 0.5 ? config::Precision::kBf16 : config::Precision::kFp32;
+    if (!main_rank_) choice.reason = config::to_string(choice.precision) + ", as rank 0 measured";
+  }
+  config_.run.precision = choice.precision;
+  log::info("train", "run.precision auto: {}", choice.reason);
 }
 
 // Resumable with another number of processes: the stream position and the memory are those of

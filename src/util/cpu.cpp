@@ -22,6 +22,7 @@ CpuFeatures probe() {
   f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
            __builtin_cpu_supports("bmi2");
   f.sha = __builtin_cpu_supports("sha") && __builtin_cpu_supports("sse4.1");
+  f.bf16 = f.avx512 && (__builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16"));
 #endif
   return f;
 }

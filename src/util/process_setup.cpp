@@ -132,6 +132,13 @@ std::string openblas_core_override(const std::string& core, bool cpu_has_avx512)
 
 }  // namespace detail
 
+void set_compute_threads(int n) {
+  torch::set_num_threads(n);
+  set_openblas_threads(n);
+}
+
+int compute_threads() { return torch::get_num_threads(); }
+
 int ProcessSetup::resolved_threads() const {
   if (threads > 0) return threads;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -151,8 +158,7 @@ int ProcessSetup::apply(char** argv) const {
     if (changed) reexecute(argv);
   }
   const int n = resolved_threads();
-  torch::set_num_threads(n);
-  set_openblas_threads(n);
+  set_compute_threads(n);
   if (keep_freed_memory) keep_freed_blocks_in_heap();
   if (report_changed_mapped_files) install_bus_error_handler();
   return n;

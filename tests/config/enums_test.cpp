@@ -53,7 +53,7 @@ void expect_table(const std::vector<std::string>& spelled) {
 TEST(EnumNames, EveryNameRoundTripsAndEachTableCoversItsEnum) {
   expect_table<AttnType>({"xl", "shaw", "vanilla", "vanilla_learned", "rope", "alibi", "t5"});
   expect_table<Device>({"cpu", "cuda", "auto"});
-  expect_table<Precision>({"fp32", "bf16"});
+  expect_table<Precision>({"fp32", "bf16", "auto"});
   expect_table<Optimizer>({"adam", "adamw", "sgd"});
   expect_table<Schedule>({"cosine", "inv_sqrt", "constant", "plateau"});
   expect_table<EvalMode>({"memory", "segments", "sliding"});

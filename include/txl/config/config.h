@@ -23,7 +23,7 @@ struct RunConfig {
   std::uint64_t seed = 1234;        // seeds torch, data order and dropout
   int threads = 0;                  // intra-op threads; 0 = all cores
   Device device = Device::kCpu;     // cpu | cuda | auto (GPU LOCAL_RANK; auto = GPU if visible)
-  Precision precision = Precision::kFp32;  // fp32 | bf16 (autocast, fp32 master weights)
+  Precision precision = Precision::kFp32;  // fp32 | bf16 (autocast, fp32 master weights) | auto
   int log_interval = 50;                   // steps between progress lines
   int dist_timeout = 600;  // seconds a rank waits for the others (rendezvous and every
                            // collective) before it stops with an error

@@ -62,6 +62,8 @@ enum class Device {
 enum class Precision {
   kFp32,  // float32 throughout
   kBf16,  // bf16 autocast, fp32 master weights
+  kAuto,  // bf16 where a probe finds it >= 1.3x faster, else fp32; resolved once
+          // (train/precision.h)
 };
 
 // model.init: the distribution of weights.
@@ -169,9 +171,10 @@ struct EnumNames<Device> {
 
 template <>
 struct EnumNames<Precision> {
-  static constexpr std::array<std::pair<Precision, const char*>, 2> kNames = {{
+  static constexpr std::array<std::pair<Precision, const char*>, 3> kNames = {{
       {Precision::kFp32, "fp32"},
       {Precision::kBf16, "bf16"},
+      {Precision::kAuto, "auto"},
   }};
 };
 

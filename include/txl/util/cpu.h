@@ -16,6 +16,7 @@ struct CpuFeatures {
   bool avx512 = false;  // AVX-512 F, VL, BW and DQ (x86-64-v4)
   bool avx2 = false;    // AVX2, FMA, BMI2 (x86-64-v3)
   bool sha = false;     // SHA and SSE4.1 (util::Sha256)
+  bool bf16 = false;    // bf16 products in hardware: AVX-512 with AVX512_BF16, or AMX-BF16
 };
 
 // What the CPU has (false everywhere off x86-64 with GCC or clang).

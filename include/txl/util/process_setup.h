@@ -76,6 +76,13 @@ struct ProcessSetup {
   int apply(char** argv) const;
 };
 
+// Sets LibTorch's intra-op threads and OpenBLAS's own (where LibTorch multiplies with it) to n,
+// as apply() does with its count; e.g. a probe that must run as a job of n threads will.
+void set_compute_threads(int n);
+
+// The intra-op thread count now (LibTorch's; OpenBLAS's follows set_compute_threads).
+int compute_threads();
+
 namespace detail {
 // The OPENBLAS_CORETYPE apply() sets for the core OpenBLAS chose: "SkylakeX" for a core without
 // AVX-512 kernels (Prescott, Haswell, Zen, ...) on a CPU with AVX-512 (F, BW, VL, DQ), else ""
