@@ -3,7 +3,7 @@
 # data-parallel jobs here as it would on a real cluster:
 #   tools/slurm_local.sh
 #   srun --ntasks 2 --cpus-per-task 1 build/bin/txl-train --config experiments/kjv_base.yaml
-#   ctest --test-dir build -R SrunStartsAJob     # skipped while no cluster answers
+#   build/bin/distributed_test --gtest_filter=DataParallel.SrunStartsAJob   # skips without a cluster
 # Installs munge, slurmctld and slurmd if missing, writes /etc/slurm/slurm.conf for this host (a
 # node with this machine's cores, one partition) unless one exists, and starts the daemons.
 # Stop them with: pkill slurmd; pkill slurmctld; pkill munged
