@@ -3,6 +3,7 @@
 // ablation and every job process read. Delete the file to measure again.
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 
 #include "jobs.h"
@@ -17,6 +18,8 @@
 #include "txl/util/stop.h"
 
 namespace txl::experiment::detail {
+
+namespace stdfs = std::filesystem;
 
 namespace {
 
