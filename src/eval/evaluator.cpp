@@ -27,11 +27,10 @@ BatchScore score_batch(models::TransformerLM& model, const data::Batch& cpu_batc
   const data::Batch batch = cpu_batch.to(settings.device);
   models::LMOutput out;
   {
-    // As a training step (train::Step): fp32 products on OpenBLAS's threads alone. Without it, 2
-    // threads evaluated the default job's model 3x slower than 1 (docs/performance.md,
-    // 2026-12-07, fourth entry); bf16's products are LibTorch's own.
+    // As a training step (train::Step): without it, 2 threads evaluated the default job's model
+    // in fp32 3x slower than 1 (docs/performance.md, 2026-12-07, fourth entry).
     std::optional<ops::ProductThreads> threads;
-    if (settings.device.is_cpu() && !settings.bf16) threads.emplace();
+    if (ops::products_on_blas_threads(settings.device, settings.bf16)) threads.emplace();
     AutocastGuard autocast(settings.bf16, settings.device);
     out = model->forward(models::Inputs::of(batch), memory ? *memory : models::Memory(),
                          segment_lookback(settings, model), false, attention);

@@ -31,6 +31,7 @@ using detail::cached_outcome;
 using detail::DatasetCache;
 using detail::eval_limit;
 using detail::job_finished;
+using detail::job_threads;
 using detail::kTag;
 using detail::lock_job_folder;
 using detail::run_job;
@@ -224,9 +225,7 @@ RunOutcome run_in_processes(const std::vector<Job>& all, const AblationOptions& 
   }
   if (jobs.empty()) return {};
   prepare_data(jobs);
-  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = options.threads > 0 ? options.threads : hardware;
-  const int per_job = std::max(1, threads / options.jobs);
+  const int per_job = job_threads(options, true);
   log::info(kTag, "running {} job(s), {} at a time with {} thread(s) each", jobs.size(),
             options.jobs, per_job);
   RunOutcome out;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 
 #include "txl/config/load.h"
 #include "txl/data/dataset.h"
@@ -265,6 +266,12 @@ stdfs::path checkpoint_to_evaluate(const std::string& name, const stdfs::path& d
   TXL_CHECK(stdfs::exists(checkpoint, ec), "variant ", name, ": no checkpoint in ", dir.string(),
             " to evaluate; delete ", (dir / kDoneFile).string(), " to train it again");
   return checkpoint;
+}
+
+int job_threads(const AblationOptions& options, bool in_processes) {
+  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = options.threads > 0 ? options.threads : hardware;
+  return in_processes ? std::max(1, threads / options.jobs) : threads;
 }
 
 fs::RunLock lock_job_folder(const Job& job) {

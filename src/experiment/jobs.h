@@ -118,6 +118,10 @@ VariantOutcome cached_outcome(const Job& job, const AblationOptions& options,
 bool job_finished(const Job& job, const AblationOptions& options,
                   const std::vector<std::int64_t>& contexts);
 
+// The intra-op threads of one job: options.threads (0 = the hardware's) shared among
+// options.jobs processes when `in_processes`, at least 1; all of them otherwise.
+int job_threads(const AblationOptions& options, bool in_processes);
+
 // The ablation with run.precision: auto replaced by fp32 or bf16 in the base and every variant
 // that asks for it (precision.cpp): read from <ablation dir>/precision.json, or measured with the
 // first such job's model, data and share of the threads and written there. Unchanged when no

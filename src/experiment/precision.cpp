@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <thread>
 
 #include "jobs.h"
 #include "txl/config/device.h"
@@ -48,11 +47,8 @@ train::PrecisionChoice measure(const config::AblationConfig& ablation,
       std::find_if(jobs.begin(), jobs.end(), [](const Job& j) { return asks_auto(j.config); });
   const config::ExperimentConfig& cfg = job->config;
   const std::int64_t vocab = data::load_dataset(cfg.data).tokenizer->vocab_size();
-  const int hardware = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = options.threads > 0 ? options.threads : hardware;
-  const bool in_processes = options.jobs > 1 && jobs.size() > 1;
   const int before = compute_threads();
-  set_compute_threads(in_processes ? std::max(1, threads / options.jobs) : threads);
+  set_compute_threads(job_threads(options, options.jobs > 1 && jobs.size() > 1));
   try {
     const auto choice = train::choose_precision(cfg, vocab, config::resolve_device(cfg.run.device),
                                                 cfg.train.batch_size);

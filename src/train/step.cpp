@@ -91,15 +91,12 @@ torch::Tensor Step::chunk_backward(const std::vector<data::Batch>& rank_batches,
 
 // On the CPU in fp32 the step's products run on OpenBLAS's threads and LibTorch's loops on one
 // (ops::ProductThreads): two pools taking turns on the cores made a step of the default job's
-// model at 2 threads 1.4x slower (docs/performance.md, 2026-12-07, third entry). Under bf16
-// autocast the products are oneDNN's, on LibTorch's threads, which must then keep the cores: with
-// them on one thread bf16 trained at 2 threads as fast as at 1 (the same day's fourth entry).
-bool Step::products_on_blas_threads() const { return settings_.device.is_cpu() && !settings_.bf16; }
+// model at 2 threads 1.4x slower (docs/performance.md, 2026-12-07, third entry).
 
 StepResult Step::backward(const std::vector<data::Batch>& unroll) {
   TXL_CHECK(!unroll.empty(), "training step: no batch to read");
   std::optional<ops::ProductThreads> threads;
-  if (products_on_blas_threads()) threads.emplace();
+  if (ops::products_on_blas_threads(settings_.device, settings_.bf16)) threads.emplace();
   // This rank's rows, and each chunk's, are cut on the host (counting their scored tokens
   // there) and moved to the device chunk by chunk.
   std::vector<data::Batch> rank_batches;
@@ -136,7 +133,7 @@ StepResult Step::backward(const std::vector<data::Batch>& unroll) {
 
 void Step::update(double lr) {
   std::optional<ops::ProductThreads> threads;  // as in backward
-  if (products_on_blas_threads()) threads.emplace();
+  if (ops::products_on_blas_threads(settings_.device, settings_.bf16)) threads.emplace();
   for (auto& group : optimizer_.param_groups()) group.options().set_lr(lr);
   optimizer_.step();
 }

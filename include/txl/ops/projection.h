@@ -85,6 +85,14 @@ void share_pages(const std::vector<Projection*>& projections);
 // nothing changed elsewhere. Not copyable; nest them last-in first-out.
 using ProductThreads = kernels::CoresToBlas;
 
+// Whether a forward or training step on `device`, under bf16 autocast or not, multiplies on the
+// BLAS's threads and so holds ProductThreads: fp32 on the CPU. Under bf16 autocast the products
+// are oneDNN's, on LibTorch's threads, which must then keep the cores (with them on one thread
+// bf16 trained at 2 threads as fast as at 1: docs/performance.md, 2026-12-07, fourth entry).
+inline bool products_on_blas_threads(const torch::Device& device, bool bf16) {
+  return device.is_cpu() && !bf16;
+}
+
 // An uninitialised tensor of `sizes` in one block of 2 MB pages where the OS gives them (a
 // decoder's keys and values, streamed at every step); ordinary memory elsewhere.
 torch::Tensor empty_streamed(at::IntArrayRef sizes, const torch::TensorOptions& options);

@@ -80,7 +80,6 @@ class Step {
   std::size_t gradient_buckets() const { return reducer_.buckets(); }
 
  private:
-  bool products_on_blas_threads() const;  // hold ops::ProductThreads for this step?
   // Chunk c's rows of every batch of the unroll, forward in order, one backward of their loss
   // summed and divided by `scored`; returns the summed nll [1] (detached).
   torch::Tensor chunk_backward(const std::vector<data::Batch>& rank_batches, std::int64_t c,
